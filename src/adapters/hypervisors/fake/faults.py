@@ -1,0 +1,53 @@
+"""Fault injection for the fake hypervisor: make chosen operations fail or take time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.errors import ProviderError
+
+
+@dataclass
+class _Failure:
+    error: ProviderError
+    remaining: int | None  # None: every call
+
+
+class FakeFaults:
+    """Per-operation failures and latency; operation names are the fake's method names."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: dict[str, _Failure] = {}
+        self._latency: dict[str, float] = {}
+
+    def fail(self, operation: str, error: ProviderError, times: int | None = None) -> None:
+        """Make `operation` answer `error` (the next `times` calls, or every call)."""
+        with self._lock:
+            self._failures[operation] = _Failure(error, times)
+
+    def slow(self, operation: str, seconds: float) -> None:
+        with self._lock:
+            self._latency[operation] = seconds
+
+    def clear(self) -> None:
+        with self._lock:
+            self._failures.clear()
+            self._latency.clear()
+
+    def before(self, operation: str) -> Result[None, ProviderError]:
+        """Called on entry to each operation, outside the fake's state lock."""
+        with self._lock:
+            delay = self._latency.get(operation, 0.0)
+            failure = self._failures.get(operation)
+            if failure is not None and failure.remaining is not None:
+                failure.remaining -= 1
+                if failure.remaining <= 0:
+                    del self._failures[operation]
+        if delay:
+            time.sleep(delay)
+        return Failure(failure.error) if failure is not None else Success(None)

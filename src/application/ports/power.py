@@ -1,0 +1,40 @@
+"""Power control, including what a graceful shutdown in flight needs to survive a restart."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from returns.result import Result
+
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.power import PowerState
+
+
+class PowerControl(Protocol):
+    def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]: ...
+
+    def power_on(self, vm_id: str) -> Result[None, ProviderError]:
+        """Bring an Off VM (shut off, paused, suspended, crashed) back to running."""
+        ...
+
+    def power_off(self, vm_id: str) -> Result[None, ProviderError]:
+        """Hard power-off."""
+        ...
+
+    def reboot(self, vm_id: str) -> Result[None, ProviderError]:
+        """Guest reboot where the guest can do it, else a reset."""
+        ...
+
+    def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
+        """Ask the guest to shut down (ACPI / guest agent) and record `deadline` on the VM.
+
+        The deadline (unix seconds) lives on the VM itself so that any replica can see that
+        a shutdown is already in flight and when to force it.
+        """
+        ...
+
+    def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
+        """The deadline recorded by request_shutdown, or None when none is in flight."""
+        ...
+
+    def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]: ...

@@ -1,0 +1,40 @@
+"""Making, changing and removing VMs."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from returns.result import Result
+
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
+
+
+class VMLifecycle(Protocol):
+    def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
+        """The VM called `name`, with its ownership mark, or None."""
+        ...
+
+    def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+        """Make the VM powered off and return its id.
+
+        If the hypervisor already has a VM of that name carrying `owner`'s mark (another
+        replica made it), return that VM's id; a same-named VM without the mark is
+        ALREADY_EXISTS. A failure part-way leaves nothing behind.
+        """
+        ...
+
+    def delete(self, vm_id: str) -> Result[None, ProviderError]:
+        """Remove the VM and its own disks; NOT_FOUND when it does not exist."""
+        ...
+
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+        """Apply CPU, memory and disk growth, online where possible, else for the next boot.
+
+        FAILED_PRECONDITION names what blocks a change the hypervisor can make neither way.
+        """
+        ...
+
+    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
+        """Raise the VM's virtual hardware version (0: the newest the host supports)."""
+        ...

@@ -1,0 +1,26 @@
+"""Describe (the hottest call) and ListVMs."""
+
+from __future__ import annotations
+
+from returns.result import Result
+
+from pyrigaud.application.ports import Inventory
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import VMDescription, VMInfo
+
+
+class DescribeVM:
+    def __init__(self, inventory: Inventory) -> None:
+        self._inventory = inventory
+
+    def __call__(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        """None (exists=false) for any id that names no VM; an error means "could not tell"."""
+        return self._inventory.describe(vm_id)
+
+
+class ListVMs:
+    def __init__(self, inventory: Inventory) -> None:
+        self._inventory = inventory
+
+    def __call__(self) -> Result[list[VMInfo], ProviderError]:
+        return self._inventory.list_vms()

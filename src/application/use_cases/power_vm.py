@@ -1,0 +1,76 @@
+"""Power: idempotent transitions, and graceful shutdown as a self-describing task."""
+
+from __future__ import annotations
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.application.ports import Clock, PowerControl
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.power import DEFAULT_GRACEFUL_TIMEOUT_SECONDS, PowerOp, PowerState
+from pyrigaud.domain.tasks import ShutdownTask, TaskRef
+
+# A recorded shutdown deadline further in the past than this is left over from an earlier
+# power cycle (the VM was started again behind our back), not a shutdown still in flight.
+STALE_SHUTDOWN_SECONDS = 300
+
+
+class PowerVM:
+    def __init__(self, power: PowerControl, clock: Clock) -> None:
+        self._power = power
+        self._clock = clock
+
+    def __call__(
+        self, vm_id: str, op: PowerOp, graceful_timeout_seconds: int
+    ) -> Result[TaskRef | None, ProviderError]:
+        """None means done; a TaskRef means a graceful shutdown is in flight."""
+        match self._power.power_state(vm_id):
+            case Failure(error):
+                return Failure(error)
+            case Success(state):
+                pass
+        match op:
+            case PowerOp.ON:
+                if state is PowerState.ON:
+                    return Success(None)
+                return (
+                    self._power.power_on(vm_id)
+                    .bind(lambda _: self._power.clear_shutdown_deadline(vm_id))
+                    .map(lambda _: None)
+                )
+            case PowerOp.OFF:
+                if state is PowerState.OFF:
+                    return Success(None)
+                return self._force_off(vm_id).map(lambda _: None)
+            case PowerOp.REBOOT:
+                if state is PowerState.OFF:
+                    return Failure(
+                        ProviderError.failed_precondition(
+                            f"VM {vm_id!r} is off; power it on instead of rebooting it"
+                        )
+                    )
+                return self._power.reboot(vm_id).map(lambda _: None)
+            case PowerOp.SHUTDOWN_GRACEFUL:
+                if state is PowerState.OFF:
+                    return Success(None)
+                return self._shutdown(vm_id, graceful_timeout_seconds)
+
+    def _force_off(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._power.power_off(vm_id).bind(
+            lambda _: self._power.clear_shutdown_deadline(vm_id)
+        )
+
+    def _shutdown(self, vm_id: str, timeout: int) -> Result[TaskRef | None, ProviderError]:
+        """Repeated requests (the manager sends one every 5 s) return the task in flight."""
+        now = int(self._clock.now())
+        match self._power.shutdown_deadline(vm_id):
+            case Failure(error):
+                return Failure(error)
+            case Success(int() as deadline) if deadline > now:
+                return Success(ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref())
+            case Success(int() as deadline) if now - deadline <= STALE_SHUTDOWN_SECONDS:
+                # The guest ignored the request and the timeout has passed: fall back.
+                return self._force_off(vm_id).map(lambda _: None)
+        deadline = now + (timeout or DEFAULT_GRACEFUL_TIMEOUT_SECONDS)
+        return self._power.request_shutdown(vm_id, deadline).map(
+            lambda _: ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref()
+        )

@@ -1,0 +1,354 @@
+"""What a VM *is*, as pyrigaud understands it: frozen values, no I/O.
+
+These are parsed from the manager's JSON payloads (see payloads.py) and handed to the
+hypervisor adapters; they are also what adapters report back (VMInfo, VMDescription, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pyrigaud.domain.power import PowerState
+
+
+class Value(BaseModel):
+    """Base of every domain value: immutable, and no field the model does not declare."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Firmware(StrEnum):
+    BIOS = "BIOS"
+    UEFI = "UEFI"
+
+
+class DiskDefaults(Value):
+    type: str = ""
+    size_gib: int = 0  # 0: the backend's default root disk size
+
+
+class PerformanceProfile(Value):
+    latency_sensitivity: str = ""
+    cpu_hot_add: bool = False
+    memory_hot_add: bool = False
+    virtualization_based_security: bool = False
+    nested_virtualization: bool = False
+    hyper_threading_policy: str = ""
+
+
+class SecurityProfile(Value):
+    secure_boot: bool = False
+    tpm_enabled: bool = False
+    tpm_version: str = ""
+    vtd_enabled: bool = False
+    encryption_enabled: bool = False
+    key_provider: str = ""
+    require_encryption: bool = False
+
+
+class ResourceLimits(Value):
+    cpu_limit: int | None = None
+    cpu_reservation: int | None = None
+    memory_limit_mib: int | None = None
+    memory_reservation_mib: int | None = None
+    cpu_shares: int | None = None
+
+
+class VMClass(Value):
+    cpu: int
+    memory_mib: int
+    firmware: Firmware = Firmware.BIOS
+    disk_defaults: DiskDefaults = DiskDefaults()
+    guest_tools_policy: str = ""
+    extra_config: Mapping[str, str] = Field(default_factory=dict)
+    performance: PerformanceProfile = PerformanceProfile()
+    security: SecurityProfile = SecurityProfile()
+    limits: ResourceLimits = ResourceLimits()
+
+
+class VMImage(Value):
+    """Where the root disk comes from. Nothing set means "no image": a blank root disk."""
+
+    template_name: str = ""
+    path: str = ""
+    url: str = ""
+    format: str = ""
+    checksum: str = ""
+    checksum_type: str = ""
+
+    @property
+    def is_blank(self) -> bool:
+        return not (self.template_name or self.path or self.url)
+
+
+class NetworkAttachment(Value):
+    name: str = ""
+    portgroup: str = ""
+    network_name: str = ""
+    bridge: str = ""
+    vlan: int = 0
+    model: str = ""
+    mac_address: str = ""
+    ip_policy: str = ""
+    static_ip: str = ""
+    prefix: int = 0
+    gateway: str = ""
+    dns: tuple[str, ...] = ()
+    pci_slot_number: int | None = None
+
+
+class DiskSpec(Value):
+    size_gib: int
+    type: str = ""
+    name: str = ""
+
+
+class Placement(Value):
+    datastore: str = ""
+    storage_pod: str = ""
+    cluster: str = ""
+    folder: str = ""
+    host: str = ""
+
+
+class OwnerMark(Value):
+    """Which provider made a VM: VMs carrying another mark (or none) are not ours to adopt."""
+
+    provider: str
+
+
+class CreateRequest(Value):
+    name: str
+    vm_class: VMClass
+    image: VMImage = VMImage()
+    networks: tuple[NetworkAttachment, ...] = ()
+    disks: tuple[DiskSpec, ...] = ()
+    placement: Placement = Placement()
+    user_data: bytes = b""
+    meta_data: bytes = b""
+    tags: tuple[str, ...] = ()
+
+
+class VMChanges(Value):
+    """Reconfigure's desired state; None means "no change" (the key was missing, null or 0)."""
+
+    cpu: int | None = None
+    memory_mib: int | None = None
+    root_disk_gib: int | None = None
+    disks: tuple[DiskSpec, ...] = ()  # extra disks by position; they only grow
+
+    @property
+    def is_empty(self) -> bool:
+        return (
+            self.cpu is None
+            and self.memory_mib is None
+            and self.root_disk_gib is None
+            and (not self.disks)
+        )
+
+
+class Customization(Value):
+    hostname: str = ""
+    domain: str = ""
+    time_zone: str = ""
+    networks: tuple[NetworkAttachment, ...] = ()
+    user_data: bytes = b""
+
+
+class CloneRequest(Value):
+    source_vm_id: str
+    target_name: str
+    linked: bool = False
+    cpu: int | None = None
+    memory_mib: int | None = None
+    placement_policy: str = ""
+    customization: Customization | None = None
+
+
+class ContentLibraryItem(Value):
+    library: str = ""
+    item: str = ""
+    version: str = ""
+
+
+class ImageSource(Value):
+    """ImagePrepare's source: the union of the CRD's libvirt / vsphere / http sources."""
+
+    origin: str = ""  # "libvirt", "vsphere", "http" or "" for the flat VMImage shape
+    path: str = ""
+    url: str = ""
+    format: str = ""
+    checksum: str = ""
+    checksum_type: str = ""
+    storage_pool: str = ""
+    template_name: str = ""
+    content_library: ContentLibraryItem | None = None
+
+
+class PrepareImageRequest(Value):
+    source: ImageSource
+    target_name: str = ""
+    storage_hint: str = ""
+
+
+class PreparedImage(Value):
+    id: str
+    path: str = ""
+
+
+class Snapshot(Value):
+    id: str
+    name: str
+    description: str = ""
+    include_memory: bool = False
+
+
+class SnapshotRequest(Value):
+    vm_id: str
+    name: str
+    description: str = ""
+    include_memory: bool = False
+
+
+class DiskInfo(Value):
+    id: str
+    path: str = ""
+    size_gib: int = 0
+    format: str = ""
+
+
+class NetworkInfo(Value):
+    name: str = ""
+    mac: str = ""
+    ip_address: str = ""
+
+
+class VMInfo(Value):
+    """One row of ListVMs."""
+
+    id: str
+    name: str
+    power_state: PowerState
+    ips: tuple[str, ...] = ()
+    cpu: int = 0
+    memory_mib: int = 0
+    disks: tuple[DiskInfo, ...] = ()
+    networks: tuple[NetworkInfo, ...] = ()
+    provider_raw: Mapping[str, str] = Field(default_factory=dict)
+
+
+class VMDescription(Value):
+    """What Describe reports of an existing VM."""
+
+    power_state: PowerState
+    ips: tuple[str, ...] = ()
+    console_url: str = ""
+    raw: Mapping[str, str] = Field(default_factory=dict)
+
+
+class VMRecord(Value):
+    """A VM found by name, with its ownership mark (None: not made by any pyrigaud)."""
+
+    id: str
+    name: str
+    owner: OwnerMark | None = None
+
+
+class DiskDetails(Value):
+    disk_id: str
+    format: str = ""
+    virtual_size_bytes: int = 0
+    actual_size_bytes: int = 0
+    path: str = ""
+    is_bootable: bool = False
+    snapshots: tuple[str, ...] = ()
+    backing_file: str = ""
+    metadata: Mapping[str, str] = Field(default_factory=dict)
+
+
+class DiskQuery(Value):
+    vm_id: str
+    disk_id: str = ""  # "": the boot disk
+    snapshot_id: str = ""
+
+
+class TransferBackend(StrEnum):
+    PVC = "pvc"
+    NFS = "nfs"
+    S3 = "s3"
+
+
+class TransferMode(StrEnum):
+    AUTO = "auto"
+    RELAY = "relay"
+    DIRECT = "direct"
+
+
+class ExportRequest(Value):
+    vm_id: str
+    disk_id: str = ""
+    snapshot_id: str = ""
+    destination_url: str
+    format: str = "qcow2"
+    compress: bool = False
+    credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
+    backend: TransferBackend = TransferBackend.PVC
+    mode: TransferMode = TransferMode.AUTO
+    storage_options: Mapping[str, str] = Field(default_factory=dict)
+
+
+class ExportResult(Value):
+    export_id: str
+    estimated_size_bytes: int = 0
+    checksum: str = ""
+
+
+class ImportRequest(Value):
+    source_url: str
+    storage_hint: str = ""
+    format: str = "qcow2"
+    target_name: str = ""
+    verify_checksum: bool = False
+    expected_checksum: str = ""
+    credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
+    backend: TransferBackend = TransferBackend.PVC
+    mode: TransferMode = TransferMode.AUTO
+    storage_options: Mapping[str, str] = Field(default_factory=dict)
+
+
+class ImportResult(Value):
+    disk_id: str
+    path: str = ""
+    actual_size_bytes: int = 0
+    checksum: str = ""
+
+
+class Capabilities(Value):
+    """What a backend can do; use cases refuse what it cannot, consistently with this."""
+
+    supports_reconfigure_online: bool = False
+    supports_disk_expansion_online: bool = False
+    supports_snapshots: bool = False
+    supports_memory_snapshots: bool = False
+    supports_linked_clones: bool = False
+    supports_image_import: bool = False
+    supported_disk_types: tuple[str, ...] = ()
+    supported_network_types: tuple[str, ...] = ()
+    supports_disk_export: bool = False
+    supports_disk_import: bool = False
+    supported_export_formats: tuple[str, ...] = ()
+    supported_import_formats: tuple[str, ...] = ()
+    supports_export_compression: bool = False
+    supported_export_backends: tuple[str, ...] = ()
+    supported_import_backends: tuple[str, ...] = ()
+    supported_transfer_modes: tuple[str, ...] = ()
+    supports_clone: bool = False  # not on the wire: Clone answers UNIMPLEMENTED when False
+    supports_hardware_upgrade: bool = False  # not on the wire either
+
+
+class HealthReport(Value):
+    ok: bool
+    message: str = ""
