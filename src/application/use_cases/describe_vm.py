@@ -5,6 +5,7 @@ from __future__ import annotations
 from returns.result import Result
 
 from pyrigaud.application.ports import Inventory
+from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import VMDescription, VMInfo
 
@@ -15,7 +16,11 @@ class DescribeVM:
 
     def __call__(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """None (exists=false) for any id that names no VM; an error means "could not tell"."""
-        return self._inventory.describe(vm_id)
+        return self._inventory.describe(vm_id).map(
+            lambda found: None
+            if found is None
+            else found.model_copy(update={"ips": routable_addresses(found.ips)})
+        )
 
 
 class ListVMs:
@@ -23,4 +28,6 @@ class ListVMs:
         self._inventory = inventory
 
     def __call__(self) -> Result[list[VMInfo], ProviderError]:
-        return self._inventory.list_vms()
+        return self._inventory.list_vms().map(
+            lambda vms: [vm.model_copy(update={"ips": routable_addresses(vm.ips)}) for vm in vms]
+        )

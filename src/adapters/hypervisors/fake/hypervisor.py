@@ -550,7 +550,7 @@ class FakeHypervisor:
                     virtual_size_bytes=disk.size_gib * GIB,
                     actual_size_bytes=disk.size_gib * GIB // 10,
                     path=disk.path,
-                    is_bootable=disk is vm.disks[0],
+                    is_bootable=disk.id == vm.disks[0].id,
                     snapshots=tuple(vm.snapshots),
                     backing_file=disk.backing_file,
                     metadata={"vm": vm.name},

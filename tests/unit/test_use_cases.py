@@ -1,0 +1,390 @@
+"""The hypervisor-independent rules, exercised on the fake hypervisor."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
+from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.use_cases.clone_vm import CloneVM
+from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.application.use_cases.delete_vm import DeleteVM
+from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
+from pyrigaud.application.use_cases.disks import ExportDisk
+from pyrigaud.application.use_cases.power_vm import STALE_SHUTDOWN_SECONDS, PowerVM
+from pyrigaud.application.use_cases.prepare_image import PrepareImage
+from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
+from pyrigaud.application.use_cases.snapshots import CreateSnapshot
+from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.domain.models import (
+    CloneRequest,
+    CreateRequest,
+    DiskSpec,
+    ExportRequest,
+    ImageSource,
+    OwnerMark,
+    PrepareImageRequest,
+    SnapshotRequest,
+    TransferMode,
+    VMChanges,
+    VMClass,
+)
+from pyrigaud.domain.power import PowerOp, PowerState
+from pyrigaud.domain.tasks import ShutdownTask
+
+from support import error_kind, error_of, ok
+
+OWNER = OwnerMark(provider="ns/provider")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def fake(clock: ManualClock) -> FakeHypervisor:
+    return FakeHypervisor(clock)
+
+
+def request(name: str = "vm-1", cpu: int = 2, memory: int = 1024, **extra: object) -> CreateRequest:
+    return CreateRequest(name=name, vm_class=VMClass(cpu=cpu, memory_mib=memory), **extra)  # type: ignore[arg-type]
+
+
+def create(fake: FakeHypervisor, name: str = "vm-1", **extra: object) -> str:
+    return ok(CreateVM(fake, OWNER, KeyedLock())(request(name, **extra))).id
+
+
+# --- Create / Delete / Describe ---------------------------------------------------------------
+
+
+def test_create_is_idempotent_by_name(fake: FakeHypervisor) -> None:
+    use_case = CreateVM(fake, OWNER, KeyedLock())
+    first = ok(use_case(request()))
+    second = ok(use_case(request(cpu=8)))  # spec differences are Reconfigure's job
+    assert first.id == second.id
+    assert first.task is None
+    assert len(ok(fake.list_vms())) == 1
+
+
+@pytest.mark.parametrize("foreign_owner", [None, OwnerMark(provider="other/provider")])
+def test_a_name_this_provider_does_not_own_is_already_exists(
+    fake: FakeHypervisor, foreign_owner: OwnerMark | None
+) -> None:
+    fake.add_foreign_vm("taken", owner=foreign_owner)
+    error = error_of(CreateVM(fake, OWNER, KeyedLock())(request("taken")))
+    assert error.kind is ErrorKind.ALREADY_EXISTS
+    assert "taken" in error.message
+
+
+def test_concurrent_creates_of_one_name_make_exactly_one_vm(fake: FakeHypervisor) -> None:
+    fake.faults.slow("create", 0.05)
+    use_case = CreateVM(fake, OWNER, KeyedLock())
+    ids: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def run() -> None:
+        barrier.wait()
+        ids.append(ok(use_case(request("racy"))).id)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(ids)) == 1
+    assert len(ids) == 8
+    assert len(ok(fake.list_vms())) == 1
+
+
+def test_a_second_replica_adopts_a_vm_it_did_not_see_being_made(fake: FakeHypervisor) -> None:
+    """Two replicas share no lock: the adapter's own check decides."""
+    replica_a = CreateVM(fake, OWNER, KeyedLock())
+    vm_id = ok(replica_a(request("shared"))).id
+    assert ok(fake.create(request("shared"), OWNER)) == vm_id
+
+
+def test_delete_is_idempotent(fake: FakeHypervisor) -> None:
+    vm_id = create(fake)
+    delete = DeleteVM(fake)
+    ok(delete(vm_id))
+    ok(delete(vm_id))
+    ok(delete("never-existed"))
+
+
+def test_delete_reports_real_failures(fake: FakeHypervisor) -> None:
+    vm_id = create(fake)
+    fake.faults.fail("delete", ProviderError.unavailable("hypervisor gone"))
+    assert error_kind(DeleteVM(fake)(vm_id)) is ErrorKind.UNAVAILABLE
+
+
+def test_describe_of_a_missing_vm_is_none_and_addresses_are_filtered(
+    fake: FakeHypervisor,
+) -> None:
+    describe = DescribeVM(fake)
+    assert ok(describe("missing")) is None
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    description = ok(describe(vm_id))
+    assert description is not None
+    assert description.ips
+    assert not any(ip.startswith(("127.", "fe80", "::1")) for ip in description.ips)
+    listed = ok(ListVMs(fake)())
+    assert listed[0].ips == description.ips
+
+
+# --- Power ------------------------------------------------------------------------------------
+
+
+def test_power_on_of_a_running_vm_and_off_of_a_stopped_vm_do_nothing(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    power = PowerVM(fake, clock)
+    assert ok(power(vm_id, PowerOp.OFF, 0)) is None
+    assert ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60)) is None
+    assert ok(power(vm_id, PowerOp.ON, 0)) is None
+    assert ok(power(vm_id, PowerOp.ON, 0)) is None
+    assert ok(fake.power_state(vm_id)) is PowerState.ON
+
+
+def test_a_paused_vm_is_off_and_power_on_resumes_it(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    fake.pause(vm_id)
+    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+    ok(PowerVM(fake, clock)(vm_id, PowerOp.ON, 0))
+    assert ok(fake.power_state(vm_id)) is PowerState.ON
+
+
+def test_reboot_of_a_stopped_vm_is_a_failed_precondition(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    assert error_kind(PowerVM(fake, clock)(vm_id, PowerOp.REBOOT, 0)) is (
+        ErrorKind.FAILED_PRECONDITION
+    )
+
+
+def test_power_of_a_missing_vm_is_not_found(fake: FakeHypervisor, clock: ManualClock) -> None:
+    assert error_kind(PowerVM(fake, clock)("missing", PowerOp.ON, 0)) is ErrorKind.NOT_FOUND
+
+
+def test_graceful_shutdown_completes_when_the_guest_honours_it(
+    clock: ManualClock,
+) -> None:
+    fake = FakeHypervisor(clock, guest_shutdown_seconds=5)
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    power, status = PowerVM(fake, clock), TaskStatus(fake, fake, clock)
+    task = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60))
+    assert task is not None
+    assert not status(task.id).done
+    clock.advance(6)
+    assert status(task.id).done
+    assert status(task.id).error == ""
+    assert ok(fake.shutdown_deadline(vm_id)) is None
+
+
+def test_graceful_shutdown_falls_back_to_power_off_after_the_timeout(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    fake.guest_honors_shutdown = False
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    power, status = PowerVM(fake, clock), TaskStatus(fake, fake, clock)
+    task = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 30))
+    assert task is not None
+    clock.advance(10)
+    repeated = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 30))
+    assert repeated == task  # the manager repeats every 5 s: same task, no second request
+    assert status(task.id).done is False
+    assert ok(fake.power_state(vm_id)) is PowerState.ON
+    clock.advance(21)
+    state = status(task.id)
+    assert state.done
+    assert state.error == ""
+    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+
+
+def test_a_repeated_shutdown_past_the_deadline_forces_the_power_off(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    fake.guest_honors_shutdown = False
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    power = PowerVM(fake, clock)
+    ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 10))
+    clock.advance(11)
+    assert ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 10)) is None
+    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+
+
+def test_an_old_shutdown_task_never_stops_a_vm_started_again(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    power, status = PowerVM(fake, clock), TaskStatus(fake, fake, clock)
+    task = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 10))
+    assert task is not None
+    assert status(task.id).done  # the guest shut down at once
+    ok(power(vm_id, PowerOp.ON, 0))
+    clock.advance(3600)
+    assert status(task.id).done
+    assert ok(fake.power_state(vm_id)) is PowerState.ON
+
+
+def test_a_stale_recorded_deadline_starts_a_fresh_shutdown(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    fake.guest_honors_shutdown = False
+    vm_id = create(fake)
+    ok(fake.power_on(vm_id))
+    ok(fake.request_shutdown(vm_id, int(clock.now()) - STALE_SHUTDOWN_SECONDS - 1))
+    task = ok(PowerVM(fake, clock)(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60))
+    assert task is not None
+    assert ShutdownTask.parse(task.id) == ShutdownTask(vm_id=vm_id, deadline=int(clock.now()) + 60)
+    assert ok(fake.power_state(vm_id)) is PowerState.ON
+
+
+def test_task_status_of_unknown_ids_is_done_with_an_error(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    status = TaskStatus(fake, fake, clock)
+    for task_id in ["garbage", "shutdown:", "shutdown:x:vm", "shutdown:²:vm"]:
+        state = status(task_id)
+        assert state.done
+        assert task_id in state.error or "unknown task" in state.error
+    assert status("").done
+    assert status("shutdown:100:gone").done  # the VM no longer exists: nothing left to do
+
+
+def test_task_status_while_the_hypervisor_is_down_is_still_running(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    fake.faults.fail("power_state", ProviderError.unavailable("connection lost"))
+    state = TaskStatus(fake, fake, clock)(ShutdownTask(vm_id=vm_id, deadline=1).task_ref().id)
+    assert not state.done
+    assert "connection lost" in state.error
+
+
+# --- Reconfigure ------------------------------------------------------------------------------
+
+
+def test_reconfigure_applies_growth_and_refuses_shrinking_disks(fake: FakeHypervisor) -> None:
+    vm_id = create(fake, disks=(DiskSpec(size_gib=10),))
+    reconfigure = ReconfigureVM(fake, fake)
+    ok(reconfigure(vm_id, VMChanges(cpu=4, memory_mib=4096, disks=(DiskSpec(size_gib=15),))))
+    info = ok(fake.vm_info(vm_id))
+    assert info is not None
+    assert (info.cpu, info.memory_mib, info.disks[1].size_gib) == (4, 4096, 15)
+    error = error_of(reconfigure(vm_id, VMChanges(disks=(DiskSpec(size_gib=5),))))
+    assert error.kind is ErrorKind.FAILED_PRECONDITION
+    assert "Disks[0]" in error.message
+    error = error_of(reconfigure(vm_id, VMChanges(root_disk_gib=1)))
+    assert "root disk" in error.message
+
+
+def test_cpu_and_memory_shrink_only_while_off(fake: FakeHypervisor) -> None:
+    vm_id = create(fake)
+    reconfigure = ReconfigureVM(fake, fake)
+    ok(fake.power_on(vm_id))
+    assert "CPU" in error_of(reconfigure(vm_id, VMChanges(cpu=1))).message
+    assert "memory" in error_of(reconfigure(vm_id, VMChanges(memory_mib=512))).message
+    ok(fake.power_off(vm_id))
+    ok(reconfigure(vm_id, VMChanges(cpu=1, memory_mib=512)))
+    info = ok(fake.vm_info(vm_id))
+    assert info is not None
+    assert (info.cpu, info.memory_mib) == (1, 512)
+
+
+def test_reconfigure_of_a_missing_vm_is_not_found(fake: FakeHypervisor) -> None:
+    assert error_kind(ReconfigureVM(fake, fake)("missing", VMChanges())) is ErrorKind.NOT_FOUND
+
+
+def test_hardware_upgrade_rules(fake: FakeHypervisor) -> None:
+    vm_id = create(fake)
+    upgrade = UpgradeHardware(fake, fake)
+    ok(upgrade(vm_id, 20))
+    assert error_kind(upgrade(vm_id, 15)) is ErrorKind.FAILED_PRECONDITION
+    ok(fake.power_on(vm_id))
+    assert error_kind(upgrade(vm_id, 0)) is ErrorKind.FAILED_PRECONDITION
+
+
+# --- Capability gating ------------------------------------------------------------------------
+
+
+def test_operations_the_backend_lacks_are_unsupported(clock: ManualClock) -> None:
+    limited = FakeHypervisor(
+        clock,
+        capabilities=FAKE_CAPABILITIES.model_copy(
+            update={
+                "supports_snapshots": False,
+                "supports_linked_clones": False,
+                "supports_image_import": False,
+                "supports_disk_export": False,
+                "supports_hardware_upgrade": False,
+            }
+        ),
+    )
+    vm_id = create(limited)
+    snapshot = CreateSnapshot(limited, limited)(SnapshotRequest(vm_id=vm_id, name="s"))
+    assert error_kind(snapshot) is ErrorKind.UNSUPPORTED
+    clone = CloneVM(limited, limited, limited, OWNER, KeyedLock())
+    linked = clone(CloneRequest(source_vm_id=vm_id, target_name="c", linked=True))
+    assert error_kind(linked) is ErrorKind.UNSUPPORTED
+    ok(clone(CloneRequest(source_vm_id=vm_id, target_name="c")))
+    prepare = PrepareImage(limited, limited)(
+        PrepareImageRequest(source=ImageSource(url="http://127.0.0.1/x"), target_name="x")
+    )
+    assert error_kind(prepare) is ErrorKind.UNSUPPORTED
+    export = ExportDisk(limited, limited)(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))
+    assert error_kind(export) is ErrorKind.UNSUPPORTED
+    assert error_kind(UpgradeHardware(limited, limited)(vm_id, 0)) is ErrorKind.UNSUPPORTED
+
+
+def test_memory_snapshots_downgrade_to_disk_only_where_unsupported(clock: ManualClock) -> None:
+    disk_only = FakeHypervisor(
+        clock,
+        capabilities=FAKE_CAPABILITIES.model_copy(update={"supports_memory_snapshots": False}),
+    )
+    vm_id = create(disk_only)
+    ok(disk_only.power_on(vm_id))
+    snapshot = ok(
+        CreateSnapshot(disk_only, disk_only)(
+            SnapshotRequest(vm_id=vm_id, name="s", include_memory=True)
+        )
+    )
+    assert not snapshot.include_memory
+
+
+def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> None:
+    fake = FakeHypervisor(
+        clock,
+        capabilities=FAKE_CAPABILITIES.model_copy(update={"supports_export_compression": False}),
+    )
+    vm_id = create(fake)
+    export = ExportDisk(fake, fake)
+    relay = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", mode=TransferMode.RELAY))
+    assert "relay" in error_of(relay).message
+    compressed = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", compress=True))
+    assert error_kind(compressed) is ErrorKind.UNSUPPORTED
+    assert ok(export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))).export_id
+
+
+def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor) -> None:
+    source = create(fake)
+    clone = CloneVM(fake, fake, fake, OWNER, KeyedLock())
+    first = ok(clone(CloneRequest(source_vm_id=source, target_name="copy")))
+    assert ok(clone(CloneRequest(source_vm_id=source, target_name="copy"))) == first
+    fake.add_foreign_vm("theirs")
+    taken = clone(CloneRequest(source_vm_id=source, target_name="theirs"))
+    assert error_kind(taken) is ErrorKind.ALREADY_EXISTS
