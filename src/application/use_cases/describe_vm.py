@@ -17,9 +17,11 @@ class DescribeVM:
     def __call__(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """None (exists=false) for any id that names no VM; an error means "could not tell"."""
         return self._inventory.describe(vm_id).map(
-            lambda found: None
-            if found is None
-            else found.model_copy(update={"ips": routable_addresses(found.ips)})
+            lambda found: (
+                None
+                if found is None
+                else found.model_copy(update={"ips": routable_addresses(found.ips)})
+            )
         )
 
 

@@ -13,7 +13,7 @@ import copy
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -146,8 +146,11 @@ class FakeHypervisor:
         datastores: tuple[str, ...] = ("default",),
         ip_delay_seconds: float = 0.0,
         guest_shutdown_seconds: float = 0.0,
+        latency: Mapping[str, float] | None = None,
     ) -> None:
         self.faults = faults or FakeFaults()
+        for operation, seconds in (latency or {}).items():
+            self.faults.slow(operation, seconds)
         self.guest_honors_shutdown = True
         self._clock = clock
         self._capabilities = capabilities

@@ -1,0 +1,50 @@
+# Sourced by scripts/serve and scripts/test: a virtual environment with pyrigaud installed.
+#
+# Works on a fresh Debian (12 or 13): installs python3-venv when the system Python lacks it,
+# then creates the venv with the system interpreter. PYRIGAUD_VENV picks the folder.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${PYRIGAUD_VENV:-$ROOT/.venv}
+PYTHON=${PYRIGAUD_PYTHON:-/usr/bin/python3}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "need root to run: $*" >&2; return 1; fi
+}
+
+ensure_system_packages() {
+    # $@: Debian packages; installed only when missing, after one apt-get update.
+    local missing=()
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$package")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing system packages: ${missing[*]}" >&2
+        as_root apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+ensure_venv() {
+    # $1: the pip requirement to install, e.g. ".[dev]".
+    if [ ! -x "$PYTHON" ]; then ensure_system_packages python3; fi
+    if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+        ensure_system_packages python3-venv
+    fi
+    local version
+    version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        echo "pyrigaud needs Python >= 3.11; $PYTHON is $version" >&2
+        return 1
+    fi
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON" -m venv "$VENV"
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+    # A regular (not editable) install: mypy checks the installed package, and the tests run
+    # against exactly what a user would get.
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$ROOT"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$ROOT$1"
+}

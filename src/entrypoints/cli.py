@@ -1,0 +1,120 @@
+"""`pyrigaud serve`: run the provider until SIGTERM, then drain and exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.grpc.server import ProviderServer
+from pyrigaud.entrypoints.grpc.tls import (
+    TlsSettings,
+    TransportSecurityError,
+    parse_allowed_sans,
+    server_credentials,
+)
+from pyrigaud.entrypoints.http.health import HealthServer, Readiness
+from pyrigaud.entrypoints.logs import configure_logging
+from pyrigaud.entrypoints.settings import Settings, SettingsError, load_settings
+
+logger = logging.getLogger("pyrigaud")
+
+EXIT_CONFIG = 2
+EXIT_START = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyrigaud", description="VirtRigaud remote provider")
+    commands = parser.add_subparsers(dest="command")
+    serve = commands.add_parser("serve", help="run the provider gRPC service (the default)")
+    serve.add_argument("--port", type=int, help="gRPC port (default 9443)")
+    serve.add_argument("--health-port", type=int, help="HTTP health port (default 8080)")
+    serve.add_argument("--listen-address", help="bind address (default: all interfaces)")
+    serve.add_argument("--config", type=Path, help="TOML file of settings (PYRIGAUD_CONFIG)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments or (arguments[0].startswith("-") and arguments[0] not in ("-h", "--help")):
+        arguments.insert(0, "serve")  # the manager runs the image with only --port/--health-port
+    args = _parser().parse_args(arguments)
+    try:
+        settings = load_settings(
+            os.environ,
+            {
+                "PYRIGAUD_PORT": args.port,
+                "PYRIGAUD_HEALTH_PORT": args.health_port,
+                "PYRIGAUD_LISTEN_ADDRESS": args.listen_address,
+            },
+            args.config,
+        )
+    except SettingsError as error:
+        configure_logging(os.environ.get("LOG_LEVEL"), os.environ.get("LOG_FORMAT"))
+        logger.error("invalid configuration: %s", error)
+        return EXIT_CONFIG
+    configure_logging(settings.log_level, settings.log_format)
+    return serve(settings)
+
+
+def serve(settings: Settings) -> int:
+    try:
+        credentials = server_credentials(
+            TlsSettings(
+                tls_dir=settings.tls_dir,
+                tls_enabled=settings.tls_enabled,
+                insecure_allowed=settings.insecure,
+                allowed_sans=parse_allowed_sans(settings.allowed_sans),
+            )
+        )
+    except TransportSecurityError as error:
+        logger.error("refusing to start: %s", error)
+        return EXIT_START
+    container = build_container(settings)
+    readiness = Readiness(settings.provider_type)
+    try:
+        server = ProviderServer(
+            container.servicer(), settings.grpc_bind, credentials, settings.grpc_workers
+        )
+        health = HealthServer(settings.listen_address, settings.health_port, readiness)
+    except OSError as error:
+        logger.error("refusing to start: %s", error)
+        return EXIT_START
+
+    stopping = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        logger.info("received %s: draining", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    server.start()
+    health.start()
+    readiness.set_ready(True)
+    logger.info(
+        "pyrigaud serving",
+        extra={
+            "backend": settings.provider_type,
+            "grpc_port": server.port,
+            "health_port": health.port,
+            "tls": credentials is not None,
+        },
+    )
+    stopping.wait()
+    readiness.set_ready(False)
+    server.stop(settings.shutdown_grace_seconds)
+    health.stop()
+    logger.info("pyrigaud stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

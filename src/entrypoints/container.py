@@ -1,0 +1,117 @@
+"""The composition root: the only place that knows which adapter serves which port.
+
+A backend is chosen by configuration (`provider_type`) through a Selector; tests swap
+pieces with `container.override(...)` or `container.<provider>.override(...)`.
+"""
+
+from __future__ import annotations
+
+from dependency_injector import containers, providers
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.use_cases.capabilities import GetCapabilities
+from pyrigaud.application.use_cases.clone_vm import CloneVM
+from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.application.use_cases.delete_vm import DeleteVM
+from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
+from pyrigaud.application.use_cases.disks import ExportDisk, GetDiskInfo, ImportDisk
+from pyrigaud.application.use_cases.power_vm import PowerVM
+from pyrigaud.application.use_cases.prepare_image import PrepareImage
+from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
+from pyrigaud.application.use_cases.snapshots import (
+    CreateSnapshot,
+    DeleteSnapshot,
+    RevertSnapshot,
+)
+from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.application.use_cases.validate import ValidateProvider
+from pyrigaud.domain.models import OwnerMark
+from pyrigaud.entrypoints.grpc.limits import MutationLimiter
+from pyrigaud.entrypoints.grpc.servicer import ProviderServicer, ProviderUseCases
+from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
+from pyrigaud.entrypoints.settings import Settings
+
+
+class Container(containers.DeclarativeContainer):
+    config = providers.Configuration(strict=True)
+
+    clock = providers.Singleton(SystemClock)
+    owner = providers.Singleton(OwnerMark, provider=config.owner_mark)
+    names = providers.Singleton(KeyedLock)
+
+    fake_hypervisor = providers.Singleton(
+        FakeHypervisor,
+        clock=clock,
+        datastores=config.fake_datastores,
+        latency=config.fake_latency,
+    )
+
+    # One object per backend serves all ports today; a backend that splits them (libvirt,
+    # vSphere) adds one Selector per port here, and nothing else changes.
+    hypervisor = providers.Selector(config.provider_type, fake=fake_hypervisor)
+
+    use_cases = providers.Singleton(
+        ProviderUseCases,
+        validate=providers.Factory(ValidateProvider, health=hypervisor),
+        create_vm=providers.Factory(CreateVM, lifecycle=hypervisor, owner=owner, names=names),
+        delete_vm=providers.Factory(DeleteVM, lifecycle=hypervisor),
+        power_vm=providers.Factory(PowerVM, power=hypervisor, clock=clock),
+        reconfigure_vm=providers.Factory(ReconfigureVM, lifecycle=hypervisor, inventory=hypervisor),
+        upgrade_hardware=providers.Factory(
+            UpgradeHardware, lifecycle=hypervisor, capabilities=hypervisor
+        ),
+        describe_vm=providers.Factory(DescribeVM, inventory=hypervisor),
+        task_status=providers.Factory(
+            TaskStatus, power=hypervisor, tracker=hypervisor, clock=clock
+        ),
+        create_snapshot=providers.Factory(
+            CreateSnapshot, snapshots=hypervisor, capabilities=hypervisor
+        ),
+        delete_snapshot=providers.Factory(
+            DeleteSnapshot, snapshots=hypervisor, capabilities=hypervisor
+        ),
+        revert_snapshot=providers.Factory(
+            RevertSnapshot, snapshots=hypervisor, capabilities=hypervisor
+        ),
+        clone_vm=providers.Factory(
+            CloneVM,
+            cloning=hypervisor,
+            lifecycle=hypervisor,
+            capabilities=hypervisor,
+            owner=owner,
+            names=names,
+        ),
+        prepare_image=providers.Factory(PrepareImage, images=hypervisor, capabilities=hypervisor),
+        get_capabilities=providers.Factory(GetCapabilities, source=hypervisor),
+        export_disk=providers.Factory(ExportDisk, disks=hypervisor, capabilities=hypervisor),
+        import_disk=providers.Factory(ImportDisk, disks=hypervisor, capabilities=hypervisor),
+        get_disk_info=providers.Factory(GetDiskInfo, disks=hypervisor),
+        list_vms=providers.Factory(ListVMs, inventory=hypervisor),
+    )
+
+    limiter = providers.Singleton(MutationLimiter, max_concurrent=config.max_concurrent_ops)
+    servicer = providers.Singleton(
+        ProviderServicer,
+        use_cases=use_cases,
+        limiter=limiter,
+        clock=clock,
+        allowed_sans=providers.Factory(parse_allowed_sans, config.allowed_sans),
+    )
+
+
+def build_container(settings: Settings) -> Container:
+    """A container configured from settings (the CLI's and the tests' one way in)."""
+    container = Container()
+    container.config.from_dict(
+        {
+            "provider_type": settings.provider_type,
+            "owner_mark": settings.owner_mark,
+            "fake_datastores": (settings.default_datastore or "default",),
+            "max_concurrent_ops": settings.max_concurrent_ops,
+            "allowed_sans": settings.allowed_sans,
+            "fake_latency": settings.fake_latency_by_operation,
+        }
+    )
+    return container

@@ -1,0 +1,143 @@
+"""Configuration: defaults < config file < environment < command-line flags.
+
+Each setting has one name (DESIGN.md): the environment variable's. A TOML config file
+(`--config` or `PYRIGAUD_CONFIG`) uses the same names as keys, so nothing is spelled twice.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+AVAILABLE_BACKENDS = ("fake", "mock")
+PLANNED_BACKENDS = ("libvirt", "vsphere")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class SettingsError(Exception):
+    """Configuration that cannot run; the message says which setting and why."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    port: int = Field(9443, alias="PYRIGAUD_PORT", ge=0, le=65535)  # 0: any free port
+    health_port: int = Field(8080, alias="PYRIGAUD_HEALTH_PORT", ge=0, le=65535)
+    listen_address: str = Field("", alias="PYRIGAUD_LISTEN_ADDRESS")  # "": all interfaces
+    provider_type: str = Field("fake", alias="PROVIDER_TYPE")
+    provider_endpoint: str = Field("", alias="PROVIDER_ENDPOINT")
+    provider_namespace: str = Field("", alias="PROVIDER_NAMESPACE")
+    provider_name: str = Field("", alias="PROVIDER_NAME")
+    tls_dir: Path = Field(Path("/etc/virtrigaud/tls"), alias="PYRIGAUD_TLS_DIR")
+    tls_enabled: bool = Field(False, alias="TLS_ENABLED")
+    insecure: bool = Field(False, alias="VIRTRIGAUD_PROVIDER_INSECURE")
+    allowed_sans: str = Field("", alias="VIRTRIGAUD_PROVIDER_ALLOWED_SANS")
+    default_datastore: str = Field("", alias="PROVIDER_DEFAULT_DATASTORE")
+    grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
+    max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
+    shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
+    fake_latency: str = Field("", alias="PYRIGAUD_FAKE_LATENCY")  # "create=2,describe=0.01"
+    log_level: str = Field("info", alias="LOG_LEVEL")
+    log_format: str = Field("text", alias="LOG_FORMAT")
+
+    @field_validator("provider_type")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        backend = value.strip().lower() or "fake"
+        if backend in PLANNED_BACKENDS:
+            raise ValueError(
+                f"the {backend} backend is not part of this version; use PROVIDER_TYPE=fake"
+            )
+        if backend not in AVAILABLE_BACKENDS:
+            raise ValueError(f"must be one of {', '.join(AVAILABLE_BACKENDS)}, got {value!r}")
+        return "fake" if backend == "mock" else backend
+
+    @field_validator("tls_enabled", "insecure", mode="before")
+    @classmethod
+    def _boolean(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+
+    @field_validator("fake_latency")
+    @classmethod
+    def _latency_pairs(cls, value: str) -> str:
+        fake_latencies(value)
+        return value
+
+    @property
+    def fake_latency_by_operation(self) -> dict[str, float]:
+        return fake_latencies(self.fake_latency)
+
+    @property
+    def owner_mark(self) -> str:
+        """Who this provider is, stamped on every VM it makes (shared by its replicas)."""
+        if self.provider_namespace and self.provider_name:
+            return f"{self.provider_namespace}/{self.provider_name}"
+        return self.provider_name or "pyrigaud"
+
+    @property
+    def grpc_bind(self) -> str:
+        host = self.listen_address or "[::]"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{host}:{self.port}"
+
+
+def fake_latencies(text: str) -> dict[str, float]:
+    """`operation=seconds,...` for the fake backend's latency injection (demos, load tests)."""
+    latencies: dict[str, float] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        operation, _, seconds = pair.partition("=")
+        try:
+            latencies[operation.strip()] = float(seconds)
+        except ValueError:
+            raise ValueError(f"expected operation=seconds, got {pair!r}") from None
+    return latencies
+
+
+def _names() -> set[str]:
+    return {str(field.alias) for field in Settings.model_fields.values()}
+
+
+def load_settings(
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Merge the sources; `overrides` are command-line flags, keyed by setting name."""
+    names = _names()
+    values: dict[str, Any] = {}
+    path = config_file or (
+        Path(environ["PYRIGAUD_CONFIG"]) if environ.get("PYRIGAUD_CONFIG") else None
+    )
+    if path is not None:
+        try:
+            document = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise SettingsError(f"config file {path}: {error}") from None
+        unknown = sorted(set(document) - names)
+        if unknown:
+            raise SettingsError(f"config file {path}: unknown settings {', '.join(unknown)}")
+        values.update(document)
+    values.update({name: value for name, value in environ.items() if name in names})
+    values.update({name: value for name, value in (overrides or {}).items() if value is not None})
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+            for item in error.errors()
+        )
+        raise SettingsError(problems) from None

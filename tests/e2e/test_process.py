@@ -1,0 +1,229 @@
+"""`pyrigaud serve` as a process: probes, health service, reflection, refusal, SIGTERM drain."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+
+from e2e_support import CLASS_JSON
+
+PYRIGAUD = [sys.executable, "-m", "pyrigaud.entrypoints.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Process:
+    popen: subprocess.Popen[str]
+    port: int
+    health_port: int
+
+    def get(self, path: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def channel(self) -> grpc.Channel:
+        return grpc.insecure_channel(f"127.0.0.1:{self.port}")
+
+
+def start(extra_env: dict[str, str], tmp_path: Path) -> Process:
+    port, health_port = free_port(), free_port()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "VIRTRIGAUD_PROVIDER_INSECURE": "true",
+        "PYRIGAUD_TLS_DIR": str(tmp_path / "no-tls"),
+        "LOG_FORMAT": "json",
+        "LOG_LEVEL": "debug",
+        **extra_env,
+    }
+    popen = subprocess.Popen(
+        [
+            *PYRIGAUD,
+            "serve",
+            f"--port={port}",
+            f"--health-port={health_port}",
+            "--listen-address",
+            "127.0.0.1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    process = Process(popen, port, health_port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise AssertionError(f"pyrigaud exited early: {popen.communicate()}")
+        try:
+            if process.get("/readyz")[0] == 200:
+                return process
+        except OSError:
+            time.sleep(0.1)
+    popen.kill()
+    raise AssertionError("pyrigaud did not become ready in 20 s")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Process]:
+    process = start({"PYRIGAUD_FAKE_LATENCY": "create=2"}, tmp_path)
+    yield process
+    if process.popen.poll() is None:
+        process.popen.kill()
+        process.popen.communicate()
+
+
+def test_http_probes_answer_as_kubelet_expects(served: Process) -> None:
+    assert served.get("/healthz") == (200, "ok")
+    assert served.get("/readyz") == (200, "ready")
+    status, body = served.get("/health")
+    assert status == 200
+    assert json.loads(body)["provider_type"] == "fake"
+    assert served.get("/nope")[0] == 404
+
+
+def test_grpc_health_and_reflection(served: Process) -> None:
+    with served.channel() as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "provider"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
+        services = {
+            service.name for reply in replies for service in reply.list_services_response.service
+        }
+        assert "provider.v1.Provider" in services
+        assert "grpc.health.v1.Health" in services
+
+
+def test_sigterm_drains_in_flight_rpcs_then_exits_zero(served: Process) -> None:
+    with served.channel() as channel:
+        stub = pb_grpc.ProviderStub(channel)
+        in_flight = stub.Create.future(
+            pb.CreateRequest(name="drained", class_json=CLASS_JSON), timeout=15
+        )
+        time.sleep(0.5)
+        served.popen.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert served.get("/readyz")[0] == 503
+        assert in_flight.result().id
+    _, stderr = served.popen.communicate(timeout=20)
+    assert served.popen.returncode == 0
+    lines = [json.loads(line) for line in stderr.splitlines() if line.strip()]
+    assert any(line["msg"].startswith("received SIGTERM") for line in lines)
+    rpc_lines = [line for line in lines if line.get("rpc_method") == "Create"]
+    assert rpc_lines
+    assert rpc_lines[0]["grpc_code"] == "OK"
+    assert rpc_lines[0]["level"] == "info"
+
+
+def test_every_log_line_is_json_and_names_no_secret(tmp_path: Path) -> None:
+    process = start({"PYRIGAUD_FAKE_LATENCY": ""}, tmp_path)
+    try:
+        with process.channel() as channel:
+            stub = pb_grpc.ProviderStub(channel)
+            stub.Describe(pb.DescribeRequest(id="x"), timeout=5)
+            export = pb.ExportDiskRequest(
+                vm_id="x",
+                destination_url="s3://bucket/key",
+                backend_type="s3",
+                credentials={"secretAccessKey": "hunter2"},
+            )
+            with pytest.raises(grpc.RpcError):
+                stub.ExportDisk(export, timeout=5)
+    finally:
+        process.popen.send_signal(signal.SIGTERM)
+        _, stderr = process.popen.communicate(timeout=20)
+    lines = [json.loads(line) for line in stderr.splitlines() if line.strip()]
+    assert {line["level"] for line in lines} >= {"info", "debug"}
+    assert any(line.get("rpc_method") == "Describe" and line["level"] == "debug" for line in lines)
+    assert "hunter2" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"VIRTRIGAUD_PROVIDER_INSECURE": "false"}, "VIRTRIGAUD_PROVIDER_INSECURE"),
+        ({"TLS_ENABLED": "true"}, "tls"),
+        ({"PROVIDER_TYPE": "nonsense"}, "PROVIDER_TYPE"),
+    ],
+)
+def test_refuses_to_start_without_tls_or_with_bad_settings(
+    tmp_path: Path, env: dict[str, str], needle: str
+) -> None:
+    completed = subprocess.run(
+        [
+            *PYRIGAUD,
+            "serve",
+            f"--port={free_port()}",
+            f"--health-port={free_port()}",
+            "--listen-address",
+            "127.0.0.1",
+        ],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "PYRIGAUD_TLS_DIR": str(tmp_path / "none"),
+            "VIRTRIGAUD_PROVIDER_INSECURE": "true",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert completed.returncode != 0
+    assert needle.lower() in completed.stderr.lower()
+
+
+def test_the_manager_style_arguments_start_serve(tmp_path: Path) -> None:
+    """The manager runs the image with only --port=... --health-port=..."""
+    port, health_port = free_port(), free_port()
+    popen = subprocess.Popen(
+        [*PYRIGAUD, f"--port={port}", f"--health-port={health_port}", "--listen-address=127.0.0.1"],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "VIRTRIGAUD_PROVIDER_INSECURE": "true",
+            "PYRIGAUD_TLS_DIR": str(tmp_path / "none"),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=20)
+            assert pb_grpc.ProviderStub(channel).Validate(pb.ValidateRequest(), timeout=5).ok
+    finally:
+        popen.send_signal(signal.SIGTERM)
+        popen.communicate(timeout=20)
+    assert popen.returncode == 0

@@ -1,0 +1,59 @@
+"""Configuration sources and their precedence: defaults < file < environment < flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.entrypoints.settings import SettingsError, load_settings
+
+
+def test_defaults_are_the_managers_ports_on_all_interfaces() -> None:
+    settings = load_settings({})
+    assert (settings.port, settings.health_port) == (9443, 8080)
+    assert settings.grpc_bind == "[::]:9443"
+    assert settings.provider_type == "fake"
+    assert settings.owner_mark == "pyrigaud"
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "pyrigaud.toml"
+    config.write_text('PYRIGAUD_PORT = 1000\nLOG_LEVEL = "debug"\nPROVIDER_NAME = "p"\n')
+    settings = load_settings(
+        {"PYRIGAUD_CONFIG": str(config), "PYRIGAUD_PORT": "2000", "PROVIDER_NAMESPACE": "ns"},
+        {"PYRIGAUD_PORT": 3000, "PYRIGAUD_HEALTH_PORT": None},
+    )
+    assert settings.port == 3000
+    assert settings.health_port == 8080
+    assert settings.log_level == "debug"
+    assert settings.owner_mark == "ns/p"
+
+
+def test_mock_is_an_alias_of_fake_and_ipv6_addresses_are_bracketed() -> None:
+    settings = load_settings({"PROVIDER_TYPE": "Mock", "PYRIGAUD_LISTEN_ADDRESS": "::1"})
+    assert settings.provider_type == "fake"
+    assert settings.grpc_bind == "[::1]:9443"
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"PROVIDER_TYPE": "hyperv"}, "PROVIDER_TYPE"),
+        ({"PROVIDER_TYPE": "vsphere"}, "PROVIDER_TYPE"),
+        ({"PYRIGAUD_PORT": "http"}, "PYRIGAUD_PORT"),
+        ({"PYRIGAUD_PORT": "70000"}, "PYRIGAUD_PORT"),
+        ({"TLS_ENABLED": "maybe"}, "TLS_ENABLED"),
+        ({"PYRIGAUD_FAKE_LATENCY": "create=slow"}, "PYRIGAUD_FAKE_LATENCY"),
+    ],
+)
+def test_bad_settings_name_the_setting(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(SettingsError, match=named):
+        load_settings(environ)
+
+
+def test_unknown_keys_in_the_config_file_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('PROVIDER_TYP = "fake"\n')
+    with pytest.raises(SettingsError, match="PROVIDER_TYP"):
+        load_settings({}, config_file=config)
