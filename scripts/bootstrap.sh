@@ -42,9 +42,9 @@ ensure_venv() {
     if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
     fi
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
     # A regular (not editable) install: mypy checks the installed package, and the tests run
     # against exactly what a user would get.
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$ROOT"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$ROOT$1"
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --force-reinstall --no-deps "$ROOT"
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check "$ROOT$1"
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -31,13 +32,15 @@ class RunningProvider:
 def start_provider(
     environ: dict[str, str] | None = None,
     shared_with: RunningProvider | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+    channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
 ) -> RunningProvider:
     """A server on a free loopback port; `shared_with` makes it a second replica on the same
     hypervisor and clock (replicas share nothing else)."""
     settings = load_settings(
         {"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0", **(environ or {})}
     )
-    container = build_container(settings)
+    container = build_container(settings, mutual_tls=credentials is not None)
     if shared_with is None:
         clock = ManualClock()
         fake = FakeHypervisor(clock, guest_shutdown_seconds=5)
@@ -46,13 +49,13 @@ def start_provider(
         clock, fake = shared_with.clock, shared_with.fake
     container.clock.override(providers.Object(clock))
     container.fake_hypervisor.override(providers.Object(fake))
-    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=16)
+    server = ProviderServer(container.servicer(), settings.grpc_bind, credentials, workers=16)
     server.start()
     address = f"127.0.0.1:{server.port}"
-    channel = grpc.insecure_channel(address)
+    opened = channel(address)
     return RunningProvider(
-        stub=pb_grpc.ProviderStub(channel),
-        channel=channel,
+        stub=pb_grpc.ProviderStub(opened),
+        channel=opened,
         fake=fake,
         clock=clock,
         server=server,

@@ -76,7 +76,7 @@ def serve(settings: Settings) -> int:
     except TransportSecurityError as error:
         logger.error("refusing to start: %s", error)
         return EXIT_START
-    container = build_container(settings)
+    container = build_container(settings, mutual_tls=credentials is not None)
     readiness = Readiness(settings.provider_type)
     try:
         server = ProviderServer(

@@ -101,8 +101,12 @@ class Container(containers.DeclarativeContainer):
     )
 
 
-def build_container(settings: Settings) -> Container:
-    """A container configured from settings (the CLI's and the tests' one way in)."""
+def build_container(settings: Settings, *, mutual_tls: bool = False) -> Container:
+    """A container configured from settings (the CLI's and the tests' one way in).
+
+    The SAN allow-list applies only under mutual TLS: on plaintext there is no client
+    certificate to check (upstream ignores the list there too; start-up warns about it).
+    """
     container = Container()
     container.config.from_dict(
         {
@@ -110,7 +114,7 @@ def build_container(settings: Settings) -> Container:
             "owner_mark": settings.owner_mark,
             "fake_datastores": (settings.default_datastore or "default",),
             "max_concurrent_ops": settings.max_concurrent_ops,
-            "allowed_sans": settings.allowed_sans,
+            "allowed_sans": settings.allowed_sans if mutual_tls else "",
             "fake_latency": settings.fake_latency_by_operation,
         }
     )
