@@ -77,6 +77,17 @@ def serve(settings: Settings) -> int:
         logger.error("refusing to start: %s", error)
         return EXIT_START
     container = build_container(settings, mutual_tls=credentials is not None)
+    try:
+        container.hypervisor()
+    except ImportError as error:
+        logger.error(
+            "the %s backend needs its extra: pip install 'pyrigaud[%s]' (%s); "
+            "or run with PROVIDER_TYPE=fake",
+            settings.provider_type,
+            settings.provider_type,
+            error,
+        )
+        return EXIT_START
     readiness = Readiness(settings.provider_type)
     try:
         server = ProviderServer(

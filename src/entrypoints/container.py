@@ -11,6 +11,7 @@ from dependency_injector import containers, providers
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.ports import Clock
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -34,6 +35,24 @@ from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
 from pyrigaud.entrypoints.settings import Settings
 
 
+def libvirt_hypervisor(endpoint: str, clock: Clock, domain_type: str, default_pool: str) -> object:
+    """The libvirt adapter, imported only when selected: libvirt-python is an optional extra."""
+    from pyrigaud.adapters.hypervisors.libvirt.connection import (  # noqa: PLC0415
+        LibvirtConnection,
+    )
+    from pyrigaud.adapters.hypervisors.libvirt.hypervisor import (  # noqa: PLC0415
+        LibvirtHypervisor,
+    )
+    from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings  # noqa: PLC0415
+
+    return LibvirtHypervisor(
+        LibvirtConnection(endpoint),
+        clock,
+        domain_type=domain_type,
+        pools=PoolSettings(default_pool=default_pool),
+    )
+
+
 class Container(containers.DeclarativeContainer):
     config = providers.Configuration(strict=True)
 
@@ -50,7 +69,17 @@ class Container(containers.DeclarativeContainer):
 
     # One object per backend serves all ports today; a backend that splits them (libvirt,
     # vSphere) adds one Selector per port here, and nothing else changes.
-    hypervisor = providers.Selector(config.provider_type, fake=fake_hypervisor)
+    libvirt_hypervisor = providers.Singleton(
+        libvirt_hypervisor,
+        endpoint=config.provider_endpoint,
+        clock=clock,
+        domain_type=config.libvirt_domain_type,
+        default_pool=config.default_datastore,
+    )
+
+    hypervisor = providers.Selector(
+        config.provider_type, fake=fake_hypervisor, libvirt=libvirt_hypervisor
+    )
 
     use_cases = providers.Singleton(
         ProviderUseCases,
@@ -113,6 +142,9 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             "provider_type": settings.provider_type,
             "owner_mark": settings.owner_mark,
             "fake_datastores": (settings.default_datastore or "default",),
+            "provider_endpoint": settings.endpoint,
+            "default_datastore": settings.default_datastore or "default",
+            "libvirt_domain_type": settings.resolved_libvirt_domain_type,
             "max_concurrent_ops": settings.max_concurrent_ops,
             "allowed_sans": settings.allowed_sans if mutual_tls else "",
             "fake_latency": settings.fake_latency_by_operation,

@@ -13,8 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-AVAILABLE_BACKENDS = ("fake", "mock")
-PLANNED_BACKENDS = ("libvirt", "vsphere")
+AVAILABLE_BACKENDS = ("fake", "mock", "libvirt")
+PLANNED_BACKENDS = ("vsphere",)
+DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": ""}
+LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -39,6 +41,7 @@ class Settings(BaseModel):
     insecure: bool = Field(False, alias="VIRTRIGAUD_PROVIDER_INSECURE")
     allowed_sans: str = Field("", alias="VIRTRIGAUD_PROVIDER_ALLOWED_SANS")
     default_datastore: str = Field("", alias="PROVIDER_DEFAULT_DATASTORE")
+    libvirt_domain_type: str = Field("auto", alias="LIBVIRT_DOMAIN_TYPE")
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
@@ -70,6 +73,14 @@ class Settings(BaseModel):
             raise ValueError(f"must be true or false, got {value!r}")
         return value
 
+    @field_validator("libvirt_domain_type")
+    @classmethod
+    def _known_domain_type(cls, value: str) -> str:
+        domain_type = value.strip().lower() or "auto"
+        if domain_type not in LIBVIRT_DOMAIN_TYPES:
+            raise ValueError(f"must be one of {', '.join(LIBVIRT_DOMAIN_TYPES)}, got {value!r}")
+        return domain_type
+
     @field_validator("fake_latency")
     @classmethod
     def _latency_pairs(cls, value: str) -> str:
@@ -79,6 +90,18 @@ class Settings(BaseModel):
     @property
     def fake_latency_by_operation(self) -> dict[str, float]:
         return fake_latencies(self.fake_latency)
+
+    @property
+    def endpoint(self) -> str:
+        """PROVIDER_ENDPOINT, else the backend's embedded default (libvirt: the test driver)."""
+        return self.provider_endpoint or DEFAULT_ENDPOINTS[self.provider_type]
+
+    @property
+    def resolved_libvirt_domain_type(self) -> str:
+        """`auto`: `test` on the test driver, else `kvm` (host capability probing comes later)."""
+        if self.libvirt_domain_type != "auto":
+            return self.libvirt_domain_type
+        return "test" if self.endpoint.startswith("test:") else "kvm"
 
     @property
     def owner_mark(self) -> str:

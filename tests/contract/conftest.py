@@ -7,9 +7,12 @@ join by adding a harness to ADAPTERS.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from libvirt_support import add_base_image, isolated_host_uri, make_adapter
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
@@ -25,7 +28,20 @@ def _fake() -> Iterator[Harness]:
     yield Harness(adapter=adapter, clock=clock, image=VMImage(path="/images/base.qcow2"))
 
 
-ADAPTERS: dict[str, Callable[[], Iterator[Harness]]] = {"fake": _fake}
+def _libvirt_test_driver() -> Iterator[Harness]:
+    """libvirt's built-in test driver: a fresh in-memory host per connection, no daemon."""
+    clock = ManualClock()
+    with tempfile.TemporaryDirectory() as directory:
+        adapter, connection = make_adapter(isolated_host_uri(Path(directory)), clock)
+        image = VMImage(path=add_base_image(connection), format="qcow2")
+        yield Harness(adapter=adapter, clock=clock, image=image)
+        connection.close()
+
+
+ADAPTERS: dict[str, Callable[[], Iterator[Harness]]] = {
+    "fake": _fake,
+    "libvirt-test": _libvirt_test_driver,
+}
 
 
 @pytest.fixture(params=sorted(ADAPTERS))

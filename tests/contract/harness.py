@@ -3,15 +3,43 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from pyrigaud.adapters.clocks import ManualClock
-from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.application.ports import (
+    CapabilitySource,
+    Cloning,
+    DiskTransfer,
+    Health,
+    Images,
+    Inventory,
+    PowerControl,
+    Snapshots,
+    TaskTracker,
+    VMLifecycle,
+)
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
+
+
+class Hypervisor(
+    VMLifecycle,
+    PowerControl,
+    Snapshots,
+    Cloning,
+    Images,
+    DiskTransfer,
+    Inventory,
+    Health,
+    CapabilitySource,
+    TaskTracker,
+    Protocol,
+):
+    """An adapter that serves every port, as each hypervisor backend does."""
 
 
 @dataclass
 class Harness:
-    adapter: FakeHypervisor
+    adapter: Hypervisor
     clock: ManualClock
     image: VMImage  # an image that exists on the backend, for "create from an image"
 

@@ -227,3 +227,53 @@ def test_the_manager_style_arguments_start_serve(tmp_path: Path) -> None:
         popen.send_signal(signal.SIGTERM)
         popen.communicate(timeout=20)
     assert popen.returncode == 0
+
+
+def test_the_libvirt_backend_serves_on_libvirts_test_driver(tmp_path: Path) -> None:
+    process = start({"PROVIDER_TYPE": "libvirt", "PROVIDER_ENDPOINT": "test:///default"}, tmp_path)
+    try:
+        with process.channel() as channel:
+            stub = pb_grpc.ProviderStub(channel)
+            assert stub.Validate(pb.ValidateRequest(), timeout=10).ok
+            vm_id = stub.Create(
+                pb.CreateRequest(name="e2e-libvirt", class_json=CLASS_JSON), timeout=30
+            ).id
+            described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=10)
+            assert (described.exists, described.power_state) == (True, "Off")
+            assert vm_id in {vm.id for vm in stub.ListVMs(pb.ListVMsRequest(), timeout=10).vms}
+            stub.Delete(pb.DeleteRequest(id=vm_id), timeout=30)
+            assert not stub.Describe(pb.DescribeRequest(id=vm_id), timeout=10).exists
+    finally:
+        process.popen.send_signal(signal.SIGTERM)
+        process.popen.communicate(timeout=20)
+    assert process.popen.returncode == 0
+
+
+def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None:
+    hidden = tmp_path / "no-libvirt"
+    hidden.mkdir()
+    (hidden / "libvirt.py").write_text("raise ImportError('No module named libvirt')\n")
+    completed = subprocess.run(
+        [
+            *PYRIGAUD,
+            "serve",
+            f"--port={free_port()}",
+            f"--health-port={free_port()}",
+            "--listen-address",
+            "127.0.0.1",
+        ],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(hidden),
+            "PROVIDER_TYPE": "libvirt",
+            "VIRTRIGAUD_PROVIDER_INSECURE": "true",
+            "PYRIGAUD_TLS_DIR": str(tmp_path / "none"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert completed.returncode != 0
+    assert "pyrigaud[libvirt]" in completed.stderr
+    assert "PROVIDER_TYPE=fake" in completed.stderr

@@ -1,0 +1,1 @@
+"""The libvirt backend: one persistent libvirt connection, domain XML, pool volumes."""

@@ -1,0 +1,283 @@
+"""Domain XML, built and read with ElementTree (user input never meets string formatting)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from pyrigaud.adapters.hypervisors.libvirt.metadata import (
+    NAMESPACE_URI,
+    VMMetadata,
+    parse_metadata,
+)
+from pyrigaud.domain.models import Firmware
+
+KIB_PER_MIB = 1024
+HOT_ADD_FACTOR = 4  # hot-add headroom: up to 4x the created size without a reboot
+MEMORY_HOTPLUG_SLOTS = 16
+DISK_TARGETS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class DiskDevice:
+    path: str
+    format: str
+    target: str
+
+
+@dataclass(frozen=True)
+class NicDevice:
+    kind: str  # "network", "bridge" or "user"
+    source: str = ""
+    model: str = "virtio"
+    mac: str = ""
+
+
+@dataclass(frozen=True)
+class DomainDefinition:
+    name: str
+    domain_type: str
+    vcpus: int
+    max_vcpus: int
+    memory_mib: int
+    max_memory_mib: int  # 0: no memory hot-add
+    firmware: Firmware
+    secure_boot: bool
+    disks: tuple[DiskDevice, ...]
+    nics: tuple[NicDevice, ...]
+    metadata: VMMetadata
+
+
+@dataclass(frozen=True)
+class DomainFacts:
+    """What pyrigaud reads back from a domain's XML."""
+
+    name: str
+    uuid: str
+    vcpus: int
+    max_vcpus: int
+    memory_mib: int
+    max_memory_mib: int
+    firmware: str
+    disks: tuple[DiskDevice, ...]
+    nics: tuple[NicDevice, ...]
+    vnc_port: int | None
+    metadata: VMMetadata | None
+
+
+def disk_target(index: int) -> str:
+    return f"vd{DISK_TARGETS[index]}"
+
+
+def render_domain(definition: DomainDefinition) -> str:
+    root = ET.Element("domain", {"type": definition.domain_type})
+    ET.SubElement(root, "name").text = definition.name
+    metadata = ET.SubElement(root, "metadata")
+    metadata.append(definition.metadata.element(qualified=True))
+    if definition.max_memory_mib:
+        ET.SubElement(
+            root,
+            "maxMemory",
+            {"slots": str(MEMORY_HOTPLUG_SLOTS), "unit": "KiB"},
+        ).text = str(definition.max_memory_mib * KIB_PER_MIB)
+    _set_memory(root, definition.memory_mib)
+    ET.SubElement(
+        root, "vcpu", {"placement": "static", "current": str(definition.vcpus)}
+    ).text = str(definition.max_vcpus)
+    os_attributes = {"firmware": "efi"} if definition.firmware is Firmware.UEFI else {}
+    os_element = ET.SubElement(root, "os", os_attributes)
+    ET.SubElement(os_element, "type").text = "hvm"
+    if definition.secure_boot:
+        firmware = ET.SubElement(os_element, "firmware")
+        ET.SubElement(firmware, "feature", {"enabled": "yes", "name": "secure-boot"})
+        ET.SubElement(ET.SubElement(root, "features"), "smm", {"state": "on"})
+    ET.SubElement(os_element, "boot", {"dev": "hd"})
+    if definition.max_memory_mib:
+        _set_numa_cell(root, definition.max_vcpus, definition.memory_mib)
+    devices = ET.SubElement(root, "devices")
+    for disk in definition.disks:
+        devices.append(disk_element(disk))
+    for nic in definition.nics:
+        devices.append(_nic_element(nic))
+    ET.SubElement(devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"})
+    return ET.tostring(root, encoding="unicode")
+
+
+def disk_element(disk: DiskDevice) -> ET.Element:
+    element = ET.Element("disk", {"type": "file", "device": "disk"})
+    ET.SubElement(element, "driver", {"name": "qemu", "type": disk.format})
+    ET.SubElement(element, "source", {"file": disk.path})
+    ET.SubElement(element, "target", {"dev": disk.target, "bus": "virtio"})
+    return element
+
+
+def _nic_element(nic: NicDevice) -> ET.Element:
+    element = ET.Element("interface", {"type": nic.kind})
+    if nic.mac:
+        ET.SubElement(element, "mac", {"address": nic.mac})
+    if nic.kind == "network":
+        ET.SubElement(element, "source", {"network": nic.source})
+    elif nic.kind == "bridge":
+        ET.SubElement(element, "source", {"bridge": nic.source})
+    ET.SubElement(element, "model", {"type": nic.model})
+    return element
+
+
+def parse_domain(xml: str) -> DomainFacts:
+    root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
+    vcpu = root.find("vcpu")
+    max_vcpus = int(vcpu.text or 1) if vcpu is not None else 1
+    vcpus = int(vcpu.get("current", max_vcpus)) if vcpu is not None else 1
+    ours = root.find(f"metadata/{{{NAMESPACE_URI}}}vm")
+    os_element = root.find("os")
+    firmware = "BIOS"
+    if os_element is not None and (
+        os_element.get("firmware") == "efi" or os_element.find("loader") is not None
+    ):
+        firmware = "UEFI"
+    vnc = root.find("devices/graphics[@type='vnc']")
+    port = int(vnc.get("port", "-1")) if vnc is not None else -1
+    return DomainFacts(
+        name=root.findtext("name", ""),
+        uuid=root.findtext("uuid", ""),
+        vcpus=vcpus,
+        max_vcpus=max_vcpus,
+        memory_mib=_kib(root, "memory") // KIB_PER_MIB,
+        max_memory_mib=_kib(root, "maxMemory") // KIB_PER_MIB,
+        firmware=firmware,
+        disks=tuple(
+            disk
+            for element in root.iterfind("devices/disk[@device='disk']")
+            if (disk := _parse_disk(element)) is not None
+        ),
+        nics=tuple(_parse_nic(nic) for nic in root.iterfind("devices/interface")),
+        vnc_port=port if port > 0 else None,
+        metadata=parse_metadata(ours) if ours is not None else None,
+    )
+
+
+def _parse_disk(element: ET.Element) -> DiskDevice | None:
+    """A file-backed disk, or None for one without a source (an empty drive)."""
+    source = element.find("source")
+    if source is None:
+        return None
+    driver = element.find("driver")
+    target = element.find("target")
+    return DiskDevice(
+        path=source.get("file") or source.get("dev") or source.get("volume") or "",
+        format=driver.get("type", "raw") if driver is not None else "raw",
+        target=target.get("dev", "") if target is not None else "",
+    )
+
+
+def _parse_nic(element: ET.Element) -> NicDevice:
+    source = element.find("source")
+    kind = element.get("type", "")
+    name = ""
+    if source is not None:
+        name = source.get("network") or source.get("bridge") or ""
+    mac = element.find("mac")
+    model = element.find("model")
+    return NicDevice(
+        kind=kind,
+        source=name,
+        model=model.get("type", "") if model is not None else "",
+        mac=mac.get("address", "") if mac is not None else "",
+    )
+
+
+def with_resources(xml: str, vcpus: int | None, memory_mib: int | None) -> str:
+    """The (inactive) domain XML with new CPU and memory, keeping hot-add headroom valid."""
+    root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
+    vcpu = root.find("vcpu")
+    if vcpu is None:
+        vcpu = ET.SubElement(root, "vcpu")
+    max_vcpus = int(vcpu.text or 1)
+    if vcpus is not None:
+        max_vcpus = max(max_vcpus, vcpus)
+        vcpu.text = str(max_vcpus)
+        vcpu.set("current", str(vcpus))
+    max_memory = root.find("maxMemory")
+    if memory_mib is not None:
+        if max_memory is not None and _kib(root, "maxMemory") < memory_mib * KIB_PER_MIB:
+            max_memory.text = str(memory_mib * KIB_PER_MIB)
+            max_memory.set("unit", "KiB")
+        _set_memory(root, memory_mib)
+    if root.find("cpu/numa/cell") is not None:
+        _set_numa_cell(root, max_vcpus, _kib(root, "memory") // KIB_PER_MIB)
+    return ET.tostring(root, encoding="unicode")
+
+
+def cloned_domain(
+    xml: str,
+    *,
+    name: str,
+    vcpus: int | None,
+    memory_mib: int | None,
+    disk_paths: dict[str, str],
+    metadata: VMMetadata,
+) -> str:
+    """A copy of `xml` under a new name: no UUID or MACs (libvirt makes new ones), new disks."""
+    root = ET.fromstring(with_resources(xml, vcpus, memory_mib))  # noqa: S314 - our output
+    name_element = root.find("name")
+    assert name_element is not None  # libvirt always writes <name>
+    name_element.text = name
+    for removable in ("uuid", "devices/graphics"):
+        for element in root.findall(removable):
+            _parent(root, element).remove(element)
+    for mac in root.findall("devices/interface/mac"):
+        _parent(root, mac).remove(mac)
+    for target in root.findall("devices/interface/target"):
+        _parent(root, target).remove(target)
+    for source in root.findall("devices/disk/source"):
+        source.set("file", disk_paths.get(source.get("file", ""), source.get("file", "")))
+    devices = root.find("devices")
+    if devices is not None:
+        ET.SubElement(
+            devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"}
+        )
+    holder = root.find("metadata")
+    if holder is None:
+        holder = ET.SubElement(root, "metadata")
+    for element in holder.findall(f"{{{NAMESPACE_URI}}}vm"):
+        holder.remove(element)
+    holder.append(metadata.element(qualified=True))
+    return ET.tostring(root, encoding="unicode")
+
+
+def _parent(root: ET.Element, child: ET.Element) -> ET.Element:
+    return next(node for node in root.iter() if child in list(node))
+
+
+def _kib(root: ET.Element, tag: str) -> int:
+    """A memory element's value in KiB, whatever unit libvirt wrote it in."""
+    element = root.find(tag)
+    if element is None or not element.text:
+        return 0
+    scale = {"KiB": 1, "k": 1, "MiB": 1024, "M": 1024, "GiB": 1024**2, "G": 1024**2}
+    return int(element.text) * scale.get(element.get("unit", "KiB"), 1)
+
+
+def _set_memory(root: ET.Element, memory_mib: int) -> None:
+    for tag in ("memory", "currentMemory"):
+        element = root.find(tag)
+        if element is None:
+            element = ET.SubElement(root, tag)
+        element.attrib = {"unit": "KiB"}
+        element.text = str(memory_mib * KIB_PER_MIB)
+
+
+def _set_numa_cell(root: ET.Element, max_vcpus: int, memory_mib: int) -> None:
+    """Memory hotplug needs a NUMA cell that spans every vCPU and all boot memory."""
+    cpu = root.find("cpu")
+    if cpu is None:
+        cpu = ET.SubElement(root, "cpu")
+    numa = cpu.find("numa")
+    if numa is None:
+        numa = ET.SubElement(cpu, "numa")
+    cell = numa.find("cell")
+    if cell is None:
+        cell = ET.SubElement(numa, "cell", {"id": "0"})
+    cell.set("cpus", f"0-{max_vcpus - 1}")
+    cell.set("memory", str(memory_mib * KIB_PER_MIB))
+    cell.set("unit", "KiB")

@@ -1,0 +1,81 @@
+"""libvirt errors -> ProviderError kinds, in one table keyed by libvirt's error code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import libvirt
+
+from pyrigaud.domain.errors import ErrorKind, ProviderError
+
+KIND_BY_CODE: Mapping[int, ErrorKind] = {
+    libvirt.VIR_ERR_NO_DOMAIN: ErrorKind.NOT_FOUND,
+    libvirt.VIR_ERR_NO_DOMAIN_SNAPSHOT: ErrorKind.NOT_FOUND,
+    libvirt.VIR_ERR_NO_STORAGE_VOL: ErrorKind.NOT_FOUND,
+    libvirt.VIR_ERR_NO_STORAGE_POOL: ErrorKind.NOT_FOUND,
+    libvirt.VIR_ERR_NO_NETWORK: ErrorKind.NOT_FOUND,
+    libvirt.VIR_ERR_NO_DOMAIN_METADATA: ErrorKind.NOT_FOUND,
+    libvirt.VIR_ERR_OPERATION_INVALID: ErrorKind.FAILED_PRECONDITION,
+    libvirt.VIR_ERR_OPERATION_FAILED: ErrorKind.FAILED_PRECONDITION,
+    libvirt.VIR_ERR_RESOURCE_BUSY: ErrorKind.FAILED_PRECONDITION,
+    libvirt.VIR_ERR_OPERATION_ABORTED: ErrorKind.FAILED_PRECONDITION,
+    libvirt.VIR_ERR_AGENT_UNRESPONSIVE: ErrorKind.FAILED_PRECONDITION,
+    libvirt.VIR_ERR_SNAPSHOT_REVERT_RISKY: ErrorKind.FAILED_PRECONDITION,
+    libvirt.VIR_ERR_OPERATION_UNSUPPORTED: ErrorKind.UNSUPPORTED,
+    libvirt.VIR_ERR_NO_SUPPORT: ErrorKind.UNSUPPORTED,
+    libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED: ErrorKind.UNSUPPORTED,
+    libvirt.VIR_ERR_CONFIG_UNSUPPORTED: ErrorKind.UNSUPPORTED,
+    libvirt.VIR_ERR_OPERATION_TIMEOUT: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_SYSTEM_ERROR: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_NO_CONNECT: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_INVALID_CONN: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_RPC: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_AUTH_FAILED: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_AUTH_UNAVAILABLE: ErrorKind.UNAVAILABLE,
+    libvirt.VIR_ERR_INVALID_ARG: ErrorKind.INVALID_SPEC,
+    libvirt.VIR_ERR_XML_ERROR: ErrorKind.INVALID_SPEC,
+    libvirt.VIR_ERR_XML_DETAIL: ErrorKind.INVALID_SPEC,
+    libvirt.VIR_ERR_DOM_EXIST: ErrorKind.ALREADY_EXISTS,
+    libvirt.VIR_ERR_STORAGE_VOL_EXIST: ErrorKind.ALREADY_EXISTS,
+    libvirt.VIR_ERR_NO_MEMORY: ErrorKind.RESOURCE_EXHAUSTED,
+}
+
+# Codes that mean "the thing looked up is not there": callers turn these into None / NOT_FOUND.
+MISSING_CODES = frozenset(
+    code for code, kind in KIND_BY_CODE.items() if kind is ErrorKind.NOT_FOUND
+)
+
+# Codes a dead connection shows up as; whether it *is* dead is then asked of the connection.
+CONNECTION_LOSS_CODES = frozenset(
+    {
+        libvirt.VIR_ERR_SYSTEM_ERROR,
+        libvirt.VIR_ERR_INTERNAL_ERROR,
+        libvirt.VIR_ERR_INVALID_CONN,
+        libvirt.VIR_ERR_NO_CONNECT,
+        libvirt.VIR_ERR_RPC,
+    }
+)
+
+
+class AdapterError(Exception):
+    """An expected failure raised inside the adapter and turned back into a value at its edge."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def error_code(error: libvirt.libvirtError) -> int:
+    code = error.get_error_code()
+    return int(code) if code is not None else libvirt.VIR_ERR_INTERNAL_ERROR
+
+
+def is_missing(error: libvirt.libvirtError) -> bool:
+    return error_code(error) in MISSING_CODES
+
+
+def provider_error(error: libvirt.libvirtError, doing: str) -> ProviderError:
+    """The ProviderError for a libvirt failure while `doing` something (unknown codes: INTERNAL)."""
+    kind = KIND_BY_CODE.get(error_code(error), ErrorKind.INTERNAL)
+    message = error.get_error_message() or str(error)
+    return ProviderError(kind=kind, message=f"{doing}: {message}")

@@ -1,0 +1,864 @@
+"""The libvirt adapter: every port, on one persistent libvirt connection.
+
+The hypervisor is the only state: a VM is a persistent domain whose id is its UUID, and what
+pyrigaud remembers about it sits in the domain's <metadata> (see metadata.py). libvirt errors
+are raised inside and turned into Results at each port method's edge.
+"""
+
+from __future__ import annotations
+
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import libvirt
+from returns.result import Failure, Result, Success
+
+from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
+    HOT_ADD_FACTOR,
+    KIB_PER_MIB,
+    DiskDevice,
+    DomainDefinition,
+    DomainFacts,
+    NicDevice,
+    cloned_domain,
+    disk_element,
+    disk_target,
+    parse_domain,
+    render_domain,
+    with_resources,
+)
+from pyrigaud.adapters.hypervisors.libvirt.errors import (
+    AdapterError,
+    error_code,
+    is_missing,
+    provider_error,
+)
+from pyrigaud.adapters.hypervisors.libvirt.metadata import (
+    NAMESPACE_PREFIX,
+    NAMESPACE_URI,
+    VMMetadata,
+    metadata_from_text,
+)
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    GIB,
+    PoolSettings,
+    VolumeFacts,
+    copy_volume,
+    create_volume,
+    delete_volume,
+    find_pool,
+    grow_volume,
+    volume_facts,
+    volume_name,
+)
+from pyrigaud.application.ports import Clock
+from pyrigaud.domain.addresses import routable_addresses
+from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB, MAX_CPU, MAX_MEMORY_MIB
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import (
+    Capabilities,
+    CloneRequest,
+    CreateRequest,
+    DiskDetails,
+    DiskInfo,
+    DiskQuery,
+    ExportRequest,
+    ExportResult,
+    HealthReport,
+    ImportRequest,
+    ImportResult,
+    NetworkAttachment,
+    NetworkInfo,
+    OwnerMark,
+    PreparedImage,
+    PrepareImageRequest,
+    Snapshot,
+    SnapshotRequest,
+    VMChanges,
+    VMDescription,
+    VMInfo,
+    VMRecord,
+)
+from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.tasks import TaskState
+
+T = TypeVar("T")
+VirDomain = Any
+
+LIBVIRT_CAPABILITIES = Capabilities(
+    supports_reconfigure_online=True,
+    supports_disk_expansion_online=True,
+    supports_snapshots=True,
+    supports_memory_snapshots=True,
+    supports_linked_clones=True,
+    supports_image_import=False,  # image download / prepare is a later piece
+    supported_disk_types=("qcow2",),
+    supported_network_types=("network", "bridge", "user"),
+    supports_clone=True,
+    supports_hardware_upgrade=False,  # a machine-type bump is not a meaningful upgrade
+)
+
+RUNNING_STATES = frozenset({libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED})
+STATE_NAMES = {
+    libvirt.VIR_DOMAIN_NOSTATE: "no state",
+    libvirt.VIR_DOMAIN_RUNNING: "running",
+    libvirt.VIR_DOMAIN_BLOCKED: "blocked",
+    libvirt.VIR_DOMAIN_PAUSED: "paused",
+    libvirt.VIR_DOMAIN_SHUTDOWN: "shutting down",
+    libvirt.VIR_DOMAIN_SHUTOFF: "shut off",
+    libvirt.VIR_DOMAIN_CRASHED: "crashed",
+    libvirt.VIR_DOMAIN_PMSUSPENDED: "suspended",
+}
+ADDRESS_SOURCES = (
+    libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
+    libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
+)
+# A driver that cannot do the asked variant of a call answers with one of these.
+REFUSED_VARIANT_CODES = frozenset(
+    {
+        libvirt.VIR_ERR_INVALID_ARG,
+        libvirt.VIR_ERR_NO_SUPPORT,
+        libvirt.VIR_ERR_OPERATION_UNSUPPORTED,
+        libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
+        libvirt.VIR_ERR_CONFIG_UNSUPPORTED,
+        libvirt.VIR_ERR_OPERATION_INVALID,
+    }
+)
+
+
+class LibvirtHypervisor:
+    """Implements every port; thread-safe because it keeps no per-VM state of its own."""
+
+    def __init__(
+        self,
+        connection: LibvirtConnection,
+        clock: Clock,
+        *,
+        domain_type: str = "kvm",
+        pools: PoolSettings | None = None,
+    ) -> None:
+        self._connection = connection
+        self._clock = clock
+        self._domain_type = domain_type
+        self._pools = pools or PoolSettings()
+
+    # --- VMLifecycle --------------------------------------------------------------------------
+
+    def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
+        def find(conn: VirConnect) -> VMRecord | None:
+            dom = _by_name(conn, name)
+            if dom is None:
+                return None
+            return VMRecord(id=dom.UUIDString(), name=name, owner=_owner(_facts(dom)))
+
+        return self._run(f"find VM {name!r}", find)
+
+    def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+        return self._run(
+            f"create VM {request.name!r}", lambda conn: self._create(conn, request, owner)
+        )
+
+    def delete(self, vm_id: str) -> Result[None, ProviderError]:
+        def delete(conn: VirConnect) -> None:
+            dom = _by_id(conn, vm_id)
+            metadata = _facts(dom).metadata
+            if dom.isActive():
+                dom.destroy()
+            _undefine(dom)
+            for path in metadata.volumes if metadata else ():
+                delete_volume(conn, path)
+
+        return self._run(f"delete VM {vm_id!r}", delete)
+
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+        return self._run(
+            f"reconfigure VM {vm_id!r}", lambda conn: self._reconfigure(conn, vm_id, changes)
+        )
+
+    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
+        return Failure(
+            ProviderError.unsupported("libvirt VMs have no virtual hardware version to raise")
+        )
+
+    # --- PowerControl -------------------------------------------------------------------------
+
+    def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
+        return self._run(
+            f"read power state of {vm_id!r}", lambda conn: _power(_state(_by_id(conn, vm_id)))
+        )
+
+    def power_on(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._run(f"power on {vm_id!r}", lambda conn: _start(_by_id(conn, vm_id)))
+
+    def power_off(self, vm_id: str) -> Result[None, ProviderError]:
+        def power_off(conn: VirConnect) -> None:
+            dom = _by_id(conn, vm_id)
+            if dom.isActive():
+                dom.destroy()
+
+        return self._run(f"power off {vm_id!r}", power_off)
+
+    def reboot(self, vm_id: str) -> Result[None, ProviderError]:
+        def reboot(conn: VirConnect) -> None:
+            dom = _by_id(conn, vm_id)
+            if _state(dom) not in RUNNING_STATES:
+                _start(dom)
+                return
+            try:
+                dom.reboot(0)
+            except libvirt.libvirtError as error:
+                if error_code(error) not in REFUSED_VARIANT_CODES:
+                    raise
+                dom.reset(0)  # no ACPI / agent in the guest: a reset is the fallback
+
+        return self._run(f"reboot {vm_id!r}", reboot)
+
+    def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
+        def request(conn: VirConnect) -> None:
+            dom = _by_id(conn, vm_id)
+            if _state(dom) in RUNNING_STATES:
+                dom.shutdown()
+            _write_metadata(dom, _own_metadata(dom).with_shutdown_deadline(deadline))
+
+        return self._run(f"shut down {vm_id!r}", request)
+
+    def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
+        def deadline(conn: VirConnect) -> int | None:
+            metadata = read_metadata(_by_id(conn, vm_id))
+            return metadata.shutdown_deadline if metadata else None
+
+        return self._run(f"read shutdown deadline of {vm_id!r}", deadline)
+
+    def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
+        def clear(conn: VirConnect) -> None:
+            dom = _by_id(conn, vm_id)
+            metadata = _facts(dom).metadata
+            if metadata is not None and metadata.shutdown_deadline is not None:
+                _write_metadata(dom, metadata.with_shutdown_deadline(None))
+
+        return self._run(f"clear shutdown deadline of {vm_id!r}", clear)
+
+    # --- Inventory ----------------------------------------------------------------------------
+
+    def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        def describe(conn: VirConnect) -> VMDescription | None:
+            dom = _lookup(conn, vm_id)
+            if dom is None:
+                return None
+            state = _state(dom)
+            live = parse_domain(dom.XMLDesc(0))
+            running = state in RUNNING_STATES
+            return VMDescription(
+                power_state=_power(state),
+                ips=_addresses(dom) if running else (),
+                console_url=f"vnc://127.0.0.1:{live.vnc_port}" if live.vnc_port else "",
+                raw=_raw(dom.UUIDString(), live, state),
+            )
+
+        return self._run(f"describe {vm_id!r}", describe)
+
+    def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
+        def info(conn: VirConnect) -> VMInfo | None:
+            dom = _lookup(conn, vm_id)
+            if dom is None:
+                return None
+            state = _state(dom)
+            ips = _addresses(dom) if state in RUNNING_STATES else ()
+            return _info(conn, dom.UUIDString(), _facts(dom), state, ips)
+
+        return self._run(f"read VM {vm_id!r}", info)
+
+    def list_vms(self) -> Result[list[VMInfo], ProviderError]:
+        """One bulk listing; per domain only its XML and state (no guest-address queries)."""
+
+        def list_all(conn: VirConnect) -> list[VMInfo]:
+            return [
+                _info(conn, dom.UUIDString(), _facts(dom), _state(dom), ())
+                for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)
+            ]
+
+        return self._run("list VMs", list_all)
+
+    # --- Snapshots ----------------------------------------------------------------------------
+
+    def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
+        return self._run(
+            f"snapshot {request.vm_id!r}", lambda conn: _create_snapshot(conn, request)
+        )
+
+    def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+        return self._run(
+            f"delete snapshot {snapshot_id!r} of {vm_id!r}",
+            lambda conn: _snapshot(_by_id(conn, vm_id), snapshot_id).delete(0),
+        )
+
+    def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+        def revert(conn: VirConnect) -> None:
+            dom = _by_id(conn, vm_id)
+            dom.revertToSnapshot(_snapshot(dom, snapshot_id), 0)
+
+        return self._run(f"revert {vm_id!r} to snapshot {snapshot_id!r}", revert)
+
+    # --- Cloning ------------------------------------------------------------------------------
+
+    def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+        return self._run(
+            f"clone {request.source_vm_id!r} to {request.target_name!r}",
+            lambda conn: self._clone(conn, request, owner),
+        )
+
+    # --- Images and DiskTransfer --------------------------------------------------------------
+
+    def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
+        return Failure(
+            ProviderError.unsupported("image preparation is not implemented for libvirt yet")
+        )
+
+    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+        return Failure(ProviderError.unsupported("disk export is not implemented for libvirt yet"))
+
+    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
+        return Failure(ProviderError.unsupported("disk import is not implemented for libvirt yet"))
+
+    def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
+        return self._run(f"read disk of {query.vm_id!r}", lambda conn: _disk_details(conn, query))
+
+    # --- Health, CapabilitySource, TaskTracker ------------------------------------------------
+
+    def check(self) -> HealthReport:
+        try:
+            version = self._connection.call(lambda conn: int(conn.getLibVersion()))
+        except Exception as error:
+            return HealthReport(ok=False, message=f"libvirt at {self._connection.uri}: {error}")
+        major, minor = version // 1_000_000, version // 1000 % 1000
+        return HealthReport(ok=True, message=f"libvirt {major}.{minor} at {self._connection.uri}")
+
+    def capabilities(self) -> Capabilities:
+        return LIBVIRT_CAPABILITIES
+
+    def task_state(self, task_id: str) -> TaskState | None:
+        """libvirt has no native tasks: every operation here completes synchronously."""
+        return None
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _run(self, doing: str, action: Callable[[VirConnect], T]) -> Result[T, ProviderError]:
+        """The edge: libvirt exceptions and adapter failures become Failure values."""
+        try:
+            return Success(self._connection.call(action))
+        except AdapterError as failure:
+            return Failure(failure.error)
+        except libvirt.libvirtError as error:
+            return Failure(provider_error(error, doing))
+
+    def _create(self, conn: VirConnect, request: CreateRequest, owner: OwnerMark) -> str:
+        existing = _by_name(conn, request.name)
+        if existing is not None:
+            return _adopt(existing, owner)
+        pool = find_pool(conn, request.placement.datastore or self._pools.default_pool, self._pools)
+        # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
+        attachments = request.networks or (NetworkAttachment(),)
+        nics = tuple(_nic(conn, index, attachment) for index, attachment in enumerate(attachments))
+        root_size, backing = _root_disk(conn, request)
+        metadata = VMMetadata(owner=owner, created_at=self._clock.now(), tags=request.tags)
+        disks: list[DiskDevice] = []
+        try:
+            sizes = [root_size] + [spec.size_gib * GIB for spec in request.disks]
+            for index, size in enumerate(sizes):
+                path = create_volume(
+                    pool, volume_name(request.name, index), size, backing if index == 0 else None
+                )
+                metadata = metadata.with_volume(path)
+                disks.append(DiskDevice(path=path, format="qcow2", target=disk_target(index)))
+            vm_class = request.vm_class
+            definition = DomainDefinition(
+                name=request.name,
+                domain_type=self._domain_type,
+                vcpus=vm_class.cpu,
+                max_vcpus=min(MAX_CPU, vm_class.cpu * HOT_ADD_FACTOR)
+                if vm_class.performance.cpu_hot_add
+                else vm_class.cpu,
+                memory_mib=vm_class.memory_mib,
+                max_memory_mib=min(MAX_MEMORY_MIB, vm_class.memory_mib * HOT_ADD_FACTOR)
+                if vm_class.performance.memory_hot_add
+                else 0,
+                firmware=vm_class.firmware,
+                secure_boot=vm_class.security.secure_boot,
+                disks=tuple(disks),
+                nics=nics,
+                metadata=metadata,
+            )
+            return str(conn.defineXML(render_domain(definition)).UUIDString())
+        except (libvirt.libvirtError, AdapterError):
+            for disk in disks:
+                delete_volume(conn, disk.path)
+            raced = _by_name(conn, request.name)  # another replica may have won the race
+            if raced is not None and _owner(_facts(raced)) == owner:
+                return str(raced.UUIDString())
+            raise
+
+    def _reconfigure(self, conn: VirConnect, vm_id: str, changes: VMChanges) -> None:
+        dom = _by_id(conn, vm_id)
+        facts = _facts(dom)
+        running = _state(dom) in RUNNING_STATES
+        wanted = [changes.root_disk_gib, *(spec.size_gib for spec in changes.disks)]
+        for index, size_gib in enumerate(wanted):
+            if size_gib is None or size_gib <= 0:
+                continue
+            if index < len(facts.disks):
+                _grow_disk(conn, dom, facts.disks[index], size_gib * GIB, running)
+            else:
+                _attach_new_disk(conn, dom, facts, index, size_gib * GIB)
+                facts = _facts(dom)
+        if changes.cpu is None and changes.memory_mib is None:
+            return
+        inactive = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))
+        if running:
+            _apply_live(dom, changes)
+
+    def _clone(self, conn: VirConnect, request: CloneRequest, owner: OwnerMark) -> str:
+        source = _by_id(conn, request.source_vm_id)
+        existing = _by_name(conn, request.target_name)
+        if existing is not None:
+            return _adopt(existing, owner)
+        customization = request.customization
+        if customization and (
+            customization.hostname
+            or customization.domain
+            or customization.time_zone
+            or customization.user_data
+            or customization.networks
+        ):
+            raise AdapterError(
+                ProviderError.unsupported(
+                    "clone customization (hostname, networks, user data) needs cloud-init, "
+                    "which the libvirt backend does not do yet"
+                )
+            )
+        if request.linked and _state(source) in RUNNING_STATES:
+            raise AdapterError(
+                ProviderError.failed_precondition(
+                    "power the source off for a linked clone: its disks become backing files"
+                )
+            )
+        facts = _facts(source)
+        metadata = VMMetadata(owner=owner, created_at=self._clock.now())
+        copies: dict[str, str] = {}
+        try:
+            for index, disk in enumerate(facts.disks):
+                name = volume_name(request.target_name, index)
+                if request.linked:
+                    backing = volume_facts(conn, disk.path)
+                    if backing is None:
+                        raise AdapterError(
+                            ProviderError.failed_precondition(
+                                f"disk {disk.path!r} is not a storage-pool volume"
+                            )
+                        )
+                    pool = conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
+                    path = create_volume(pool, name, backing.capacity_bytes, backing)
+                else:
+                    path = copy_volume(conn, disk.path, name)
+                copies[disk.path] = path
+                metadata = metadata.with_volume(path)
+            xml = cloned_domain(
+                source.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE),
+                name=request.target_name,
+                vcpus=request.cpu,
+                memory_mib=request.memory_mib,
+                disk_paths=copies,
+                metadata=metadata,
+            )
+            return str(conn.defineXML(xml).UUIDString())
+        except (libvirt.libvirtError, AdapterError):
+            for path in copies.values():
+                delete_volume(conn, path)
+            raise
+
+
+# --- lookups --------------------------------------------------------------------------------
+
+
+def _lookup(conn: VirConnect, vm_id: str) -> VirDomain | None:
+    """The domain with UUID `vm_id`; anything that is not a UUID names nothing."""
+    try:
+        canonical = str(uuid.UUID(vm_id))
+    except ValueError:
+        return None
+    if canonical != vm_id.lower():
+        return None
+    try:
+        return conn.lookupByUUIDString(canonical)
+    except libvirt.libvirtError as error:
+        if is_missing(error) or error_code(error) == libvirt.VIR_ERR_INVALID_ARG:
+            return None
+        raise
+
+
+def _by_id(conn: VirConnect, vm_id: str) -> VirDomain:
+    dom = _lookup(conn, vm_id)
+    if dom is None:
+        raise AdapterError(ProviderError.vm_not_found(vm_id))
+    return dom
+
+
+def _by_name(conn: VirConnect, name: str) -> VirDomain | None:
+    try:
+        return conn.lookupByName(name)
+    except libvirt.libvirtError as error:
+        if is_missing(error):
+            return None
+        raise
+
+
+def _facts(dom: VirDomain) -> DomainFacts:
+    """The persistent configuration: what the VM is (and will be after its next boot)."""
+    return parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+
+
+def _owner(facts: DomainFacts) -> OwnerMark | None:
+    return facts.metadata.owner if facts.metadata else None
+
+
+def _adopt(dom: VirDomain, owner: OwnerMark) -> str:
+    if _owner(_facts(dom)) == owner:
+        return str(dom.UUIDString())
+    raise AdapterError(
+        ProviderError.already_exists(f"a VM named {dom.name()!r} exists and is not ours")
+    )
+
+
+def _own_metadata(dom: VirDomain) -> VMMetadata:
+    metadata = read_metadata(dom)
+    if metadata is None:
+        raise AdapterError(
+            ProviderError.failed_precondition(
+                f"VM {dom.name()!r} was not made by pyrigaud; it has no place for pyrigaud's state"
+            )
+        )
+    return metadata
+
+
+def _write_metadata(dom: VirDomain, metadata: VMMetadata) -> None:
+    flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    if dom.isActive():
+        flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+    dom.setMetadata(
+        libvirt.VIR_DOMAIN_METADATA_ELEMENT,
+        metadata.render(),
+        NAMESPACE_PREFIX,
+        NAMESPACE_URI,
+        flags,
+    )
+
+
+def read_metadata(dom: VirDomain) -> VMMetadata | None:
+    """Our element as libvirt's metadata API returns it (the XML carries the same)."""
+    try:
+        text = dom.metadata(
+            libvirt.VIR_DOMAIN_METADATA_ELEMENT, NAMESPACE_URI, libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        )
+    except libvirt.libvirtError as error:
+        if is_missing(error):
+            return None
+        raise
+    return metadata_from_text(str(text))
+
+
+def _undefine(dom: VirDomain) -> None:
+    """Undefine with snapshot metadata (and NVRAM for UEFI, where the driver allows it)."""
+    base = libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    if _facts(dom).firmware == "UEFI":
+        try:
+            dom.undefineFlags(base | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+            return
+        except libvirt.libvirtError as error:
+            if error_code(error) not in REFUSED_VARIANT_CODES:
+                raise
+    dom.undefineFlags(base)
+
+
+# --- power ------------------------------------------------------------------------------------
+
+
+def _state(dom: VirDomain) -> int:
+    return int(dom.state()[0])
+
+
+def _power(state: int) -> PowerState:
+    return PowerState.ON if state in RUNNING_STATES else PowerState.OFF
+
+
+def _start(dom: VirDomain) -> None:
+    """Whatever Off state the domain is in, bring it to running."""
+    state = _state(dom)
+    if state in RUNNING_STATES:
+        return
+    if state == libvirt.VIR_DOMAIN_PAUSED:
+        dom.resume()
+    elif state == libvirt.VIR_DOMAIN_PMSUSPENDED:
+        dom.pMWakeup(0)
+    else:
+        if dom.isActive():  # crashed or stuck shutting down: restart it
+            dom.destroy()
+        dom.create()
+
+
+def _apply_live(dom: VirDomain, changes: VMChanges) -> None:
+    """Hot-add within the headroom set at create; what is refused waits for the next boot."""
+    attempts: list[Callable[[], object]] = []
+    if changes.cpu is not None:
+        cpu = changes.cpu
+        attempts.append(lambda: dom.setVcpusFlags(cpu, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+    if changes.memory_mib is not None:
+        kib = changes.memory_mib * KIB_PER_MIB
+        attempts.append(lambda: dom.setMemoryFlags(kib, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+    for attempt in attempts:
+        try:
+            attempt()
+        except libvirt.libvirtError as error:
+            if error_code(error) not in REFUSED_VARIANT_CODES:
+                raise
+
+
+# --- disks ------------------------------------------------------------------------------------
+
+
+def _root_disk(conn: VirConnect, request: CreateRequest) -> tuple[int, VolumeFacts | None]:
+    """The root volume's capacity in bytes and, for a Path image, the volume it overlays."""
+    image = request.image
+    wanted = request.vm_class.disk_defaults.size_gib * GIB
+    if image.is_blank:
+        return wanted or DEFAULT_ROOT_DISK_GIB * GIB, None
+    if image.template_name:
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                "image_json.TemplateName", "libvirt has no templates; give a Path or URL"
+            )
+        )
+    if not image.path:
+        raise AdapterError(
+            ProviderError.unsupported("image_json.URL: image download is not implemented yet")
+        )
+    backing = volume_facts(conn, image.path)
+    if backing is None:
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                "image_json.Path", f"{image.path!r} is not a volume in any storage pool"
+            )
+        )
+    return max(wanted, backing.capacity_bytes), backing
+
+
+def _grow_disk(
+    conn: VirConnect, dom: VirDomain, disk: DiskDevice, capacity: int, running: bool
+) -> None:
+    current = volume_facts(conn, disk.path)
+    if current is not None and current.capacity_bytes >= capacity:
+        return  # disks only grow
+    if running:
+        dom.blockResize(disk.target, capacity, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
+    else:
+        grow_volume(conn, disk.path, capacity)
+
+
+def _attach_new_disk(
+    conn: VirConnect, dom: VirDomain, facts: DomainFacts, index: int, capacity: int
+) -> None:
+    metadata = _own_metadata(dom)
+    root = facts.disks[0].path if facts.disks else ""
+    pool = conn.storageVolLookupByPath(root).storagePoolLookupByVolume()
+    path = create_volume(pool, volume_name(facts.name, index), capacity)
+    disk = DiskDevice(path=path, format="qcow2", target=disk_target(index))
+    flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    if dom.isActive():
+        flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+    try:
+        dom.attachDeviceFlags(ET.tostring(disk_element(disk), encoding="unicode"), flags)
+        _write_metadata(dom, metadata.with_volume(path))
+    except libvirt.libvirtError:
+        delete_volume(conn, path)
+        raise
+
+
+def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:
+    dom = _by_id(conn, query.vm_id)
+    facts = _facts(dom)
+    snapshots = tuple(str(snapshot.getName()) for snapshot in dom.listAllSnapshots(0))
+    if query.snapshot_id and query.snapshot_id not in snapshots:
+        raise AdapterError(
+            ProviderError.not_found(f"VM {facts.name!r} has no snapshot {query.snapshot_id!r}")
+        )
+    if not facts.disks:
+        raise AdapterError(ProviderError.not_found(f"VM {facts.name!r} has no disks"))
+    chosen = (
+        facts.disks[0]
+        if not query.disk_id
+        else next((disk for disk in facts.disks if query.disk_id in (disk.target, disk.path)), None)
+    )
+    if chosen is None:
+        raise AdapterError(
+            ProviderError.not_found(f"VM {facts.name!r} has no disk {query.disk_id!r}")
+        )
+    volume = volume_facts(conn, chosen.path)
+    return DiskDetails(
+        disk_id=chosen.target,
+        format=volume.format if volume else chosen.format,
+        virtual_size_bytes=volume.capacity_bytes if volume else 0,
+        actual_size_bytes=volume.allocation_bytes if volume else 0,
+        path=chosen.path,
+        is_bootable=chosen == facts.disks[0],
+        snapshots=snapshots,
+        backing_file=volume.backing_path if volume else "",
+        metadata={"vm": facts.name, "target": chosen.target},
+    )
+
+
+# --- networks -------------------------------------------------------------------------------
+
+
+def _nic(conn: VirConnect, index: int, attachment: NetworkAttachment) -> NicDevice:
+    model = attachment.model or "virtio"
+    if attachment.network_name:
+        try:
+            conn.networkLookupByName(attachment.network_name)
+        except libvirt.libvirtError as error:
+            if not is_missing(error):
+                raise
+            raise AdapterError(
+                ProviderError.invalid_spec(
+                    f"networks_json[{index}].NetworkName",
+                    f"no libvirt network named {attachment.network_name!r}",
+                )
+            ) from error
+        return NicDevice("network", attachment.network_name, model, attachment.mac_address)
+    if attachment.bridge:
+        return NicDevice("bridge", attachment.bridge, model, attachment.mac_address)
+    return NicDevice("user", "", model, attachment.mac_address)
+
+
+def _addresses(dom: VirDomain) -> tuple[str, ...]:
+    """Guest addresses from DHCP leases, else the guest agent; none when neither answers."""
+    for source in ADDRESS_SOURCES:
+        try:
+            interfaces = dom.interfaceAddresses(source, 0) or {}
+        except libvirt.libvirtError:
+            continue  # no lease / no agent: try the next source
+        found = [
+            str(address["addr"])
+            for interface in interfaces.values()
+            for address in interface.get("addrs") or ()
+        ]
+        if found:
+            return tuple(found)
+    return ()
+
+
+def _info(
+    conn: VirConnect, vm_id: str, facts: DomainFacts, state: int, ips: tuple[str, ...]
+) -> VMInfo:
+    routable = routable_addresses(ips)
+    disks = []
+    for disk in facts.disks:
+        volume = volume_facts(conn, disk.path)
+        disks.append(
+            DiskInfo(
+                id=disk.target,
+                path=disk.path,
+                size_gib=-(-volume.capacity_bytes // GIB) if volume else 0,
+                format=volume.format if volume else disk.format,
+            )
+        )
+    return VMInfo(
+        id=vm_id,
+        name=facts.name,
+        power_state=_power(state),
+        ips=ips,
+        cpu=facts.vcpus,
+        memory_mib=facts.memory_mib,
+        disks=tuple(disks),
+        networks=tuple(
+            NetworkInfo(
+                name=nic.source or nic.kind,
+                mac=nic.mac,
+                ip_address=routable[index] if index < len(routable) else "",
+            )
+            for index, nic in enumerate(facts.nics)
+        ),
+        provider_raw=_raw(vm_id, facts, state),
+    )
+
+
+def _raw(vm_id: str, facts: DomainFacts, state: int) -> dict[str, str]:
+    owner = facts.metadata.owner if facts.metadata and facts.metadata.owner else None
+    return {
+        "id": vm_id,
+        "name": facts.name,
+        "state": STATE_NAMES.get(state, "unknown"),
+        "cpu": str(facts.vcpus),
+        "max_cpu": str(facts.max_vcpus),
+        "memory_mib": str(facts.memory_mib),
+        "firmware": facts.firmware,
+        "owner": owner.provider if owner else "",
+    }
+
+
+# --- snapshots ------------------------------------------------------------------------------
+
+
+def _snapshot(dom: VirDomain, snapshot_id: str) -> Any:
+    try:
+        return dom.snapshotLookupByName(snapshot_id, 0)
+    except libvirt.libvirtError as error:
+        if is_missing(error) or error_code(error) == libvirt.VIR_ERR_INVALID_ARG:
+            raise AdapterError(
+                ProviderError.not_found(f"VM {dom.name()!r} has no snapshot {snapshot_id!r}")
+            ) from error
+        raise
+
+
+def _create_snapshot(conn: VirConnect, request: SnapshotRequest) -> Snapshot:
+    dom = _by_id(conn, request.vm_id)
+    try:
+        return _snapshot_value(dom.snapshotLookupByName(request.name, 0))  # a retry: same one
+    except libvirt.libvirtError as error:
+        if not is_missing(error):
+            raise
+    running = _state(dom) in RUNNING_STATES
+    if running and not request.include_memory:
+        try:
+            created = dom.snapshotCreateXML(
+                _snapshot_xml(request, memory=False), libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY
+            )
+            return _snapshot_value(created)
+        except libvirt.libvirtError as error:
+            if error_code(error) not in REFUSED_VARIANT_CODES:
+                raise
+            # No disk-only snapshots here: a full one is the next best; it reports memory.
+    return _snapshot_value(dom.snapshotCreateXML(_snapshot_xml(request, memory=None), 0))
+
+
+def _snapshot_xml(request: SnapshotRequest, *, memory: bool | None) -> str:
+    root = ET.Element("domainsnapshot")
+    ET.SubElement(root, "name").text = request.name
+    if request.description:
+        ET.SubElement(root, "description").text = request.description
+    if memory is False:
+        ET.SubElement(root, "memory", {"snapshot": "no"})
+    return ET.tostring(root, encoding="unicode")
+
+
+def _snapshot_value(snapshot: Any) -> Snapshot:
+    root = ET.fromstring(snapshot.getXMLDesc(0))  # noqa: S314 - libvirt's own output
+    memory = root.find("memory")
+    captured = memory is not None and memory.get("snapshot", "no") != "no"
+    return Snapshot(
+        id=str(snapshot.getName()),
+        name=str(snapshot.getName()),
+        description=root.findtext("description", ""),
+        include_memory=captured,
+    )

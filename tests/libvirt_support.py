@@ -1,0 +1,68 @@
+"""libvirt test-driver hypervisors for the contract and libvirt suites.
+
+`test:///<node.xml>` gives every connection its own fresh, in-memory host: nothing touches
+the disk or the network, so each test gets a clean hypervisor.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import libvirt
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, Opener
+from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+
+BASE_IMAGE_NAME = "base.qcow2"
+GIB = 1024**3
+
+
+def node_xml(pool_dir: Path, *, with_default_pool: bool = True) -> str:
+    """A test-driver host: a `default` dir pool and a `lan` network.
+
+    The network carries an <ip> element: libvirt 9.0's test driver crashes answering
+    interfaceAddresses for a network without one.
+    """
+    node = ET.Element("node")
+    if with_default_pool:
+        pool = ET.SubElement(node, "pool", {"type": "dir"})
+        ET.SubElement(pool, "name").text = "default"
+        ET.SubElement(ET.SubElement(pool, "target"), "path").text = str(pool_dir)
+    network = ET.SubElement(node, "network")
+    ET.SubElement(network, "name").text = "lan"
+    ET.SubElement(network, "bridge", {"name": "virbr-test"})
+    ip = ET.SubElement(network, "ip", {"address": "192.0.2.1", "netmask": "255.255.255.0"})
+    ET.SubElement(ET.SubElement(ip, "dhcp"), "range", {"start": "192.0.2.2", "end": "192.0.2.254"})
+    return ET.tostring(node, encoding="unicode")
+
+
+def isolated_host_uri(tmp_path: Path, *, with_default_pool: bool = True) -> str:
+    pool_dir = tmp_path / "pool"
+    pool_dir.mkdir(exist_ok=True)
+    node = tmp_path / "node.xml"
+    node.write_text(node_xml(pool_dir, with_default_pool=with_default_pool))
+    return f"test://{node}"
+
+
+def make_adapter(
+    uri: str, clock: ManualClock, *, opener: Opener = libvirt.open
+) -> tuple[LibvirtHypervisor, LibvirtConnection]:
+    connection = LibvirtConnection(uri, opener=opener)
+    return LibvirtHypervisor(connection, clock, domain_type="test"), connection
+
+
+def add_base_image(connection: LibvirtConnection, size_gib: int = 2) -> str:
+    """A qcow2 volume in the default pool, as an operator would have put it there."""
+    volume = ET.Element("volume")
+    ET.SubElement(volume, "name").text = BASE_IMAGE_NAME
+    ET.SubElement(volume, "capacity", {"unit": "bytes"}).text = str(size_gib * GIB)
+    ET.SubElement(volume, "allocation").text = "0"
+    ET.SubElement(ET.SubElement(volume, "target"), "format", {"type": "qcow2"})
+    xml = ET.tostring(volume, encoding="unicode")
+    return str(
+        connection.call(
+            lambda conn: conn.storagePoolLookupByName("default").createXML(xml, 0).path()
+        )
+    )
