@@ -91,6 +91,30 @@ def start(extra_env: dict[str, str], tmp_path: Path) -> Process:
     raise AssertionError("pyrigaud did not become ready in 20 s")
 
 
+def run_to_exit(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `pyrigaud serve` expecting it to refuse to start (bounded by a timeout)."""
+    return subprocess.run(
+        [
+            *PYRIGAUD,
+            "serve",
+            f"--port={free_port()}",
+            f"--health-port={free_port()}",
+            "--listen-address",
+            "127.0.0.1",
+        ],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "PYRIGAUD_TLS_DIR": str(tmp_path / "none"),
+            "VIRTRIGAUD_PROVIDER_INSECURE": "true",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Process]:
     process = start({"PYRIGAUD_FAKE_LATENCY": "create=2"}, tmp_path)
@@ -181,26 +205,7 @@ def test_every_log_line_is_json_and_names_no_secret(tmp_path: Path) -> None:
 def test_refuses_to_start_without_tls_or_with_bad_settings(
     tmp_path: Path, env: dict[str, str], needle: str
 ) -> None:
-    completed = subprocess.run(
-        [
-            *PYRIGAUD,
-            "serve",
-            f"--port={free_port()}",
-            f"--health-port={free_port()}",
-            "--listen-address",
-            "127.0.0.1",
-        ],
-        env={
-            "PATH": os.environ.get("PATH", ""),
-            "PYRIGAUD_TLS_DIR": str(tmp_path / "none"),
-            "VIRTRIGAUD_PROVIDER_INSECURE": "true",
-            **env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    completed = run_to_exit(tmp_path, env)
     assert completed.returncode != 0
     assert needle.lower() in completed.stderr.lower()
 
@@ -253,27 +258,7 @@ def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None
     hidden = tmp_path / "no-libvirt"
     hidden.mkdir()
     (hidden / "libvirt.py").write_text("raise ImportError('No module named libvirt')\n")
-    completed = subprocess.run(
-        [
-            *PYRIGAUD,
-            "serve",
-            f"--port={free_port()}",
-            f"--health-port={free_port()}",
-            "--listen-address",
-            "127.0.0.1",
-        ],
-        env={
-            "PATH": os.environ.get("PATH", ""),
-            "PYTHONPATH": str(hidden),
-            "PROVIDER_TYPE": "libvirt",
-            "VIRTRIGAUD_PROVIDER_INSECURE": "true",
-            "PYRIGAUD_TLS_DIR": str(tmp_path / "none"),
-        },
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    completed = run_to_exit(tmp_path, {"PYTHONPATH": str(hidden), "PROVIDER_TYPE": "libvirt"})
     assert completed.returncode != 0
     assert "pyrigaud[libvirt]" in completed.stderr
     assert "PROVIDER_TYPE=fake" in completed.stderr
