@@ -7,13 +7,16 @@ the disk or the network, so each test gets a clean hypervisor.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import libvirt
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, Opener
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_volume
 
 BASE_IMAGE_NAME = "base.qcow2"
 GIB = 1024**3
@@ -46,11 +49,34 @@ def isolated_host_uri(tmp_path: Path, *, with_default_pool: bool = True) -> str:
     return f"test://{node}"
 
 
+def write_pool_file(conn: Any, volume: Any, chunks: Iterable[bytes]) -> None:
+    """Stands in for the stream upload the test driver lacks (VIR_ERR_NO_SUPPORT).
+
+    The test driver's dir pools are real directories of this machine, so the bytes land in the
+    file the volume's path names, where a test can read them back.
+    """
+    with open(volume.path(), "wb") as target:
+        for chunk in chunks:
+            target.write(chunk)
+
+
 def make_adapter(
-    uri: str, clock: ManualClock, *, opener: Opener = libvirt.open
+    uri: str,
+    clock: ManualClock,
+    *,
+    opener: Opener = libvirt.open,
+    volume_writer: VolumeWriter = upload_volume,
+    allow_loopback_urls: bool = False,
 ) -> tuple[LibvirtHypervisor, LibvirtConnection]:
     connection = LibvirtConnection(uri, opener=opener)
-    return LibvirtHypervisor(connection, clock, domain_type="test"), connection
+    adapter = LibvirtHypervisor(
+        connection,
+        clock,
+        domain_type="test",
+        volume_writer=volume_writer,
+        allow_loopback_urls=allow_loopback_urls,
+    )
+    return adapter, connection
 
 
 def add_base_image(connection: LibvirtConnection, size_gib: int = 2) -> str:

@@ -35,7 +35,9 @@ from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
 from pyrigaud.entrypoints.settings import Settings
 
 
-def libvirt_hypervisor(endpoint: str, clock: Clock, domain_type: str, default_pool: str) -> object:
+def libvirt_hypervisor(
+    endpoint: str, clock: Clock, domain_type: str, default_pool: str, allow_loopback_urls: bool
+) -> object:
     """The libvirt adapter, imported only when selected: libvirt-python is an optional extra."""
     from pyrigaud.adapters.hypervisors.libvirt.connection import (  # noqa: PLC0415
         LibvirtConnection,
@@ -50,6 +52,7 @@ def libvirt_hypervisor(endpoint: str, clock: Clock, domain_type: str, default_po
         clock,
         domain_type=domain_type,
         pools=PoolSettings(default_pool=default_pool),
+        allow_loopback_urls=allow_loopback_urls,
     )
 
 
@@ -75,6 +78,7 @@ class Container(containers.DeclarativeContainer):
         clock=clock,
         domain_type=config.libvirt_domain_type,
         default_pool=config.default_datastore,
+        allow_loopback_urls=config.image_url_allow_loopback,
     )
 
     hypervisor = providers.Selector(
@@ -145,6 +149,7 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             "provider_endpoint": settings.endpoint,
             "default_datastore": settings.default_datastore or "default",
             "libvirt_domain_type": settings.resolved_libvirt_domain_type,
+            "image_url_allow_loopback": settings.image_url_allow_loopback,
             "max_concurrent_ops": settings.max_concurrent_ops,
             "allowed_sans": settings.allowed_sans if mutual_tls else "",
             "fake_latency": settings.fake_latency_by_operation,

@@ -42,6 +42,7 @@ class Settings(BaseModel):
     allowed_sans: str = Field("", alias="VIRTRIGAUD_PROVIDER_ALLOWED_SANS")
     default_datastore: str = Field("", alias="PROVIDER_DEFAULT_DATASTORE")
     libvirt_domain_type: str = Field("auto", alias="LIBVIRT_DOMAIN_TYPE")
+    image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
@@ -61,7 +62,7 @@ class Settings(BaseModel):
             raise ValueError(f"must be one of {', '.join(AVAILABLE_BACKENDS)}, got {value!r}")
         return "fake" if backend == "mock" else backend
 
-    @field_validator("tls_enabled", "insecure", mode="before")
+    @field_validator("tls_enabled", "insecure", "image_url_allow_loopback", mode="before")
     @classmethod
     def _boolean(cls, value: object) -> object:
         if isinstance(value, str):

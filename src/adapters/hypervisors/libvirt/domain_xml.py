@@ -46,6 +46,8 @@ class DomainDefinition:
     disks: tuple[DiskDevice, ...]
     nics: tuple[NicDevice, ...]
     metadata: VMMetadata
+    seed_path: str = ""  # the cloud-init NoCloud ISO, attached as a read-only cdrom
+    uuid: str = ""  # chosen up front when the seed's instance-id must name it
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ def disk_target(index: int) -> str:
 def render_domain(definition: DomainDefinition) -> str:
     root = ET.Element("domain", {"type": definition.domain_type})
     ET.SubElement(root, "name").text = definition.name
+    if definition.uuid:
+        ET.SubElement(root, "uuid").text = definition.uuid
     metadata = ET.SubElement(root, "metadata")
     metadata.append(definition.metadata.element(qualified=True))
     if definition.max_memory_mib:
@@ -97,6 +101,8 @@ def render_domain(definition: DomainDefinition) -> str:
     devices = ET.SubElement(root, "devices")
     for disk in definition.disks:
         devices.append(disk_element(disk))
+    if definition.seed_path:
+        devices.append(seed_element(definition.seed_path))
     for nic in definition.nics:
         devices.append(_nic_element(nic))
     ET.SubElement(devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"})
@@ -108,6 +114,16 @@ def disk_element(disk: DiskDevice) -> ET.Element:
     ET.SubElement(element, "driver", {"name": "qemu", "type": disk.format})
     ET.SubElement(element, "source", {"file": disk.path})
     ET.SubElement(element, "target", {"dev": disk.target, "bus": "virtio"})
+    return element
+
+
+def seed_element(path: str) -> ET.Element:
+    """A SATA cdrom: q35 has no IDE, and cloud-init finds the `cidata` label on any bus."""
+    element = ET.Element("disk", {"type": "file", "device": "cdrom"})
+    ET.SubElement(element, "driver", {"name": "qemu", "type": "raw"})
+    ET.SubElement(element, "source", {"file": path})
+    ET.SubElement(element, "target", {"dev": "sda", "bus": "sata"})
+    ET.SubElement(element, "readonly")
     return element
 
 
@@ -216,8 +232,13 @@ def cloned_domain(
     memory_mib: int | None,
     disk_paths: dict[str, str],
     metadata: VMMetadata,
+    dropped_media: frozenset[str] = frozenset(),
 ) -> str:
-    """A copy of `xml` under a new name: no UUID or MACs (libvirt makes new ones), new disks."""
+    """A copy of `xml` under a new name: no UUID or MACs (libvirt makes new ones), new disks.
+
+    Cdroms on `dropped_media` (the source's own cloud-init seed, which names the source and
+    goes when it is deleted) are left out.
+    """
     root = ET.fromstring(with_resources(xml, vcpus, memory_mib))  # noqa: S314 - our output
     name_element = root.find("name")
     assert name_element is not None  # libvirt always writes <name>
@@ -229,6 +250,10 @@ def cloned_domain(
         _parent(root, mac).remove(mac)
     for target in root.findall("devices/interface/target"):
         _parent(root, target).remove(target)
+    for cdrom in root.findall("devices/disk[@device='cdrom']"):
+        source = cdrom.find("source")
+        if source is not None and source.get("file", "") in dropped_media:
+            _parent(root, cdrom).remove(cdrom)
     for source in root.findall("devices/disk/source"):
         source.set("file", disk_paths.get(source.get("file", ""), source.get("file", "")))
     devices = root.find("devices")

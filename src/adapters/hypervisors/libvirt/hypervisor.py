@@ -7,14 +7,18 @@ are raised inside and turned into Results at each port method's edge.
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     HOT_ADD_FACTOR,
@@ -29,6 +33,11 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     parse_domain,
     render_domain,
     with_resources,
+)
+from pyrigaud.adapters.hypervisors.libvirt.download import (
+    ChecksumMismatchError,
+    DownloadError,
+    open_download,
 )
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     AdapterError,
@@ -46,18 +55,26 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
     PoolSettings,
     VolumeFacts,
+    VolumeWriter,
     copy_volume,
+    copy_volume_into,
     create_volume,
     delete_volume,
     find_pool,
+    find_volume,
     grow_volume,
+    seed_volume_name,
+    upload_volume,
     volume_facts,
     volume_name,
+    volume_xml,
+    write_new_volume,
 )
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB, MAX_CPU, MAX_MEMORY_MIB
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.image_urls import UnsafeImageURLError
 from pyrigaud.domain.models import (
     Capabilities,
     CloneRequest,
@@ -94,7 +111,7 @@ LIBVIRT_CAPABILITIES = Capabilities(
     supports_snapshots=True,
     supports_memory_snapshots=True,
     supports_linked_clones=True,
-    supports_image_import=False,  # image download / prepare is a later piece
+    supports_image_import=True,  # from a pool volume, a local file, or an http(s) URL
     supported_disk_types=("qcow2",),
     supported_network_types=("network", "bridge", "user"),
     supports_clone=True,
@@ -127,6 +144,11 @@ REFUSED_VARIANT_CODES = frozenset(
         libvirt.VIR_ERR_OPERATION_INVALID,
     }
 )
+IMAGE_FORMATS = frozenset({"qcow2", "raw"})
+UNSPECIFIED_FORMATS = frozenset({"", "template"})
+VOLUME_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+FILE_CHUNK_BYTES = 1024 * 1024
+QEMU_MAC_PREFIX = "52:54:00"
 
 
 class LibvirtHypervisor:
@@ -139,11 +161,16 @@ class LibvirtHypervisor:
         *,
         domain_type: str = "kvm",
         pools: PoolSettings | None = None,
+        allow_loopback_urls: bool = False,
+        volume_writer: VolumeWriter = upload_volume,
     ) -> None:
+        """`volume_writer` puts bytes into a volume: a libvirt stream unless a test says else."""
         self._connection = connection
         self._clock = clock
         self._domain_type = domain_type
         self._pools = pools or PoolSettings()
+        self._allow_loopback_urls = allow_loopback_urls
+        self._write_volume = volume_writer
 
     # --- VMLifecycle --------------------------------------------------------------------------
 
@@ -313,8 +340,9 @@ class LibvirtHypervisor:
     # --- Images and DiskTransfer --------------------------------------------------------------
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
-        return Failure(
-            ProviderError.unsupported("image preparation is not implemented for libvirt yet")
+        return self._run(
+            f"prepare image {request.target_name!r}",
+            lambda conn: self._prepare_image(conn, request),
         )
 
     def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
@@ -361,10 +389,15 @@ class LibvirtHypervisor:
         pool = find_pool(conn, request.placement.datastore or self._pools.default_pool, self._pools)
         # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
         attachments = request.networks or (NetworkAttachment(),)
+        seeded = needs_seed(request.user_data, request.meta_data, attachments)
+        if seeded:
+            attachments = _with_macs(attachments)  # network-config matches NICs by MAC
         nics = tuple(_nic(conn, index, attachment) for index, attachment in enumerate(attachments))
         root_size, backing = _root_disk(conn, request)
         metadata = VMMetadata(owner=owner, created_at=self._clock.now(), tags=request.tags)
+        domain_uuid = str(uuid.uuid4())
         disks: list[DiskDevice] = []
+        seed_path = ""
         try:
             sizes = [root_size] + [spec.size_gib * GIB for spec in request.disks]
             for index, size in enumerate(sizes):
@@ -373,6 +406,16 @@ class LibvirtHypervisor:
                 )
                 metadata = metadata.with_volume(path)
                 disks.append(DiskDevice(path=path, format="qcow2", target=disk_target(index)))
+            if seeded:
+                seed = SeedInput(
+                    name=request.name,
+                    instance_id=domain_uuid,
+                    user_data=request.user_data,
+                    meta_data=request.meta_data,
+                    networks=attachments,
+                )
+                seed_path = self._write_seed(conn, pool, request.name, build_seed(seed))
+                metadata = metadata.with_volume(seed_path)
             vm_class = request.vm_class
             definition = DomainDefinition(
                 name=request.name,
@@ -390,15 +433,130 @@ class LibvirtHypervisor:
                 disks=tuple(disks),
                 nics=nics,
                 metadata=metadata,
+                seed_path=seed_path,
+                uuid=domain_uuid,
             )
             return str(conn.defineXML(render_domain(definition)).UUIDString())
         except (libvirt.libvirtError, AdapterError):
-            for disk in disks:
-                delete_volume(conn, disk.path)
+            for path in metadata.volumes:
+                delete_volume(conn, path)
             raced = _by_name(conn, request.name)  # another replica may have won the race
             if raced is not None and _owner(_facts(raced)) == owner:
                 return str(raced.UUIDString())
             raise
+
+    def _write_seed(self, conn: VirConnect, pool: Any, vm_name: str, iso: bytes) -> str:
+        xml = volume_xml(seed_volume_name(vm_name), len(iso), volume_format="raw")
+        try:
+            return write_new_volume(conn, pool, xml, (iso,), self._write_volume)
+        except libvirt.libvirtError as error:
+            if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
+                raise
+            raise AdapterError(
+                ProviderError.unsupported(
+                    "this libvirt driver cannot upload volumes (virStorageVolUpload), so it "
+                    "cannot carry the cloud-init seed that user_data, meta_data or static "
+                    "addressing need"
+                )
+            ) from error
+
+    def _prepare_image(self, conn: VirConnect, request: PrepareImageRequest) -> PreparedImage:
+        source = request.source
+        if source.template_name or source.content_library:
+            raise AdapterError(
+                ProviderError.invalid_spec(
+                    "image_json.templateName", "libvirt has no templates; give a path or url"
+                )
+            )
+        if not VOLUME_NAME_PATTERN.fullmatch(request.target_name):
+            raise AdapterError(
+                ProviderError.invalid_spec(
+                    "target_name", "must be letters, digits, '.', '_' or '-' (at most 200)"
+                )
+            )
+        origin = volume_facts(conn, source.path) if source.path else None
+        image_format = _image_format(source.format, origin, source.url)
+        pool_name = request.storage_hint or source.storage_pool or self._pools.default_pool
+        field = "storage_hint" if request.storage_hint else "image_json.storagePool"
+        pool = find_pool(conn, pool_name, self._pools, field)
+        name = f"{request.target_name}.{image_format}"
+        existing = find_volume(pool, name)
+        if existing is not None:
+            return PreparedImage(id=request.target_name, path=existing)
+        if origin is not None:
+            path = copy_volume_into(conn, pool, origin.path, name)
+        elif source.path:
+            path = self._import_file(conn, pool, name, image_format, source.path)
+        else:
+            path = self._import_url(conn, pool, name, image_format, request)
+        return PreparedImage(id=request.target_name, path=path)
+
+    def _import_file(
+        self, conn: VirConnect, pool: Any, name: str, image_format: str, file_path: str
+    ) -> str:
+        if not os.path.isabs(file_path) or not os.path.isfile(file_path):
+            raise AdapterError(
+                ProviderError.invalid_spec(
+                    "image_json.path",
+                    f"{file_path!r} is neither a volume in a storage pool nor a file on this host",
+                )
+            )
+        xml = volume_xml(name, os.path.getsize(file_path), volume_format=image_format)
+        return self._upload_or_refuse(
+            lambda: write_new_volume(conn, pool, xml, _file_chunks(file_path), self._write_volume)
+        )
+
+    def _import_url(
+        self,
+        conn: VirConnect,
+        pool: Any,
+        name: str,
+        image_format: str,
+        request: PrepareImageRequest,
+    ) -> str:
+        source = request.source
+        try:
+            download = open_download(
+                source.url,
+                checksum=source.checksum,
+                checksum_type=source.checksum_type,
+                allow_loopback=self._allow_loopback_urls,
+            )
+        except UnsafeImageURLError as error:
+            raise AdapterError(ProviderError.invalid_spec("image_json.url", str(error))) from error
+        except DownloadError as error:
+            raise AdapterError(ProviderError.unavailable(str(error))) from error
+        except ValueError as error:
+            raise AdapterError(
+                ProviderError.invalid_spec("image_json.checksumType", str(error))
+            ) from error
+        xml = volume_xml(name, download.length or 0, volume_format=image_format)
+        try:
+            return self._upload_or_refuse(
+                lambda: write_new_volume(conn, pool, xml, download.chunks, self._write_volume)
+            )
+        except ChecksumMismatchError as error:
+            raise AdapterError(
+                ProviderError.invalid_spec("image_json.checksum", str(error))
+            ) from error
+        except DownloadError as error:
+            raise AdapterError(ProviderError.unavailable(str(error))) from error
+        finally:
+            download.close()
+
+    @staticmethod
+    def _upload_or_refuse(upload: Callable[[], str]) -> str:
+        try:
+            return upload()
+        except libvirt.libvirtError as error:
+            if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
+                raise
+            raise AdapterError(
+                ProviderError.unsupported(
+                    "this libvirt driver cannot upload volumes (virStorageVolUpload): import "
+                    "the image from a volume already in a storage pool"
+                )
+            ) from error
 
     def _reconfigure(self, conn: VirConnect, vm_id: str, changes: VMChanges) -> None:
         dom = _by_id(conn, vm_id)
@@ -472,6 +630,7 @@ class LibvirtHypervisor:
                 memory_mib=request.memory_mib,
                 disk_paths=copies,
                 metadata=metadata,
+                dropped_media=frozenset(facts.metadata.volumes if facts.metadata else ()),
             )
             return str(conn.defineXML(xml).UUIDString())
         except (libvirt.libvirtError, AdapterError):
@@ -642,7 +801,9 @@ def _root_disk(conn: VirConnect, request: CreateRequest) -> tuple[int, VolumeFac
         )
     if not image.path:
         raise AdapterError(
-            ProviderError.unsupported("image_json.URL: image download is not implemented yet")
+            ProviderError.unsupported(
+                "image_json.URL: Create does not download; ImagePrepare the URL and give its Path"
+            )
         )
     backing = volume_facts(conn, image.path)
     if backing is None:
@@ -652,6 +813,43 @@ def _root_disk(conn: VirConnect, request: CreateRequest) -> tuple[int, VolumeFac
             )
         )
     return max(wanted, backing.capacity_bytes), backing
+
+
+def _image_format(given: str, origin: VolumeFacts | None, url: str) -> str:
+    """The prepared volume's format: as told, else the source volume's, else from the URL."""
+    chosen = given.strip().lower()
+    if chosen in UNSPECIFIED_FORMATS:
+        if origin is not None:
+            chosen = origin.format
+        elif url.split("?", 1)[0].endswith((".raw", ".img")):
+            chosen = "raw"
+        else:
+            chosen = "qcow2"
+    if chosen not in IMAGE_FORMATS:
+        raise AdapterError(
+            ProviderError.invalid_spec("image_json.format", f"{given!r} is not qcow2 or raw")
+        )
+    return chosen
+
+
+def _file_chunks(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as image:
+        while chunk := image.read(FILE_CHUNK_BYTES):
+            yield chunk
+
+
+def _with_macs(attachments: tuple[NetworkAttachment, ...]) -> tuple[NetworkAttachment, ...]:
+    """Every NIC with a MAC (a random one under QEMU's prefix if none given), for network-config."""
+    return tuple(
+        attachment
+        if attachment.mac_address
+        else attachment.model_copy(update={"mac_address": _random_mac()})
+        for attachment in attachments
+    )
+
+
+def _random_mac() -> str:
+    return ":".join((QEMU_MAC_PREFIX, *(f"{byte:02x}" for byte in secrets.token_bytes(3))))
 
 
 def _grow_disk(

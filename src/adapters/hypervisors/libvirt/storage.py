@@ -1,12 +1,15 @@
-"""Storage pools and volumes: where VM disks are made, sized, copied and removed.
+"""Storage pools and volumes: where VM disks, seeds and prepared images are made and removed.
 
-Later pieces (image download, cloud-init seed media) add their volumes here too.
+Bytes reach a volume through a libvirt stream (`upload_volume`), so the same code works on a
+remote host; the test driver cannot upload and answers VIR_ERR_NO_SUPPORT.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,8 @@ from pyrigaud.domain.errors import ProviderError
 GIB = 1024**3
 VirStoragePool = Any
 VirStorageVol = Any
+# Writes the chunks into the volume, replacing its content: the stream upload in production.
+VolumeWriter = Callable[[VirConnect, VirStorageVol, Iterable[bytes]], None]
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,13 @@ class PoolSettings:
     default_pool_path: str = "/var/lib/libvirt/images"
 
 
-def find_pool(conn: VirConnect, name: str, settings: PoolSettings) -> VirStoragePool:
-    """The named pool, active; only the default pool is created when it does not exist."""
+def find_pool(
+    conn: VirConnect, name: str, settings: PoolSettings, field: str = "placement_json.Datastore"
+) -> VirStoragePool:
+    """The named pool, active; only the default pool is created when it does not exist.
+
+    A missing named pool is an invalid spec of `field`, the request field that named it.
+    """
     try:
         pool = conn.storagePoolLookupByName(name)
     except libvirt.libvirtError as error:
@@ -47,9 +57,7 @@ def find_pool(conn: VirConnect, name: str, settings: PoolSettings) -> VirStorage
             raise
         if name != settings.default_pool:
             raise AdapterError(
-                ProviderError.invalid_spec(
-                    "placement_json.Datastore", f"no storage pool named {name!r}"
-                )
+                ProviderError.invalid_spec(field, f"no storage pool named {name!r}")
             ) from error
         pool = conn.storagePoolDefineXML(_dir_pool_xml(name, settings.default_pool_path), 0)
         pool.build(0)
@@ -71,13 +79,23 @@ def volume_name(vm_name: str, index: int) -> str:
     return f"{vm_name}-disk{index}-{secrets.token_hex(4)}.qcow2"
 
 
-def volume_xml(name: str, capacity_bytes: int, backing: VolumeFacts | None = None) -> str:
-    """A thin qcow2 volume, optionally an overlay on `backing`."""
+def seed_volume_name(vm_name: str) -> str:
+    return f"{vm_name}-cidata-{secrets.token_hex(4)}.iso"
+
+
+def volume_xml(
+    name: str,
+    capacity_bytes: int,
+    backing: VolumeFacts | None = None,
+    *,
+    volume_format: str = "qcow2",
+) -> str:
+    """A thin volume (qcow2 unless told), optionally an overlay on `backing`."""
     root = ET.Element("volume")
     ET.SubElement(root, "name").text = name
     ET.SubElement(root, "capacity", {"unit": "bytes"}).text = str(capacity_bytes)
     ET.SubElement(root, "allocation", {"unit": "bytes"}).text = "0"
-    ET.SubElement(ET.SubElement(root, "target"), "format", {"type": "qcow2"})
+    ET.SubElement(ET.SubElement(root, "target"), "format", {"type": volume_format})
     if backing is not None:
         store = ET.SubElement(root, "backingStore")
         ET.SubElement(store, "path").text = backing.path
@@ -97,6 +115,70 @@ def copy_volume(conn: VirConnect, source_path: str, name: str) -> str:
     pool = source.storagePoolLookupByVolume()
     capacity = int(source.info()[1])
     return str(pool.createXMLFrom(volume_xml(name, capacity), source, 0).path())
+
+
+def upload_volume(conn: VirConnect, volume: VirStorageVol, chunks: Iterable[bytes]) -> None:
+    """Stream the chunks into the volume from offset 0; an error part-way aborts the stream."""
+    stream = conn.newStream(0)
+    volume.upload(stream, 0, 0, 0)  # length 0: up to the end of what is sent
+    try:
+        for chunk in chunks:
+            _send_all(stream, chunk)
+        stream.finish()
+    except BaseException:
+        with contextlib.suppress(libvirt.libvirtError):
+            stream.abort()
+        raise
+
+
+def _send_all(stream: Any, chunk: bytes) -> None:
+    """A blocking stream may take part of a chunk per call: send until all of it is gone."""
+    view = memoryview(chunk)
+    while view:
+        sent = int(stream.send(view.tobytes()))
+        if sent <= 0:
+            raise libvirt.libvirtError("the libvirt stream accepted no data")
+        view = view[sent:]
+
+
+def write_new_volume(
+    conn: VirConnect,
+    pool: VirStoragePool,
+    xml: str,
+    chunks: Iterable[bytes],
+    writer: VolumeWriter,
+) -> str:
+    """A volume created from `xml` and filled with the chunks; on any failure, no volume."""
+    volume = pool.createXML(xml, 0)
+    path = str(volume.path())
+    try:
+        writer(conn, volume, chunks)
+        with contextlib.suppress(libvirt.libvirtError):  # capacity of an uploaded image
+            pool.refresh(0)
+    except BaseException:
+        delete_volume(conn, path)
+        raise
+    return path
+
+
+def find_volume(pool: VirStoragePool, name: str) -> str | None:
+    """The path of the pool's volume called `name`, or None."""
+    try:
+        return str(pool.storageVolLookupByName(name).path())
+    except libvirt.libvirtError as error:
+        if is_missing(error):
+            return None
+        raise
+
+
+def copy_volume_into(conn: VirConnect, pool: VirStoragePool, source_path: str, name: str) -> str:
+    """A full copy of the volume at `source_path` in `pool`, keeping its format."""
+    source = volume_facts(conn, source_path)
+    if source is None:
+        raise AdapterError(ProviderError.not_found(f"no volume at {source_path!r}"))
+    xml = volume_xml(name, source.capacity_bytes, volume_format=source.format)
+    origin = conn.storageVolLookupByPath(source_path)
+    return str(pool.createXMLFrom(xml, origin, 0).path())
 
 
 def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:

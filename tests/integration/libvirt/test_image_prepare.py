@@ -1,0 +1,272 @@
+"""ImagePrepare on the test driver: from a pool volume, a host file, and a loopback http server.
+
+The test driver cannot upload volumes, so imports that carry bytes use a writer into the pool
+directory's file (see libvirt_support.write_pool_file); the real stream's refusal is shown too.
+URLs use IP literals and /etc/hosts names only: no test resolves a real DNS name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from libvirt_support import add_base_image, isolated_host_uri, make_adapter, write_pool_file
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
+from pyrigaud.adapters.hypervisors.libvirt.download import DownloadError, open_download
+from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.image_urls import UnsafeImageURLError
+from pyrigaud.domain.models import (
+    CreateRequest,
+    DiskQuery,
+    ImageSource,
+    OwnerMark,
+    PrepareImageRequest,
+    VMClass,
+    VMImage,
+)
+
+from support import error_of, ok
+
+OWNER = OwnerMark(provider="tests/libvirt-images")
+IMAGE = b"QFI\xfb" + bytes(range(256)) * 4096  # a little over 1 MiB: more than one chunk
+
+Host = tuple[LibvirtHypervisor, LibvirtConnection]
+
+
+@dataclass
+class ImageServer:
+    base: str
+    requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def server() -> Iterator[ImageServer]:
+    """A real HTTP server on 127.0.0.1 serving the image, a redirect and a 404."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            if self.path == "/image.qcow2":
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(IMAGE)))
+                self.end_headers()
+                self.wfile.write(IMAGE)
+            elif self.path.startswith("/redirect"):
+                self.send_response(302)
+                self.send_header("Location", self.path.split("?to=", 1)[1])
+                self.end_headers()
+            else:
+                self.send_error(404)
+
+        def log_message(self, *_: object) -> None:
+            return
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield ImageServer(base=f"http://127.0.0.1:{httpd.server_address[1]}", requests=seen)
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    adapter, connection = make_adapter(
+        isolated_host_uri(tmp_path),
+        ManualClock(),
+        volume_writer=write_pool_file,
+        allow_loopback_urls=True,
+    )
+    yield adapter, connection
+    connection.close()
+
+
+def pool_volumes(connection: LibvirtConnection) -> set[str]:
+    return set(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+
+
+def from_url(url: str, **source: str) -> PrepareImageRequest:
+    return PrepareImageRequest(source=ImageSource(url=url, **source), target_name="fetched")
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "sha512", "md5"])
+def test_a_url_image_is_downloaded_verified_and_stored_once(
+    host: Host, server: ImageServer, algorithm: str
+) -> None:
+    adapter, connection = host
+    checksum = hashlib.new(algorithm, IMAGE).hexdigest()
+    request = from_url(f"{server.base}/image.qcow2", checksum=checksum, checksum_type=algorithm)
+    prepared = ok(adapter.prepare_image(request))
+    assert prepared.id == "fetched"
+    assert Path(prepared.path).name == "fetched.qcow2"
+    assert Path(prepared.path).read_bytes() == IMAGE
+    assert ok(adapter.prepare_image(request)) == prepared  # idempotent: no second download
+    assert server.requests == ["/image.qcow2"]
+    assert pool_volumes(connection) == {"fetched.qcow2"}
+
+
+def test_sha256_is_the_default_checksum_type(host: Host, server: ImageServer) -> None:
+    adapter, _ = host
+    checksum = hashlib.sha256(IMAGE).hexdigest().upper()
+    ok(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=checksum)))
+
+
+def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
+    host: Host, server: ImageServer
+) -> None:
+    adapter, connection = host
+    wrong = hashlib.sha256(b"another image").hexdigest()
+    error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=wrong)))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("image_json.checksum:")
+    assert pool_volumes(connection) == set()
+
+
+def test_an_unknown_checksum_type_is_refused_before_any_request(
+    host: Host, server: ImageServer
+) -> None:
+    adapter, _ = host
+    request = from_url(f"{server.base}/image.qcow2", checksum="ab", checksum_type="crc32")
+    error = error_of(adapter.prepare_image(request))
+    assert (error.kind, error.message.split(":")[0]) == (
+        ErrorKind.INVALID_SPEC,
+        "image_json.checksumType",
+    )
+    assert server.requests == []
+
+
+def test_an_http_error_is_unavailable_and_leaves_no_volume(host: Host, server: ImageServer) -> None:
+    adapter, connection = host
+    error = error_of(adapter.prepare_image(from_url(f"{server.base}/missing.qcow2")))
+    assert error.kind is ErrorKind.UNAVAILABLE
+    assert "404" in error.message
+    assert pool_volumes(connection) == set()
+
+
+def test_loopback_is_refused_without_the_setting(tmp_path: Path, server: ImageServer) -> None:
+    adapter, connection = make_adapter(
+        isolated_host_uri(tmp_path), ManualClock(), volume_writer=write_pool_file
+    )
+    try:
+        for base in (server.base, server.base.replace("127.0.0.1", "localhost")):
+            error = error_of(adapter.prepare_image(from_url(f"{base}/image.qcow2")))
+            assert error.kind is ErrorKind.INVALID_SPEC
+            assert error.message.startswith("image_json.url:")
+            assert "loopback" in error.message
+        assert server.requests == []
+        assert pool_volumes(connection) == set()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/x", "file:///etc/passwd"]
+)
+def test_link_local_metadata_and_non_http_urls_are_refused_even_with_loopback_allowed(
+    host: Host, url: str
+) -> None:
+    adapter, _ = host
+    error = error_of(adapter.prepare_image(from_url(url)))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("image_json.url:")
+
+
+def test_a_redirect_is_followed_and_its_target_checked_too(server: ImageServer) -> None:
+    followed = open_download(
+        f"{server.base}/redirect?to={server.base}/image.qcow2",
+        checksum="",
+        checksum_type="",
+        allow_loopback=True,
+    )
+    assert b"".join(followed.chunks) == IMAGE
+    with pytest.raises(UnsafeImageURLError, match="metadata"):
+        open_download(
+            f"{server.base}/redirect?to=http://169.254.169.254/",
+            checksum="",
+            checksum_type="",
+            allow_loopback=True,
+        )
+
+
+def test_a_closed_port_is_a_download_error() -> None:
+    with pytest.raises(DownloadError):
+        open_download("http://127.0.0.1:9/x", checksum="", checksum_type="", allow_loopback=True)
+
+
+def test_the_stream_upload_is_unsupported_on_the_test_driver(
+    tmp_path: Path, server: ImageServer
+) -> None:
+    adapter, connection = make_adapter(
+        isolated_host_uri(tmp_path), ManualClock(), allow_loopback_urls=True
+    )
+    try:
+        error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2")))
+        assert error.kind is ErrorKind.UNSUPPORTED
+        assert "virStorageVolUpload" in error.message
+        assert pool_volumes(connection) == set()
+    finally:
+        connection.close()
+
+
+def test_a_host_file_is_imported_into_the_pool(host: Host, tmp_path: Path) -> None:
+    adapter, _ = host
+    image = tmp_path / "disk.raw"
+    image.write_bytes(IMAGE)
+    request = PrepareImageRequest(
+        source=ImageSource(path=str(image), format="raw"), target_name="from-file"
+    )
+    prepared = ok(adapter.prepare_image(request))
+    assert Path(prepared.path).name == "from-file.raw"
+    assert Path(prepared.path).read_bytes() == IMAGE
+
+
+def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -> None:
+    adapter, connection = host
+    base = add_base_image(connection)
+    request = PrepareImageRequest(source=ImageSource(path=base), target_name="golden")
+    prepared = ok(adapter.prepare_image(request))
+    assert (prepared.id, Path(prepared.path).name) == ("golden", "golden.qcow2")
+    disks = []
+    for name in ("vm-a", "vm-b"):
+        create = CreateRequest(
+            name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage(path=prepared.path)
+        )
+        vm_id = ok(adapter.create(create, OWNER))
+        disks.append(ok(adapter.disk_details(DiskQuery(vm_id=vm_id))))
+    assert disks[0].path != disks[1].path
+    assert {disk.backing_file for disk in disks} == {prepared.path}
+
+
+@pytest.mark.parametrize(
+    ("source", "storage_hint", "field"),
+    [
+        (ImageSource(path="/nowhere/disk.qcow2"), "", "image_json.path"),
+        (ImageSource(path="relative.qcow2"), "", "image_json.path"),
+        (ImageSource(template_name="ubuntu"), "", "image_json.templateName"),
+        (ImageSource(url="http://192.0.2.1/x.qcow2", format="vmdk"), "", "image_json.format"),
+        (ImageSource(url="http://192.0.2.1/x.qcow2"), "nope", "storage_hint"),
+        (
+            ImageSource(url="http://192.0.2.1/x.qcow2", storage_pool="nope"),
+            "",
+            "image_json.storagePool",
+        ),
+    ],
+)
+def test_bad_sources_are_invalid_specs_naming_the_field(
+    host: Host, source: ImageSource, storage_hint: str, field: str
+) -> None:
+    adapter, _ = host
+    request = PrepareImageRequest(source=source, target_name="bad", storage_hint=storage_hint)
+    error = error_of(adapter.prepare_image(request))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(f"{field}:")
