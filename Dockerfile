@@ -1,0 +1,36 @@
+# pyrigaud: one image for both backends (libvirt over qemu+ssh, vSphere).
+# Builder compiles libvirt-python against libvirt-dev into a venv; the final stage copies only
+# that venv onto a slim base with the runtime libraries, so no compiler ships.
+FROM python:3.11-slim-bookworm AS builder
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc pkg-config libvirt-dev \
+    && rm -rf /var/lib/apt/lists/*
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN python -m venv /opt/pyrigaud
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+# The install the tests use (pip install <repo>), with the backends' extras instead of dev.
+# pip compiles bytecode here, at build time: at run time the root filesystem is read-only.
+RUN /opt/pyrigaud/bin/python -m pip install '.[libvirt,vsphere]'
+
+FROM python:3.11-slim-bookworm
+# libvirt0: libvirt-python's shared library; openssh-client: the qemu+ssh transport, which
+# refuses to run for a uid without a passwd entry, hence the pyrigaud user (home /tmp).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libvirt0 openssh-client \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --gid 65532 pyrigaud \
+    && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \
+        --shell /usr/sbin/nologin pyrigaud
+COPY --from=builder /opt/pyrigaud /opt/pyrigaud
+# Read-only root filesystem: nothing may write outside /tmp (an emptyDir in the pod).
+ENV PATH=/opt/pyrigaud/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+WORKDIR /tmp
+USER 65532:65532
+EXPOSE 9443 8080
+# The manager appends --port=<port> --health-port=8080.
+ENTRYPOINT ["pyrigaud", "serve"]
