@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from functools import lru_cache
 
 
 def routable_addresses(addresses: Iterable[str]) -> tuple[str, ...]:
     """Keep the addresses worth reporting, in order, without duplicates or unparsable text."""
     kept: dict[str, None] = {}
     for text in addresses:
-        try:
-            address = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
-        except ValueError:
-            continue
-        if not (address.is_loopback or address.is_link_local or address.is_unspecified):
-            kept.setdefault(str(address), None)
+        address = _reportable(text)
+        if address is not None:
+            kept.setdefault(address, None)
     return tuple(kept)
+
+
+@lru_cache(maxsize=8192)
+def _reportable(text: str) -> str | None:
+    """The canonical form of one address, or None; cached because Describe is the hot path
+    and a guest's addresses rarely change."""
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
+    except ValueError:
+        return None
+    if address.is_loopback or address.is_link_local or address.is_unspecified:
+        return None
+    return str(address)

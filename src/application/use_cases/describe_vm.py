@@ -25,6 +25,13 @@ class DescribeVM:
         )
 
 
+def _reportable_description(found: VMDescription | None) -> VMDescription | None:
+    if found is None:
+        return None
+    ips = routable_addresses(found.ips)
+    return found if ips == found.ips else found.model_copy(update={"ips": ips})
+
+
 class ListVMs:
     def __init__(self, inventory: Inventory) -> None:
         self._inventory = inventory

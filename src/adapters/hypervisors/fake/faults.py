@@ -10,6 +10,8 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.domain.errors import ProviderError
 
+_NO_FAULT: Result[None, ProviderError] = Success(None)
+
 
 @dataclass
 class _Failure:
@@ -41,6 +43,8 @@ class FakeFaults:
 
     def before(self, operation: str) -> Result[None, ProviderError]:
         """Called on entry to each operation, outside the fake's state lock."""
+        if not (self._failures or self._latency):
+            return _NO_FAULT  # the common case, kept off the Describe hot path
         with self._lock:
             delay = self._latency.get(operation, 0.0)
             failure = self._failures.get(operation)

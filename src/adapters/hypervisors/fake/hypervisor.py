@@ -354,7 +354,7 @@ class FakeHypervisor:
             return Success(
                 VMDescription(
                     power_state=PowerState.ON if running else PowerState.OFF,
-                    ips=self._guest_addresses(vm),
+                    ips=self._guest_addresses(vm, running),
                     console_url=f"vnc://127.0.0.1:{5900 + int(vm.id[-4:], 16) % 1000}"
                     if running
                     else "",
@@ -694,9 +694,9 @@ class FakeHypervisor:
         vm.running = vm.paused = False
         vm.shutdown_requested_at = None
 
-    def _guest_addresses(self, vm: _VM) -> tuple[str, ...]:
+    def _guest_addresses(self, vm: _VM, running: bool) -> tuple[str, ...]:
         """What a guest agent reports: loopback and link-local included, as real ones do."""
-        if not self._running(vm) or self._clock.now() < vm.started_at + self._ip_delay:
+        if not running or self._clock.now() < vm.started_at + self._ip_delay:
             return ()
         serial = int(vm.id[:6], 16)
         addresses = ["127.0.0.1", "::1", "fe80::5054:ff:fe00:1"]
@@ -718,12 +718,13 @@ class FakeHypervisor:
         }
 
     def _info(self, vm: _VM) -> VMInfo:
-        addresses = self._guest_addresses(vm)
+        running = self._running(vm)
+        addresses = self._guest_addresses(vm, running)
         routable = routable_addresses(addresses)
         return VMInfo(
             id=vm.id,
             name=vm.name,
-            power_state=PowerState.ON if self._running(vm) else PowerState.OFF,
+            power_state=PowerState.ON if running else PowerState.OFF,
             ips=addresses,
             cpu=vm.cpu,
             memory_mib=vm.memory_mib,

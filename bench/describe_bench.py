@@ -1,0 +1,472 @@
+"""Describe latency and throughput: pyrigaud (fake backend) against a bare grpcio floor.
+
+Usage (from the repository root, with the project's venv):
+
+    .venv/bin/python bench/describe_bench.py                  # the comparison, ~1 minute
+    .venv/bin/python bench/describe_bench.py --json out.json  # also write the numbers
+    .venv/bin/python bench/describe_bench.py --create-flood   # Describe under a slow-Create flood
+
+The comparison starts `pyrigaud serve` (PROVIDER_TYPE=fake, plaintext, 127.0.0.1 only) as a
+subprocess, creates --vms VMs (half powered on), then starts the floor: this script re-invoked
+as a bare `grpc.server` (32 workers, pyrigaud's default) answering Describe from a dict of the
+very responses pyrigaud gave for the same ids. Both targets are measured interleaved, with the
+same client (one shared channel per target, C threads), at concurrency 1 and 32. The target is
+pyrigaud within 1.5x of the floor at p50 and no error at 32-way load; this script reports, it
+does not assert (exit status is non-zero only when the benchmark itself fails).
+
+--create-flood starts pyrigaud with PYRIGAUD_FAKE_LATENCY=create=0.5 and measures Describe
+without, then during, a flood of --flood-threads threads creating distinct VMs back to back,
+each Create with a --create-deadline deadline. A Create waits (deadline - 1 s) for one of the
+8 mutation slots, so RESOURCE_EXHAUSTED answers are expected once the slots are full.
+(During the flood, the server CPU column includes the Creates' work.)
+
+Reading the numbers: the client is Python threads on the same machine, so on a small box it
+competes with the server for the cores; at concurrency 32 the latency is then mostly queueing
+(p50 ~ 32 / rps) and the p50 ratio tracks the ratio of server CPU per call. Run it on an idle
+machine: other load moves the ratio by +-0.3 from run to run (see "per round").
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import __version__ as protobuf_version
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+
+HOST = "127.0.0.1"
+WORKERS = 32  # pyrigaud's default PYRIGAUD_GRPC_WORKERS
+RPC_TIMEOUT = 10.0
+CLASS_JSON = (
+    '{"CPU":2,"MemoryMiB":1024,"Firmware":"","DiskDefaults":null,"ExtraConfig":null,'
+    '"PerformanceProfile":null,"SecurityProfile":null,"ResourceLimits":null}'
+)
+
+
+@dataclass
+class Run:
+    target: str
+    concurrency: int
+    calls: int
+    errors: dict[str, int]
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    server_cpu_us: float  # server process CPU (user+sys) per call, all threads
+    phase: str = "idle"
+
+
+@dataclass
+class Sample:
+    """One measurement's raw numbers; a Run sums the samples of several rounds."""
+
+    latencies: list[float]
+    errors: Counter[str]
+    wall: float
+    cpu: float
+
+
+@dataclass
+class Target:
+    name: str
+    channel: grpc.Channel
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the server process (Linux /proc), or nan elsewhere."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Flood:
+    threads: int
+    deadline_s: float
+    seconds: float = 0.0
+    creates: dict[str, int] = field(default_factory=dict)
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+class Processes:
+    """Every subprocess started, stopped on exit whatever happens (terminate, kill after 5 s)."""
+
+    def __init__(self) -> None:
+        self._running: list[tuple[subprocess.Popen[bytes], Any]] = []
+
+    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop_all)
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._running.append((process, log))
+        return process
+
+    def output(self, process: subprocess.Popen[bytes]) -> str:
+        log = next(log for running, log in self._running if running is process)
+        log.seek(0)
+        return str(log.read().decode(errors="replace"))[-2000:]
+
+    def stop_all(self) -> None:
+        for process, _ in self._running:
+            if process.poll() is None:
+                process.terminate()
+        for process, log in self._running:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+        self._running.clear()
+
+
+def wait_ready(
+    processes: Processes, process: subprocess.Popen[bytes], channel: grpc.Channel
+) -> None:
+    """SERVING on grpc.health.v1 (pyrigaud) or, lacking a health service, a ready channel."""
+    deadline = time.monotonic() + 20
+    health = health_pb2_grpc.HealthStub(channel)
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"server exited ({process.returncode}):\n{processes.output(process)}"
+            )
+        try:
+            answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+            if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # the floor: up, no health
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"server not ready after 20 s:\n{processes.output(process)}")
+
+
+def start_pyrigaud(processes: Processes, latency: str = "") -> Target:
+    port = free_port()
+    env = dict(os.environ, PROVIDER_TYPE="fake", VIRTRIGAUD_PROVIDER_INSECURE="true")
+    env.update(LOG_LEVEL="warn", PYRIGAUD_FAKE_LATENCY=latency)
+    argv = [sys.executable, "-m", "pyrigaud.entrypoints.cli", "serve", "--port", str(port)]
+    argv += ["--health-port", str(free_port()), "--listen-address", HOST]
+    process = processes.start(argv, env)
+    channel = grpc.insecure_channel(f"{HOST}:{port}")
+    wait_ready(processes, process, channel)
+    return Target("pyrigaud", channel, process.pid)
+
+
+def seed_vms(channel: grpc.Channel, count: int) -> list[str]:
+    """Create bench-0.. (8 at a time, the mutation bound) and power on every other one."""
+    stub = pb_grpc.ProviderStub(channel)
+
+    def make(index: int) -> str:
+        request = pb.CreateRequest(name=f"bench-{index}", class_json=CLASS_JSON, image_json="null")
+        vm_id = str(stub.Create(request, timeout=60).id)
+        if index % 2 == 0:
+            stub.Power(pb.PowerRequest(id=vm_id, op=pb.POWER_OP_ON), timeout=60)
+        return vm_id
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(make, range(count)))
+
+
+def start_floor(processes: Processes, channel: grpc.Channel, ids: list[str]) -> Target:
+    """The floor serves exactly the answers pyrigaud gave for these ids."""
+    stub = pb_grpc.ProviderStub(channel)
+    answers = {
+        vm_id: base64.b64encode(
+            stub.Describe(pb.DescribeRequest(id=vm_id), timeout=RPC_TIMEOUT).SerializeToString()
+        ).decode()
+        for vm_id in ids
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as data:
+        json.dump(answers, data)
+    port = free_port()
+    argv = [sys.executable, __file__, "--floor-server", str(port), "--floor-data", data.name]
+    process = processes.start(argv, dict(os.environ))
+    floor = grpc.insecure_channel(f"{HOST}:{port}")
+    try:
+        wait_ready(processes, process, floor)
+    finally:
+        os.unlink(data.name)
+    return Target("floor", floor, process.pid)
+
+
+def serve_floor(port: int, data: Path) -> None:
+    answers = {
+        vm_id: pb.DescribeResponse.FromString(base64.b64decode(raw))
+        for vm_id, raw in json.loads(data.read_text()).items()
+    }
+    missing = pb.DescribeResponse(exists=False)
+
+    class Floor(pb_grpc.ProviderServicer):
+        def Describe(  # noqa: N802
+            self, request: pb.DescribeRequest, context: grpc.ServicerContext
+        ) -> pb.DescribeResponse:
+            return answers.get(request.id, missing)
+
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=WORKERS), options=[("grpc.so_reuseport", 0)]
+    )
+    pb_grpc.add_ProviderServicer_to_server(Floor(), server)
+    if server.add_insecure_port(f"{HOST}:{port}") == 0:
+        raise OSError(f"cannot listen on {HOST}:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+# --- the client -------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+def measure(target: Target, ids: list[str], concurrency: int, calls: int, args: Any) -> Sample:
+    stub = pb_grpc.ProviderStub(target.channel)
+    rng = random.Random(concurrency)
+    requests = [pb.DescribeRequest(id=rng.choice(ids)) for _ in range(args.warmup + calls)]
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[Counter[str]] = [Counter() for _ in range(concurrency)]
+
+    def client(slot: int, batch: list[pb.DescribeRequest], deadline: float) -> None:
+        for request in batch:
+            if time.perf_counter() > deadline:
+                return
+            started = time.perf_counter()
+            try:
+                stub.Describe(request, timeout=RPC_TIMEOUT)
+            except grpc.RpcError as error:
+                errors[slot][error.code().name] += 1
+                continue
+            latencies[slot].append(time.perf_counter() - started)
+
+    def run(batch: list[pb.DescribeRequest]) -> float:
+        started = time.perf_counter()
+        deadline = started + args.max_seconds
+        threads = [
+            threading.Thread(target=client, args=(i, batch[i::concurrency], deadline), daemon=True)
+            for i in range(concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.perf_counter() - started
+
+    run(requests[: args.warmup])
+    for slot in range(concurrency):
+        latencies[slot].clear()
+        errors[slot].clear()
+    cpu = target.cpu_seconds()
+    wall = run(requests[args.warmup :])
+    cpu = target.cpu_seconds() - cpu
+    merged = [value for values in latencies for value in values]
+    return Sample(merged, sum(errors, Counter()), wall, cpu)
+
+
+def summarise(name: str, concurrency: int, samples: list[Sample], phase: str = "idle") -> Run:
+    merged = sorted(value for sample in samples for value in sample.latencies)
+    failed = sum((sample.errors for sample in samples), Counter())
+    done = len(merged) + sum(failed.values())
+    return Run(
+        name,
+        concurrency,
+        done,
+        dict(failed),
+        round(percentile(merged, 0.50) * 1000, 3),
+        round(percentile(merged, 0.99) * 1000, 3),
+        round(done / sum(sample.wall for sample in samples), 1),
+        round(sum(sample.cpu for sample in samples) / max(done, 1) * 1e6, 1),
+        phase,
+    )
+
+
+def create_flood(
+    channel: grpc.Channel, flood: Flood, stop: threading.Event
+) -> list[threading.Thread]:
+    stub = pb_grpc.ProviderStub(channel)
+    codes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def creator(slot: int) -> None:
+        for index in range(1_000_000):
+            if stop.is_set():
+                return
+            request = pb.CreateRequest(
+                name=f"flood-{slot}-{index}", class_json=CLASS_JSON, image_json="null"
+            )
+            try:
+                stub.Create(request, timeout=flood.deadline_s)
+                code = "OK"
+            except grpc.RpcError as error:
+                code = error.code().name
+            with lock:
+                codes[code] += 1
+                flood.creates = dict(codes)
+
+    threads = [
+        threading.Thread(target=creator, args=(i,), daemon=True) for i in range(flood.threads)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+# --- reports ----------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    return {
+        "nproc": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "protobuf": protobuf_version,
+        "platform": platform.platform(),
+        "loadavg": " ".join(f"{load:.2f}" for load in os.getloadavg()),
+    }
+
+
+def table(runs: list[Run]) -> str:
+    lines = [
+        "| target | phase | concurrency | calls | errors | p50 ms | p99 ms | rps "
+        "| server CPU µs/call |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        errors = ", ".join(f"{k}={v}" for k, v in r.errors.items()) or "0"
+        lines.append(
+            f"| {r.target} | {r.phase} | {r.concurrency} | {r.calls} | {errors} "
+            f"| {r.p50_ms:.3f} | {r.p99_ms:.3f} | {r.rps:.0f} | {r.server_cpu_us:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def compare(args: Any, processes: Processes) -> dict[str, Any]:
+    pyrigaud = start_pyrigaud(processes)
+    ids = seed_vms(pyrigaud.channel, args.vms)
+    floor = start_floor(processes, pyrigaud.channel, ids)
+    plan = ((1, args.calls_c1), (32, args.calls_c32))
+    samples: dict[tuple[str, int], list[Sample]] = {}
+    for _ in range(args.rounds):  # interleaved, so drift and noise hit both targets alike
+        for concurrency, calls in plan:
+            for target in (floor, pyrigaud):
+                sample = measure(target, ids, concurrency, calls, args)
+                samples.setdefault((target.name, concurrency), []).append(sample)
+    runs = [summarise(name, c, group) for (name, c), group in samples.items()]
+    print(table(runs) + "\n")
+    ratios: dict[str, float] = {}
+    for concurrency, _ in plan:
+        base, ours = (r for r in runs if r.concurrency == concurrency)
+        ratio = ratios[f"c{concurrency}"] = round(ours.p50_ms / base.p50_ms, 2)
+        pairs = zip(samples["floor", concurrency], samples["pyrigaud", concurrency], strict=True)
+        per_round = [
+            round(percentile(sorted(o.latencies), 0.5) / percentile(sorted(f.latencies), 0.5), 2)
+            for f, o in pairs
+        ]
+        verdict = "within" if ratio <= 1.5 else "OVER"
+        print(
+            f"pyrigaud/floor p50 at c={concurrency}: {ratio}x ({verdict} 1.5x; "
+            f"per round {', '.join(map(str, per_round))})"
+        )
+    print(f"pyrigaud errors at c=32: {sum(runs[-1].errors.values())}")
+    return {"runs": [asdict(r) for r in runs], "p50_ratio": ratios}
+
+
+def flood_mode(args: Any, processes: Processes) -> dict[str, Any]:
+    pyrigaud = start_pyrigaud(processes, latency=f"create={args.create_latency}")
+    ids = seed_vms(pyrigaud.channel, args.vms)
+    plan = ((1, args.calls_c1), (32, args.calls_c32))
+    runs = [summarise("pyrigaud", c, [measure(pyrigaud, ids, c, n, args)]) for c, n in plan]
+    flood, stop = Flood(args.flood_threads, args.create_deadline), threading.Event()
+    started = time.perf_counter()
+    threads = create_flood(pyrigaud.channel, flood, stop)
+    try:
+        time.sleep(1.0)  # let the slots fill
+        during = [
+            summarise("pyrigaud", c, [measure(pyrigaud, ids, c, n, args)], "create flood")
+            for c, n in plan
+        ]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=args.create_deadline + 5)
+    flood.seconds = round(time.perf_counter() - started, 1)
+    runs += during
+    print(table(runs))
+    creates = ", ".join(f"{k}={v}" for k, v in sorted(flood.creates.items()))
+    print(
+        f"\nCreate flood: {flood.threads} threads, fake create latency {args.create_latency} s, "
+        f"deadline {flood.deadline_s} s, {flood.seconds} s: {creates}"
+    )
+    return {"runs": [asdict(r) for r in runs], "flood": asdict(flood)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vms", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--calls-c1", type=int, default=3000)
+    parser.add_argument("--calls-c32", type=int, default=6000)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")
+    parser.add_argument("--max-seconds", type=float, default=20.0, help="cap per measurement")
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--create-flood", action="store_true", help="Describe under slow Creates")
+    parser.add_argument("--flood-threads", type=int, default=16)
+    parser.add_argument("--create-latency", type=float, default=0.5)
+    parser.add_argument("--create-deadline", type=float, default=1.2)
+    parser.add_argument("--floor-server", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-data", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.floor_server is not None:
+        serve_floor(args.floor_server, args.floor_data)
+        return 0
+
+    def on_term(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    info = machine()
+    print(", ".join(f"{k} {v}" for k, v in info.items()) + "\n")
+    processes = Processes()
+    try:
+        report = flood_mode(args, processes) if args.create_flood else compare(args, processes)
+    finally:
+        processes.stop_all()
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, **report}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
