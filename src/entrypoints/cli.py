@@ -93,7 +93,9 @@ def serve(settings: Settings) -> int:
         server = ProviderServer(
             container.servicer(), settings.grpc_bind, credentials, settings.grpc_workers
         )
-        health = HealthServer(settings.listen_address, settings.health_port, readiness)
+        health = HealthServer(
+            settings.listen_address, settings.health_port, readiness, container.metrics()
+        )
     except OSError as error:
         logger.error("refusing to start: %s", error)
         return EXIT_START

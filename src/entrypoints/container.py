@@ -9,6 +9,8 @@ from __future__ import annotations
 from dependency_injector import containers, providers
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
+from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ports import Clock
@@ -32,6 +34,8 @@ from pyrigaud.domain.models import OwnerMark
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
 from pyrigaud.entrypoints.grpc.servicer import ProviderServicer, ProviderUseCases
 from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
+from pyrigaud.entrypoints.instrumented import instrument
+from pyrigaud.entrypoints.metrics import Metrics
 from pyrigaud.entrypoints.settings import Settings
 
 
@@ -56,12 +60,34 @@ def libvirt_hypervisor(
     )
 
 
+def kubernetes_credentials(secret: str, provider_namespace: str) -> object:
+    """The Kubernetes API adapter, imported only when selected (an optional extra)."""
+    from pyrigaud.adapters.credentials.kubernetes_secret import (  # noqa: PLC0415
+        kubernetes_secret_credentials,
+    )
+
+    return kubernetes_secret_credentials(secret, provider_namespace)
+
+
 class Container(containers.DeclarativeContainer):
     config = providers.Configuration(strict=True)
 
     clock = providers.Singleton(SystemClock)
     owner = providers.Singleton(OwnerMark, provider=config.owner_mark)
     names = providers.Singleton(KeyedLock)
+    metrics = providers.Singleton(Metrics)
+
+    # The hypervisor adapters that log in (libvirt over SSH, vSphere) take their secrets here.
+    credentials = providers.Selector(
+        config.credentials_source,
+        files=providers.Singleton(MountedSecretCredentials, directory=config.credentials_dir),
+        kubernetes=providers.Singleton(
+            kubernetes_credentials,
+            secret=config.credentials_secret,
+            provider_namespace=config.provider_namespace,
+        ),
+        env=providers.Singleton(EnvironmentCredentials),
+    )
 
     fake_hypervisor = providers.Singleton(
         FakeHypervisor,
@@ -81,9 +107,11 @@ class Container(containers.DeclarativeContainer):
         allow_loopback_urls=config.image_url_allow_loopback,
     )
 
-    hypervisor = providers.Selector(
+    backend = providers.Selector(
         config.provider_type, fake=fake_hypervisor, libvirt=libvirt_hypervisor
     )
+    # Every port call is counted and timed (pyrigaud_hypervisor_calls_total and friends).
+    hypervisor = providers.Singleton(instrument, backend, metrics)
 
     use_cases = providers.Singleton(
         ProviderUseCases,
@@ -131,6 +159,7 @@ class Container(containers.DeclarativeContainer):
         limiter=limiter,
         clock=clock,
         allowed_sans=providers.Factory(parse_allowed_sans, config.allowed_sans),
+        metrics=metrics,
     )
 
 
@@ -150,6 +179,10 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             "default_datastore": settings.default_datastore or "default",
             "libvirt_domain_type": settings.resolved_libvirt_domain_type,
             "image_url_allow_loopback": settings.image_url_allow_loopback,
+            "credentials_source": settings.credentials_source,
+            "credentials_dir": settings.credentials_dir,
+            "credentials_secret": settings.credentials_secret,
+            "provider_namespace": settings.provider_namespace,
             "max_concurrent_ops": settings.max_concurrent_ops,
             "allowed_sans": settings.allowed_sans if mutual_tls else "",
             "fake_latency": settings.fake_latency_by_operation,

@@ -11,12 +11,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 AVAILABLE_BACKENDS = ("fake", "mock", "libvirt")
 PLANNED_BACKENDS = ("vsphere",)
 DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": ""}
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
+CREDENTIAL_SOURCES = ("files", "kubernetes", "env")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -40,6 +48,11 @@ class Settings(BaseModel):
     tls_enabled: bool = Field(False, alias="TLS_ENABLED")
     insecure: bool = Field(False, alias="VIRTRIGAUD_PROVIDER_INSECURE")
     allowed_sans: str = Field("", alias="VIRTRIGAUD_PROVIDER_ALLOWED_SANS")
+    credentials_source: str = Field("files", alias="PYRIGAUD_CREDENTIALS")
+    credentials_dir: Path = Field(
+        Path("/etc/virtrigaud/credentials"), alias="PYRIGAUD_CREDENTIALS_DIR"
+    )
+    credentials_secret: str = Field("", alias="PYRIGAUD_CREDENTIALS_SECRET")
     default_datastore: str = Field("", alias="PROVIDER_DEFAULT_DATASTORE")
     libvirt_domain_type: str = Field("auto", alias="LIBVIRT_DOMAIN_TYPE")
     image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
@@ -73,6 +86,22 @@ class Settings(BaseModel):
                 return False
             raise ValueError(f"must be true or false, got {value!r}")
         return value
+
+    @field_validator("credentials_source")
+    @classmethod
+    def _known_credentials_source(cls, value: str) -> str:
+        source = value.strip().lower() or "files"
+        if source not in CREDENTIAL_SOURCES:
+            raise ValueError(f"must be one of {', '.join(CREDENTIAL_SOURCES)}, got {value!r}")
+        return source
+
+    @model_validator(mode="after")
+    def _secret_named_for_kubernetes(self) -> Settings:
+        if self.credentials_source == "kubernetes" and not self.credentials_secret:
+            raise ValueError(
+                "PYRIGAUD_CREDENTIALS_SECRET is required when PYRIGAUD_CREDENTIALS=kubernetes"
+            )
+        return self
 
     @field_validator("libvirt_domain_type")
     @classmethod

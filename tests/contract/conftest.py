@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from libvirt_support import add_base_image, isolated_host_uri, make_adapter
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.models import OwnerMark, VMImage
 
 from contract.harness import Harness
+from libvirt_support import add_base_image, isolated_host_uri, make_adapter
 
 
 def _fake() -> Iterator[Harness]:

@@ -133,6 +133,15 @@ def test_http_probes_answer_as_kubelet_expects(served: Process) -> None:
     assert served.get("/nope")[0] == 404
 
 
+def test_metrics_count_rpcs_and_hypervisor_calls(served: Process) -> None:
+    with served.channel() as channel:
+        pb_grpc.ProviderStub(channel).Describe(pb.DescribeRequest(id="missing"), timeout=5)
+    status, body = served.get("/metrics")
+    assert status == 200
+    assert 'pyrigaud_rpc_requests_total{code="OK",method="Describe"} 1.0' in body
+    assert 'pyrigaud_hypervisor_calls_total{operation="describe",outcome="ok"} 1.0' in body
+
+
 def test_grpc_health_and_reflection(served: Process) -> None:
     with served.channel() as channel:
         health = health_pb2_grpc.HealthStub(channel)

@@ -16,6 +16,16 @@ from typing import cast
 import grpc
 import pytest
 from cryptography.hazmat.primitives import serialization
+
+from pyrigaud.entrypoints.grpc.tls import (
+    TlsSettings,
+    TransportSecurityError,
+    caller_allowed,
+    caller_identity,
+    parse_allowed_sans,
+    server_credentials,
+)
+
 from pki_support import (
     MANAGER_CN,
     MANAGER_DNS,
@@ -25,15 +35,6 @@ from pki_support import (
     Issued,
     Pki,
     mount_secret,
-)
-
-from pyrigaud.entrypoints.grpc.tls import (
-    TlsSettings,
-    TransportSecurityError,
-    caller_allowed,
-    caller_identity,
-    parse_allowed_sans,
-    server_credentials,
 )
 
 TLS_LOGGER = "pyrigaud.entrypoints.grpc.tls"

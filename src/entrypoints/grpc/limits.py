@@ -19,6 +19,13 @@ class MutationLimiter:
     def __init__(self, max_concurrent: int, max_wait_seconds: float = 30.0) -> None:
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._max_wait = max_wait_seconds
+        self._held = 0
+        self._held_lock = threading.Lock()
+
+    @property
+    def in_flight(self) -> int:
+        """Mutations holding a slot now (for the pyrigaud_inflight_mutations gauge)."""
+        return self._held
 
     @contextmanager
     def slot(self, time_remaining: float | None) -> Iterator[bool]:
@@ -27,8 +34,13 @@ class MutationLimiter:
             self._max_wait if time_remaining is None else time_remaining - _DEADLINE_MARGIN_SECONDS
         )
         acquired = self._slots.acquire(timeout=max(0.0, wait))
+        if acquired:
+            with self._held_lock:
+                self._held += 1
         try:
             yield acquired
         finally:
             if acquired:
+                with self._held_lock:
+                    self._held -= 1
                 self._slots.release()

@@ -1,8 +1,9 @@
 """provider.v1.Provider: proto -> domain, one use case, Result -> response or status code.
 
 Each RPC method only translates; the rules live in the use cases. Every RPC passes through
-`_serve`, which applies the caller allow-list, the mutation bound, the status table and the
-per-RPC log line, and turns an unexpected exception (a bug) into INTERNAL without crashing.
+`_serve`, which applies the caller allow-list, the mutation bound, the status table, the RPC
+metrics and the per-RPC log line, and turns an unexpected exception (a bug) into INTERNAL
+without crashing.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
 from pyrigaud.entrypoints.grpc.status import STATUS_BY_KIND
 from pyrigaud.entrypoints.grpc.tls import caller_allowed, caller_identity
+from pyrigaud.entrypoints.metrics import Metrics
 
 logger = logging.getLogger("pyrigaud.rpc")
 
@@ -79,11 +81,17 @@ class ProviderServicer(pb_grpc.ProviderServicer):
         limiter: MutationLimiter,
         clock: Clock,
         allowed_sans: frozenset[str] = frozenset(),
+        metrics: Metrics | None = None,
     ) -> None:
+        """`metrics` is the container's singleton, the one /metrics serves; without it the
+        servicer still counts, into a registry nobody scrapes."""
         self._use = use_cases
         self._limiter = limiter
         self._clock = clock
         self._allowed_sans = allowed_sans
+        self._metrics = metrics or Metrics()
+        self._metrics.watch_inflight_mutations(lambda: limiter.in_flight)
+        self._inflight_rpcs = self._metrics.inflight_rpcs
 
     # --- reads: no mutation slot, logged at debug ---------------------------------------------
 
@@ -372,7 +380,12 @@ class ProviderServicer(pb_grpc.ProviderServicer):
         mutation: bool = False,
     ) -> _Response:
         started = time.perf_counter()
-        code, message, response = self._outcome(context, work, mutation)
+        self._inflight_rpcs.inc()
+        try:
+            code, message, response = self._outcome(context, work, mutation)
+        finally:
+            self._inflight_rpcs.dec()
+        self._metrics.record_rpc(method, code, time.perf_counter() - started)
         if code is not grpc.StatusCode.OK:
             context.set_code(code)
             context.set_details(message)

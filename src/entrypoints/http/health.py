@@ -1,4 +1,5 @@
-"""The HTTP side of the health port: /healthz, /readyz and /health for kubelet and humans.
+"""The HTTP side of the health port: /healthz, /readyz and /health for kubelet and humans,
+and /metrics for Prometheus.
 
 Readiness never depends on the hypervisor: an outage must not remove the provider's
 endpoints, or the manager could not even call Validate, which is where outages are shown.
@@ -12,6 +13,8 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from pyrigaud.entrypoints.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ class _IPv4Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-def _handler(readiness: Readiness) -> type[BaseHTTPRequestHandler]:
+def _handler(readiness: Readiness, metrics: Metrics | None) -> type[BaseHTTPRequestHandler]:
     class HealthHandler(BaseHTTPRequestHandler):
         server_version = "pyrigaud"
         sys_version = ""
@@ -70,6 +73,9 @@ def _handler(readiness: Readiness) -> type[BaseHTTPRequestHandler]:
                     "provider_type": readiness.provider_type,
                 }
                 self._reply(200, "application/json", json.dumps(body).encode())
+            elif path == "/metrics" and metrics is not None:
+                page, content_type = metrics.exposition(self.headers.get("Accept", ""))
+                self._reply(200, content_type, page)
             else:
                 self._reply(404, "text/plain", b"not found")
 
@@ -87,10 +93,16 @@ def _handler(readiness: Readiness) -> type[BaseHTTPRequestHandler]:
 
 
 class HealthServer:
-    """Serves the probes from a background thread until stopped."""
+    """Serves the probes, and /metrics when given `metrics`, from a background thread."""
 
-    def __init__(self, listen_address: str, port: int, readiness: Readiness) -> None:
-        handler = _handler(readiness)
+    def __init__(
+        self,
+        listen_address: str,
+        port: int,
+        readiness: Readiness,
+        metrics: Metrics | None = None,
+    ) -> None:
+        handler = _handler(readiness, metrics)
         self._server: ThreadingHTTPServer
         if listen_address in ("", "::", "[::]"):
             try:

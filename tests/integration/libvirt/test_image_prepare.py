@@ -15,7 +15,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from libvirt_support import add_base_image, isolated_host_uri, make_adapter, write_pool_file
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
@@ -33,6 +32,7 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
+from libvirt_support import add_base_image, isolated_host_uri, make_adapter, write_pool_file
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-images")

@@ -10,7 +10,6 @@ from typing import Any
 
 import libvirt
 import pytest
-from libvirt_support import add_base_image, isolated_host_uri, make_adapter
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
@@ -36,6 +35,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
+from libvirt_support import add_base_image, isolated_host_uri, make_adapter
 from support import error_kind, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt")

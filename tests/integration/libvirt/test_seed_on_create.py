@@ -17,7 +17,6 @@ from typing import Any
 import libvirt
 import pycdlib
 import pytest
-from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
@@ -33,6 +32,7 @@ from pyrigaud.domain.models import (
     VMClass,
 )
 
+from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-seed")

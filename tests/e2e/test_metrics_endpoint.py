@@ -1,0 +1,144 @@
+"""/metrics on a real health server, scraped over HTTP after real RPCs, parsed like Prometheus."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from dependency_injector import providers
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+from pyrigaud.entrypoints.grpc.server import ProviderServer
+from pyrigaud.entrypoints.grpc.servicer import ProviderServicer
+from pyrigaud.entrypoints.http.health import HealthServer, Readiness
+from pyrigaud.entrypoints.instrumented import instrument
+from pyrigaud.entrypoints.metrics import Metrics
+from pyrigaud.entrypoints.settings import load_settings
+
+from e2e_support import create_vm
+
+
+@dataclass
+class Served:
+    stub: pb_grpc.ProviderStub
+    fake: FakeHypervisor
+    health_port: int
+
+    def get(self, path: str, accept: str = "") -> tuple[int, str, str]:
+        url = f"http://127.0.0.1:{self.health_port}{path}"
+        request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.headers["Content-Type"], response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    """The gRPC server and the health server sharing one Metrics, as `pyrigaud serve` does."""
+    settings = load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0"})
+    container = build_container(settings)
+    metrics = Metrics()
+    clock = ManualClock()
+    fake = FakeHypervisor(clock)
+    container.clock.override(providers.Object(clock))
+    container.hypervisor.override(providers.Object(instrument(fake, metrics)))
+    servicer = ProviderServicer(container.use_cases(), container.limiter(), clock, metrics=metrics)
+    server = ProviderServer(servicer, settings.grpc_bind, None, workers=4)
+    health = HealthServer("127.0.0.1", 0, Readiness("fake"), metrics)
+    server.start()
+    health.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        yield Served(pb_grpc.ProviderStub(channel), fake, health.port)
+    finally:
+        channel.close()
+        server.stop(0)
+        health.stop()
+
+
+def scrape(served: Served) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    status, content_type, body = served.get("/metrics")
+    assert status == 200
+    assert content_type.startswith("text/plain; version=0.0.4")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
+
+
+def test_scrape_after_rpcs_shows_rpcs_and_hypervisor_calls(served: Served) -> None:
+    vm_id = create_vm(served.stub, "metrics-1")
+    served.stub.Describe(pb.DescribeRequest(id=vm_id), timeout=5)
+    with pytest.raises(grpc.RpcError):
+        served.stub.Power(pb.PowerRequest(id="missing", op=pb.POWER_OP_ON), timeout=5)
+    served.fake.faults.fail("check", ProviderError.unavailable("host down"), times=1)
+    assert not served.stub.Validate(pb.ValidateRequest(), timeout=5).ok
+
+    samples = scrape(served)
+
+    def value(name: str, **labels: str) -> float | None:
+        return samples.get((name, frozenset(labels.items())))
+
+    assert value("pyrigaud_rpc_requests_total", method="Create", code="OK") == 1
+    assert value("pyrigaud_rpc_requests_total", method="Describe", code="OK") == 1
+    assert value("pyrigaud_rpc_requests_total", method="Power", code="NOT_FOUND") == 1
+    assert value("pyrigaud_rpc_requests_total", method="Validate", code="OK") == 1
+    assert value("pyrigaud_rpc_duration_seconds_count", method="Create") == 1
+    assert value("pyrigaud_rpc_duration_seconds_bucket", method="Create", le="+Inf") == 1
+    assert value("pyrigaud_hypervisor_calls_total", operation="create", outcome="ok") == 1
+    assert value("pyrigaud_hypervisor_calls_total", operation="check", outcome="unavailable") == 1
+    assert value("pyrigaud_hypervisor_call_duration_seconds_count", operation="describe") == 1
+    assert value("pyrigaud_inflight_rpcs") == 0
+    assert value("pyrigaud_inflight_mutations") == 0
+
+
+def test_prometheus_asking_for_openmetrics_gets_it(served: Served) -> None:
+    create_vm(served.stub, "metrics-om")
+    status, content_type, body = served.get(
+        "/metrics", accept="application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+    )
+    assert status == 200
+    assert content_type.startswith("application/openmetrics-text")
+    families = {family.name: family for family in openmetrics_families(body)}
+    created = [
+        sample
+        for sample in families["pyrigaud_rpc_requests"].samples
+        if sample.name == "pyrigaud_rpc_requests_total"
+    ]
+    assert [(sample.labels, sample.value) for sample in created] == [
+        ({"method": "Create", "code": "OK"}, 1)
+    ]
+
+
+def test_probes_are_unchanged_next_to_metrics(served: Served) -> None:
+    assert served.get("/healthz")[::2] == (200, "ok")
+    assert served.get("/readyz")[::2] == (503, "not ready")
+    assert served.get("/nothing")[::2] == (404, "not found")
+
+
+def test_without_metrics_there_is_no_metrics_page() -> None:
+    health = HealthServer("127.0.0.1", 0, Readiness("fake"))
+    health.start()
+    try:
+        url = f"http://127.0.0.1:{health.port}/metrics"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=5)
+        assert refused.value.code == 404
+    finally:
+        health.stop()

@@ -1,0 +1,36 @@
+"""The composition root picks adapters by configuration alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
+from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.settings import SettingsError, load_settings
+
+
+def test_the_backend_is_chosen_by_provider_type() -> None:
+    assert isinstance(build_container(load_settings({})).backend(), FakeHypervisor)
+    libvirt = build_container(load_settings({"PROVIDER_TYPE": "libvirt"})).backend()
+    assert isinstance(libvirt, LibvirtHypervisor)
+
+
+def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:
+    files = build_container(
+        load_settings({"PYRIGAUD_CREDENTIALS_DIR": str(tmp_path)})
+    ).credentials()
+    assert isinstance(files, MountedSecretCredentials)
+    env = build_container(load_settings({"PYRIGAUD_CREDENTIALS": "env"})).credentials()
+    assert isinstance(env, EnvironmentCredentials)
+
+
+def test_kubernetes_credentials_need_a_secret_name() -> None:
+    with pytest.raises(SettingsError, match="PYRIGAUD_CREDENTIALS_SECRET"):
+        load_settings({"PYRIGAUD_CREDENTIALS": "kubernetes"})
+    with pytest.raises(SettingsError, match="PYRIGAUD_CREDENTIALS"):
+        load_settings({"PYRIGAUD_CREDENTIALS": "vault"})

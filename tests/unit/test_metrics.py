@@ -1,0 +1,218 @@
+"""What the servicer and the hypervisor wrapper record, read back from the registry."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from dependency_injector import providers
+from returns.result import Failure, Result, Success
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.limits import MutationLimiter
+from pyrigaud.entrypoints.grpc.servicer import ProviderServicer
+from pyrigaud.entrypoints.instrumented import instrument
+from pyrigaud.entrypoints.metrics import LATENCY_BUCKETS_SECONDS, Metrics
+from pyrigaud.entrypoints.settings import load_settings
+
+from e2e_support import CLASS_JSON
+
+
+class Context:
+    """The part of a grpc.ServicerContext that the servicer touches, on a plaintext channel."""
+
+    def __init__(self, time_remaining: float | None = None) -> None:
+        self.code = grpc.StatusCode.OK
+        self.details = ""
+        self._time_remaining = time_remaining
+
+    def time_remaining(self) -> float | None:
+        return self._time_remaining
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:50000"
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+
+def servicer_on_fake(metrics: Metrics, limiter: MutationLimiter | None = None) -> ProviderServicer:
+    container = build_container(load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1"}))
+    clock = ManualClock()
+    container.clock.override(providers.Object(clock))
+    container.fake_hypervisor.override(providers.Object(FakeHypervisor(clock)))
+    return ProviderServicer(
+        container.use_cases(), limiter or container.limiter(), clock, metrics=metrics
+    )
+
+
+def requests(metrics: Metrics, method: str, code: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "pyrigaud_rpc_requests_total", {"method": method, "code": code}
+    )
+
+
+def rpc_count(metrics: Metrics, method: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "pyrigaud_rpc_duration_seconds_count", {"method": method}
+    )
+
+
+def calls(metrics: Metrics, operation: str, outcome: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "pyrigaud_hypervisor_calls_total", {"operation": operation, "outcome": outcome}
+    )
+
+
+def test_rpcs_are_counted_by_method_and_status_code() -> None:
+    metrics = Metrics()
+    servicer = servicer_on_fake(metrics)
+    context = Context()
+    created = servicer.Create(pb.CreateRequest(name="m-1", class_json=CLASS_JSON), context)
+    assert context.code is grpc.StatusCode.OK
+    servicer.Describe(pb.DescribeRequest(id=created.id), Context())
+    servicer.Describe(pb.DescribeRequest(id=created.id), Context())
+    refused = Context()
+    servicer.Create(pb.CreateRequest(name="", class_json=CLASS_JSON), refused)
+    assert refused.code is grpc.StatusCode.INVALID_ARGUMENT
+    missing = Context()
+    servicer.Power(pb.PowerRequest(id="missing", op=pb.POWER_OP_ON), missing)
+    assert missing.code is grpc.StatusCode.NOT_FOUND
+
+    assert requests(metrics, "Create", "OK") == 1
+    assert requests(metrics, "Create", "INVALID_ARGUMENT") == 1
+    assert requests(metrics, "Describe", "OK") == 2
+    assert requests(metrics, "Power", "NOT_FOUND") == 1
+    assert requests(metrics, "Describe", "NOT_FOUND") is None
+    assert rpc_count(metrics, "Create") == 2  # one latency series per method, all codes
+    assert rpc_count(metrics, "Describe") == 2
+    slowest = metrics.registry.get_sample_value(
+        "pyrigaud_rpc_duration_seconds_bucket", {"method": "Describe", "le": "600.0"}
+    )
+    assert slowest == 2
+
+
+def test_a_bug_is_counted_as_internal_and_the_rpc_is_no_longer_in_flight() -> None:
+    metrics = Metrics()
+    servicer = servicer_on_fake(metrics)
+    seen_in_flight: list[float | None] = []
+
+    def bug() -> Result[pb.DescribeResponse, ProviderError]:
+        seen_in_flight.append(metrics.registry.get_sample_value("pyrigaud_inflight_rpcs"))
+        raise RuntimeError("a bug")
+
+    context = Context()
+    servicer._serve(context, "Describe", bug, pb.DescribeResponse)  # type: ignore[arg-type]
+    assert context.code is grpc.StatusCode.INTERNAL
+    assert seen_in_flight == [1]
+    assert metrics.registry.get_sample_value("pyrigaud_inflight_rpcs") == 0
+    assert requests(metrics, "Describe", "INTERNAL") == 1
+
+
+def test_mutations_holding_a_slot_are_in_flight_and_a_refused_one_is_counted() -> None:
+    metrics = Metrics()
+    limiter = MutationLimiter(max_concurrent=1)
+    servicer = servicer_on_fake(metrics, limiter)
+    assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
+    with limiter.slot(None) as acquired:
+        assert acquired
+        assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 1
+        context = Context(time_remaining=0.5)  # less than the deadline margin: no waiting
+        servicer.Delete(pb.DeleteRequest(id="any"), context)
+        assert context.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
+    assert requests(metrics, "Delete", "RESOURCE_EXHAUSTED") == 1
+
+
+def test_hypervisor_calls_are_counted_by_operation_and_outcome() -> None:
+    metrics = Metrics()
+    fake = FakeHypervisor(ManualClock())
+    backend = instrument(fake, metrics)
+    assert backend.describe("missing") == Success(None)
+    fake.faults.fail("describe", ProviderError.unavailable("host down"), times=1)
+    assert isinstance(backend.describe("missing"), Failure)
+    fake.faults.fail("check", ProviderError.unavailable("host down"), times=1)
+    assert not backend.check().ok
+    assert backend.check().ok
+    assert backend.capabilities() == fake.capabilities()
+
+    assert calls(metrics, "describe", "ok") == 1
+    assert calls(metrics, "describe", "unavailable") == 1
+    assert calls(metrics, "check", "unavailable") == 1
+    assert calls(metrics, "check", "ok") == 1
+    assert calls(metrics, "capabilities", "ok") == 1
+    duration = metrics.registry.get_sample_value(
+        "pyrigaud_hypervisor_call_duration_seconds_count", {"operation": "describe"}
+    )
+    assert duration == 2
+
+
+def test_an_exception_from_the_backend_is_counted_then_raised() -> None:
+    metrics = Metrics()
+    backend = instrument(FakeHypervisor(ManualClock()), metrics)
+    with pytest.raises(TypeError):
+        backend.describe()  # type: ignore[call-arg]
+    assert calls(metrics, "describe", "exception") == 1
+
+
+def test_state_passes_through_uncounted() -> None:
+    metrics = Metrics()
+    fake = FakeHypervisor(ManualClock())
+    backend = instrument(fake, metrics)
+    assert backend.faults is fake.faults
+    assert backend.guest_honors_shutdown == fake.guest_honors_shutdown
+    counted = [
+        sample
+        for family in metrics.registry.collect()
+        if family.name == "pyrigaud_hypervisor_calls"
+        for sample in family.samples
+    ]
+    assert counted == []
+
+
+def test_each_metrics_has_its_own_registry_with_every_family() -> None:
+    first, second = Metrics(), Metrics()  # would raise "Duplicated timeseries" if shared
+    first.record_rpc("Describe", grpc.StatusCode.OK, 0.001)
+    assert requests(first, "Describe", "OK") == 1
+    assert requests(second, "Describe", "OK") is None
+    second.session_reconnects.labels("libvirt").inc()
+    second.credential_reloads.labels("file").inc()
+    text = second.exposition()[0].decode()
+    for family in (
+        "pyrigaud_rpc_requests_total",
+        "pyrigaud_rpc_duration_seconds",
+        "pyrigaud_hypervisor_calls_total",
+        "pyrigaud_hypervisor_call_duration_seconds",
+        "pyrigaud_inflight_rpcs",
+        "pyrigaud_inflight_mutations",
+        'pyrigaud_session_reconnects_total{backend="libvirt"} 1.0',
+        'pyrigaud_credential_reloads_total{source="file"} 1.0',
+    ):
+        assert family in text
+
+
+def test_buckets_tell_a_fast_describe_from_a_slow_one_and_a_long_create() -> None:
+    metrics = Metrics()
+    metrics.record_rpc("Describe", grpc.StatusCode.OK, 0.0003)
+    metrics.record_rpc("Describe", grpc.StatusCode.OK, 0.004)
+    metrics.record_rpc("Create", grpc.StatusCode.OK, 200.0)
+
+    def bucket(method: str, le: float) -> float | None:
+        return metrics.registry.get_sample_value(
+            "pyrigaud_rpc_duration_seconds_bucket", {"method": method, "le": str(le)}
+        )
+
+    assert bucket("Describe", LATENCY_BUCKETS_SECONDS[0]) == 1
+    assert bucket("Describe", 0.0025) == 1
+    assert bucket("Describe", 0.005) == 2
+    assert bucket("Create", 120.0) == 0
+    assert bucket("Create", 300.0) == 1
