@@ -31,7 +31,7 @@ from pyrigaud.application.use_cases.snapshots import (
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.application.use_cases.validate import ValidateProvider
 from pyrigaud.domain.models import OwnerMark
-from pyrigaud.entrypoints.grpc.limits import MutationLimiter
+from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
 from pyrigaud.entrypoints.grpc.servicer import ProviderServicer, ProviderUseCases
 from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
 from pyrigaud.entrypoints.instrumented import instrument
@@ -152,7 +152,11 @@ class Container(containers.DeclarativeContainer):
         list_vms=providers.Factory(ListVMs, inventory=hypervisor),
     )
 
-    limiter = providers.Singleton(MutationLimiter, max_concurrent=config.max_concurrent_ops)
+    limiter = providers.Singleton(
+        MutationLimiter,
+        max_concurrent=config.max_concurrent_ops,
+        rate_limit=providers.Factory(rate_limit_of, config.rate_qps, config.rate_burst),
+    )
     servicer = providers.Singleton(
         ProviderServicer,
         use_cases=use_cases,
@@ -184,6 +188,8 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             "credentials_secret": settings.credentials_secret,
             "provider_namespace": settings.provider_namespace,
             "max_concurrent_ops": settings.max_concurrent_ops,
+            "rate_qps": settings.rate_qps,
+            "rate_burst": settings.rate_burst,
             "allowed_sans": settings.allowed_sans if mutual_tls else "",
             "fake_latency": settings.fake_latency_by_operation,
         }

@@ -58,6 +58,8 @@ class Settings(BaseModel):
     image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
+    rate_qps: float = Field(0.0, alias="PYRIGAUD_RATE_QPS", ge=0, le=10000)  # 0: no rate limit
+    rate_burst: int = Field(20, alias="PYRIGAUD_RATE_BURST", ge=1, le=10000)
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
     fake_latency: str = Field("", alias="PYRIGAUD_FAKE_LATENCY")  # "create=2,describe=0.01"
     log_level: str = Field("info", alias="LOG_LEVEL")

@@ -34,3 +34,14 @@ def test_kubernetes_credentials_need_a_secret_name() -> None:
         load_settings({"PYRIGAUD_CREDENTIALS": "kubernetes"})
     with pytest.raises(SettingsError, match="PYRIGAUD_CREDENTIALS"):
         load_settings({"PYRIGAUD_CREDENTIALS": "vault"})
+
+
+def test_the_mutation_rate_limit_is_configured_from_settings() -> None:
+    limiter = build_container(
+        load_settings({"PYRIGAUD_RATE_QPS": "5", "PYRIGAUD_RATE_BURST": "1"})
+    ).limiter()
+    with limiter.slot(None) as first:
+        assert first
+    with limiter.slot(0.0) as second:  # no time left for the next token
+        assert not second
+        assert "rate limit of 5" in second.refusal

@@ -421,13 +421,9 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             if not mutation:
                 result = work()
             else:
-                with self._limiter.slot(context.time_remaining()) as acquired:
-                    if not acquired:
-                        return (
-                            grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            "too many operations in progress on this provider; retry later",
-                            None,
-                        )
+                with self._limiter.slot(context.time_remaining()) as admission:
+                    if not admission:
+                        return grpc.StatusCode.RESOURCE_EXHAUSTED, admission.refusal, None
                     result = work()
         except Exception:
             logger.exception("unexpected error (a bug) while serving an RPC")

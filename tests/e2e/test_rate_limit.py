@@ -1,0 +1,72 @@
+"""The per-backend rate limit on mutations, over real gRPC on loopback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+from dependency_injector import providers
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+from pyrigaud.entrypoints.grpc.limits import MutationLimiter, TokenBucket
+from pyrigaud.entrypoints.grpc.server import ProviderServer
+from pyrigaud.entrypoints.settings import load_settings
+
+from e2e_support import CLASS_JSON, create_vm
+
+
+@pytest.fixture
+def stub() -> Iterator[pb_grpc.ProviderStub]:
+    """A provider allowing 2 mutations a second, 2 at once saved up (the limiter is set
+    before the servicer is built, which start_provider does not allow)."""
+    settings = load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0"})
+    container = build_container(settings)
+    clock = ManualClock()
+    container.clock.override(providers.Object(clock))
+    container.fake_hypervisor.override(providers.Object(FakeHypervisor(clock)))
+    limiter = MutationLimiter(max_concurrent=8, rate_limit=TokenBucket(rate=2, burst=2))
+    container.limiter.override(providers.Object(limiter))
+    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=16)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    yield pb_grpc.ProviderStub(channel)
+    channel.close()
+    server.stop(0)
+
+
+def test_creates_beyond_the_burst_with_a_short_deadline_get_resource_exhausted(
+    stub: pb_grpc.ProviderStub,
+) -> None:
+    first = create_vm(stub, "e2e-rate-1")
+    create_vm(stub, "e2e-rate-2")
+    for name in ("e2e-rate-3", "e2e-rate-4"):
+        # 1.05 s leaves 0.05 s after the deadline margin; the next token is ~0.5 s away.
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.Create(pb.CreateRequest(name=name, class_json=CLASS_JSON), timeout=1.05)
+        assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "rate limit of 2 mutations/s reached" in raised.value.details()
+        assert stub.Describe(pb.DescribeRequest(id=first), timeout=0.5).exists
+    assert stub.Validate(pb.ValidateRequest(), timeout=0.5).ok
+    listed = stub.ListVMs(pb.ListVMsRequest(), timeout=5)
+    assert sorted(vm.name for vm in listed.vms) == ["e2e-rate-1", "e2e-rate-2"]
+
+
+def test_creates_beyond_the_burst_with_a_generous_deadline_wait_and_succeed(
+    stub: pb_grpc.ProviderStub,
+) -> None:
+    started = time.monotonic()
+    first = create_vm(stub, "e2e-wait-1")
+    create_vm(stub, "e2e-wait-2")
+    with ThreadPoolExecutor(2) as pool:
+        waiting = [pool.submit(create_vm, stub, f"e2e-wait-{index}") for index in (3, 4)]
+        assert stub.Describe(pb.DescribeRequest(id=first), timeout=0.5).exists
+        assert all(future.result(timeout=10) for future in waiting)
+    # The 4th token cannot be due before 1 s after the bucket was full (burst 2, 2/s).
+    assert time.monotonic() - started >= 0.95
