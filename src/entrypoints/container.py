@@ -13,7 +13,7 @@ from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -30,7 +30,7 @@ from pyrigaud.application.use_cases.snapshots import (
 )
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.application.use_cases.validate import ValidateProvider
-from pyrigaud.domain.models import OwnerMark
+from pyrigaud.domain.models import OwnerMark, Placement
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
 from pyrigaud.entrypoints.grpc.servicer import ProviderServicer, ProviderUseCases
 from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
@@ -58,6 +58,27 @@ def libvirt_hypervisor(
         pools=PoolSettings(default_pool=default_pool),
         allow_loopback_urls=allow_loopback_urls,
     )
+
+
+def vsphere_hypervisor(
+    endpoint: str,
+    credentials: Credentials,
+    *,
+    insecure: bool,
+    datastore: str,
+    storage_pod: str,
+    cluster: str,
+    folder: str,
+) -> object:
+    """The vSphere adapter, imported only when selected: pyvmomi is an optional extra."""
+    from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (  # noqa: PLC0415
+        vsphere_hypervisor as build,
+    )
+
+    defaults = Placement(
+        datastore=datastore, storage_pod=storage_pod, cluster=cluster, folder=folder
+    )
+    return build(endpoint, credentials, insecure, defaults)
 
 
 def kubernetes_credentials(secret: str, provider_namespace: str) -> object:
@@ -107,8 +128,22 @@ class Container(containers.DeclarativeContainer):
         allow_loopback_urls=config.image_url_allow_loopback,
     )
 
+    vsphere_hypervisor = providers.Singleton(
+        vsphere_hypervisor,
+        endpoint=config.provider_endpoint,
+        credentials=credentials,
+        insecure=config.tls_insecure_skip_verify,
+        datastore=config.vsphere_default_datastore,
+        storage_pod=config.default_storage_pod,
+        cluster=config.default_cluster,
+        folder=config.default_folder,
+    )
+
     backend = providers.Selector(
-        config.provider_type, fake=fake_hypervisor, libvirt=libvirt_hypervisor
+        config.provider_type,
+        fake=fake_hypervisor,
+        libvirt=libvirt_hypervisor,
+        vsphere=vsphere_hypervisor,
     )
     # Every port call is counted and timed (pyrigaud_hypervisor_calls_total and friends).
     hypervisor = providers.Singleton(instrument, backend, metrics)
@@ -187,6 +222,11 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             "credentials_dir": settings.credentials_dir,
             "credentials_secret": settings.credentials_secret,
             "provider_namespace": settings.provider_namespace,
+            "tls_insecure_skip_verify": settings.tls_insecure_skip_verify,
+            "vsphere_default_datastore": settings.default_datastore,
+            "default_storage_pod": settings.default_storage_pod,
+            "default_cluster": settings.default_cluster,
+            "default_folder": settings.default_folder,
             "max_concurrent_ops": settings.max_concurrent_ops,
             "rate_qps": settings.rate_qps,
             "rate_burst": settings.rate_burst,

@@ -20,9 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-AVAILABLE_BACKENDS = ("fake", "mock", "libvirt")
-PLANNED_BACKENDS = ("vsphere",)
-DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": ""}
+AVAILABLE_BACKENDS = ("fake", "mock", "libvirt", "vsphere")
+DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": "", "vsphere": ""}
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
 CREDENTIAL_SOURCES = ("files", "kubernetes", "env")
 
@@ -54,6 +53,10 @@ class Settings(BaseModel):
     )
     credentials_secret: str = Field("", alias="PYRIGAUD_CREDENTIALS_SECRET")
     default_datastore: str = Field("", alias="PROVIDER_DEFAULT_DATASTORE")
+    default_storage_pod: str = Field("", alias="PROVIDER_DEFAULT_STORAGE_POD")
+    default_cluster: str = Field("", alias="PROVIDER_DEFAULT_CLUSTER")
+    default_folder: str = Field("", alias="PROVIDER_DEFAULT_FOLDER")
+    tls_insecure_skip_verify: bool = Field(False, alias="TLS_INSECURE_SKIP_VERIFY")
     libvirt_domain_type: str = Field("auto", alias="LIBVIRT_DOMAIN_TYPE")
     image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
@@ -69,15 +72,17 @@ class Settings(BaseModel):
     @classmethod
     def _known_backend(cls, value: str) -> str:
         backend = value.strip().lower() or "fake"
-        if backend in PLANNED_BACKENDS:
-            raise ValueError(
-                f"the {backend} backend is not part of this version; use PROVIDER_TYPE=fake"
-            )
         if backend not in AVAILABLE_BACKENDS:
             raise ValueError(f"must be one of {', '.join(AVAILABLE_BACKENDS)}, got {value!r}")
         return "fake" if backend == "mock" else backend
 
-    @field_validator("tls_enabled", "insecure", "image_url_allow_loopback", mode="before")
+    @field_validator(
+        "tls_enabled",
+        "insecure",
+        "image_url_allow_loopback",
+        "tls_insecure_skip_verify",
+        mode="before",
+    )
     @classmethod
     def _boolean(cls, value: object) -> object:
         if isinstance(value, str):
@@ -96,6 +101,12 @@ class Settings(BaseModel):
         if source not in CREDENTIAL_SOURCES:
             raise ValueError(f"must be one of {', '.join(CREDENTIAL_SOURCES)}, got {value!r}")
         return source
+
+    @model_validator(mode="after")
+    def _endpoint_for_vsphere(self) -> Settings:
+        if self.provider_type == "vsphere" and not self.provider_endpoint:
+            raise ValueError("PROVIDER_ENDPOINT (https://vcenter/sdk) is required for vsphere")
+        return self
 
     @model_validator(mode="after")
     def _secret_named_for_kubernetes(self) -> Settings:

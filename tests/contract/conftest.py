@@ -19,6 +19,8 @@ from pyrigaud.domain.models import OwnerMark, VMImage
 
 from contract.harness import Harness
 from libvirt_support import add_base_image, isolated_host_uri, make_adapter
+from qemu_support import qemu_enabled, qemu_harness
+from vsphere_support import contract_harness as vsphere_simulator_harness
 
 
 def _fake() -> Iterator[Harness]:
@@ -41,7 +43,10 @@ def _libvirt_test_driver() -> Iterator[Harness]:
 ADAPTERS: dict[str, Callable[[], Iterator[Harness]]] = {
     "fake": _fake,
     "libvirt-test": _libvirt_test_driver,
+    "vsphere-sim": vsphere_simulator_harness,
 }
+if qemu_enabled():  # real libvirtd + QEMU: opt-in, as it needs root and scripts/libvirtd.sh
+    ADAPTERS["libvirt-qemu"] = qemu_harness
 
 
 @pytest.fixture(params=sorted(ADAPTERS))

@@ -42,7 +42,12 @@ class Harness:
     adapter: Hypervisor
     clock: ManualClock
     image: VMImage  # an image that exists on the backend, for "create from an image"
+    # False where running VMs have no guest OS (blank disks), so nothing can report an address.
+    guest_reports_addresses: bool = True
+    # False where the backend cannot make a blank root disk (vSphere): requests then use `image`.
+    blank_images: bool = True
 
     def request(self, name: str, **changes: object) -> CreateRequest:
-        base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256))
+        image = VMImage() if self.blank_images else self.image
+        base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=image)
         return base.model_copy(update=changes)

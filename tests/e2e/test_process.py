@@ -271,3 +271,39 @@ def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None
     assert completed.returncode != 0
     assert "pyrigaud[libvirt]" in completed.stderr
     assert "PROVIDER_TYPE=fake" in completed.stderr
+
+
+def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
+    from vsphere_support import TEMPLATE_VM, running_simulator  # noqa: PLC0415 - builds Go
+
+    with running_simulator() as simulator:
+        process = start(
+            {
+                "PROVIDER_TYPE": "vsphere",
+                "PROVIDER_ENDPOINT": simulator.endpoint,
+                "TLS_INSECURE_SKIP_VERIFY": "true",
+                "PYRIGAUD_CREDENTIALS": "env",
+                "PYRIGAUD_CREDENTIAL_USERNAME": simulator.username,
+                "PYRIGAUD_CREDENTIAL_PASSWORD": simulator.password,
+            },
+            tmp_path,
+        )
+        try:
+            with process.channel() as channel:
+                stub = pb_grpc.ProviderStub(channel)
+                assert stub.Validate(pb.ValidateRequest(), timeout=20).ok
+                image = json.dumps({"TemplateName": TEMPLATE_VM})
+                request = pb.CreateRequest(
+                    name="e2e-vsphere", class_json=CLASS_JSON, image_json=image
+                )
+                vm_id = stub.Create(request, timeout=60).id
+                assert vm_id.startswith("vm-")
+                described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20)
+                assert (described.exists, described.power_state) == (True, "Off")
+                stub.Delete(pb.DeleteRequest(id=vm_id), timeout=60)
+                assert not stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20).exists
+        finally:
+            process.popen.send_signal(signal.SIGTERM)
+            _, stderr = process.popen.communicate(timeout=20)
+        assert process.popen.returncode == 0
+        assert simulator.password not in stderr

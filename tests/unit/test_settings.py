@@ -40,7 +40,7 @@ def test_mock_is_an_alias_of_fake_and_ipv6_addresses_are_bracketed() -> None:
     ("environ", "named"),
     [
         ({"PROVIDER_TYPE": "hyperv"}, "PROVIDER_TYPE"),
-        ({"PROVIDER_TYPE": "vsphere"}, "PROVIDER_TYPE"),
+        ({"PROVIDER_TYPE": "vsphere"}, "PROVIDER_ENDPOINT"),
         ({"PYRIGAUD_PORT": "http"}, "PYRIGAUD_PORT"),
         ({"PYRIGAUD_PORT": "70000"}, "PYRIGAUD_PORT"),
         ({"TLS_ENABLED": "maybe"}, "TLS_ENABLED"),

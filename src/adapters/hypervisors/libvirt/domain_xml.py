@@ -91,10 +91,14 @@ def render_domain(definition: DomainDefinition) -> str:
     os_attributes = {"firmware": "efi"} if definition.firmware is Firmware.UEFI else {}
     os_element = ET.SubElement(root, "os", os_attributes)
     ET.SubElement(os_element, "type").text = "hvm"
+    # Without ACPI, QEMU guests ignore graceful shutdown and the PCI bus refuses hot-plug.
+    features = ET.SubElement(root, "features")
+    ET.SubElement(features, "acpi")
+    ET.SubElement(features, "apic")
     if definition.secure_boot:
         firmware = ET.SubElement(os_element, "firmware")
         ET.SubElement(firmware, "feature", {"enabled": "yes", "name": "secure-boot"})
-        ET.SubElement(ET.SubElement(root, "features"), "smm", {"state": "on"})
+        ET.SubElement(features, "smm", {"state": "on"})
     ET.SubElement(os_element, "boot", {"dev": "hd"})
     if definition.max_memory_mib:
         _set_numa_cell(root, definition.max_vcpus, definition.memory_mib)
@@ -105,8 +109,18 @@ def render_domain(definition: DomainDefinition) -> str:
         devices.append(seed_element(definition.seed_path))
     for nic in definition.nics:
         devices.append(_nic_element(nic))
+    ET.SubElement(devices, "serial", {"type": "pty"})
+    ET.SubElement(devices, "console", {"type": "pty"})
+    devices.append(_guest_agent_channel())
     ET.SubElement(devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"})
     return ET.tostring(root, encoding="unicode")
+
+
+def _guest_agent_channel() -> ET.Element:
+    """The virtio-serial port qemu-guest-agent listens on: guest addresses and clean shutdown."""
+    element = ET.Element("channel", {"type": "unix"})
+    ET.SubElement(element, "target", {"type": "virtio", "name": "org.qemu.guest_agent.0"})
+    return element
 
 
 def disk_element(disk: DiskDevice) -> ET.Element:

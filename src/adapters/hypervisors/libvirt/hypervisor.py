@@ -7,9 +7,11 @@ are raised inside and turned into Results at each port method's edge.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
@@ -149,6 +151,8 @@ UNSPECIFIED_FORMATS = frozenset({"", "template"})
 VOLUME_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 FILE_CHUNK_BYTES = 1024 * 1024
 QEMU_MAC_PREFIX = "52:54:00"
+BACKUP_POLL_SECONDS = 0.05
+BACKUP_TIMEOUT_SECONDS = 3600  # bounded, yet room for copying a large disk
 
 
 class LibvirtHypervisor:
@@ -597,7 +601,8 @@ class LibvirtHypervisor:
                     "which the libvirt backend does not do yet"
                 )
             )
-        if request.linked and _state(source) in RUNNING_STATES:
+        running = bool(source.isActive())
+        if request.linked and running:
             raise AdapterError(
                 ProviderError.failed_precondition(
                     "power the source off for a linked clone: its disks become backing files"
@@ -607,7 +612,11 @@ class LibvirtHypervisor:
         metadata = VMMetadata(owner=owner, created_at=self._clock.now())
         copies: dict[str, str] = {}
         try:
-            for index, disk in enumerate(facts.disks):
+            if running:
+                copies = _copy_running_disks(conn, source, facts, request.target_name)
+                for path in copies.values():
+                    metadata = metadata.with_volume(path)
+            for index, disk in enumerate(facts.disks if not copies else ()):
                 name = volume_name(request.target_name, index)
                 if request.linked:
                     backing = volume_facts(conn, disk.path)
@@ -619,6 +628,8 @@ class LibvirtHypervisor:
                         )
                     pool = conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
                     path = create_volume(pool, name, backing.capacity_bytes, backing)
+                elif running:
+                    path = _copy_unlocked_disk(conn, disk.path, name)
                 else:
                     path = copy_volume(conn, disk.path, name)
                 copies[disk.path] = path
@@ -637,6 +648,88 @@ class LibvirtHypervisor:
             for path in copies.values():
                 delete_volume(conn, path)
             raise
+
+
+def _copy_running_disks(
+    conn: VirConnect, dom: VirDomain, facts: DomainFacts, target_name: str
+) -> dict[str, str]:
+    """Copies of a running VM's disks from one point in time, by libvirt's backup job.
+
+    QEMU holds a write lock on a running disk, so a plain volume copy cannot even open it.
+    An empty answer means the driver has no backup job but no lock either (libvirt's test
+    driver runs no guest): a plain copy is then consistent.
+    """
+    copies: dict[str, str] = {}
+    try:
+        for index, disk in enumerate(facts.disks):
+            volume = conn.storageVolLookupByPath(disk.path)
+            copies[disk.path] = create_volume(
+                volume.storagePoolLookupByVolume(),
+                volume_name(target_name, index),
+                int(volume.info()[1]),
+            )
+        dom.backupBegin(
+            _backup_xml(facts, copies), None, libvirt.VIR_DOMAIN_BACKUP_BEGIN_REUSE_EXTERNAL
+        )
+        _wait_for_backup(dom)
+    except libvirt.libvirtError as error:
+        for path in copies.values():
+            delete_volume(conn, path)
+        if error_code(error) == libvirt.VIR_ERR_NO_SUPPORT:
+            return {}
+        raise
+    except BaseException:
+        for path in copies.values():
+            delete_volume(conn, path)
+        raise
+    return copies
+
+
+def _copy_unlocked_disk(conn: VirConnect, path: str, name: str) -> str:
+    """A running VM's disk copied as is, for drivers with no backup job; refused if locked."""
+    try:
+        return copy_volume(conn, path, name)
+    except libvirt.libvirtError as error:
+        raise AdapterError(
+            ProviderError.failed_precondition(
+                f"cannot copy disk {path!r} of the running source (this host has no backup job "
+                f"and the disk is in use: {error.get_error_message()}); power the source off"
+            )
+        ) from error
+
+
+def _backup_xml(facts: DomainFacts, copies: dict[str, str]) -> str:
+    root = ET.Element("domainbackup")
+    disks = ET.SubElement(root, "disks")
+    for disk in facts.disks:
+        element = ET.SubElement(disks, "disk", {"name": disk.target, "type": "file"})
+        ET.SubElement(element, "target", {"file": copies[disk.path]})
+        ET.SubElement(element, "driver", {"type": "qcow2"})
+    return ET.tostring(root, encoding="unicode")
+
+
+def _wait_for_backup(dom: VirDomain) -> None:
+    """Until the backup job ends (bounded); a job that fails or overruns leaves an error."""
+    deadline = time.monotonic() + BACKUP_TIMEOUT_SECONDS
+    while dom.jobInfo()[0] != libvirt.VIR_DOMAIN_JOB_NONE:
+        if time.monotonic() > deadline:
+            with contextlib.suppress(libvirt.libvirtError):
+                dom.abortJob()
+            raise AdapterError(
+                ProviderError.unavailable(
+                    f"copying the disks of running VM {dom.name()!r} took over "
+                    f"{BACKUP_TIMEOUT_SECONDS}s; aborted"
+                )
+            )
+        time.sleep(BACKUP_POLL_SECONDS)
+    stats = dom.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+    if not stats.get("success", False):
+        message = stats.get("errmsg", "the backup job failed")
+        raise AdapterError(
+            ProviderError.failed_precondition(
+                f"could not copy the disks of running VM {dom.name()!r}: {message}"
+            )
+        )
 
 
 # --- lookups --------------------------------------------------------------------------------
@@ -1026,27 +1119,17 @@ def _create_snapshot(conn: VirConnect, request: SnapshotRequest) -> Snapshot:
     except libvirt.libvirtError as error:
         if not is_missing(error):
             raise
-    running = _state(dom) in RUNNING_STATES
-    if running and not request.include_memory:
-        try:
-            created = dom.snapshotCreateXML(
-                _snapshot_xml(request, memory=False), libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY
-            )
-            return _snapshot_value(created)
-        except libvirt.libvirtError as error:
-            if error_code(error) not in REFUSED_VARIANT_CODES:
-                raise
-            # No disk-only snapshots here: a full one is the next best; it reports memory.
-    return _snapshot_value(dom.snapshotCreateXML(_snapshot_xml(request, memory=None), 0))
+    # Always internal (inside the qcow2 disks): a running VM's then carries its memory, and
+    # reports so. libvirt 9's disk-only snapshots of a running VM are external overlay files
+    # it cannot revert to, and that would outlive the VM's own volumes.
+    return _snapshot_value(dom.snapshotCreateXML(_snapshot_xml(request), 0))
 
 
-def _snapshot_xml(request: SnapshotRequest, *, memory: bool | None) -> str:
+def _snapshot_xml(request: SnapshotRequest) -> str:
     root = ET.Element("domainsnapshot")
     ET.SubElement(root, "name").text = request.name
     if request.description:
         ET.SubElement(root, "description").text = request.description
-    if memory is False:
-        ET.SubElement(root, "memory", {"snapshot": "no"})
     return ET.tostring(root, encoding="unicode")
 
 

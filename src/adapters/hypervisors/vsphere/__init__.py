@@ -1,0 +1,1 @@
+"""The vSphere backend: one shared pyvmomi session, property-collector reads, Task MoRefs."""

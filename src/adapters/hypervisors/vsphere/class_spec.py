@@ -1,0 +1,72 @@
+"""A VM class (and cloud-init data) as the ConfigSpec applied right after the clone.
+
+The simulator ignores CPU and memory in a clone spec, and real vCenter honours a follow-up
+reconfigure the same way, so the class always goes in this second step.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import Firmware, VMClass
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+HARDWARE_VERSION_KEY = "vsphere.hardwareVersion"
+
+
+def class_config(
+    vm_class: VMClass, owned_by: Mapping[str, str], user_data: bytes, meta_data: bytes
+) -> Any:
+    """The ConfigSpec for CPU, memory, firmware, hot-add, nesting and extraConfig."""
+    if vm_class.security.secure_boot and vm_class.firmware is not Firmware.UEFI:
+        raise AdapterError(ProviderError.invalid_spec("security.secureBoot", "needs firmware UEFI"))
+    if vm_class.security.tpm_enabled:
+        raise AdapterError(ProviderError.unsupported("vTPM is not implemented for vSphere yet"))
+    extra = {
+        key: value for key, value in vm_class.extra_config.items() if key != HARDWARE_VERSION_KEY
+    }
+    extra.update(guestinfo(user_data, meta_data))
+    extra.update(owned_by)  # last, so a class can never forge the ownership mark
+    return vim.vm.ConfigSpec(
+        numCPUs=vm_class.cpu,
+        memoryMB=vm_class.memory_mib,
+        firmware="efi" if vm_class.firmware is Firmware.UEFI else "bios",
+        bootOptions=vim.vm.BootOptions(efiSecureBootEnabled=vm_class.security.secure_boot),
+        nestedHVEnabled=vm_class.performance.nested_virtualization,
+        cpuHotAddEnabled=vm_class.performance.cpu_hot_add,
+        memoryHotAddEnabled=vm_class.performance.memory_hot_add,
+        extraConfig=[vim.option.OptionValue(key=key, value=value) for key, value in extra.items()],
+    )
+
+
+def guestinfo(user_data: bytes, meta_data: bytes) -> dict[str, str]:
+    """cloud-init's VMware datasource keys: base64 data with its encoding named."""
+    keys: dict[str, str] = {}
+    for name, data in (("userdata", user_data), ("metadata", meta_data)):
+        if data:
+            keys[f"guestinfo.{name}"] = base64.b64encode(data).decode("ascii")
+            keys[f"guestinfo.{name}.encoding"] = "base64"
+    return keys
+
+
+def hardware_version(vm_class: VMClass) -> str | None:
+    """ExtraConfig["vsphere.hardwareVersion"] as vSphere spells it ("19" or "vmx-19")."""
+    value = vm_class.extra_config.get(HARDWARE_VERSION_KEY, "").strip()
+    if not value:
+        return None
+    number = value.removeprefix("vmx-")
+    if not number.isdigit():
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                f"extraConfig.{HARDWARE_VERSION_KEY}", f"not a hardware version: {value!r}"
+            )
+        )
+    return f"vmx-{int(number):02d}"

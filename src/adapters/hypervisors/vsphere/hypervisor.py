@@ -1,0 +1,729 @@
+"""The vSphere adapter: every port, over one shared session; faults become ProviderErrors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
+
+from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
+    class_config,
+    guestinfo,
+    hardware_version,
+)
+from pyrigaud.adapters.hypervisors.vsphere.errors import (
+    EXPECTED_FAILURES,
+    AdapterError,
+    is_missing,
+    provider_error,
+)
+from pyrigaud.adapters.hypervisors.vsphere.inventory import (
+    VM_PROPERTIES,
+    extra_config,
+    retrieve,
+    retrieve_all_vms,
+)
+from pyrigaud.adapters.hypervisors.vsphere.networks import nic_changes
+from pyrigaud.adapters.hypervisors.vsphere.placement import merged, resolve
+from pyrigaud.adapters.hypervisors.vsphere.session import (
+    VSphereSession,
+    credentials_from,
+)
+from pyrigaud.application.ports import Credentials
+from pyrigaud.domain.addresses import routable_addresses
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import (
+    Capabilities,
+    CloneRequest,
+    CreateRequest,
+    Customization,
+    DiskDetails,
+    DiskInfo,
+    DiskQuery,
+    DiskSpec,
+    ExportRequest,
+    ExportResult,
+    HealthReport,
+    ImportRequest,
+    ImportResult,
+    NetworkInfo,
+    OwnerMark,
+    Placement,
+    PreparedImage,
+    PrepareImageRequest,
+    Snapshot,
+    SnapshotRequest,
+    VMChanges,
+    VMDescription,
+    VMInfo,
+    VMRecord,
+)
+from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.tasks import TaskState
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+T = TypeVar("T")
+
+OWNER_KEY = "pyrigaud.owner"
+SHUTDOWN_DEADLINE_KEY = "pyrigaud.shutdownDeadline"
+TASK_DEADLINE_SECONDS = 240.0
+# MoRef values are short ASCII words (vm-42, or 42 on a bare ESXi host); anything else names
+# nothing and is answered as missing without a round trip.
+MOREF_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}")
+GIB = 1024**3
+DISK_PROVISIONING = {
+    "thin": (True, False),
+    "thick": (False, False),
+    "eagerzeroedthick": (False, True),
+}
+RECONFIGURE_PROPERTIES = (
+    "runtime.powerState",
+    "config.hardware.numCPU",
+    "config.hardware.memoryMB",
+    "config.hardware.device",
+    "config.cpuHotAddEnabled",
+    "config.memoryHotAddEnabled",
+)
+
+
+class VSphereHypervisor:
+    """Long operations wait on their vSphere Task within the call (bounded), so no task ids are
+    issued: TaskStatus only ever sees the provider's own self-describing ids."""
+
+    def __init__(self, session: VSphereSession, defaults: Placement | None = None) -> None:
+        """`defaults` are the PROVIDER_DEFAULT_* placement settings."""
+        self._session = session
+        self._defaults = defaults or Placement()
+
+    # Health and capabilities
+
+    def check(self) -> HealthReport:
+        try:
+            self._session.call(lambda instance: instance.CurrentTime())
+        except EXPECTED_FAILURES as error:
+            return HealthReport(ok=False, message=str(provider_error(error, "vCenter")))
+        return HealthReport(ok=True, message="vCenter reachable")
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            supports_reconfigure_online=True,  # CPU/memory where hot-add is enabled
+            supports_disk_expansion_online=True,
+            supports_snapshots=True,
+            supports_memory_snapshots=True,
+            supports_clone=True,
+            supports_hardware_upgrade=True,
+            supported_disk_types=tuple(DISK_PROVISIONING),
+            supported_network_types=("portgroup", "distributed-portgroup"),
+        )
+
+    def task_state(self, task_id: str) -> TaskState | None:
+        return None
+
+    # Inventory
+
+    def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        def read(instance: Any) -> VMDescription | None:
+            row = self._vm_row(
+                instance, vm_id, ("name", "runtime.powerState", "guest.net", "config.hardware")
+            )
+            if row is None:
+                return None
+            hardware = row.get("config.hardware")
+            raw = {"name": str(row.get("name", "")), "moref": vm_id}
+            if hardware is not None:
+                raw |= {"numCPU": str(hardware.numCPU), "memoryMB": str(hardware.memoryMB)}
+            return VMDescription(power_state=_power_state(row), ips=_ips(row), raw=raw)
+
+        return self._run(f"describing VM {vm_id!r}", read)
+
+    def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
+        def read(instance: Any) -> VMInfo | None:
+            row = self._vm_row(instance, vm_id, VM_PROPERTIES)
+            return None if row is None else _vm_info(row)
+
+        return self._run(f"reading VM {vm_id!r}", read)
+
+    def list_vms(self) -> Result[list[VMInfo], ProviderError]:
+        return self._run(
+            "listing VMs",
+            lambda instance: [_vm_info(row) for row in retrieve_all_vms(instance, VM_PROPERTIES)],
+        )
+
+    # Lifecycle
+
+    def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
+        return self._run(f"finding VM {name!r}", lambda instance: self._record(instance, name))
+
+    def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+        image = request.image
+        if image.is_blank:
+            return Failure(
+                ProviderError.invalid_spec(
+                    "image", "vSphere cannot make a blank root disk; set image.templateName"
+                )
+            )
+        if not image.template_name or image.path or image.url:
+            return Failure(
+                ProviderError.invalid_spec(
+                    "image.templateName", "vSphere creates VMs from a template or VM name only"
+                )
+            )
+
+        def make(instance: Any) -> str:
+            source = self._vm_named(instance, image.template_name)
+            if source is None:
+                raise AdapterError(
+                    ProviderError.invalid_spec(
+                        "image.templateName", f"no template or VM named {image.template_name!r}"
+                    )
+                )
+            version = hardware_version(request.vm_class)
+
+            def configure(devices: list[Any]) -> Any:
+                spec = class_config(
+                    request.vm_class,
+                    {OWNER_KEY: owner.provider},
+                    request.user_data,
+                    request.meta_data,
+                )
+                growth = VMChanges(root_disk_gib=request.vm_class.disk_defaults.size_gib or None)
+                spec.deviceChange = (
+                    _disk_growth(devices, growth)
+                    + _new_disks(devices, request.disks)
+                    + nic_changes(instance, devices, request.networks)
+                )
+                return spec
+
+            return self._clone_from(
+                instance,
+                source,
+                request.name,
+                owner=owner,
+                placement=request.placement,
+                configure=configure,
+                version=version,
+            )
+
+        return self._run(f"creating VM {request.name!r}", make)
+
+    def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+        if request.linked:
+            return Failure(
+                ProviderError.unsupported("linked clones are not implemented for vSphere yet")
+            )
+        customization = request.customization or Customization()
+        refusal = _unsupported_customization(customization)
+        if refusal is not None:
+            return Failure(refusal)
+
+        def make(instance: Any) -> str:
+            source = self._vm(instance, request.source_vm_id)
+
+            def configure(devices: list[Any]) -> Any:
+                extra = guestinfo(customization.user_data, _guest_metadata(customization))
+                extra[OWNER_KEY] = owner.provider
+                return vim.vm.ConfigSpec(
+                    numCPUs=request.cpu,
+                    memoryMB=request.memory_mib,
+                    extraConfig=[
+                        vim.option.OptionValue(key=key, value=value) for key, value in extra.items()
+                    ],
+                    deviceChange=nic_changes(instance, devices, customization.networks),
+                )
+
+            return self._clone_from(
+                instance,
+                source,
+                request.target_name,
+                owner=owner,
+                placement=Placement(),
+                configure=configure,
+            )
+
+        return self._run(f"cloning VM {request.source_vm_id!r}", make)
+
+    def delete(self, vm_id: str) -> Result[None, ProviderError]:
+        def remove(instance: Any) -> None:
+            vm = self._vm(instance, vm_id)
+            if self._power(instance, vm) is PowerState.ON:
+                self._wait(instance, vm.PowerOffVM_Task())
+            self._wait(instance, vm.Destroy_Task())
+
+        return self._run(f"deleting VM {vm_id!r}", remove)
+
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+        def apply(instance: Any) -> None:
+            row = self._vm_row(instance, vm_id, RECONFIGURE_PROPERTIES)
+            if row is None:
+                raise AdapterError(ProviderError.vm_not_found(vm_id))
+            _refuse_offline_only_changes(row, changes)
+            spec = vim.vm.ConfigSpec(
+                numCPUs=changes.cpu,
+                memoryMB=changes.memory_mib,
+                deviceChange=_disk_growth(list(row.get("config.hardware.device") or ()), changes),
+            )
+            self._wait(instance, row["_ref"].ReconfigVM_Task(spec))
+
+        return self._run(f"reconfiguring VM {vm_id!r}", apply)
+
+    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
+        version = f"vmx-{target_version:02d}" if target_version else None
+        return self._run(
+            f"upgrading VM {vm_id!r}",
+            lambda instance: self._wait(
+                instance, self._vm(instance, vm_id).UpgradeVM_Task(version)
+            ),
+        )
+
+    # Power
+
+    def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
+        return self._run(
+            f"reading power of VM {vm_id!r}",
+            lambda instance: self._power(instance, self._vm(instance, vm_id)),
+        )
+
+    def power_on(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._power_to(vm_id, PowerState.ON, lambda vm: vm.PowerOnVM_Task())
+
+    def power_off(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._power_to(vm_id, PowerState.OFF, lambda vm: vm.PowerOffVM_Task())
+
+    def reboot(self, vm_id: str) -> Result[None, ProviderError]:
+        def restart(instance: Any) -> None:
+            vm = self._vm(instance, vm_id)
+            try:
+                vm.RebootGuest()
+            except EXPECTED_FAILURES as error:
+                if is_missing(error):
+                    raise
+                # No guest tools (or, on the simulator, no RebootGuest at all): reset instead.
+                self._wait(instance, vm.ResetVM_Task())
+
+        return self._run(f"rebooting VM {vm_id!r}", restart)
+
+    def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
+        def ask(instance: Any) -> None:
+            vm = self._vm(instance, vm_id)
+            self._set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: str(deadline)})
+            if self._power(instance, vm) is PowerState.ON:
+                with contextlib.suppress(vim.fault.ToolsUnavailable):
+                    # No VMware Tools to ask: the recorded deadline still forces the power-off.
+                    vm.ShutdownGuest()
+
+        return self._run(f"shutting down VM {vm_id!r}", ask)
+
+    def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
+        def read(instance: Any) -> int | None:
+            value = self._extra_config(instance, vm_id).get(SHUTDOWN_DEADLINE_KEY, "")
+            return int(value) if value.isdigit() else None
+
+        return self._run(f"reading VM {vm_id!r}", read)
+
+    def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._run(
+            f"updating VM {vm_id!r}",
+            lambda instance: self._set_extra_config(
+                instance, self._vm(instance, vm_id), {SHUTDOWN_DEADLINE_KEY: ""}
+            ),
+        )
+
+    # Snapshots
+
+    def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
+        def take(instance: Any) -> Snapshot:
+            vm = self._vm(instance, request.vm_id)
+            task = vm.CreateSnapshot_Task(
+                name=request.name,
+                description=request.description,
+                memory=request.include_memory,
+                quiesce=False,
+            )
+            snapshot = self._wait(instance, task)
+            return Snapshot(
+                id=str(snapshot._moId),
+                name=request.name,
+                description=request.description,
+                include_memory=request.include_memory,
+            )
+
+        return self._run(f"snapshotting VM {request.vm_id!r}", take)
+
+    def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+        return self._run(
+            f"deleting snapshot {snapshot_id!r}",
+            lambda instance: self._wait(
+                instance, self._snapshot(instance, vm_id, snapshot_id).RemoveSnapshot_Task(False)
+            ),
+        )
+
+    def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+        return self._run(
+            f"reverting to snapshot {snapshot_id!r}",
+            lambda instance: self._wait(
+                instance, self._snapshot(instance, vm_id, snapshot_id).RevertToSnapshot_Task()
+            ),
+        )
+
+    # Disks and images
+
+    def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
+        def read(instance: Any) -> DiskDetails:
+            row = self._vm_row(instance, query.vm_id, ("config.hardware.device",))
+            if row is None:
+                raise AdapterError(ProviderError.vm_not_found(query.vm_id))
+            disks = _disks(row)
+            wanted = [d for d in disks if not query.disk_id or str(d.key) == query.disk_id]
+            if not wanted:
+                raise AdapterError(ProviderError.not_found(f"disk {query.disk_id!r} not found"))
+            disk = wanted[0]
+            parent = getattr(disk.backing, "parent", None)
+            return DiskDetails(
+                disk_id=str(disk.key),
+                format="vmdk",
+                path=str(disk.backing.fileName),
+                virtual_size_bytes=int(disk.capacityInKB) * 1024,
+                is_bootable=disk is disks[0],
+                backing_file=str(parent.fileName) if parent is not None else "",
+            )
+
+        return self._run(f"reading disks of VM {query.vm_id!r}", read)
+
+    def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
+        return Failure(ProviderError.unsupported("ImagePrepare is not implemented for vSphere yet"))
+
+    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+        return Failure(ProviderError.unsupported("disk export is not implemented for vSphere"))
+
+    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
+        return Failure(ProviderError.unsupported("disk import is not implemented for vSphere"))
+
+    # Internals
+
+    def _run(self, doing: str, operation: Callable[[Any], T]) -> Result[T, ProviderError]:
+        try:
+            return Success(self._session.call(operation))
+        except AdapterError as error:
+            return Failure(error.error)
+        except EXPECTED_FAILURES as error:
+            return Failure(provider_error(error, doing))
+
+    def _vm(self, instance: Any, vm_id: str) -> Any:
+        """The VM's MoRef, checked to exist (one round trip); NOT_FOUND otherwise."""
+        if self._vm_row(instance, vm_id, ("name",)) is None:
+            raise AdapterError(ProviderError.vm_not_found(vm_id))
+        return vim.VirtualMachine(vm_id, instance._stub)
+
+    def _vm_row(
+        self, instance: Any, vm_id: str, properties: tuple[str, ...]
+    ) -> dict[str, Any] | None:
+        if not MOREF_VALUE.fullmatch(vm_id):
+            return None
+        try:
+            rows = retrieve(instance, [vim.VirtualMachine(vm_id, instance._stub)], properties)
+        except EXPECTED_FAILURES as error:
+            if is_missing(error):
+                return None
+            raise
+        return rows[0] if rows else None
+
+    def _vm_named(self, instance: Any, name: str) -> Any:
+        rows = [row for row in retrieve_all_vms(instance, ("name",)) if row.get("name") == name]
+        return rows[0]["_ref"] if rows else None
+
+    def _record(self, instance: Any, name: str) -> VMRecord | None:
+        vm = self._vm_named(instance, name)
+        if vm is None:
+            return None
+        owner = self._extra_config(instance, vm._moId).get(OWNER_KEY, "")
+        return VMRecord(id=vm._moId, name=name, owner=OwnerMark(provider=owner) if owner else None)
+
+    def _extra_config(self, instance: Any, vm_id: str) -> dict[str, str]:
+        row = self._vm_row(instance, vm_id, ("config.extraConfig",))
+        if row is None:
+            raise AdapterError(ProviderError.vm_not_found(vm_id))
+        return extra_config(row)
+
+    def _set_extra_config(self, instance: Any, vm: Any, values: Mapping[str, str]) -> None:
+        options = [vim.option.OptionValue(key=key, value=value) for key, value in values.items()]
+        self._wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=options)))
+
+    def _power(self, instance: Any, vm: Any) -> PowerState:
+        row = self._vm_row(instance, vm._moId, ("runtime.powerState",))
+        if row is None:
+            raise AdapterError(ProviderError.vm_not_found(vm._moId))
+        return _power_state(row)
+
+    def _power_to(
+        self, vm_id: str, target: PowerState, start: Callable[[Any], Any]
+    ) -> Result[None, ProviderError]:
+        def switch(instance: Any) -> None:
+            vm = self._vm(instance, vm_id)
+            if self._power(instance, vm) is not target:
+                self._wait(instance, start(vm))
+
+        return self._run(f"powering VM {vm_id!r} {target.value}", switch)
+
+    def _snapshot(self, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+        row = self._vm_row(instance, vm_id, ("snapshot",))
+        if row is None:
+            raise AdapterError(ProviderError.vm_not_found(vm_id))
+        info = row.get("snapshot")
+        pending = list(info.rootSnapshotList) if info is not None else []
+        for _ in range(100_000):
+            if not pending:
+                break
+            tree = pending.pop()
+            if snapshot_id in (tree.snapshot._moId, tree.name):
+                return tree.snapshot
+            pending.extend(tree.childSnapshotList or ())
+        raise AdapterError(
+            ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
+        )
+
+    def _clone_from(
+        self,
+        instance: Any,
+        source: Any,
+        name: str,
+        *,
+        owner: OwnerMark,
+        placement: Placement,
+        configure: Callable[[list[Any]], Any],
+        version: str | None = None,
+    ) -> str:
+        """Clone `source` powered off where `placement` (or the defaults, or the source) says,
+        then apply `configure(clone's devices)` and the hardware version; a failure after the
+        clone exists destroys it again."""
+        existing = self._record(instance, name)
+        if existing is not None:
+            if existing.owner == owner:
+                return existing.id
+            raise AdapterError(
+                ProviderError.already_exists(f"a VM named {name!r} exists and is not ours")
+            )
+        location = resolve(instance, merged(placement, self._defaults), source)
+        task = source.CloneVM_Task(
+            folder=location.folder,
+            name=name,
+            spec=vim.vm.CloneSpec(
+                location=vim.vm.RelocateSpec(
+                    pool=location.pool, datastore=location.datastore, host=location.host
+                ),
+                powerOn=False,
+                template=False,
+            ),
+        )
+        clone = self._wait(instance, task)
+        try:
+            row = self._vm_row(instance, clone._moId, ("config.hardware.device",))
+            spec = configure(list((row or {}).get("config.hardware.device") or ()))
+            self._wait(instance, clone.ReconfigVM_Task(spec))
+            if version is not None:
+                self._wait(instance, clone.UpgradeVM_Task(version))
+        except BaseException:
+            # Leave no half-built VM behind; the original failure is what the caller sees.
+            with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
+                self._wait(instance, clone.Destroy_Task())
+            raise
+        return str(clone._moId)
+
+    def _wait(self, instance: Any, task: Any) -> Any:
+        """The task's result once it ends, reading only info.state/error/result (bounded wait)."""
+        deadline = time.monotonic() + TASK_DEADLINE_SECONDS
+        delay = 0.05
+        while True:
+            row = retrieve(instance, [task], ("info.state", "info.error"))[0]
+            state = row.get("info.state")
+            if state == vim.TaskInfo.State.success:
+                return retrieve(instance, [task], ("info.result",))[0].get("info.result")
+            if state == vim.TaskInfo.State.error:
+                error = row.get("info.error")
+                raise (
+                    error
+                    if isinstance(error, BaseException)
+                    else AdapterError(ProviderError.internal(f"task failed: {error}"))
+                )
+            if time.monotonic() > deadline:
+                raise AdapterError(ProviderError.unavailable("vSphere task did not finish in time"))
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _power_state(row: Mapping[str, Any]) -> PowerState:
+    on = row.get("runtime.powerState") == vim.VirtualMachinePowerState.poweredOn
+    return PowerState.ON if on else PowerState.OFF
+
+
+def _ips(row: Mapping[str, Any]) -> tuple[str, ...]:
+    found = [str(ip) for nic in row.get("guest.net") or () for ip in nic.ipAddress or ()]
+    return routable_addresses(found)
+
+
+def _disks(row: Mapping[str, Any]) -> list[Any]:
+    devices = row.get("config.hardware.device") or ()
+    return [device for device in devices if isinstance(device, vim.vm.device.VirtualDisk)]
+
+
+def _vm_info(row: Mapping[str, Any]) -> VMInfo:
+    devices = row.get("config.hardware.device") or ()
+    nics = [d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+    return VMInfo(
+        id=str(row["_ref"]._moId),
+        name=str(row.get("name", "")),
+        power_state=_power_state(row),
+        ips=_ips(row),
+        cpu=int(row.get("config.hardware.numCPU") or 0),
+        memory_mib=int(row.get("config.hardware.memoryMB") or 0),
+        disks=tuple(
+            DiskInfo(
+                id=str(disk.key),
+                path=str(disk.backing.fileName),
+                size_gib=int(disk.capacityInKB) // (1024 * 1024),
+                format="vmdk",
+            )
+            for disk in _disks(row)
+        ),
+        networks=tuple(
+            NetworkInfo(
+                name=str(nic.deviceInfo.summary if nic.deviceInfo else ""),
+                mac=str(nic.macAddress or ""),
+            )
+            for nic in nics
+        ),
+    )
+
+
+def _unsupported_customization(customization: Customization) -> ProviderError | None:
+    """What this adapter cannot apply yet is refused rather than silently dropped."""
+    if customization.time_zone:
+        return ProviderError.unsupported(
+            "customization.timeZone is not implemented for vSphere yet"
+        )
+    if any(network.static_ip for network in customization.networks):
+        return ProviderError.unsupported(
+            "static IP customization is not implemented for vSphere yet"
+        )
+    return None
+
+
+def _guest_metadata(customization: Customization) -> bytes:
+    """cloud-init metadata carrying the host name (FQDN when a domain is given)."""
+    if not customization.hostname:
+        return b""
+    name = customization.hostname
+    if customization.domain:
+        name = f"{name}.{customization.domain}"
+    return json.dumps({"local-hostname": name}).encode()
+
+
+def _refuse_offline_only_changes(row: Mapping[str, Any], changes: VMChanges) -> None:
+    """A running VM takes CPU and memory changes only with hot-add enabled, and never shrinks."""
+    if _power_state(row) is PowerState.OFF:
+        return
+    cpu_now = int(row.get("config.hardware.numCPU") or 0)
+    memory_now = int(row.get("config.hardware.memoryMB") or 0)
+    if changes.cpu is not None and changes.cpu != cpu_now:
+        if not row.get("config.cpuHotAddEnabled"):
+            raise AdapterError(
+                ProviderError.failed_precondition("CPU hot-add disabled; power off to change CPUs")
+            )
+        if changes.cpu < cpu_now:
+            raise AdapterError(
+                ProviderError.failed_precondition("CPUs cannot shrink while the VM runs")
+            )
+    if changes.memory_mib is not None and changes.memory_mib != memory_now:
+        if not row.get("config.memoryHotAddEnabled"):
+            raise AdapterError(
+                ProviderError.failed_precondition(
+                    "memory hot-add disabled; power off to change memory"
+                )
+            )
+        if changes.memory_mib < memory_now:
+            raise AdapterError(
+                ProviderError.failed_precondition("memory cannot shrink while the VM runs")
+            )
+
+
+def _disk_growth(devices: list[Any], changes: VMChanges) -> list[Any]:
+    """Edit specs growing the root disk and the extra disks (by position); disks never shrink."""
+    disks = [d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)]
+    wanted: list[int | None] = [changes.root_disk_gib, *(spec.size_gib for spec in changes.disks)]
+    edits = []
+    for disk, size_gib in zip(disks, wanted, strict=False):
+        if size_gib is None:
+            continue
+        if size_gib * 1024 * 1024 < disk.capacityInKB:
+            raise AdapterError(ProviderError.failed_precondition(f"disk {disk.key} cannot shrink"))
+        disk.capacityInKB = size_gib * 1024 * 1024
+        disk.capacityInBytes = size_gib * GIB
+        edits.append(vim.vm.device.VirtualDeviceSpec(operation="edit", device=disk))
+    if len(changes.disks) > max(len(disks) - 1, 0):
+        raise AdapterError(ProviderError.invalid_spec("disks", "only existing disks can grow"))
+    return edits
+
+
+def _new_disks(devices: list[Any], disks: tuple[DiskSpec, ...]) -> list[Any]:
+    """Add specs for extra disks (thin unless asked otherwise) on the first SCSI controller."""
+    if not disks:
+        return []
+    provisioning = [_provisioning(spec, index) for index, spec in enumerate(disks)]
+    controllers = [d for d in devices if isinstance(d, vim.vm.device.VirtualSCSIController)]
+    if not controllers:
+        raise AdapterError(
+            ProviderError.failed_precondition("the VM has no SCSI controller for extra disks")
+        )
+    controller = controllers[0]
+    used = {d.unitNumber for d in devices if d.controllerKey == controller.key}
+    free = [unit for unit in range(16) if unit != 7 and unit not in used]
+    if len(free) < len(disks):
+        raise AdapterError(ProviderError.resource_exhausted("no free SCSI unit for another disk"))
+    return [
+        vim.vm.device.VirtualDeviceSpec(
+            operation="add",
+            fileOperation="create",
+            device=vim.vm.device.VirtualDisk(
+                key=-100 - index,
+                controllerKey=controller.key,
+                unitNumber=unit,
+                capacityInKB=spec.size_gib * 1024 * 1024,
+                backing=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(
+                    diskMode="persistent",
+                    thinProvisioned=thin,
+                    eagerlyScrub=eager,
+                    fileName="",
+                ),
+            ),
+        )
+        for index, (spec, unit, (thin, eager)) in enumerate(
+            zip(disks, free, provisioning, strict=False)
+        )
+    ]
+
+
+def _provisioning(spec: DiskSpec, index: int) -> tuple[bool, bool]:
+    """(thinProvisioned, eagerlyScrub) for the disk type the request names."""
+    kind = spec.type.strip().lower() or "thin"
+    if kind not in DISK_PROVISIONING:
+        known = ", ".join(DISK_PROVISIONING)
+        raise AdapterError(
+            ProviderError.invalid_spec(f"disks[{index}].type", f"one of {known}, got {spec.type!r}")
+        )
+    return DISK_PROVISIONING[kind]
+
+
+def vsphere_hypervisor(
+    endpoint: str, credentials: Credentials, insecure: bool, defaults: Placement | None = None
+) -> VSphereHypervisor:
+    """The adapter as the composition root builds it (no round trip until the first call)."""
+    return VSphereHypervisor(
+        VSphereSession(endpoint, credentials_from(credentials), insecure), defaults
+    )

@@ -1,0 +1,99 @@
+"""Where a new VM goes: the request's placement, else the provider's defaults, else the source's.
+
+Names are looked up with one container view per kind (name only), so placement costs a few
+round trips whatever the inventory size. An unknown name is INVALID_SPEC naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
+from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve, retrieve_all
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import Placement
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+
+@dataclass(frozen=True)
+class Location:
+    """The folder, pool, datastore and (optional) host a clone is made in."""
+
+    folder: Any
+    pool: Any
+    datastore: Any
+    host: Any = None
+
+
+def merged(requested: Placement, defaults: Placement) -> Placement:
+    """Each field of the request, else the provider default (PROVIDER_DEFAULT_*)."""
+    return Placement(
+        datastore=requested.datastore or defaults.datastore,
+        storage_pod=requested.storage_pod or defaults.storage_pod,
+        cluster=requested.cluster or defaults.cluster,
+        folder=requested.folder or defaults.folder,
+        host=requested.host or defaults.host,
+    )
+
+
+def resolve(instance: Any, placement: Placement, source: Any) -> Location:
+    own = _source_location(instance, source)
+    host = _named(instance, vim.HostSystem, placement.host, "placement.host")
+    pool = own.pool
+    if placement.cluster:
+        cluster = _named(
+            instance, vim.ClusterComputeResource, placement.cluster, "placement.cluster"
+        )
+        pool = retrieve(instance, [cluster], ("resourcePool",))[0]["resourcePool"]
+    elif host is not None:
+        compute = retrieve(instance, [host], ("parent",))[0]["parent"]
+        pool = retrieve(instance, [compute], ("resourcePool",))[0]["resourcePool"]
+    datastore = own.datastore
+    if placement.datastore:
+        datastore = _named(instance, vim.Datastore, placement.datastore, "placement.datastore")
+    elif placement.storage_pod:
+        pod = _named(instance, vim.StoragePod, placement.storage_pod, "placement.storagePod")
+        datastore = _roomiest_member(instance, pod, placement.storage_pod)
+    folder = own.folder
+    if placement.folder:
+        folder = _named(instance, vim.Folder, placement.folder, "placement.folder")
+    return Location(folder=folder, pool=pool, datastore=datastore, host=host)
+
+
+def _named(instance: Any, kind: Any, name: str, field: str) -> Any:
+    if not name:
+        return None
+    found = [
+        row["_ref"] for row in retrieve_all(instance, kind, ("name",)) if row.get("name") == name
+    ]
+    if not found:
+        raise AdapterError(ProviderError.invalid_spec(field, f"nothing named {name!r}"))
+    return found[0]
+
+
+def _roomiest_member(instance: Any, pod: Any, name: str) -> Any:
+    members = list(retrieve(instance, [pod], ("childEntity",))[0].get("childEntity") or ())
+    datastores = [member for member in members if isinstance(member, vim.Datastore)]
+    if not datastores:
+        raise AdapterError(
+            ProviderError.invalid_spec("placement.storagePod", f"{name!r} has no datastore")
+        )
+    rows = retrieve(instance, datastores, ("summary.freeSpace",))
+    return max(rows, key=lambda row: int(row.get("summary.freeSpace") or 0))["_ref"]
+
+
+def _source_location(instance: Any, source: Any) -> Location:
+    row = retrieve(instance, [source], ("parent", "resourcePool", "datastore", "runtime.host"))[0]
+    pool = row.get("resourcePool")
+    if pool is None:  # a template has no pool: use its host's
+        compute = retrieve(instance, [row["runtime.host"]], ("parent",))[0]["parent"]
+        pool = retrieve(instance, [compute], ("resourcePool",))[0]["resourcePool"]
+    datastores = list(row.get("datastore") or ())
+    return Location(
+        folder=row["parent"], pool=pool, datastore=datastores[0] if datastores else None
+    )

@@ -1,0 +1,27 @@
+"""Real libvirtd + QEMU tests: collected only with PYRIGAUD_TEST_QEMU=1 (see qemu_support)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from contract.harness import Harness
+from qemu_support import open_qemu, qemu_enabled, qemu_harness
+
+# Without the daemon (a developer run without root) these are not collected, never skipped.
+collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
+
+
+@pytest.fixture
+def qemu() -> Iterator[Harness]:
+    yield from qemu_harness()
+
+
+@pytest.fixture
+def conn(qemu: Harness) -> Iterator[Any]:
+    """A raw connection to look at what the adapter made, opened after the harness's cleanup."""
+    connection = open_qemu()
+    yield connection
+    connection.close()

@@ -1,0 +1,134 @@
+"""What only a real libvirtd + QEMU shows about the libvirt adapter (blank disks, no guest OS)."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import libvirt
+
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CloneRequest,
+    DiskQuery,
+    DiskSpec,
+    OwnerMark,
+    SnapshotRequest,
+    VMChanges,
+)
+from pyrigaud.domain.power import PowerState
+
+from contract.harness import Harness
+from qemu_support import TEST_POOL_PATH
+from support import error_kind, ok
+
+OWNER = OwnerMark(provider="tests/qemu")
+GIB = 1024**3
+
+
+def create(qemu: Harness, name: str, **changes: object) -> str:
+    return ok(qemu.adapter.create(qemu.request(name, image=qemu.image, **changes), OWNER))
+
+
+def live_xml(conn: Any, vm_id: str) -> ET.Element:
+    return ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
+
+
+def pool_files() -> set[str]:
+    return set(os.listdir(TEST_POOL_PATH))
+
+
+def test_a_vm_runs_under_tcg_with_acpi_user_networking_and_an_agent_port(
+    qemu: Harness, conn: Any
+) -> None:
+    vm_id = create(qemu, "qemu-xml")
+    ok(qemu.adapter.power_on(vm_id))
+    assert conn.lookupByUUIDString(vm_id).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    root = live_xml(conn, vm_id)
+    assert root.get("type") == "qemu"
+    assert root.find("features/acpi") is not None  # graceful shutdown and PCI hot-plug need it
+    assert [nic.get("type") for nic in root.iterfind("devices/interface")] == ["user"]
+    agent = root.find("devices/channel/target[@name='org.qemu.guest_agent.0']")
+    assert agent is not None
+    listen = root.find("devices/graphics[@type='vnc']/listen")
+    assert listen is not None
+    assert listen.get("address") == "127.0.0.1"
+    assert conn.listAllNetworks(0) == []  # scripts/libvirtd.sh leaves no NAT network
+
+
+def test_disks_of_a_running_vm_grow_and_new_ones_are_hot_plugged(qemu: Harness, conn: Any) -> None:
+    vm_id = create(qemu, "qemu-grow", disks=(DiskSpec(size_gib=1),))
+    ok(qemu.adapter.power_on(vm_id))
+    ok(
+        qemu.adapter.reconfigure(
+            vm_id, VMChanges(root_disk_gib=3, disks=(DiskSpec(size_gib=2), DiskSpec(size_gib=1)))
+        )
+    )
+    info = ok(qemu.adapter.vm_info(vm_id))
+    assert info is not None
+    assert [disk.size_gib for disk in info.disks] == [3, 2, 1]
+    # The guest sees the new sizes now (block resize, hot-plug), not only after a reboot.
+    dom = conn.lookupByUUIDString(vm_id)
+    live_targets = [t.get("dev") for t in live_xml(conn, vm_id).iterfind("devices/disk/target")]
+    assert live_targets[:3] == ["vda", "vdb", "vdc"]
+    assert dom.blockInfo("vda")[0] == 3 * GIB
+
+
+def test_snapshots_of_a_running_vm_are_internal_with_memory_and_revert_to_running(
+    qemu: Harness,
+) -> None:
+    vm_id = create(qemu, "qemu-snap")
+    ok(qemu.adapter.power_on(vm_id))
+    files_before = pool_files()
+    asked = ok(qemu.adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="live")))
+    # Asked without memory it still holds memory, and says so: a disk-only snapshot of a running
+    # VM would be an external overlay file that libvirt 9 cannot revert to.
+    assert asked.include_memory
+    assert pool_files() == files_before
+    ok(qemu.adapter.power_off(vm_id))
+    ok(qemu.adapter.revert_snapshot(vm_id, "live"))
+    assert ok(qemu.adapter.power_state(vm_id)) is PowerState.ON
+    details = ok(qemu.adapter.disk_details(DiskQuery(vm_id=vm_id)))
+    assert details.snapshots == ("live",)
+    ok(qemu.adapter.delete_snapshot(vm_id, "live"))
+    assert ok(qemu.adapter.disk_details(DiskQuery(vm_id=vm_id))).snapshots == ()
+
+
+def test_a_running_source_is_fully_cloned_from_one_point_and_never_linked(
+    qemu: Harness,
+) -> None:
+    source = create(qemu, "qemu-src", disks=(DiskSpec(size_gib=1),))
+    ok(qemu.adapter.power_on(source))
+    files_before = pool_files()
+    linked = qemu.adapter.clone(
+        CloneRequest(source_vm_id=source, target_name="qemu-lnk", linked=True), OWNER
+    )
+    assert error_kind(linked) is ErrorKind.FAILED_PRECONDITION
+    assert pool_files() == files_before
+    target = ok(
+        qemu.adapter.clone(CloneRequest(source_vm_id=source, target_name="qemu-full"), OWNER)
+    )
+    assert ok(qemu.adapter.power_state(source)) is PowerState.ON
+    source_info = ok(qemu.adapter.vm_info(source))
+    target_info = ok(qemu.adapter.vm_info(target))
+    assert source_info is not None
+    assert target_info is not None
+    assert [d.size_gib for d in target_info.disks] == [d.size_gib for d in source_info.disks]
+    assert not {d.path for d in target_info.disks} & {d.path for d in source_info.disks}
+    assert ok(qemu.adapter.disk_details(DiskQuery(vm_id=target))).backing_file == ""
+    ok(qemu.adapter.power_on(target))  # the copy is a whole, usable disk set
+    assert ok(qemu.adapter.power_state(target)) is PowerState.ON
+
+
+def test_delete_of_a_running_vm_with_a_snapshot_leaves_only_the_base_image(
+    qemu: Harness,
+) -> None:
+    files_before = pool_files()
+    vm_id = create(qemu, "qemu-gone", disks=(DiskSpec(size_gib=1),))
+    ok(qemu.adapter.power_on(vm_id))
+    ok(qemu.adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="s", include_memory=True)))
+    assert len(pool_files() - files_before) == 2
+    ok(qemu.adapter.delete(vm_id))
+    assert pool_files() == files_before
+    assert ok(qemu.adapter.find_by_name("qemu-gone")) is None

@@ -1,0 +1,474 @@
+"""The vSphere adapter against govmomi's vCenter simulator on loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor, vsphere_hypervisor
+from pyrigaud.adapters.hypervisors.vsphere.inventory import extra_config, retrieve
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CloneRequest,
+    CreateRequest,
+    Customization,
+    DiskSpec,
+    Firmware,
+    NetworkAttachment,
+    OwnerMark,
+    PerformanceProfile,
+    Placement,
+    SecurityProfile,
+    SnapshotRequest,
+    VMChanges,
+    VMClass,
+    VMImage,
+)
+from pyrigaud.domain.power import PowerState
+
+from support import error_kind, error_of, ok
+from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
+
+OWNER = OwnerMark(provider="tests/vsphere")
+vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
+
+
+def request(name: str, **changes: object) -> CreateRequest:
+    base = CreateRequest(
+        name=name, vm_class=VMClass(cpu=2, memory_mib=512), image=VMImage(template_name=TEMPLATE_VM)
+    )
+    return base.model_copy(update=changes)
+
+
+def test_validate_answers_and_an_unreachable_endpoint_is_not_ok(simulator: Simulator) -> None:
+    assert simulator.adapter().check().ok
+    closed = VSphereSession("https://127.0.0.1:1/sdk", lambda: ("u", "p"), insecure=True)
+    report = VSphereHypervisor(closed).check()
+    assert not report.ok
+    assert "unavailable" in report.message
+    not_vsphere = VSphereSession(
+        simulator.endpoint.replace("/sdk", "/elsewhere"), lambda: ("u", "p"), insecure=True
+    )
+    report = VSphereHypervisor(not_vsphere).check()
+    assert not report.ok
+    assert "not a VIM server" in report.message
+
+
+def test_wrong_credentials_are_unavailable_not_internal(simulator: Simulator) -> None:
+    session = VSphereSession(simulator.endpoint, lambda: ("nobody", "wrong"), insecure=True)
+    assert error_kind(VSphereHypervisor(session).list_vms()) is ErrorKind.UNAVAILABLE
+
+
+def test_list_vms_reports_the_inventory_in_one_listing(adapter: VSphereHypervisor) -> None:
+    vms = ok(adapter.list_vms())
+    template = next(vm for vm in vms if vm.name == TEMPLATE_VM)
+    assert template.id.startswith("vm-")
+    assert template.cpu >= 1
+    assert template.memory_mib > 0
+    assert template.disks
+    assert template.disks[0].path.endswith(".vmdk")
+    assert template.networks
+    assert template.networks[0].mac
+
+
+def test_create_clones_the_template_applies_the_class_and_marks_ownership(
+    adapter: VSphereHypervisor,
+) -> None:
+    vm_id = ok(adapter.create(request("vs-create", disks=(DiskSpec(size_gib=3),)), OWNER))
+    info = ok(adapter.vm_info(vm_id))
+    assert info is not None
+    assert (info.name, info.cpu, info.memory_mib, info.power_state) == (
+        "vs-create",
+        2,
+        512,
+        PowerState.OFF,
+    )
+    assert [disk.size_gib for disk in info.disks][1:] == [3]
+    record = ok(adapter.find_by_name("vs-create"))
+    assert record is not None
+    assert record.owner == OWNER
+    assert ok(adapter.create(request("vs-create"), OWNER)) == vm_id
+    clash = adapter.create(request("vs-create"), OwnerMark(provider="someone/else"))
+    assert error_kind(clash) is ErrorKind.ALREADY_EXISTS
+
+
+def test_a_create_failing_after_the_clone_leaves_nothing_behind(
+    adapter: VSphereHypervisor,
+) -> None:
+    too_many = tuple(DiskSpec(size_gib=1) for _ in range(16))  # more than one SCSI bus holds
+    result = adapter.create(request("vs-half", disks=too_many), OWNER)
+    assert error_kind(result) is ErrorKind.RESOURCE_EXHAUSTED
+    assert ok(adapter.find_by_name("vs-half")) is None
+
+
+def test_a_vm_not_made_by_pyrigaud_is_a_name_clash(adapter: VSphereHypervisor) -> None:
+    result = adapter.create(request(TEMPLATE_VM), OWNER)
+    assert error_kind(result) is ErrorKind.ALREADY_EXISTS
+
+
+@pytest.mark.parametrize(
+    "image",
+    [VMImage(), VMImage(template_name="no-such-template"), VMImage(path="/images/x.qcow2")],
+)
+def test_images_vsphere_cannot_use_are_invalid_specs(
+    adapter: VSphereHypervisor, image: VMImage
+) -> None:
+    assert (
+        error_kind(adapter.create(request("vs-bad", image=image), OWNER)) is ErrorKind.INVALID_SPEC
+    )
+    assert ok(adapter.find_by_name("vs-bad")) is None
+
+
+@pytest.mark.parametrize("vm_id", ["", "vm-999999", "\x00x", "../../etc"])
+def test_ids_that_name_nothing_are_missing(adapter: VSphereHypervisor, vm_id: str) -> None:
+    assert ok(adapter.describe(vm_id)) is None
+    assert ok(adapter.vm_info(vm_id)) is None
+    assert error_kind(adapter.delete(vm_id)) is ErrorKind.NOT_FOUND
+    assert error_kind(adapter.power_on(vm_id)) is ErrorKind.NOT_FOUND
+
+
+def test_power_is_idempotent_and_reboot_falls_back_to_reset(adapter: VSphereHypervisor) -> None:
+    vm_id = ok(adapter.create(request("vs-power"), OWNER))
+    ok(adapter.power_on(vm_id))
+    ok(adapter.power_on(vm_id))
+    ok(adapter.reboot(vm_id))  # the simulator has no RebootGuest: this is the reset path
+    description = ok(adapter.describe(vm_id))
+    assert description is not None
+    assert description.power_state is PowerState.ON
+    assert description.raw["name"] == "vs-power"
+    ok(adapter.power_off(vm_id))
+    ok(adapter.power_off(vm_id))
+    assert ok(adapter.power_state(vm_id)) is PowerState.OFF
+
+
+def test_a_graceful_shutdown_records_and_clears_its_deadline(adapter: VSphereHypervisor) -> None:
+    vm_id = ok(adapter.create(request("vs-shutdown"), OWNER))
+    ok(adapter.power_on(vm_id))
+    assert ok(adapter.shutdown_deadline(vm_id)) is None
+    ok(adapter.request_shutdown(vm_id, 1_900_000_000))
+    assert ok(adapter.shutdown_deadline(vm_id)) == 1_900_000_000
+    ok(adapter.clear_shutdown_deadline(vm_id))
+    assert ok(adapter.shutdown_deadline(vm_id)) is None
+
+
+def test_reconfigure_changes_cpu_memory_and_grows_disks(adapter: VSphereHypervisor) -> None:
+    vm_id = ok(adapter.create(request("vs-reconf", disks=(DiskSpec(size_gib=2),)), OWNER))
+    changes = VMChanges(cpu=3, memory_mib=1024, root_disk_gib=30, disks=(DiskSpec(size_gib=5),))
+    ok(adapter.reconfigure(vm_id, changes))
+    listed = next(vm for vm in ok(adapter.list_vms()) if vm.id == vm_id)
+    assert (listed.cpu, listed.memory_mib) == (3, 1024)
+    assert [disk.size_gib for disk in listed.disks] == [30, 5]
+    shrink = adapter.reconfigure(vm_id, VMChanges(root_disk_gib=1))
+    assert error_kind(shrink) is ErrorKind.FAILED_PRECONDITION
+
+
+def test_a_running_vm_without_hot_add_refuses_cpu_and_memory_changes(
+    adapter: VSphereHypervisor,
+) -> None:
+    vm_id = ok(adapter.create(request("vs-hot"), OWNER))
+    ok(adapter.power_on(vm_id))
+    refused = adapter.reconfigure(vm_id, VMChanges(cpu=4))
+    assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
+    assert "CPU hot-add disabled" in error_of(refused).message
+    refused = adapter.reconfigure(vm_id, VMChanges(memory_mib=2048))
+    assert "memory hot-add disabled" in error_of(refused).message
+    ok(adapter.reconfigure(vm_id, VMChanges(cpu=2, memory_mib=512)))  # unchanged values: fine
+    info = ok(adapter.vm_info(vm_id))
+    assert info is not None
+    assert (info.cpu, info.memory_mib) == (2, 512)
+    ok(adapter.power_off(vm_id))
+    ok(adapter.reconfigure(vm_id, VMChanges(cpu=4)))
+    ok(adapter.upgrade_hardware(vm_id, 0))
+    assert error_kind(adapter.upgrade_hardware("vm-999999", 0)) is ErrorKind.NOT_FOUND
+
+
+def test_snapshots_are_found_by_their_id_and_gone_after_delete(adapter: VSphereHypervisor) -> None:
+    vm_id = ok(adapter.create(request("vs-snap"), OWNER))
+    snapshot = ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
+    assert snapshot.id.startswith("snapshot-")
+    ok(adapter.revert_snapshot(vm_id, snapshot.id))
+    ok(adapter.delete_snapshot(vm_id, snapshot.id))
+    assert error_kind(adapter.revert_snapshot(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
+    assert error_kind(adapter.delete_snapshot(vm_id, "nope")) is ErrorKind.NOT_FOUND
+
+
+def test_full_clone_applies_cpu_and_linked_clone_is_refused(adapter: VSphereHypervisor) -> None:
+    source = ok(adapter.create(request("vs-src"), OWNER))
+    target = ok(
+        adapter.clone(CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER)
+    )
+    info = ok(adapter.vm_info(target))
+    assert info is not None
+    assert (info.name, info.cpu) == ("vs-copy", 4)
+    linked = CloneRequest(source_vm_id=source, target_name="vs-linked", linked=True)
+    assert error_kind(adapter.clone(linked, OWNER)) is ErrorKind.UNSUPPORTED
+    assert not adapter.capabilities().supports_linked_clones
+    missing = CloneRequest(source_vm_id="vm-999999", target_name="vs-none")
+    assert error_kind(adapter.clone(missing, OWNER)) is ErrorKind.NOT_FOUND
+
+
+def test_clone_customization_sets_networks_user_data_and_host_name(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    source = ok(adapter.create(request("vs-custom-src"), OWNER))
+    customization = Customization(
+        hostname="web-1",
+        domain="example.test",
+        user_data=b"#cloud-config\n",
+        networks=(
+            NetworkAttachment(portgroup="VM Network"),
+            NetworkAttachment(portgroup="DC0_DVPG0"),
+        ),
+    )
+    clone = CloneRequest(source_vm_id=source, target_name="vs-custom", customization=customization)
+    target = ok(adapter.clone(clone, OWNER))
+    extra = extra_config(read_vm(simulator, target, ("config.extraConfig",)))
+    assert json.loads(base64.b64decode(extra["guestinfo.metadata"])) == {
+        "local-hostname": "web-1.example.test"
+    }
+    assert base64.b64decode(extra["guestinfo.userdata"]) == b"#cloud-config\n"
+    info = ok(adapter.vm_info(target))
+    assert info is not None
+    assert len(info.networks) == 2
+    for unsupported in (
+        Customization(time_zone="UTC"),
+        Customization(networks=(NetworkAttachment(portgroup="VM Network", static_ip="10.0.0.5"),)),
+    ):
+        refused = CloneRequest(
+            source_vm_id=source, target_name="vs-refused", customization=unsupported
+        )
+        assert error_kind(adapter.clone(refused, OWNER)) is ErrorKind.UNSUPPORTED
+    assert ok(adapter.find_by_name("vs-refused")) is None
+
+
+def test_delete_removes_the_vm(adapter: VSphereHypervisor) -> None:
+    vm_id = ok(adapter.create(request("vs-delete"), OWNER))
+    ok(adapter.power_on(vm_id))
+    ok(adapter.delete(vm_id))
+    assert ok(adapter.describe(vm_id)) is None
+    assert ok(adapter.find_by_name("vs-delete")) is None
+
+
+def test_an_expired_session_is_renewed_once_with_fresh_credentials(simulator: Simulator) -> None:
+    logins: list[int] = []
+
+    def credentials() -> tuple[str, str]:
+        logins.append(1)
+        return simulator.username, simulator.password
+
+    session = VSphereSession(simulator.endpoint, credentials, insecure=True)
+    adapter = VSphereHypervisor(session)
+    assert ok(adapter.list_vms())
+    session.call(lambda instance: instance.content.sessionManager.Logout())
+    assert ok(adapter.list_vms())  # NotAuthenticated, then a new login, then the answer
+    assert len(logins) == 2
+    session.close()
+
+
+def test_a_session_the_server_expired_for_idleness_is_renewed() -> None:
+    """A simulator with a 1 s idle timeout: after 3 s idle the session is gone for sure."""
+    with running_simulator("-idle-timeout", "1s") as short_lived:
+        logins: list[int] = []
+
+        def credentials() -> tuple[str, str]:
+            logins.append(1)
+            return short_lived.username, short_lived.password
+
+        adapter = VSphereHypervisor(
+            VSphereSession(short_lived.endpoint, credentials, insecure=True)
+        )
+        assert adapter.check().ok
+        time.sleep(3)
+        assert ok(adapter.list_vms())
+        assert len(logins) == 2
+
+
+def test_describe_reports_guest_addresses_set_through_the_simulator_hook(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    vm_id = ok(adapter.create(request("vs-ips"), OWNER))
+    ok(adapter.power_on(vm_id))
+    session = VSphereSession(
+        simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
+    )
+    vm = vim.VirtualMachine(vm_id, session.call(lambda instance: instance._stub))
+    spec = vim.vm.ConfigSpec(
+        extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="192.0.2.10")]
+    )
+    session.call(lambda _: vm.ReconfigVM_Task(spec))
+    description = ok(adapter.describe(vm_id))
+    assert description is not None
+    assert description.ips == ("192.0.2.10",)
+    session.close()
+
+
+def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
+    simulator: Simulator, tmp_path: Path
+) -> None:
+    (tmp_path / "username").write_text(f"{simulator.username}\n")
+    (tmp_path / "password").write_text(simulator.password)
+    secret = MountedSecretCredentials(directory=tmp_path)
+    assert vsphere_hypervisor(simulator.endpoint, secret, insecure=True).check().ok
+    (tmp_path / "password").unlink()
+    report = vsphere_hypervisor(simulator.endpoint, secret, insecure=True).check()
+    assert not report.ok
+    assert "lack password" in report.message
+
+
+def test_placement_by_name_and_unknown_names_are_invalid_specs(
+    adapter: VSphereHypervisor,
+) -> None:
+    placement = Placement(datastore="LocalDS_0", cluster="DC0_C0", host="DC0_C0_H1")
+    vm_id = ok(adapter.create(request("vs-placed", placement=placement), OWNER))
+    info = ok(adapter.vm_info(vm_id))
+    assert info is not None
+    assert info.disks[0].path.startswith("[LocalDS_0] vs-placed/")
+    for field, wrong in [
+        ("datastore", Placement(datastore="nope")),
+        ("cluster", Placement(cluster="nope")),
+        ("folder", Placement(folder="nope")),
+        ("host", Placement(host="nope")),
+        ("storagePod", Placement(storage_pod="nope")),
+    ]:
+        result = adapter.create(request("vs-misplaced", placement=wrong), OWNER)
+        assert error_kind(result) is ErrorKind.INVALID_SPEC
+        assert error_of(result).message.startswith(f"placement.{field}:")
+    assert ok(adapter.find_by_name("vs-misplaced")) is None
+
+
+def test_provider_default_placement_applies_when_the_request_has_none(
+    simulator: Simulator,
+) -> None:
+    session = VSphereSession(
+        simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
+    )
+    adapter = VSphereHypervisor(session, defaults=Placement(datastore="no-such-default"))
+    result = adapter.create(request("vs-defaulted"), OWNER)
+    assert error_of(result).message.startswith("placement.datastore:")
+
+
+def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> dict[str, Any]:
+    """Properties read straight from the simulator, to check what the adapter wrote."""
+    session = VSphereSession(
+        simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
+    )
+    try:
+        return session.call(
+            lambda instance: retrieve(
+                instance, [vim.VirtualMachine(vm_id, instance._stub)], properties
+            )
+        )[0]
+    finally:
+        session.close()
+
+
+def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    vm_class = VMClass(
+        cpu=2,
+        memory_mib=1024,
+        firmware=Firmware.UEFI,
+        # The simulator's UpgradeVM_Task ignores the version asked for, so only its
+        # removal from extraConfig is checked here.
+        extra_config={"vsphere.hardwareVersion": "13", "custom.key": "x"},
+        performance=PerformanceProfile(
+            cpu_hot_add=True, memory_hot_add=True, nested_virtualization=True
+        ),
+    )
+    wanted = request("vs-class", vm_class=vm_class, user_data=b"#cloud-config\n", meta_data=b"{}")
+    vm_id = ok(adapter.create(wanted, OWNER))
+    row = read_vm(
+        simulator,
+        vm_id,
+        (
+            "config.firmware",
+            "config.nestedHVEnabled",
+            "config.cpuHotAddEnabled",
+            "config.memoryHotAddEnabled",
+            "config.extraConfig",
+        ),
+    )
+    assert row["config.firmware"] == "efi"
+    assert row["config.nestedHVEnabled"]
+    assert row["config.cpuHotAddEnabled"]
+    assert row["config.memoryHotAddEnabled"]
+    extra = extra_config(row)
+    assert base64.b64decode(extra["guestinfo.userdata"]) == b"#cloud-config\n"
+    assert extra["guestinfo.userdata.encoding"] == "base64"
+    assert base64.b64decode(extra["guestinfo.metadata"]) == b"{}"
+    assert extra["custom.key"] == "x"
+    assert extra["pyrigaud.owner"] == OWNER.provider
+    assert "vsphere.hardwareVersion" not in extra
+    ok(adapter.power_on(vm_id))
+    ok(adapter.reconfigure(vm_id, VMChanges(cpu=4, memory_mib=2048)))  # hot-add: online
+    info = ok(adapter.vm_info(vm_id))
+    assert info is not None
+    assert (info.cpu, info.memory_mib) == (4, 2048)
+
+
+@pytest.mark.parametrize(
+    ("vm_class", "field"),
+    [
+        (VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True)), "security"),
+        (
+            VMClass(cpu=1, memory_mib=256, extra_config={"vsphere.hardwareVersion": "new"}),
+            "extraConfig",
+        ),
+    ],
+)
+def test_a_class_vsphere_cannot_apply_is_an_invalid_spec(
+    adapter: VSphereHypervisor, vm_class: VMClass, field: str
+) -> None:
+    result = adapter.create(request("vs-badclass", vm_class=vm_class), OWNER)
+    assert error_kind(result) is ErrorKind.INVALID_SPEC
+    assert error_of(result).message.startswith(f"{field}.")
+    assert ok(adapter.find_by_name("vs-badclass")) is None
+
+
+def test_extra_disks_are_provisioned_as_asked(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    disks = (
+        DiskSpec(size_gib=1),
+        DiskSpec(size_gib=1, type="thick"),
+        DiskSpec(size_gib=1, type="eagerZeroedThick"),
+    )
+    vm_id = ok(adapter.create(request("vs-provisioned", disks=disks), OWNER))
+    devices = read_vm(simulator, vm_id, ("config.hardware.device",))["config.hardware.device"]
+    backings = [d.backing for d in devices if isinstance(d, vim.vm.device.VirtualDisk)][1:]
+    assert [(b.thinProvisioned, bool(b.eagerlyScrub)) for b in backings] == [
+        (True, False),
+        (False, False),
+        (False, True),
+    ]
+    sparse = (DiskSpec(size_gib=1, type="sparse"),)
+    wrong = adapter.create(request("vs-badtype", disks=sparse), OWNER)
+    assert error_of(wrong).message.startswith("disks[0].type:")
+    assert ok(adapter.find_by_name("vs-badtype")) is None
+
+
+def test_every_network_attachment_replaces_the_template_nics(
+    adapter: VSphereHypervisor,
+) -> None:
+    networks = (
+        NetworkAttachment(portgroup="VM Network", model="e1000", mac_address="00:50:56:aa:bb:01"),
+        NetworkAttachment(portgroup="DC0_DVPG0"),
+    )
+    vm_id = ok(adapter.create(request("vs-nics", networks=networks), OWNER))
+    info = ok(adapter.vm_info(vm_id))
+    assert info is not None
+    assert len(info.networks) == 2
+    assert info.networks[0].mac == "00:50:56:aa:bb:01"
+    wrong = (NetworkAttachment(portgroup="no-such-net"),)
+    result = adapter.create(request("vs-nonet", networks=wrong), OWNER)
+    assert error_of(result).message.startswith("networks[0].portgroup:")
+    assert ok(adapter.find_by_name("vs-nonet")) is None

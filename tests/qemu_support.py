@@ -1,0 +1,142 @@
+"""The libvirt adapter on a real libvirtd + QEMU (`qemu:///system`), for the contract suite.
+
+Opt-in: harnesses register only when PYRIGAUD_TEST_QEMU=1 (the test command sets it after
+scripts/libvirtd.sh has started the daemon), so developer runs without root still work. Once
+selected, an unreachable daemon fails the test: nothing is skipped.
+
+Everything a test makes lives in one dedicated dir pool, so cleanup is exact: every domain
+with a disk in that pool and every volume in it goes, before a test (a crashed run leaves
+nothing that breaks the next) and after it. Guests use user-mode NICs only and get
+`<domain type='qemu'>`: KVM is advertised on these machines but does not work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.libvirt.connection import (
+    LibvirtConnection,
+    VirConnect,
+    prepare_libvirt_for_process,
+)
+from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.domain.models import VMImage
+
+from contract.harness import Harness
+
+QEMU_URI = "qemu:///system"
+ENABLE_VARIABLE = "PYRIGAUD_TEST_QEMU"
+TEST_POOL = "pyrigaud-test"
+# QEMU runs as libvirt-qemu: every directory up to the disks must let it in (0755, not 0700).
+TEST_POOL_PATH = Path("/var/lib/pyrigaud-test/pool")
+BASE_IMAGE_BYTES = 64 * 1024**2
+SESSION_PREFIX = f"base-{secrets.token_hex(4)}"
+
+
+def qemu_enabled() -> bool:
+    return os.environ.get(ENABLE_VARIABLE) == "1"
+
+
+def open_qemu() -> VirConnect:
+    """A raw connection for setup and cleanup; a daemon that does not answer fails the test."""
+    prepare_libvirt_for_process()  # libvirt's own stderr printing off
+    try:
+        return libvirt.open(QEMU_URI)
+    except libvirt.libvirtError as error:
+        pytest.fail(
+            f"{ENABLE_VARIABLE}=1 but libvirtd does not answer on {QEMU_URI} ({error}); "
+            "run scripts/libvirtd.sh as root first",
+            pytrace=False,
+        )
+
+
+def ensure_test_pool(conn: VirConnect) -> Any:
+    """The tests' dir pool, defined and started on first use."""
+    try:
+        pool = conn.storagePoolLookupByName(TEST_POOL)
+    except libvirt.libvirtError:
+        TEST_POOL_PATH.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        pool = conn.storagePoolDefineXML(_pool_xml(), 0)
+        pool.build(0)
+    if not pool.isActive():
+        pool.create(0)
+    pool.refresh(0)
+    return pool
+
+
+def _pool_xml() -> str:
+    root = ET.Element("pool", {"type": "dir"})
+    ET.SubElement(root, "name").text = TEST_POOL
+    target = ET.SubElement(root, "target")
+    ET.SubElement(target, "path").text = str(TEST_POOL_PATH)
+    ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
+    return ET.tostring(root, encoding="unicode")
+
+
+def add_base_image(conn: VirConnect) -> str:
+    """An empty qcow2 in the test pool, readable by QEMU's user (0644): no guest OS needed."""
+    volume = ET.Element("volume")
+    ET.SubElement(volume, "name").text = f"{SESSION_PREFIX}.qcow2"
+    ET.SubElement(volume, "capacity", {"unit": "bytes"}).text = str(BASE_IMAGE_BYTES)
+    ET.SubElement(volume, "allocation").text = "0"
+    target = ET.SubElement(volume, "target")
+    ET.SubElement(target, "format", {"type": "qcow2"})
+    ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0644"
+    xml = ET.tostring(volume, encoding="unicode")
+    return str(ensure_test_pool(conn).createXML(xml, 0).path())
+
+
+def remove_test_leftovers(conn: VirConnect) -> list[str]:
+    """Every domain using the test pool and every volume in it, gone; returns the names."""
+    removed: list[str] = []
+    prefix = f"{TEST_POOL_PATH}/"
+    for dom in conn.listAllDomains(0):
+        xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        root = ET.fromstring(xml)
+        sources = [element.get("file", "") for element in root.iterfind("devices/disk/source")]
+        if not any(source.startswith(prefix) for source in sources):
+            continue
+        removed.append(str(dom.name()))
+        if dom.isActive():
+            dom.destroy()
+        with contextlib.suppress(libvirt.libvirtError):  # gone already (another cleanup)
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+    pool = ensure_test_pool(conn)
+    for volume in pool.listAllVolumes(0):
+        removed.append(str(volume.name()))
+        volume.delete(0)
+    return removed
+
+
+def qemu_harness() -> Iterator[Harness]:
+    """The adapter on qemu:///system and a base image; everything made is removed after."""
+    conn = open_qemu()
+    try:
+        remove_test_leftovers(conn)
+        image = VMImage(path=add_base_image(conn), format="qcow2")
+        clock = ManualClock()
+        connection = LibvirtConnection(QEMU_URI)
+        adapter = LibvirtHypervisor(
+            connection,
+            clock,
+            domain_type="qemu",
+            pools=PoolSettings(default_pool=TEST_POOL, default_pool_path=str(TEST_POOL_PATH)),
+        )
+        try:
+            yield Harness(adapter=adapter, clock=clock, image=image, guest_reports_addresses=False)
+        finally:
+            connection.close()
+            remove_test_leftovers(conn)
+    finally:
+        conn.close()

@@ -1,0 +1,92 @@
+"""The vCenter simulator for the tests: built once (cached), one process per test session."""
+
+from __future__ import annotations
+
+import atexit
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.domain.models import VMImage
+
+from contract.harness import Harness
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
+TEMPLATE_VM = "DC0_H0_VM0"  # a VM the default VPX inventory always has
+
+
+@dataclass(frozen=True)
+class Simulator:
+    endpoint: str  # https://127.0.0.1:PORT/sdk, without credentials
+    username: str
+    password: str
+
+    def adapter(self) -> VSphereHypervisor:
+        session = VSphereSession(
+            self.endpoint, lambda: (self.username, self.password), insecure=True
+        )
+        return VSphereHypervisor(session)
+
+
+def launcher() -> Path:
+    """Build (or reuse) the launcher binary; scripts/vcsim.sh prints its path."""
+    built = subprocess.run(
+        ["sh", str(BUILD_SCRIPT)], check=True, capture_output=True, text=True, timeout=600
+    )
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def running_simulator(*arguments: str) -> Iterator[Simulator]:
+    """Start the simulator on a free loopback port, yield its address, stop it afterwards."""
+    process = subprocess.Popen(
+        [str(launcher()), *arguments], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        url = urlsplit(process.stdout.readline().strip())
+        assert url.hostname == "127.0.0.1", f"simulator did not start: {url!r}"
+        endpoint = urlunsplit((url.scheme, f"{url.hostname}:{url.port}", url.path, "", ""))
+        yield Simulator(endpoint=endpoint, username=url.username or "", password=url.password or "")
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+_shared: list[Simulator] = []
+
+
+def shared_simulator() -> Simulator:
+    """The one simulator of this pytest session, started on first use and stopped at exit."""
+    if not _shared:
+        context = running_simulator()
+        _shared.append(context.__enter__())
+        atexit.register(context.__exit__, None, None, None)
+    return _shared[0]
+
+
+def contract_harness() -> Iterator[Harness]:
+    """The contract suite's harness on the shared simulator; a test's VMs are deleted after it."""
+    adapter = shared_simulator().adapter()
+    before = {vm.id for vm in adapter.list_vms().unwrap()}
+    yield Harness(
+        adapter=adapter,
+        clock=ManualClock(),
+        image=VMImage(template_name=TEMPLATE_VM),
+        guest_reports_addresses=False,  # simulated VMs have no guest unless a test sets one
+        blank_images=False,
+    )
+    for vm in adapter.list_vms().unwrap():
+        if vm.id not in before:
+            adapter.delete(vm.id).unwrap()

@@ -1,0 +1,180 @@
+// Command vcsim-launcher serves govmomi's vCenter simulator on loopback for the tests.
+//
+// Debian packages govmomi's simulator library (0.24) but no vcsim command, so this is the
+// smallest launcher: build a VPX inventory of the requested size, serve it over HTTPS on
+// 127.0.0.1, print the SDK URL (with credentials) on stdout and block until SIGTERM or SIGINT.
+//
+// It also corrects two defects of that simulator version at the SOAP boundary, so that tests
+// see what vCenter does: CloneVM_Task hands the source VM's own device objects to the clone
+// (after which the source reports the clone's disk paths and sizes), and RevertToSnapshot_Task
+// leaves CPU and memory as they are instead of restoring the snapshot's.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"reflect"
+	"regexp"
+	"strconv"
+	"syscall"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+var (
+	cloneCall  = regexp.MustCompile(`<CloneVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	revertCall = regexp.MustCompile(`<RevertToSnapshot_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+)
+
+func main() {
+	model := simulator.VPX()
+	flag.IntVar(&model.Datacenter, "dc", model.Datacenter, "number of datacenters")
+	flag.IntVar(&model.Cluster, "cluster", model.Cluster, "clusters per datacenter")
+	flag.IntVar(&model.ClusterHost, "cluster-host", model.ClusterHost, "hosts per cluster")
+	flag.IntVar(&model.Host, "host", model.Host, "standalone hosts per datacenter")
+	flag.IntVar(&model.Machine, "vm", model.Machine, "VMs per resource pool")
+	flag.IntVar(&model.Datastore, "ds", model.Datastore, "datastores per datacenter")
+	port := flag.Int("port", 0, "port on 127.0.0.1 (0: any free port)")
+	username := flag.String("username", "user", "login user name")
+	password := flag.String("password", "pass", "login password")
+	idle := flag.Duration("idle-timeout", 0, "expire sessions idle this long (0: never)")
+	flag.Parse()
+
+	simulator.SessionIdleTimeout = *idle
+	if err := model.Create(); err != nil {
+		log.Fatalf("vcsim-launcher: building the inventory: %v", err)
+	}
+	defer model.Remove()
+
+	model.Service.TLS = new(tls.Config)
+	model.Service.Listen = &url.URL{
+		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(*port)),
+		User: url.UserPassword(*username, *password),
+	}
+	server := model.Service.NewServer()
+	defer server.Close()
+	// No client can connect before the URL is printed, so swapping the handler here is safe.
+	server.Config.Handler = corrected{server.Config.Handler}
+
+	fmt.Println(server.URL.String())
+	_ = os.Stdout.Sync()
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	<-signals
+}
+
+// corrected wraps the simulator's HTTP handler to fix CloneVM_Task and RevertToSnapshot_Task.
+type corrected struct{ next http.Handler }
+
+func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if m := cloneCall.FindSubmatch(body); m != nil {
+		c.cloneWithOwnDevices(w, r, string(m[1]))
+		return
+	}
+	c.next.ServeHTTP(w, r)
+	if m := revertCall.FindSubmatch(body); m != nil {
+		restoreSnapshotHardware(string(m[1]))
+	}
+}
+
+// cloneWithOwnDevices lets the clone take deep copies of the source's devices, not the originals.
+func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, vmID string) {
+	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: vmID}
+	vm, ok := simulator.Map.Get(ref).(*simulator.VirtualMachine)
+	if !ok {
+		c.next.ServeHTTP(w, r)
+		return
+	}
+	var original []types.BaseVirtualDevice
+	simulator.Map.WithLock(vm, func() {
+		original = vm.Config.Hardware.Device
+		vm.Config.Hardware.Device = deepCopy(reflect.ValueOf(original)).Interface().([]types.BaseVirtualDevice)
+	})
+	defer simulator.Map.WithLock(vm, func() { vm.Config.Hardware.Device = original })
+	c.next.ServeHTTP(w, r)
+}
+
+// restoreSnapshotHardware puts back the CPU and memory the snapshot recorded.
+func restoreSnapshotHardware(snapshotID string) {
+	ref := types.ManagedObjectReference{Type: "VirtualMachineSnapshot", Value: snapshotID}
+	snapshot, ok := simulator.Map.Get(ref).(*simulator.VirtualMachineSnapshot)
+	if !ok {
+		return
+	}
+	vm, ok := simulator.Map.Get(snapshot.Vm).(*simulator.VirtualMachine)
+	if !ok {
+		return
+	}
+	simulator.Map.WithLock(vm, func() {
+		vm.Config.Hardware.NumCPU = snapshot.Config.Hardware.NumCPU
+		vm.Config.Hardware.MemoryMB = snapshot.Config.Hardware.MemoryMB
+		vm.Summary.Config.NumCpu = snapshot.Config.Hardware.NumCPU
+		vm.Summary.Config.MemorySizeMB = snapshot.Config.Hardware.MemoryMB
+	})
+}
+
+// deepCopy copies pointers, interfaces, slices and maps all the way down (device specs are trees).
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Ptr:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.New(v.Elem().Type())
+		c.Elem().Set(deepCopy(v.Elem()))
+		return c
+	case reflect.Interface:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.New(v.Type()).Elem()
+		c.Set(deepCopy(v.Elem()))
+		return c
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := 0; i < v.Len(); i++ {
+			c.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return c
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for _, key := range v.MapKeys() {
+			c.SetMapIndex(key, deepCopy(v.MapIndex(key)))
+		}
+		return c
+	case reflect.Struct:
+		c := reflect.New(v.Type()).Elem()
+		c.Set(v) // keeps unexported fields (time.Time) as they are
+		for i := 0; i < v.NumField(); i++ {
+			if c.Field(i).CanSet() {
+				c.Field(i).Set(deepCopy(v.Field(i)))
+			}
+		}
+		return c
+	default:
+		return v
+	}
+}
