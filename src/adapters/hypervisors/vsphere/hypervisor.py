@@ -520,9 +520,20 @@ class VSphereHypervisor:
                 ),
                 powerOn=False,
                 template=False,
+                # The mark exists as soon as the VM does, so a racing replica can adopt it.
+                config=vim.vm.ConfigSpec(
+                    extraConfig=[vim.option.OptionValue(key=OWNER_KEY, value=owner.provider)]
+                ),
             ),
         )
-        clone = self._wait(instance, task)
+        try:
+            clone = self._wait(instance, task)
+        except vim.fault.DuplicateName:
+            # Another replica won the race on vCenter: adopt its VM when it is ours.
+            raced = self._record(instance, name)
+            if raced is not None and raced.owner == owner:
+                return raced.id
+            raise
         try:
             row = self._vm_row(instance, clone._moId, ("config.hardware.device",))
             spec = configure(list((row or {}).get("config.hardware.device") or ()))
@@ -534,7 +545,28 @@ class VSphereHypervisor:
             with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
                 self._wait(instance, clone.Destroy_Task())
             raise
-        return str(clone._moId)
+        return self._settle_name_race(instance, name, owner, clone)
+
+    def _settle_name_race(self, instance: Any, name: str, owner: OwnerMark, clone: Any) -> str:
+        """Replicas share no lock, and some endpoints (the simulator) accept duplicate names:
+        when several of our VMs carry the name, the oldest (lowest MoRef) wins and every other
+        replica destroys its own copy and answers with the winner."""
+        mine = str(clone._moId)
+        rivals = [
+            str(row["_ref"]._moId)
+            for row in retrieve_all_vms(instance, ("name",))
+            if row.get("name") == name
+        ]
+        ours = [
+            vm_id
+            for vm_id in rivals
+            if self._extra_config(instance, vm_id).get(OWNER_KEY, "") == owner.provider
+        ]
+        winner = min(ours or [mine], key=_moref_order)
+        if winner != mine:
+            with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
+                self._wait(instance, clone.Destroy_Task())
+        return winner
 
     def _wait(self, instance: Any, task: Any) -> Any:
         """The task's result once it ends, reading only info.state/error/result (bounded wait)."""
@@ -718,6 +750,12 @@ def _provisioning(spec: DiskSpec, index: int) -> tuple[bool, bool]:
             ProviderError.invalid_spec(f"disks[{index}].type", f"one of {known}, got {spec.type!r}")
         )
     return DISK_PROVISIONING[kind]
+
+
+def _moref_order(vm_id: str) -> tuple[int, str]:
+    """MoRefs like vm-42 are numbered in creation order."""
+    _, _, number = vm_id.rpartition("-")
+    return (int(number) if number.isdigit() else 2**63, vm_id)
 
 
 def vsphere_hypervisor(

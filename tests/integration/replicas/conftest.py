@@ -1,0 +1,141 @@
+"""Two `pyrigaud serve` replicas on one hypervisor: the vSphere simulator always, real libvirtd +
+QEMU only with PYRIGAUD_TEST_QEMU=1 (the parameter is absent otherwise, never skipped)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+
+from qemu_support import QEMU_URI, open_qemu, qemu_enabled
+from replica_support import NAME_PREFIX, Pair, Replica, listed_vms
+from vsphere_support import TEMPLATE_VM, running_simulator
+
+BACKENDS = ["vsphere", *(["libvirt"] if qemu_enabled() else [])]
+# Not qemu_support's pyrigaud-test pool: other QEMU suites sweep that one whole, and would
+# remove these VMs (and these tests theirs) when they run at the same time.
+REPLICA_POOL = "pyrigaud-replicas"
+REPLICA_POOL_PATH = Path("/var/lib/pyrigaud-test/replicas")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def pair(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Pair]:
+    home = tmp_path_factory.mktemp(request.param)
+    if request.param == "libvirt":
+        yield from _libvirt_pair(home)
+    else:
+        yield from _vsphere_pair(home)
+
+
+def _libvirt_pair(home: Path) -> Iterator[Pair]:
+    conn = open_qemu()
+    try:
+        _remove_replica_leftovers(conn)
+        environ = {
+            "PROVIDER_TYPE": "libvirt",
+            "PROVIDER_ENDPOINT": QEMU_URI,
+            "LIBVIRT_DOMAIN_TYPE": "qemu",
+            "PROVIDER_DEFAULT_DATASTORE": REPLICA_POOL,
+            "PROVIDER_NAMESPACE": "ns",
+            "PROVIDER_NAME": "p",
+        }
+        yield from _running_pair(
+            "libvirt", environ, home, image_json="", guest_obeys_shutdown=False
+        )
+        assert _remove_replica_leftovers(conn) == [], "gRPC Delete left domains or volumes behind"
+    finally:
+        _remove_replica_leftovers(conn)
+        conn.close()
+
+
+def _vsphere_pair(home: Path) -> Iterator[Pair]:
+    with running_simulator() as simulator:
+        environ = {
+            "PROVIDER_TYPE": "vsphere",
+            "PROVIDER_ENDPOINT": simulator.endpoint,
+            "TLS_INSECURE_SKIP_VERIFY": "true",
+            "PYRIGAUD_CREDENTIALS": "env",
+            "PYRIGAUD_CREDENTIAL_USERNAME": simulator.username,
+            "PYRIGAUD_CREDENTIAL_PASSWORD": simulator.password,
+            "PROVIDER_NAMESPACE": "ns",
+            "PROVIDER_NAME": "p",
+        }
+        image_json = json.dumps({"TemplateName": TEMPLATE_VM})
+        yield from _running_pair(
+            "vsphere", environ, home, image_json=image_json, guest_obeys_shutdown=True
+        )
+
+
+def _running_pair(
+    backend: str,
+    environ: dict[str, str],
+    home: Path,
+    *,
+    image_json: str,
+    guest_obeys_shutdown: bool,
+) -> Iterator[Pair]:
+    a = Replica(environ, home / "a")
+    try:
+        b = Replica(environ, home / "b")
+        try:
+            yield Pair(backend, a, b, image_json, guest_obeys_shutdown)
+            _delete_what_the_tests_made(b)
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def _delete_what_the_tests_made(replica: Replica) -> None:
+    """Through gRPC, as a manager would; the libvirt pool sweep catches anything left."""
+    for vm in listed_vms(replica.stub):
+        if vm.name.startswith(NAME_PREFIX):
+            replica.stub.Delete(pb.DeleteRequest(id=vm.id), timeout=60)
+
+
+def _replica_pool(conn: Any) -> Any:
+    """The replica tests' dir pool (0755 all the way, for QEMU's user), started on first use."""
+    try:
+        pool = conn.storagePoolLookupByName(REPLICA_POOL)
+    except libvirt.libvirtError:
+        REPLICA_POOL_PATH.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        root = ET.Element("pool", {"type": "dir"})
+        ET.SubElement(root, "name").text = REPLICA_POOL
+        target = ET.SubElement(root, "target")
+        ET.SubElement(target, "path").text = str(REPLICA_POOL_PATH)
+        ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
+        pool = conn.storagePoolDefineXML(ET.tostring(root, encoding="unicode"), 0)
+        pool.build(0)
+    if not pool.isActive():
+        pool.create(0)
+    pool.refresh(0)
+    return pool
+
+
+def _remove_replica_leftovers(conn: Any) -> list[str]:
+    """Every domain with a disk in the replica pool and every volume in it, gone; the names."""
+    removed: list[str] = []
+    prefix = f"{REPLICA_POOL_PATH}/"
+    for dom in conn.listAllDomains(0):
+        with contextlib.suppress(libvirt.libvirtError):  # another suite removed it meanwhile
+            root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            sources = [disk.get("file", "") for disk in root.iterfind("devices/disk/source")]
+            if any(source.startswith(prefix) for source in sources):
+                removed.append(str(dom.name()))
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+    for volume in _replica_pool(conn).listAllVolumes(0):
+        removed.append(str(volume.name()))
+        volume.delete(0)
+    return removed

@@ -1,0 +1,111 @@
+"""The provider is stateless: whatever one replica did, the other can see, continue and finish."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+
+from replica_support import NAME_PREFIX, Pair, listed_vms
+
+CLASS_JSON = '{"CPU":1,"MemoryMiB":256}'
+GRACEFUL_SECONDS = 3  # long enough to ask B once before the deadline on a loaded machine
+SETTLE_SECONDS = 60
+
+
+def create(stub: pb_grpc.ProviderStub, pair: Pair, name: str) -> str:
+    request = pb.CreateRequest(
+        name=NAME_PREFIX + name, class_json=CLASS_JSON, image_json=pair.image_json
+    )
+    created = stub.Create(request, timeout=90)
+    settle(stub, created.task)
+    return created.id
+
+
+def settle(stub: pb_grpc.ProviderStub, task: pb.TaskRef) -> None:
+    """Poll a task (if any) until done, bounded; a task that ends in an error fails the test."""
+    if not task.id:
+        return
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        status = stub.TaskStatus(pb.TaskStatusRequest(task=task), timeout=30)
+        if status.done:
+            assert not status.error, f"task {task.id} failed: {status.error}"
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"task {task.id} not done in {SETTLE_SECONDS} s")
+
+
+def power(stub: pb_grpc.ProviderStub, vm_id: str, op: pb.PowerOp.ValueType) -> None:
+    settle(stub, stub.Power(pb.PowerRequest(id=vm_id, op=op), timeout=60).task)
+
+
+def power_state(stub: pb_grpc.ProviderStub, vm_id: str) -> str:
+    described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=30)
+    assert described.exists
+    return described.power_state
+
+
+def test_a_vm_made_through_one_replica_is_run_and_deleted_through_the_other(pair: Pair) -> None:
+    vm_id = create(pair.a.stub, pair, "handover")
+    assert power_state(pair.b.stub, vm_id) == "Off"
+    power(pair.b.stub, vm_id, pb.POWER_OP_ON)
+    assert (power_state(pair.b.stub, vm_id), power_state(pair.a.stub, vm_id)) == ("On", "On")
+    power(pair.b.stub, vm_id, pb.POWER_OP_OFF)
+    assert (power_state(pair.b.stub, vm_id), power_state(pair.a.stub, vm_id)) == ("Off", "Off")
+    settle(pair.b.stub, pair.b.stub.Delete(pb.DeleteRequest(id=vm_id), timeout=60).task)
+    assert not pair.a.stub.Describe(pb.DescribeRequest(id=vm_id), timeout=30).exists
+    assert not pair.b.stub.Describe(pb.DescribeRequest(id=vm_id), timeout=30).exists
+
+
+def test_a_graceful_shutdown_task_from_one_replica_is_finished_by_the_other(pair: Pair) -> None:
+    vm_id = create(pair.a.stub, pair, "graceful")
+    power(pair.a.stub, vm_id, pb.POWER_OP_ON)
+    asked = time.monotonic()
+    request = pb.PowerRequest(
+        id=vm_id, op=pb.POWER_OP_SHUTDOWN_GRACEFUL, graceful_timeout_seconds=GRACEFUL_SECONDS
+    )
+    task = pair.a.stub.Power(request, timeout=60).task
+    assert task.id, "a graceful shutdown is a task whatever the guest does"
+    first = pair.b.stub.TaskStatus(pb.TaskStatusRequest(task=task), timeout=30)
+    assert first.error == ""
+    if pair.guest_obeys_shutdown:
+        assert first.done  # the simulated guest went off before B was asked
+    else:
+        assert time.monotonic() - asked < GRACEFUL_SECONDS, "too slow to ask before the deadline"
+        assert not first.done  # the guest ignores ACPI and the deadline has not passed
+        time.sleep(GRACEFUL_SECONDS)
+        settle(pair.b.stub, task)  # past the deadline: B forces the power-off and answers done
+    assert power_state(pair.a.stub, vm_id) == "Off"
+
+
+def test_concurrent_creates_of_one_name_through_both_replicas_make_one_vm(pair: Pair) -> None:
+    callers = [pair.a.stub] * 4 + [pair.b.stub] * 4
+    barrier = threading.Barrier(len(callers), timeout=30)
+
+    def create_after_barrier(stub: pb_grpc.ProviderStub) -> str:
+        barrier.wait()
+        try:
+            return create(stub, pair, "racing")
+        except grpc.RpcError as error:
+            return f"{error.code().name}: {error.details()}"
+
+    with ThreadPoolExecutor(len(callers)) as pool:
+        answers = list(pool.map(create_after_barrier, callers))
+    listed = listed_vms(pair.a.stub)
+    same_name = [vm.id for vm in listed if vm.name == NAME_PREFIX + "racing"]
+    assert len(same_name) == 1, (same_name, answers)
+    assert answers == same_name * len(callers)
+
+
+def test_a_restarted_replica_loses_nothing(pair: Pair) -> None:
+    vm_id = create(pair.a.stub, pair, "survivor")
+    assert pair.a.restart() == 0
+    assert power_state(pair.a.stub, vm_id) == "Off"
+    assert create(pair.a.stub, pair, "survivor") == vm_id
+    assert create(pair.b.stub, pair, "survivor") == vm_id
