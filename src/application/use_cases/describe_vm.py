@@ -32,11 +32,14 @@ def _reportable_description(found: VMDescription | None) -> VMDescription | None
     return found if ips == found.ips else found.model_copy(update={"ips": ips})
 
 
+def _reportable_info(vm: VMInfo) -> VMInfo:
+    ips = routable_addresses(vm.ips)
+    return vm if ips == vm.ips else vm.model_copy(update={"ips": ips})
+
+
 class ListVMs:
     def __init__(self, inventory: Inventory) -> None:
         self._inventory = inventory
 
     def __call__(self) -> Result[list[VMInfo], ProviderError]:
-        return self._inventory.list_vms().map(
-            lambda vms: [vm.model_copy(update={"ips": routable_addresses(vm.ips)}) for vm in vms]
-        )
+        return self._inventory.list_vms().map(lambda vms: [_reportable_info(vm) for vm in vms])

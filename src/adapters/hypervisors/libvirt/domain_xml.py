@@ -154,36 +154,59 @@ def _nic_element(nic: NicDevice) -> ET.Element:
 
 
 def parse_domain(xml: str) -> DomainFacts:
+    """One pass over the top level and one over <devices>: ListVMs parses every domain.
+
+    Same answers as path lookups (first match wins, document order), without ElementPath.
+    """
     root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
-    vcpu = root.find("vcpu")
+    top: dict[str, ET.Element] = {}
+    devices: list[ET.Element] = []
+    ours = None
+    for child in root:
+        top.setdefault(child.tag, child)
+        if child.tag == "devices":
+            devices.extend(child)
+        elif child.tag == "metadata" and ours is None:
+            ours = child.find(_OUR_METADATA_TAG)
+    vcpu = top.get("vcpu")
     max_vcpus = int(vcpu.text or 1) if vcpu is not None else 1
     vcpus = int(vcpu.get("current", max_vcpus)) if vcpu is not None else 1
-    ours = root.find(f"metadata/{{{NAMESPACE_URI}}}vm")
-    os_element = root.find("os")
+    os_element = top.get("os")
     firmware = "BIOS"
     if os_element is not None and (
         os_element.get("firmware") == "efi" or os_element.find("loader") is not None
     ):
         firmware = "UEFI"
-    vnc = root.find("devices/graphics[@type='vnc']")
+    vnc = next(
+        (node for node in devices if node.tag == "graphics" and node.get("type") == "vnc"), None
+    )
     port = int(vnc.get("port", "-1")) if vnc is not None else -1
     return DomainFacts(
-        name=root.findtext("name", ""),
-        uuid=root.findtext("uuid", ""),
+        name=_text(top.get("name")),
+        uuid=_text(top.get("uuid")),
         vcpus=vcpus,
         max_vcpus=max_vcpus,
-        memory_mib=_kib(root, "memory") // KIB_PER_MIB,
-        max_memory_mib=_kib(root, "maxMemory") // KIB_PER_MIB,
+        memory_mib=_kib_of(top.get("memory")) // KIB_PER_MIB,
+        max_memory_mib=_kib_of(top.get("maxMemory")) // KIB_PER_MIB,
         firmware=firmware,
         disks=tuple(
             disk
-            for element in root.iterfind("devices/disk[@device='disk']")
-            if (disk := _parse_disk(element)) is not None
+            for node in devices
+            if node.tag == "disk"
+            and node.get("device") == "disk"
+            and (disk := _parse_disk(node)) is not None
         ),
-        nics=tuple(_parse_nic(nic) for nic in root.iterfind("devices/interface")),
+        nics=tuple(_parse_nic(node) for node in devices if node.tag == "interface"),
         vnc_port=port if port > 0 else None,
         metadata=parse_metadata(ours) if ours is not None else None,
     )
+
+
+_OUR_METADATA_TAG = f"{{{NAMESPACE_URI}}}vm"
+
+
+def _text(element: ET.Element | None) -> str:
+    return (element.text or "") if element is not None else ""
 
 
 def _parse_disk(element: ET.Element) -> DiskDevice | None:
@@ -290,11 +313,16 @@ def _parent(root: ET.Element, child: ET.Element) -> ET.Element:
 
 def _kib(root: ET.Element, tag: str) -> int:
     """A memory element's value in KiB, whatever unit libvirt wrote it in."""
-    element = root.find(tag)
+    return _kib_of(root.find(tag))
+
+
+_KIB_SCALE = {"KiB": 1, "k": 1, "MiB": 1024, "M": 1024, "GiB": 1024**2, "G": 1024**2}
+
+
+def _kib_of(element: ET.Element | None) -> int:
     if element is None or not element.text:
         return 0
-    scale = {"KiB": 1, "k": 1, "MiB": 1024, "M": 1024, "GiB": 1024**2, "G": 1024**2}
-    return int(element.text) * scale.get(element.get("unit", "KiB"), 1)
+    return int(element.text) * _KIB_SCALE.get(element.get("unit", "KiB"), 1)
 
 
 def _set_memory(root: ET.Element, memory_mib: int) -> None:

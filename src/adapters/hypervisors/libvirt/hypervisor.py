@@ -70,6 +70,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_facts,
     volume_name,
     volume_xml,
+    volumes_by_path,
     write_new_volume,
 )
 from pyrigaud.application.ports import Clock
@@ -156,7 +157,10 @@ BACKUP_TIMEOUT_SECONDS = 3600  # bounded, yet room for copying a large disk
 
 
 class LibvirtHypervisor:
-    """Implements every port; thread-safe because it keeps no per-VM state of its own."""
+    """Implements every port; thread-safe because it keeps no per-VM state of its own.
+
+    Its one memo (parsed domain XML by exact text) is replaced whole by each listing.
+    """
 
     def __init__(
         self,
@@ -175,6 +179,9 @@ class LibvirtHypervisor:
         self._pools = pools or PoolSettings()
         self._allow_loopback_urls = allow_loopback_urls
         self._write_volume = volume_writer
+        # What the last listing parsed, by exact XML text: parsing is most of ListVMs' cost and
+        # a memo of a pure function is no state (a changed domain has a new text).
+        self._listed_facts: dict[str, DomainFacts] = {}
 
     # --- VMLifecycle --------------------------------------------------------------------------
 
@@ -298,18 +305,34 @@ class LibvirtHypervisor:
                 return None
             state = _state(dom)
             ips = _addresses(dom) if state in RUNNING_STATES else ()
-            return _info(conn, dom.UUIDString(), _facts(dom), state, ips)
+            return _info(
+                dom.UUIDString(), _facts(dom), state, ips, lambda path: volume_facts(conn, path)
+            )
 
         return self._run(f"read VM {vm_id!r}", info)
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        """One bulk listing; per domain only its XML and state (no guest-address queries)."""
+        """Bulk calls for the domains, their states and the volumes; per domain only its XML.
+
+        On a remote libvirtd every per-domain call is a socket round trip, so states come
+        from one stats call and disk sizes from one volume listing per pool.
+        """
 
         def list_all(conn: VirConnect) -> list[VMInfo]:
-            return [
-                _info(conn, dom.UUIDString(), _facts(dom), _state(dom), ())
-                for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)
-            ]
+            domains = conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)
+            if not domains:
+                return []
+            volumes = volumes_by_path(conn)
+            known = self._listed_facts
+            parsed: dict[str, DomainFacts] = {}
+            listed = []
+            for dom, stats in conn.domainListGetStats(domains, libvirt.VIR_DOMAIN_STATS_STATE):
+                xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+                facts = parsed[xml] = known.get(xml) or parse_domain(xml)
+                state = int(stats["state.state"])
+                listed.append(_info(dom.UUIDString(), facts, state, (), volumes.get))
+            self._listed_facts = parsed  # only the current domains: bounded by the host
+            return listed
 
         return self._run("list VMs", list_all)
 
@@ -1050,12 +1073,16 @@ def _addresses(dom: VirDomain) -> tuple[str, ...]:
 
 
 def _info(
-    conn: VirConnect, vm_id: str, facts: DomainFacts, state: int, ips: tuple[str, ...]
+    vm_id: str,
+    facts: DomainFacts,
+    state: int,
+    ips: tuple[str, ...],
+    volume_of: Callable[[str], VolumeFacts | None],
 ) -> VMInfo:
     routable = routable_addresses(ips)
     disks = []
     for disk in facts.disks:
-        volume = volume_facts(conn, disk.path)
+        volume = volume_of(disk.path)
         disks.append(
             DiskInfo(
                 id=disk.target,

@@ -201,6 +201,42 @@ def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:
     )
 
 
+def volumes_by_path(conn: VirConnect) -> dict[str, VolumeFacts]:
+    """Every volume of every active pool, by path: what `volume_facts` finds, in bulk.
+
+    One listing per pool and one XML per volume, instead of a lookup, an info and an XML per
+    disk; a pool or volume that vanishes meanwhile is simply not there.
+    """
+    found: dict[str, VolumeFacts] = {}
+    for pool in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
+        try:
+            volumes = pool.listAllVolumes(0)
+        except libvirt.libvirtError as error:
+            if is_missing(error):
+                continue
+            raise
+        for volume in volumes:
+            try:
+                root = ET.fromstring(volume.XMLDesc(0))  # noqa: S314 - libvirt's own output
+            except libvirt.libvirtError as error:
+                if is_missing(error):
+                    continue
+                raise
+            path = root.findtext("target/path", "")
+            target_format = root.find("target/format")
+            found.setdefault(
+                path,
+                VolumeFacts(
+                    path=path,
+                    format=target_format.get("type", "raw") if target_format is not None else "raw",
+                    capacity_bytes=int(root.findtext("capacity", "0")),
+                    allocation_bytes=int(root.findtext("allocation", "0")),
+                    backing_path=root.findtext("backingStore/path", ""),
+                ),
+            )
+    return found
+
+
 def grow_volume(conn: VirConnect, path: str, capacity_bytes: int) -> None:
     conn.storageVolLookupByPath(path).resize(capacity_bytes, 0)
 
