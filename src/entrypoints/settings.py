@@ -71,9 +71,7 @@ class Settings(BaseModel):
     @field_validator("provider_type")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        backend = value.strip().lower() or "fake"
-        if backend not in AVAILABLE_BACKENDS:
-            raise ValueError(f"must be one of {', '.join(AVAILABLE_BACKENDS)}, got {value!r}")
+        backend = _one_of(value, AVAILABLE_BACKENDS, default="fake")
         return "fake" if backend == "mock" else backend
 
     @field_validator(
@@ -97,10 +95,7 @@ class Settings(BaseModel):
     @field_validator("credentials_source")
     @classmethod
     def _known_credentials_source(cls, value: str) -> str:
-        source = value.strip().lower() or "files"
-        if source not in CREDENTIAL_SOURCES:
-            raise ValueError(f"must be one of {', '.join(CREDENTIAL_SOURCES)}, got {value!r}")
-        return source
+        return _one_of(value, CREDENTIAL_SOURCES, default="files")
 
     @model_validator(mode="after")
     def _endpoint_for_vsphere(self) -> Settings:
@@ -119,10 +114,7 @@ class Settings(BaseModel):
     @field_validator("libvirt_domain_type")
     @classmethod
     def _known_domain_type(cls, value: str) -> str:
-        domain_type = value.strip().lower() or "auto"
-        if domain_type not in LIBVIRT_DOMAIN_TYPES:
-            raise ValueError(f"must be one of {', '.join(LIBVIRT_DOMAIN_TYPES)}, got {value!r}")
-        return domain_type
+        return _one_of(value, LIBVIRT_DOMAIN_TYPES, default="auto")
 
     @field_validator("fake_latency")
     @classmethod
@@ -159,6 +151,14 @@ class Settings(BaseModel):
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         return f"{host}:{self.port}"
+
+
+def _one_of(value: str, choices: tuple[str, ...], *, default: str) -> str:
+    """A case-insensitive choice; empty means the default."""
+    choice = value.strip().lower() or default
+    if choice not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+    return choice
 
 
 def fake_latencies(text: str) -> dict[str, float]:
