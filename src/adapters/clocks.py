@@ -10,6 +10,9 @@ class SystemClock:
     def now(self) -> float:
         return time.time()
 
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
 
 class ManualClock:
     """Time that moves only when told to, so deadline logic is tested without sleeping."""
@@ -21,6 +24,9 @@ class ManualClock:
     def now(self) -> float:
         with self._lock:
             return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
 
     def advance(self, seconds: float) -> None:
         with self._lock:

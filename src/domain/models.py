@@ -250,11 +250,16 @@ class VMDescription(Value):
 
 
 class VMRecord(Value):
-    """A VM found by name, with its ownership mark (None: not made by any pyrigaud)."""
+    """A VM found by name, with its ownership mark (None: not made by any pyrigaud).
+
+    `building_since` is set while a Create is still putting the VM together, or after one died
+    doing so: the Unix time that Create began, recorded on the hypervisor with the VM itself.
+    """
 
     id: str
     name: str
     owner: OwnerMark | None = None
+    building_since: float | None = None
 
 
 class DiskDetails(Value):

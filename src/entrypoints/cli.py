@@ -22,6 +22,7 @@ from pyrigaud.entrypoints.grpc.tls import (
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
 from pyrigaud.entrypoints.logs import configure_logging
 from pyrigaud.entrypoints.settings import Settings, SettingsError, load_settings
+from pyrigaud.entrypoints.sweeper import LeftoverSweeper
 
 logger = logging.getLogger("pyrigaud")
 
@@ -112,6 +113,8 @@ def serve(settings: Settings) -> int:
     server.start()
     health.start()
     readiness.set_ready(True)
+    sweeper = LeftoverSweeper(container.sweep_leftovers(), settings.sweep_interval_seconds)
+    sweeper.start()
     logger.info(
         "pyrigaud serving",
         extra={
@@ -123,6 +126,7 @@ def serve(settings: Settings) -> int:
     )
     stopping.wait()
     readiness.set_ready(False)
+    sweeper.stop()
     server.stop(settings.shutdown_grace_seconds)
     health.stop()
     logger.info("pyrigaud stopped")

@@ -16,7 +16,7 @@ from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
 from pyrigaud.application.use_cases.clone_vm import CloneVM
-from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.application.use_cases.create_vm import CreateVM, NewVMNames
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
 from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
 from pyrigaud.application.use_cases.disks import ExportDisk, GetDiskInfo, ImportDisk
@@ -28,8 +28,10 @@ from pyrigaud.application.use_cases.snapshots import (
     DeleteSnapshot,
     RevertSnapshot,
 )
+from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.application.use_cases.validate import ValidateProvider
+from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import OwnerMark, Placement
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
 from pyrigaud.entrypoints.grpc.servicer import ProviderServicer, ProviderUseCases
@@ -96,6 +98,9 @@ class Container(containers.DeclarativeContainer):
     clock = providers.Singleton(SystemClock)
     owner = providers.Singleton(OwnerMark, provider=config.owner_mark)
     names = providers.Singleton(KeyedLock)
+    leftovers = providers.Singleton(
+        LeftoverPolicy, owner=owner, abandoned_after_seconds=config.abandoned_after_seconds
+    )
     metrics = providers.Singleton(Metrics)
 
     # The hypervisor adapters that log in (libvirt over SSH, vSphere) take their secrets here.
@@ -148,10 +153,19 @@ class Container(containers.DeclarativeContainer):
     # Every port call is counted and timed (pyrigaud_hypervisor_calls_total and friends).
     hypervisor = providers.Singleton(instrument, backend, metrics)
 
+    new_vm_names = providers.Factory(
+        NewVMNames, lifecycle=hypervisor, owner=owner, clock=clock, leftovers=leftovers
+    )
+    sweep_leftovers = providers.Factory(
+        SweepLeftovers, lifecycle=hypervisor, clock=clock, leftovers=leftovers
+    )
+
     use_cases = providers.Singleton(
         ProviderUseCases,
         validate=providers.Factory(ValidateProvider, health=hypervisor),
-        create_vm=providers.Factory(CreateVM, lifecycle=hypervisor, owner=owner, names=names),
+        create_vm=providers.Factory(
+            CreateVM, lifecycle=hypervisor, owner=owner, names=names, existing=new_vm_names
+        ),
         delete_vm=providers.Factory(DeleteVM, lifecycle=hypervisor),
         power_vm=providers.Factory(PowerVM, power=hypervisor, clock=clock),
         reconfigure_vm=providers.Factory(ReconfigureVM, lifecycle=hypervisor, inventory=hypervisor),
@@ -174,10 +188,10 @@ class Container(containers.DeclarativeContainer):
         clone_vm=providers.Factory(
             CloneVM,
             cloning=hypervisor,
-            lifecycle=hypervisor,
             capabilities=hypervisor,
             owner=owner,
             names=names,
+            existing=new_vm_names,
         ),
         prepare_image=providers.Factory(PrepareImage, images=hypervisor, capabilities=hypervisor),
         get_capabilities=providers.Factory(GetCapabilities, source=hypervisor),
@@ -213,6 +227,7 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
         {
             "provider_type": settings.provider_type,
             "owner_mark": settings.owner_mark,
+            "abandoned_after_seconds": settings.abandoned_after_seconds,
             "fake_datastores": (settings.default_datastore or "default",),
             "provider_endpoint": settings.endpoint,
             "default_datastore": settings.default_datastore or "default",

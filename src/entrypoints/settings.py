@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS
+
 AVAILABLE_BACKENDS = ("fake", "mock", "libvirt", "vsphere")
 DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": "", "vsphere": ""}
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
@@ -63,6 +65,12 @@ class Settings(BaseModel):
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     rate_qps: float = Field(0.0, alias="PYRIGAUD_RATE_QPS", ge=0, le=10000)  # 0: no rate limit
     rate_burst: int = Field(20, alias="PYRIGAUD_RATE_BURST", ge=1, le=10000)
+    # A Create's building mark older than this is a crash leftover (DESIGN.md: the Create
+    # deadline); tests shorten it.
+    abandoned_after_seconds: float = Field(
+        CREATE_DEADLINE_SECONDS, alias="PYRIGAUD_ABANDONED_AFTER_SECONDS", ge=0
+    )
+    sweep_interval_seconds: float = Field(300.0, alias="PYRIGAUD_SWEEP_INTERVAL_SECONDS", gt=0)
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
     fake_latency: str = Field("", alias="PYRIGAUD_FAKE_LATENCY")  # "create=2,describe=0.01"
     log_level: str = Field("info", alias="LOG_LEVEL")

@@ -10,7 +10,12 @@ from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.use_cases.clone_vm import CloneVM
-from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.application.use_cases.create_vm import (
+    POLL_SECONDS,
+    WAIT_FOR_OTHER_CREATE_SECONDS,
+    CreateVM,
+    NewVMNames,
+)
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
 from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
 from pyrigaud.application.use_cases.disks import ExportDisk
@@ -18,8 +23,10 @@ from pyrigaud.application.use_cases.power_vm import STALE_SHUTDOWN_SECONDS, Powe
 from pyrigaud.application.use_cases.prepare_image import PrepareImage
 from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
 from pyrigaud.application.use_cases.snapshots import CreateSnapshot
+from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
@@ -32,6 +39,7 @@ from pyrigaud.domain.models import (
     TransferMode,
     VMChanges,
     VMClass,
+    VMRecord,
 )
 from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask
@@ -55,15 +63,27 @@ def request(name: str = "vm-1", cpu: int = 2, memory: int = 1024, **extra: objec
     return CreateRequest(name=name, vm_class=VMClass(cpu=cpu, memory_mib=memory), **extra)  # type: ignore[arg-type]
 
 
+def new_vm_names(fake: FakeHypervisor, clock: ManualClock | None = None) -> NewVMNames:
+    return NewVMNames(fake, OWNER, clock or ManualClock(), LeftoverPolicy(owner=OWNER))
+
+
+def create_vm(fake: FakeHypervisor, clock: ManualClock | None = None) -> CreateVM:
+    return CreateVM(fake, OWNER, KeyedLock(), new_vm_names(fake, clock))
+
+
+def clone_vm(fake: FakeHypervisor) -> CloneVM:
+    return CloneVM(fake, fake, OWNER, KeyedLock(), new_vm_names(fake))
+
+
 def create(fake: FakeHypervisor, name: str = "vm-1", **extra: object) -> str:
-    return ok(CreateVM(fake, OWNER, KeyedLock())(request(name, **extra))).id
+    return ok(create_vm(fake)(request(name, **extra))).id
 
 
 # --- Create / Delete / Describe ---------------------------------------------------------------
 
 
 def test_create_is_idempotent_by_name(fake: FakeHypervisor) -> None:
-    use_case = CreateVM(fake, OWNER, KeyedLock())
+    use_case = create_vm(fake)
     first = ok(use_case(request()))
     second = ok(use_case(request(cpu=8)))  # spec differences are Reconfigure's job
     assert first.id == second.id
@@ -76,14 +96,14 @@ def test_a_name_this_provider_does_not_own_is_already_exists(
     fake: FakeHypervisor, foreign_owner: OwnerMark | None
 ) -> None:
     fake.add_foreign_vm("taken", owner=foreign_owner)
-    error = error_of(CreateVM(fake, OWNER, KeyedLock())(request("taken")))
+    error = error_of(create_vm(fake)(request("taken")))
     assert error.kind is ErrorKind.ALREADY_EXISTS
     assert "taken" in error.message
 
 
 def test_concurrent_creates_of_one_name_make_exactly_one_vm(fake: FakeHypervisor) -> None:
     fake.faults.slow("create", 0.05)
-    use_case = CreateVM(fake, OWNER, KeyedLock())
+    use_case = create_vm(fake)
     ids: list[str] = []
     barrier = threading.Barrier(8)
 
@@ -103,9 +123,93 @@ def test_concurrent_creates_of_one_name_make_exactly_one_vm(fake: FakeHypervisor
 
 def test_a_second_replica_adopts_a_vm_it_did_not_see_being_made(fake: FakeHypervisor) -> None:
     """Two replicas share no lock: the adapter's own check decides."""
-    replica_a = CreateVM(fake, OWNER, KeyedLock())
+    replica_a = create_vm(fake)
     vm_id = ok(replica_a(request("shared"))).id
     assert ok(fake.create(request("shared"), OWNER)) == vm_id
+
+
+# --- Crash leftovers ---------------------------------------------------------------------------
+
+
+def test_create_replaces_its_own_abandoned_leftover(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    began = clock.now() - CREATE_DEADLINE_SECONDS
+    leftover = fake.add_unfinished_vm("crashed", OWNER, building_since=began)
+    made = ok(create_vm(fake, clock)(request("crashed")))
+    assert made.id != leftover
+    assert ok(fake.find_by_name("crashed")) == VMRecord(id=made.id, name="crashed", owner=OWNER)
+    assert len(ok(fake.list_vms())) == 1
+
+
+def test_create_waits_for_another_replicas_create_of_the_same_name(
+    fake: FakeHypervisor,
+) -> None:
+    in_progress = fake.add_unfinished_vm("shared", OWNER, building_since=1_800_000_000.0)
+
+    class OtherReplicaFinishes(ManualClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            fake.finish_building(in_progress)
+
+    made = ok(create_vm(fake, OtherReplicaFinishes())(request("shared")))
+    assert made.id == in_progress
+    assert len(ok(fake.list_vms())) == 1
+
+
+def test_create_gives_up_on_a_create_that_never_finishes_with_a_retryable_error(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    fake.add_unfinished_vm("stuck", OWNER, building_since=clock.now())
+    error = error_of(create_vm(fake, clock)(request("stuck")))
+    assert error.kind is ErrorKind.UNAVAILABLE
+    assert "still being created" in error.message
+    waited = WAIT_FOR_OTHER_CREATE_SECONDS
+    assert waited <= clock.now() - 1_800_000_000.0 <= waited + POLL_SECONDS
+
+
+def test_another_providers_unfinished_vm_is_a_name_clash(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    other = OwnerMark(provider="other/provider")
+    fake.add_unfinished_vm("theirs", other, building_since=0.0)
+    assert error_kind(create_vm(fake, clock)(request("theirs"))) is ErrorKind.ALREADY_EXISTS
+    assert (
+        error_kind(clone_vm(fake)(CloneRequest(source_vm_id=create(fake), target_name="theirs")))
+        is ErrorKind.ALREADY_EXISTS
+    )
+
+
+def test_clone_replaces_its_own_abandoned_leftover(fake: FakeHypervisor) -> None:
+    source = create(fake)
+    leftover = fake.add_unfinished_vm("copy", OWNER, building_since=0.0)
+    made = ok(clone_vm(fake)(CloneRequest(source_vm_id=source, target_name="copy")))
+    assert made.id != leftover
+    assert ok(fake.find_unfinished()) == []
+
+
+def test_the_sweep_removes_only_this_providers_abandoned_leftovers(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    old = clock.now() - CREATE_DEADLINE_SECONDS - 1
+    fake.add_unfinished_vm("ours-old", OWNER, building_since=old)
+    young = fake.add_unfinished_vm("ours-young", OWNER, building_since=clock.now() - 10)
+    theirs = fake.add_unfinished_vm("theirs-old", OwnerMark(provider="o/p"), building_since=old)
+    finished = create(fake, "finished")
+    report = ok(SweepLeftovers(fake, clock, LeftoverPolicy(owner=OWNER))())
+    assert report.removed == ("ours-old",)
+    assert report.failures == ()
+    assert {vm.id for vm in ok(fake.list_vms())} == {young, theirs, finished}
+
+
+def test_the_sweep_reports_a_leftover_it_could_not_remove(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    fake.add_unfinished_vm("stuck", OWNER, building_since=0.0)
+    fake.faults.fail("delete", ProviderError.unavailable("host went away"))
+    report = ok(SweepLeftovers(fake, clock, LeftoverPolicy(owner=OWNER))())
+    assert report.removed == ()
+    assert [failure.message for failure in report.failures] == ["host went away"]
 
 
 def test_delete_is_idempotent(fake: FakeHypervisor) -> None:
@@ -338,7 +442,7 @@ def test_operations_the_backend_lacks_are_unsupported(clock: ManualClock) -> Non
     vm_id = create(limited)
     snapshot = CreateSnapshot(limited, limited)(SnapshotRequest(vm_id=vm_id, name="s"))
     assert error_kind(snapshot) is ErrorKind.UNSUPPORTED
-    clone = CloneVM(limited, limited, limited, OWNER, KeyedLock())
+    clone = clone_vm(limited)
     linked = clone(CloneRequest(source_vm_id=vm_id, target_name="c", linked=True))
     assert error_kind(linked) is ErrorKind.UNSUPPORTED
     ok(clone(CloneRequest(source_vm_id=vm_id, target_name="c")))
@@ -382,7 +486,7 @@ def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> No
 
 def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor) -> None:
     source = create(fake)
-    clone = CloneVM(fake, fake, fake, OWNER, KeyedLock())
+    clone = clone_vm(fake)
     first = ok(clone(CloneRequest(source_vm_id=source, target_name="copy")))
     assert ok(clone(CloneRequest(source_vm_id=source, target_name="copy"))) == first
     fake.add_foreign_vm("theirs")

@@ -9,3 +9,7 @@ class Clock(Protocol):
     def now(self) -> float:
         """Seconds since the Unix epoch (deadlines are shared between replicas)."""
         ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait; a test clock just moves on."""
+        ...

@@ -15,8 +15,16 @@ class VMLifecycle(Protocol):
         """The VM called `name`, with its ownership mark, or None."""
         ...
 
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        """Every VM whose Create has not finished (`building_since` set), whoever made it."""
+        ...
+
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         """Make the VM powered off and return its id.
+
+        The VM is marked as building (with this Create's start time) before anything else is
+        made, and the mark is cleared only once it is complete, so a Create killed part-way
+        leaves a VM that `find_unfinished` reports and `delete` removes whole.
 
         If the hypervisor already has a VM of that name carrying `owner`'s mark (another
         replica made it), return that VM's id; a same-named VM without the mark is

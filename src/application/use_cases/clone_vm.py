@@ -5,24 +5,24 @@ from __future__ import annotations
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.ports import CapabilitySource, Cloning, VMLifecycle
+from pyrigaud.application.ports import CapabilitySource, Cloning
 from pyrigaud.application.use_cases.capabilities import require
-from pyrigaud.application.use_cases.create_vm import CreatedVM, adopt_existing
+from pyrigaud.application.use_cases.create_vm import CreatedVM, NewVMNames
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import CloneRequest, OwnerMark, VMRecord
+from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 
 class CloneVM:
     def __init__(
         self,
         cloning: Cloning,
-        lifecycle: VMLifecycle,
         capabilities: CapabilitySource,
         owner: OwnerMark,
         names: KeyedLock,
+        existing: NewVMNames,
     ) -> None:
         self._cloning = cloning
-        self._lifecycle = lifecycle
+        self._existing = existing
         self._capabilities = capabilities
         self._owner = owner
         self._names = names
@@ -38,9 +38,9 @@ class CloneVM:
 
     def _clone(self, request: CloneRequest) -> Result[CreatedVM, ProviderError]:
         with self._names.hold(request.target_name):
-            match self._lifecycle.find_by_name(request.target_name):
+            match self._existing.resolve(request.target_name):
                 case Failure(error):
                     return Failure(error)
-                case Success(VMRecord() as existing):
-                    return adopt_existing(existing, self._owner)
+                case Success(CreatedVM() as found):
+                    return Success(found)
             return self._cloning.clone(request, self._owner).map(lambda vm_id: CreatedVM(id=vm_id))

@@ -123,6 +123,7 @@ class _VM:
     hardware_version: int = 19
     tags: tuple[str, ...] = ()
     hostname: str = ""
+    building_since: float | None = None
     snapshots: dict[str, _SnapshotState] = field(default_factory=dict)
 
 
@@ -183,6 +184,18 @@ class FakeHypervisor:
             vm = self._new_vm(name, owner, cpu=1, memory_mib=512, disks=[], nics=[])
             return vm.id
 
+    def add_unfinished_vm(self, name: str, owner: OwnerMark, building_since: float) -> str:
+        """A VM as a Create killed part-way leaves it: still marked as building."""
+        with self._lock:
+            vm = self._new_vm(name, owner, cpu=1, memory_mib=512, disks=[], nics=[])
+            vm.building_since = building_since
+            return vm.id
+
+    def finish_building(self, vm_id: str) -> None:
+        """What another replica's Create does when it completes."""
+        with self._lock:
+            self._vms[vm_id].building_since = None
+
     def pause(self, vm_id: str) -> None:
         with self._lock:
             self._vms[vm_id].paused = True
@@ -196,8 +209,15 @@ class FakeHypervisor:
             vm_id = self._ids_by_name.get(name)
             if vm_id is None:
                 return Success(None)
-            vm = self._vms[vm_id]
-            return Success(VMRecord(id=vm.id, name=vm.name, owner=vm.owner))
+            return Success(self._record(self._vms[vm_id]))
+
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        with self._operation("find_unfinished") as failed:
+            if failed:
+                return Failure(failed[0])
+            return Success(
+                [self._record(vm) for vm in self._vms.values() if vm.building_since is not None]
+            )
 
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         with self._operation("create") as failed:
@@ -598,6 +618,10 @@ class FakeHypervisor:
                 return Failure(ProviderError.vm_not_found(vm_id))
             change(vm)
             return Success(None)
+
+    @staticmethod
+    def _record(vm: _VM) -> VMRecord:
+        return VMRecord(id=vm.id, name=vm.name, owner=vm.owner, building_since=vm.building_since)
 
     def _adopt(self, vm_id: str, owner: OwnerMark) -> Result[str, ProviderError]:
         vm = self._vms[vm_id]

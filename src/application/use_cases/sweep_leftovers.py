@@ -1,0 +1,46 @@
+"""Remove what Creates killed part-way left behind, once no Create can still be running."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from returns.result import Failure, Result, Success
+
+from pyrigaud.application.ports import Clock, VMLifecycle
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.leftovers import LeftoverPolicy
+
+
+class SweepReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    removed: tuple[str, ...] = ()  # names of the leftover VMs removed
+    failures: tuple[ProviderError, ...] = ()  # one per leftover that could not be removed
+
+
+class SweepLeftovers:
+    """Only this provider's unfinished VMs older than the Create deadline are touched, so one
+    replica's sweep never removes another replica's work in progress."""
+
+    def __init__(self, lifecycle: VMLifecycle, clock: Clock, leftovers: LeftoverPolicy) -> None:
+        self._lifecycle = lifecycle
+        self._clock = clock
+        self._leftovers = leftovers
+
+    def __call__(self) -> Result[SweepReport, ProviderError]:
+        match self._lifecycle.find_unfinished():
+            case Failure(error):
+                return Failure(error)
+            case Success(unfinished):
+                pass
+        now = self._clock.now()
+        removed: list[str] = []
+        failures: list[ProviderError] = []
+        for record in unfinished:
+            if not self._leftovers.is_abandoned(record, now):
+                continue
+            match self._lifecycle.delete(record.id):
+                case Failure(error):
+                    failures.append(error)
+                case Success(_):
+                    removed.append(record.name)
+        return Success(SweepReport(removed=tuple(removed), failures=tuple(failures)))
