@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.application.ports import Clock
 from pyrigaud.domain.models import VMImage
 
 from contract.harness import Harness
@@ -28,11 +29,12 @@ class Simulator:
     username: str
     password: str
 
-    def adapter(self) -> VSphereHypervisor:
-        session = VSphereSession(
-            self.endpoint, lambda: (self.username, self.password), insecure=True
-        )
-        return VSphereHypervisor(session)
+    def adapter(self, clock: Clock | None = None) -> VSphereHypervisor:
+        return VSphereHypervisor(self.session(), clock=clock)
+
+    def session(self) -> VSphereSession:
+        """A session of its own, e.g. to set up what a test needs straight through pyvmomi."""
+        return VSphereSession(self.endpoint, lambda: (self.username, self.password), insecure=True)
 
 
 def launcher() -> Path:
@@ -78,11 +80,12 @@ def shared_simulator() -> Simulator:
 
 def contract_harness() -> Iterator[Harness]:
     """The contract suite's harness on the shared simulator; a test's VMs are deleted after it."""
-    adapter = shared_simulator().adapter()
+    clock = ManualClock()
+    adapter = shared_simulator().adapter(clock)
     before = {vm.id for vm in adapter.list_vms().unwrap()}
     yield Harness(
         adapter=adapter,
-        clock=ManualClock(),
+        clock=clock,
         image=VMImage(template_name=TEMPLATE_VM),
         guest_reports_addresses=False,  # simulated VMs have no guest unless a test sets one
         blank_images=False,

@@ -259,3 +259,11 @@ def test_health_and_capabilities_answer(harness: Harness) -> None:
     assert harness.adapter.check().ok
     capabilities = harness.adapter.capabilities()
     assert capabilities.supports_snapshots or not capabilities.supports_memory_snapshots
+
+
+def test_a_finished_create_leaves_no_unfinished_vm(harness: Harness, owner: OwnerMark) -> None:
+    vm_id = create(harness, owner, "contract-finished")
+    record = ok(harness.adapter.find_by_name("contract-finished"))
+    assert record is not None
+    assert (record.id, record.building_since) == (vm_id, None)
+    assert ok(harness.adapter.find_unfinished()) == []

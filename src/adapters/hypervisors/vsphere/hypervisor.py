@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
     guestinfo,
@@ -35,7 +37,7 @@ from pyrigaud.adapters.hypervisors.vsphere.session import (
     VSphereSession,
     credentials_from,
 )
-from pyrigaud.application.ports import Credentials
+from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
@@ -73,6 +75,8 @@ vim: Any = untyped_vim
 T = TypeVar("T")
 
 OWNER_KEY = "pyrigaud.owner"
+# Unix time the Create (or Clone) making the VM began; removed once the VM is complete.
+BUILDING_KEY = "pyrigaud.building"
 SHUTDOWN_DEADLINE_KEY = "pyrigaud.shutdownDeadline"
 TASK_DEADLINE_SECONDS = 240.0
 # MoRef values are short ASCII words (vm-42, or 42 on a bare ESXi host); anything else names
@@ -98,10 +102,17 @@ class VSphereHypervisor:
     """Long operations wait on their vSphere Task within the call (bounded), so no task ids are
     issued: TaskStatus only ever sees the provider's own self-describing ids."""
 
-    def __init__(self, session: VSphereSession, defaults: Placement | None = None) -> None:
-        """`defaults` are the PROVIDER_DEFAULT_* placement settings."""
+    def __init__(
+        self,
+        session: VSphereSession,
+        defaults: Placement | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """`defaults` are the PROVIDER_DEFAULT_* placement settings; `clock` dates the
+        building mark (the wall clock that every replica shares)."""
         self._session = session
         self._defaults = defaults or Placement()
+        self._clock = clock or SystemClock()
 
     # Health and capabilities
 
@@ -161,6 +172,17 @@ class VSphereHypervisor:
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
         return self._run(f"finding VM {name!r}", lambda instance: self._record(instance, name))
+
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        """One listing of every VM's extraConfig: the simulator cannot select one key of it
+        (`config.extraConfig["key"]`), and this runs at start-up and periodically only."""
+
+        def read(instance: Any) -> list[VMRecord]:
+            rows = retrieve_all_vms(instance, ("name", "config.extraConfig"))
+            records = [_vm_record(row) for row in rows]
+            return [record for record in records if record.building_since is not None]
+
+        return self._run("finding unfinished VMs", read)
 
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         image = request.image
@@ -443,8 +465,8 @@ class VSphereHypervisor:
         vm = self._vm_named(instance, name)
         if vm is None:
             return None
-        owner = self._extra_config(instance, vm._moId).get(OWNER_KEY, "")
-        return VMRecord(id=vm._moId, name=name, owner=OwnerMark(provider=owner) if owner else None)
+        row = self._vm_row(instance, vm._moId, ("name", "config.extraConfig"))
+        return None if row is None else _vm_record(row)
 
     def _extra_config(self, instance: Any, vm_id: str) -> dict[str, str]:
         row = self._vm_row(instance, vm_id, ("config.extraConfig",))
@@ -511,6 +533,7 @@ class VSphereHypervisor:
                 ProviderError.already_exists(f"a VM named {name!r} exists and is not ours")
             )
         location = resolve(instance, merged(placement, self._defaults), source)
+        marks = {OWNER_KEY: owner.provider, BUILDING_KEY: f"{self._clock.now():.0f}"}
         task = source.CloneVM_Task(
             folder=location.folder,
             name=name,
@@ -520,9 +543,12 @@ class VSphereHypervisor:
                 ),
                 powerOn=False,
                 template=False,
-                # The mark exists as soon as the VM does, so a racing replica can adopt it.
+                # The marks exist as soon as the VM does, so a racing replica can adopt it
+                # and a crash part-way leaves a VM that is known to be unfinished.
                 config=vim.vm.ConfigSpec(
-                    extraConfig=[vim.option.OptionValue(key=OWNER_KEY, value=owner.provider)]
+                    extraConfig=[
+                        vim.option.OptionValue(key=key, value=value) for key, value in marks.items()
+                    ]
                 ),
             ),
         )
@@ -535,11 +561,16 @@ class VSphereHypervisor:
                 return raced.id
             raise
         try:
-            row = self._vm_row(instance, clone._moId, ("config.hardware.device",))
-            spec = configure(list((row or {}).get("config.hardware.device") or ()))
-            self._wait(instance, clone.ReconfigVM_Task(spec))
             if version is not None:
                 self._wait(instance, clone.UpgradeVM_Task(version))
+            row = self._vm_row(instance, clone._moId, ("config.hardware.device",))
+            spec = configure(list((row or {}).get("config.hardware.device") or ()))
+            # The last step clears the building mark: the VM is unmarked only once complete.
+            spec.extraConfig = [
+                *(spec.extraConfig or ()),
+                vim.option.OptionValue(key=BUILDING_KEY, value=""),
+            ]
+            self._wait(instance, clone.ReconfigVM_Task(spec))
         except BaseException:
             # Leave no half-built VM behind; the original failure is what the caller sees.
             with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
@@ -588,6 +619,28 @@ class VSphereHypervisor:
                 raise AdapterError(ProviderError.unavailable("vSphere task did not finish in time"))
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+def _vm_record(row: Mapping[str, Any]) -> VMRecord:
+    """Name, ownership and building marks from a row with name and config.extraConfig.
+
+    A building mark set to "" was cleared (vCenter removes the key, the simulator keeps it)."""
+    extra = extra_config(row)
+    owner = extra.get(OWNER_KEY, "")
+    return VMRecord(
+        id=str(row["_ref"]._moId),
+        name=str(row.get("name", "")),
+        owner=OwnerMark(provider=owner) if owner else None,
+        building_since=_unix_time(extra.get(BUILDING_KEY, "")),
+    )
+
+
+def _unix_time(value: str) -> float | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _power_state(row: Mapping[str, Any]) -> PowerState:
@@ -759,9 +812,13 @@ def _moref_order(vm_id: str) -> tuple[int, str]:
 
 
 def vsphere_hypervisor(
-    endpoint: str, credentials: Credentials, insecure: bool, defaults: Placement | None = None
+    endpoint: str,
+    credentials: Credentials,
+    insecure: bool,
+    defaults: Placement | None = None,
+    clock: Clock | None = None,
 ) -> VSphereHypervisor:
     """The adapter as the composition root builds it (no round trip until the first call)."""
     return VSphereHypervisor(
-        VSphereSession(endpoint, credentials_from(credentials), insecure), defaults
+        VSphereSession(endpoint, credentials_from(credentials), insecure), defaults, clock
     )
