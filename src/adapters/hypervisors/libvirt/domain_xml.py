@@ -270,8 +270,10 @@ def cloned_domain(
     disk_paths: dict[str, str],
     metadata: VMMetadata,
     dropped_media: frozenset[str] = frozenset(),
+    uuid: str = "",
 ) -> str:
-    """A copy of `xml` under a new name: no UUID or MACs (libvirt makes new ones), new disks.
+    """A copy of `xml` under a new name: new disks, no MACs (libvirt makes new ones), and
+    `uuid` or none (libvirt makes one).
 
     Cdroms on `dropped_media` (the source's own cloud-init seed, which names the source and
     goes when it is deleted) are left out.
@@ -283,6 +285,8 @@ def cloned_domain(
     for removable in ("uuid", "devices/graphics"):
         for element in root.findall(removable):
             _parent(root, element).remove(element)
+    if uuid:
+        ET.SubElement(root, "uuid").text = uuid
     for mac in root.findall("devices/interface/mac"):
         _parent(root, mac).remove(mac)
     for target in root.findall("devices/interface/target"):

@@ -15,6 +15,7 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import libvirt
@@ -65,6 +66,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     find_pool,
     find_volume,
     grow_volume,
+    planned_volume_path,
     seed_volume_name,
     upload_volume,
     volume_facts,
@@ -87,6 +89,7 @@ from pyrigaud.domain.models import (
     DiskQuery,
     ExportRequest,
     ExportResult,
+    Firmware,
     HealthReport,
     ImportRequest,
     ImportResult,
@@ -188,11 +191,20 @@ class LibvirtHypervisor:
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
         def find(conn: VirConnect) -> VMRecord | None:
             dom = _by_name(conn, name)
-            if dom is None:
-                return None
-            return VMRecord(id=dom.UUIDString(), name=name, owner=_owner(_facts(dom)))
+            return None if dom is None else _record(dom, _facts(dom))
 
         return self._run(f"find VM {name!r}", find)
+
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        def unfinished(conn: VirConnect) -> list[VMRecord]:
+            found = []
+            for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT):
+                facts = _facts(dom)
+                if facts.metadata is not None and facts.metadata.building:
+                    found.append(_record(dom, facts))
+            return found
+
+        return self._run("find unfinished VMs", unfinished)
 
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         return self._run(
@@ -410,6 +422,11 @@ class LibvirtHypervisor:
             return Failure(provider_error(error, doing))
 
     def _create(self, conn: VirConnect, request: CreateRequest, owner: OwnerMark) -> str:
+        """Define the domain marked as building first, then make its volumes, then finish it.
+
+        The building domain records every volume it is about to get, so a process killed at
+        any point leaves one owner-marked, time-stamped domain that Delete removes whole.
+        """
         existing = _by_name(conn, request.name)
         if existing is not None:
             return _adopt(existing, owner)
@@ -421,59 +438,70 @@ class LibvirtHypervisor:
             attachments = _with_macs(attachments)  # network-config matches NICs by MAC
         nics = tuple(_nic(conn, index, attachment) for index, attachment in enumerate(attachments))
         root_size, backing = _root_disk(conn, request)
-        metadata = VMMetadata(owner=owner, created_at=self._clock.now(), tags=request.tags)
-        domain_uuid = str(uuid.uuid4())
-        disks: list[DiskDevice] = []
-        seed_path = ""
+        sizes = [root_size] + [spec.size_gib * GIB for spec in request.disks]
+        names = [volume_name(request.name, index) for index in range(len(sizes))]
+        seed_name = seed_volume_name(request.name)
+        planned = [*names, seed_name] if seeded else names
+        building = DomainDefinition(
+            name=request.name,
+            domain_type=self._domain_type,
+            vcpus=request.vm_class.cpu,
+            max_vcpus=min(MAX_CPU, request.vm_class.cpu * HOT_ADD_FACTOR)
+            if request.vm_class.performance.cpu_hot_add
+            else request.vm_class.cpu,
+            memory_mib=request.vm_class.memory_mib,
+            max_memory_mib=min(MAX_MEMORY_MIB, request.vm_class.memory_mib * HOT_ADD_FACTOR)
+            if request.vm_class.performance.memory_hot_add
+            else 0,
+            firmware=request.vm_class.firmware,
+            secure_boot=request.vm_class.security.secure_boot,
+            disks=(),
+            nics=(),
+            metadata=VMMetadata(
+                owner=owner,
+                created_at=self._clock.now(),
+                tags=request.tags,
+                volumes=tuple(planned_volume_path(pool, name) for name in planned),
+                building=True,
+            ),
+            uuid=str(uuid.uuid4()),
+        )
+        dom = _begin_building(conn, building, owner)
+        if isinstance(dom, str):
+            return dom
+        made: list[str] = []
         try:
-            sizes = [root_size] + [spec.size_gib * GIB for spec in request.disks]
-            for index, size in enumerate(sizes):
-                path = create_volume(
-                    pool, volume_name(request.name, index), size, backing if index == 0 else None
-                )
-                metadata = metadata.with_volume(path)
-                disks.append(DiskDevice(path=path, format="qcow2", target=disk_target(index)))
+            disks = []
+            for index, (name, size) in enumerate(zip(names, sizes, strict=True)):
+                made.append(create_volume(pool, name, size, backing if index == 0 else None))
+                disks.append(DiskDevice(path=made[-1], format="qcow2", target=disk_target(index)))
+            seed_path = ""
             if seeded:
                 seed = SeedInput(
                     name=request.name,
-                    instance_id=domain_uuid,
+                    instance_id=building.uuid,
                     user_data=request.user_data,
                     meta_data=request.meta_data,
                     networks=attachments,
                 )
-                seed_path = self._write_seed(conn, pool, request.name, build_seed(seed))
-                metadata = metadata.with_volume(seed_path)
-            vm_class = request.vm_class
-            definition = DomainDefinition(
-                name=request.name,
-                domain_type=self._domain_type,
-                vcpus=vm_class.cpu,
-                max_vcpus=min(MAX_CPU, vm_class.cpu * HOT_ADD_FACTOR)
-                if vm_class.performance.cpu_hot_add
-                else vm_class.cpu,
-                memory_mib=vm_class.memory_mib,
-                max_memory_mib=min(MAX_MEMORY_MIB, vm_class.memory_mib * HOT_ADD_FACTOR)
-                if vm_class.performance.memory_hot_add
-                else 0,
-                firmware=vm_class.firmware,
-                secure_boot=vm_class.security.secure_boot,
+                seed_path = self._write_seed(conn, pool, seed_name, build_seed(seed))
+                made.append(seed_path)
+            complete = replace(
+                building,
                 disks=tuple(disks),
                 nics=nics,
-                metadata=metadata,
                 seed_path=seed_path,
-                uuid=domain_uuid,
+                metadata=building.metadata.with_volumes(tuple(made)).finished(),
             )
-            return str(conn.defineXML(render_domain(definition)).UUIDString())
+            return str(conn.defineXML(render_domain(complete)).UUIDString())
         except (libvirt.libvirtError, AdapterError):
-            for path in metadata.volumes:
+            for path in made:  # only what this call made: a clashing volume is not ours
                 delete_volume(conn, path)
-            raced = _by_name(conn, request.name)  # another replica may have won the race
-            if raced is not None and _owner(_facts(raced)) == owner:
-                return str(raced.UUIDString())
+            _abandon_building(dom)
             raise
 
-    def _write_seed(self, conn: VirConnect, pool: Any, vm_name: str, iso: bytes) -> str:
-        xml = volume_xml(seed_volume_name(vm_name), len(iso), volume_format="raw")
+    def _write_seed(self, conn: VirConnect, pool: Any, name: str, iso: bytes) -> str:
+        xml = volume_xml(name, len(iso), volume_format="raw")
         try:
             return write_new_volume(conn, pool, xml, (iso,), self._write_volume)
         except libvirt.libvirtError as error:
@@ -632,7 +660,28 @@ class LibvirtHypervisor:
                 )
             )
         facts = _facts(source)
+        planned = []
+        for index, disk in enumerate(facts.disks):
+            pool = conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
+            planned.append(planned_volume_path(pool, volume_name(request.target_name, index)))
         metadata = VMMetadata(owner=owner, created_at=self._clock.now())
+        building = DomainDefinition(
+            name=request.target_name,
+            domain_type=self._domain_type,
+            vcpus=facts.vcpus,
+            max_vcpus=facts.vcpus,
+            memory_mib=facts.memory_mib,
+            max_memory_mib=0,
+            firmware=Firmware.BIOS,  # a placeholder: the finished clone takes the source's
+            secure_boot=False,
+            disks=(),
+            nics=(),
+            metadata=replace(metadata, volumes=tuple(planned), building=True),
+            uuid=str(uuid.uuid4()),
+        )
+        dom = _begin_building(conn, building, owner)
+        if isinstance(dom, str):
+            return dom
         copies: dict[str, str] = {}
         try:
             if running:
@@ -665,11 +714,13 @@ class LibvirtHypervisor:
                 disk_paths=copies,
                 metadata=metadata,
                 dropped_media=frozenset(facts.metadata.volumes if facts.metadata else ()),
+                uuid=building.uuid,
             )
             return str(conn.defineXML(xml).UUIDString())
         except (libvirt.libvirtError, AdapterError):
             for path in copies.values():
                 delete_volume(conn, path)
+            _abandon_building(dom)
             raise
 
 
@@ -793,6 +844,35 @@ def _by_name(conn: VirConnect, name: str) -> VirDomain | None:
 def _facts(dom: VirDomain) -> DomainFacts:
     """The persistent configuration: what the VM is (and will be after its next boot)."""
     return parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+
+
+def _begin_building(
+    conn: VirConnect, building: DomainDefinition, owner: OwnerMark
+) -> VirDomain | str:
+    """Define the placeholder of a VM being made; a str is the id of a racing replica's."""
+    try:
+        return conn.defineXML(render_domain(building))
+    except libvirt.libvirtError:
+        raced = _by_name(conn, building.name)
+        if raced is not None and _owner(_facts(raced)) == owner:
+            return str(raced.UUIDString())
+        raise
+
+
+def _abandon_building(dom: VirDomain) -> None:
+    """Undo `_begin_building` after a failure (its volumes are the caller's to remove)."""
+    with contextlib.suppress(libvirt.libvirtError):
+        _undefine(dom)
+
+
+def _record(dom: VirDomain, facts: DomainFacts) -> VMRecord:
+    metadata = facts.metadata
+    return VMRecord(
+        id=str(dom.UUIDString()),
+        name=facts.name,
+        owner=metadata.owner if metadata else None,
+        building_since=metadata.building_since if metadata else None,
+    )
 
 
 def _owner(facts: DomainFacts) -> OwnerMark | None:

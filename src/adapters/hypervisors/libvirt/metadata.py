@@ -1,8 +1,9 @@
 """What pyrigaud remembers about a VM, stored in the domain's own <metadata> element.
 
 The hypervisor is the only state: ownership, tags, the in-flight graceful-shutdown deadline,
-the creation time and the volumes pyrigaud made for the VM all live here, versioned, so any
-replica (or a restarted one) reads the same facts.
+the creation time, whether a Create is still building the VM, and the volumes pyrigaud made (or,
+while building, is about to make) for the VM all live here, versioned, so any replica (or a
+restarted one) reads the same facts.
 """
 
 from __future__ import annotations
@@ -26,13 +27,24 @@ class VMMetadata:
     tags: tuple[str, ...] = ()
     volumes: tuple[str, ...] = ()  # paths of the volumes pyrigaud created for this VM
     shutdown_deadline: int | None = None
+    building: bool = False  # set from the first define of a Create until it completes
     version: int = SCHEMA_VERSION
+
+    @property
+    def building_since(self) -> float | None:
+        return self.created_at if self.building else None
 
     def with_shutdown_deadline(self, deadline: int | None) -> VMMetadata:
         return replace(self, shutdown_deadline=deadline)
 
     def with_volume(self, path: str) -> VMMetadata:
         return replace(self, volumes=(*self.volumes, path))
+
+    def with_volumes(self, paths: tuple[str, ...]) -> VMMetadata:
+        return replace(self, volumes=paths)
+
+    def finished(self) -> VMMetadata:
+        return replace(self, building=False)
 
     def element(self, *, qualified: bool) -> ET.Element:
         """The <vm> element; `qualified` for embedding in domain XML, plain for setMetadata."""
@@ -52,6 +64,8 @@ class VMMetadata:
             ET.SubElement(volumes, tag("volume"), {"path": path})
         if self.shutdown_deadline is not None:
             ET.SubElement(root, tag("shutdown-deadline")).text = str(self.shutdown_deadline)
+        if self.building:
+            ET.SubElement(root, tag("building"))
         return root
 
     def render(self) -> str:
@@ -80,6 +94,7 @@ def parse_metadata(element: ET.Element) -> VMMetadata:
         tags=tuple(node.text or "" for node in children(child("tags"), "tag")),
         volumes=tuple(node.get("path", "") for node in children(child("volumes"), "volume")),
         shutdown_deadline=int(deadline.text or 0) if deadline is not None else None,
+        building=child("building") is not None,
         version=int(element.get("version", SCHEMA_VERSION)),
     )
 

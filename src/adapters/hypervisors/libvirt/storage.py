@@ -103,6 +103,16 @@ def volume_xml(
     return ET.tostring(root, encoding="unicode")
 
 
+def planned_volume_path(pool: VirStoragePool, name: str) -> str:
+    """Where `pool` will put a volume called `name`: its target directory (or device) + name.
+
+    True for directory, filesystem, NFS and LVM pools, the kinds pyrigaud makes VMs in; a
+    Create records these paths before it makes anything, so a crash leaves nothing unnamed.
+    """
+    root = ET.fromstring(pool.XMLDesc(0))  # noqa: S314 - libvirt's own output
+    return f"{root.findtext('target/path', '').rstrip('/')}/{name}"
+
+
 def create_volume(
     pool: VirStoragePool, name: str, capacity_bytes: int, backing: VolumeFacts | None = None
 ) -> str:
