@@ -78,6 +78,16 @@ class Replica:
             self._popen.communicate(timeout=10)
         return self._popen.returncode
 
+    def kill(self) -> None:
+        """SIGKILL: no drain, no cleanup, as when a node dies or the OOM killer strikes."""
+        self._popen.kill()
+        self._popen.communicate(timeout=10)
+        self._channel.close()
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
     def restart(self) -> int:
         code = self.stop()
         self._popen, self._channel, self.stub = self._start()
