@@ -6,6 +6,8 @@ pieces with `container.override(...)` or `container.<provider>.override(...)`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dependency_injector import containers, providers
 
 from pyrigaud.adapters.clocks import SystemClock
@@ -71,6 +73,7 @@ def vsphere_hypervisor(
     storage_pod: str,
     cluster: str,
     folder: str,
+    metrics: Metrics,
 ) -> object:
     """The vSphere adapter, imported only when selected: pyvmomi is an optional extra."""
     from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (  # noqa: PLC0415
@@ -80,16 +83,23 @@ def vsphere_hypervisor(
     defaults = Placement(
         datastore=datastore, storage_pod=storage_pod, cluster=cluster, folder=folder
     )
-    return build(endpoint, credentials, insecure, defaults)
+    on_relogin = metrics.session_reconnects.labels("vsphere").inc
+    return build(endpoint, credentials, insecure, defaults, on_relogin=on_relogin)
 
 
-def kubernetes_credentials(secret: str, provider_namespace: str) -> object:
+def mounted_credentials(directory: Path, metrics: Metrics) -> MountedSecretCredentials:
+    on_reload = metrics.credential_reloads.labels("files").inc
+    return MountedSecretCredentials(directory, on_reload)
+
+
+def kubernetes_credentials(secret: str, provider_namespace: str, metrics: Metrics) -> object:
     """The Kubernetes API adapter, imported only when selected (an optional extra)."""
     from pyrigaud.adapters.credentials.kubernetes_secret import (  # noqa: PLC0415
         kubernetes_secret_credentials,
     )
 
-    return kubernetes_secret_credentials(secret, provider_namespace)
+    on_reload = metrics.credential_reloads.labels("kubernetes").inc
+    return kubernetes_secret_credentials(secret, provider_namespace, on_reload)
 
 
 class Container(containers.DeclarativeContainer):
@@ -106,11 +116,14 @@ class Container(containers.DeclarativeContainer):
     # The hypervisor adapters that log in (libvirt over SSH, vSphere) take their secrets here.
     credentials = providers.Selector(
         config.credentials_source,
-        files=providers.Singleton(MountedSecretCredentials, directory=config.credentials_dir),
+        files=providers.Singleton(
+            mounted_credentials, directory=config.credentials_dir, metrics=metrics
+        ),
         kubernetes=providers.Singleton(
             kubernetes_credentials,
             secret=config.credentials_secret,
             provider_namespace=config.provider_namespace,
+            metrics=metrics,
         ),
         env=providers.Singleton(EnvironmentCredentials),
     )
@@ -142,6 +155,7 @@ class Container(containers.DeclarativeContainer):
         storage_pod=config.default_storage_pod,
         cluster=config.default_cluster,
         folder=config.default_folder,
+        metrics=metrics,
     )
 
     backend = providers.Selector(

@@ -85,14 +85,12 @@ class Metrics:
             ["backend"],
             registry=self.registry,
         )
-        """Placeholder until the session handling of each backend increments it."""
         self.credential_reloads = Counter(
             "pyrigaud_credential_reloads",
             "Credentials re-read after a change, by source.",
             ["source"],
             registry=self.registry,
         )
-        """Placeholder until the credential loaders increment it."""
         self._rpc_children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
         self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 

@@ -59,6 +59,21 @@ def test_a_rotation_is_served_without_a_restart_or_refresh(mount: Path) -> None:
     assert dict(credentials.current()) == {"username": "admin", "password": "rotated"}
 
 
+def test_each_rotation_is_reported_once_and_the_first_load_is_not(mount: Path) -> None:
+    reloads: list[int] = []
+    credentials = MountedSecretCredentials(mount, on_reload=lambda: reloads.append(1))
+    credentials.current()
+    credentials.current()
+    assert reloads == []
+    publish(mount, {"username": "admin", "password": "rotated"}, version=2)
+    credentials.current()
+    credentials.current()
+    assert reloads == [1]
+    publish(mount, {"username": "admin", "password": "rotated"}, version=3)  # same values
+    credentials.current()
+    assert reloads == [1]
+
+
 def test_a_key_removed_by_a_rotation_is_gone(mount: Path) -> None:
     credentials = MountedSecretCredentials(mount)
     credentials.current()

@@ -13,7 +13,7 @@ import base64
 import binascii
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,11 +73,13 @@ def connect_core_v1() -> client.CoreV1Api:
 
 
 def kubernetes_secret_credentials(
-    reference: str, provider_namespace: str
+    reference: str, provider_namespace: str, on_reload: Callable[[], None] = lambda: None
 ) -> KubernetesSecretCredentials:
     """The composition root's way in: settings to a watching adapter."""
     return KubernetesSecretCredentials(
-        connect_core_v1(), parse_secret_reference(reference, provider_namespace)
+        connect_core_v1(),
+        parse_secret_reference(reference, provider_namespace),
+        on_reload=on_reload,
     )
 
 
@@ -99,8 +101,11 @@ class KubernetesSecretCredentials:
         request_timeout_seconds: float = 10.0,
         initial_backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 30.0,
+        on_reload: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_reload` is told each time a changed Secret replaces a set already served."""
         self._api = api
+        self._on_reload = on_reload
         self._secret = secret
         self._watch_timeout_seconds = watch_timeout_seconds
         self._request_timeout_seconds = request_timeout_seconds
@@ -216,6 +221,8 @@ class KubernetesSecretCredentials:
             _log.debug(
                 "loaded credentials Secret %s: keys %s", self._secret, ", ".join(sorted(values))
             )
+            if self._resource_version is not None:
+                self._on_reload()
         self._values = values
         self._resource_version = secret.metadata.resource_version if secret.metadata else None
 

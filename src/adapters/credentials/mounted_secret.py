@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +45,12 @@ class MountedSecretCredentials:
     last good set is kept and one warning is logged (keys and paths only, never values).
     """
 
-    def __init__(self, directory: Path = DEFAULT_DIRECTORY) -> None:
+    def __init__(
+        self, directory: Path = DEFAULT_DIRECTORY, on_reload: Callable[[], None] = lambda: None
+    ) -> None:
+        """`on_reload` is told each time a changed version replaces a set already served."""
         self._directory = directory
+        self._on_reload = on_reload
         self._lock = threading.Lock()
         self._snapshot = _Snapshot(None, SecretValues())
         self._readable = True
@@ -93,6 +97,8 @@ class MountedSecretCredentials:
                 self._directory,
                 ", ".join(sorted(snapshot.values)),
             )
+            if self._snapshot.version is not None:
+                self._on_reload()
         self._snapshot = snapshot
 
     def _keep_last_good(self, failure: OSError | None) -> SecretValues:

@@ -83,6 +83,26 @@ def test_a_rotation_arrives_through_the_watch_without_another_read(
     assert api.requests.count(SECRET_PATH) == 1
 
 
+def test_a_rotation_is_reported_once_and_the_first_read_is_not(api: FakeKubeApi) -> None:
+    reloads: list[int] = []
+    core = client.CoreV1Api(client.ApiClient(client.Configuration(host=api.host)))
+    adapter = KubernetesSecretCredentials(
+        core,
+        SecretReference(NAMESPACE, NAME),
+        watch_timeout_seconds=1,
+        on_reload=lambda: reloads.append(1),
+    )
+    try:
+        adapter.current()
+        eventually(lambda: bool(api.watch_requests()))
+        assert reloads == []
+        api.put_secret(NAMESPACE, NAME, {"username": "admin", "password": "rotated"})
+        eventually(lambda: adapter.current().get("password") == "rotated")
+        assert reloads == [1]
+    finally:
+        adapter.close()
+
+
 def test_the_watch_resumes_from_the_last_version_after_the_server_ends_it(
     api: FakeKubeApi, credentials: KubernetesSecretCredentials
 ) -> None:

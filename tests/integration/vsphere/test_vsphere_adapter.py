@@ -264,12 +264,16 @@ def test_an_expired_session_is_renewed_once_with_fresh_credentials(simulator: Si
         logins.append(1)
         return simulator.username, simulator.password
 
-    session = VSphereSession(simulator.endpoint, credentials, insecure=True)
+    relogins: list[int] = []
+    session = VSphereSession(
+        simulator.endpoint, credentials, insecure=True, on_relogin=lambda: relogins.append(1)
+    )
     adapter = VSphereHypervisor(session)
     assert ok(adapter.list_vms())
     session.call(lambda instance: instance.content.sessionManager.Logout())
     assert ok(adapter.list_vms())  # NotAuthenticated, then a new login, then the answer
     assert len(logins) == 2
+    assert len(relogins) == 1  # the first login is not a re-login
     session.close()
 
 

@@ -817,8 +817,9 @@ def vsphere_hypervisor(
     insecure: bool,
     defaults: Placement | None = None,
     clock: Clock | None = None,
+    *,
+    on_relogin: Callable[[], None] = lambda: None,
 ) -> VSphereHypervisor:
     """The adapter as the composition root builds it (no round trip until the first call)."""
-    return VSphereHypervisor(
-        VSphereSession(endpoint, credentials_from(credentials), insecure), defaults, clock
-    )
+    session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin)
+    return VSphereHypervisor(session, defaults, clock)

@@ -41,7 +41,15 @@ class LoginError(ConnectionError):
 class VSphereSession:
     """Thread-safe lazy login; a call that hits NotAuthenticated logs in again and retries once."""
 
-    def __init__(self, endpoint: str, credentials: CredentialSource, insecure: bool) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        credentials: CredentialSource,
+        insecure: bool,
+        on_relogin: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`on_relogin` is told each time an expired session is replaced by a new login."""
+        self._on_relogin = on_relogin
         parts = urlsplit(endpoint)
         self._host = parts.hostname or ""
         self._port = parts.port or 443
@@ -75,6 +83,7 @@ class VSphereSession:
         with self._lock:
             if self._instance is stale:
                 self._instance = self._login()
+                self._on_relogin()
             return self._instance
 
     def _login(self) -> Any:
