@@ -44,9 +44,22 @@ from pyrigaud.entrypoints.settings import Settings
 
 
 def libvirt_hypervisor(
-    endpoint: str, clock: Clock, domain_type: str, default_pool: str, allow_loopback_urls: bool
+    endpoint: str,
+    clock: Clock,
+    domain_type: str,
+    default_pool: str,
+    allow_loopback_urls: bool,
+    *,
+    credentials: Credentials,
+    metrics: Metrics,
+    skip_host_key_verification: bool,
+    max_concurrent_calls: int,
 ) -> object:
-    """The libvirt adapter, imported only when selected: libvirt-python is an optional extra."""
+    """The libvirt adapter, imported only when selected: libvirt-python is an optional extra.
+
+    Remote (`qemu+ssh://`, `qemu+libssh://`) endpoints take their SSH key, known_hosts and
+    password from `credentials`; each reopen after a lost connection is counted.
+    """
     from pyrigaud.adapters.hypervisors.libvirt.connection import (  # noqa: PLC0415
         LibvirtConnection,
     )
@@ -56,7 +69,13 @@ def libvirt_hypervisor(
     from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings  # noqa: PLC0415
 
     return LibvirtHypervisor(
-        LibvirtConnection(endpoint),
+        LibvirtConnection(
+            endpoint,
+            credentials=credentials,
+            verify_host_key=not skip_host_key_verification,
+            max_concurrent_calls=max_concurrent_calls,
+            on_reconnect=metrics.session_reconnects.labels("libvirt").inc,
+        ),
         clock,
         domain_type=domain_type,
         pools=PoolSettings(default_pool=default_pool),
@@ -144,6 +163,10 @@ class Container(containers.DeclarativeContainer):
         domain_type=config.libvirt_domain_type,
         default_pool=config.default_datastore,
         allow_loopback_urls=config.image_url_allow_loopback,
+        credentials=credentials,
+        metrics=metrics,
+        skip_host_key_verification=config.libvirt_insecure_skip_host_key_verification,
+        max_concurrent_calls=config.libvirt_max_concurrent_calls,
     )
 
     vsphere_hypervisor = providers.Singleton(
@@ -246,6 +269,10 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             "provider_endpoint": settings.endpoint,
             "default_datastore": settings.default_datastore or "default",
             "libvirt_domain_type": settings.resolved_libvirt_domain_type,
+            "libvirt_insecure_skip_host_key_verification": (
+                settings.libvirt_insecure_skip_host_key_verification
+            ),
+            "libvirt_max_concurrent_calls": settings.libvirt_max_concurrent_calls,
             "image_url_allow_loopback": settings.image_url_allow_loopback,
             "credentials_source": settings.credentials_source,
             "credentials_dir": settings.credentials_dir,

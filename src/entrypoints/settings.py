@@ -41,7 +41,7 @@ class Settings(BaseModel):
     port: int = Field(9443, alias="PYRIGAUD_PORT", ge=0, le=65535)  # 0: any free port
     health_port: int = Field(8080, alias="PYRIGAUD_HEALTH_PORT", ge=0, le=65535)
     listen_address: str = Field("", alias="PYRIGAUD_LISTEN_ADDRESS")  # "": all interfaces
-    provider_type: str = Field("fake", alias="PROVIDER_TYPE")
+    provider_type: str = Field("libvirt", alias="PROVIDER_TYPE")  # on test:///default
     provider_endpoint: str = Field("", alias="PROVIDER_ENDPOINT")
     provider_namespace: str = Field("", alias="PROVIDER_NAMESPACE")
     provider_name: str = Field("", alias="PROVIDER_NAME")
@@ -60,6 +60,13 @@ class Settings(BaseModel):
     default_folder: str = Field("", alias="PROVIDER_DEFAULT_FOLDER")
     tls_insecure_skip_verify: bool = Field(False, alias="TLS_INSECURE_SKIP_VERIFY")
     libvirt_domain_type: str = Field("auto", alias="LIBVIRT_DOMAIN_TYPE")
+    libvirt_insecure_skip_host_key_verification: bool = Field(
+        False, alias="LIBVIRT_INSECURE_SKIP_HOST_KEY_VERIFICATION"
+    )
+    # Every libvirt call, reads included (PYRIGAUD_MAX_CONCURRENT_OPS bounds mutations only).
+    libvirt_max_concurrent_calls: int = Field(
+        64, alias="LIBVIRT_MAX_CONCURRENT_CALLS", ge=1, le=4096
+    )
     image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
@@ -79,7 +86,7 @@ class Settings(BaseModel):
     @field_validator("provider_type")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        backend = _one_of(value, AVAILABLE_BACKENDS, default="fake")
+        backend = _one_of(value, AVAILABLE_BACKENDS, default="libvirt")
         return "fake" if backend == "mock" else backend
 
     @field_validator(
@@ -87,6 +94,7 @@ class Settings(BaseModel):
         "insecure",
         "image_url_allow_loopback",
         "tls_insecure_skip_verify",
+        "libvirt_insecure_skip_host_key_verification",
         mode="before",
     )
     @classmethod

@@ -2,14 +2,17 @@
 
 libvirt connections are thread-safe for calls; only replacing a dead one needs the lock.
 The default event loop runs on a daemon thread so that keepalive and close callbacks work.
+Remote URIs get their SSH key, known_hosts and password from the credentials port (see
+ssh_access); a failed open re-reads the credentials once, in case they were rotated.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import libvirt
 
@@ -18,6 +21,13 @@ from pyrigaud.adapters.hypervisors.libvirt.errors import (
     AdapterError,
     error_code,
 )
+from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
+    PASSWORD,
+    USERNAME,
+    SshAccess,
+    display_uri,
+)
+from pyrigaud.application.ports import Credentials
 from pyrigaud.domain.errors import ProviderError
 
 T = TypeVar("T")
@@ -28,6 +38,18 @@ Opener = Callable[[str], VirConnect]
 
 KEEPALIVE_INTERVAL_SECONDS = 5
 KEEPALIVE_COUNT = 3
+# All calls, reads included; the servicer's mutation limit is the tighter bound for writes.
+DEFAULT_MAX_CONCURRENT_CALLS = 64
+CALL_SLOT_WAIT_SECONDS = 30.0
+
+_ANSWERED_CREDENTIALS = [
+    libvirt.VIR_CRED_AUTHNAME,
+    libvirt.VIR_CRED_USERNAME,
+    libvirt.VIR_CRED_ECHOPROMPT,
+    libvirt.VIR_CRED_PASSPHRASE,
+    libvirt.VIR_CRED_NOECHOPROMPT,
+]
+_SECRET_CREDENTIALS = frozenset({libvirt.VIR_CRED_PASSPHRASE, libvirt.VIR_CRED_NOECHOPROMPT})
 
 _process_setup_lock = threading.Lock()
 _process_setup_done = False
@@ -51,28 +73,76 @@ def _run_event_loop() -> None:
         libvirt.virEventRunDefaultImpl()
 
 
-class LibvirtConnection:
-    """Opens lazily (construction never fails), so an unreachable host is an answer, not a crash."""
+class NoCredentials:
+    """The credentials of a local connection: none."""
 
-    def __init__(self, uri: str, *, opener: Opener = libvirt.open) -> None:
-        self.uri = uri
+    def current(self) -> Mapping[str, str]:
+        return {}
+
+    def refresh(self) -> Mapping[str, str]:
+        return {}
+
+
+class LibvirtConnection:
+    """Opens lazily (construction never fails), so an unreachable host is an answer, not a crash.
+
+    `opener` replaces libvirt's authenticated open (tests count calls with it);
+    `on_reconnect` is told each time a lost connection is opened again (a metric).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        credentials: Credentials | None = None,
+        verify_host_key: bool = True,
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+        slot_wait_seconds: float = CALL_SLOT_WAIT_SECONDS,
+        on_reconnect: Callable[[], None] = lambda: None,
+        opener: Opener | None = None,
+    ) -> None:
+        self.uri = display_uri(uri)
+        self._access = SshAccess(uri, verify_host_key=verify_host_key)
+        # A local daemon needs no secrets: do not read (or warn about) a Secret for it.
+        self._credentials: Credentials = NoCredentials()
+        if credentials is not None and urlsplit(uri).hostname:
+            self._credentials = credentials
         self._opener = opener
+        self._slots = threading.BoundedSemaphore(max_concurrent_calls)
+        self._max_concurrent_calls = max_concurrent_calls
+        self._slot_wait_seconds = slot_wait_seconds
+        self._on_reconnect = on_reconnect
         self._lock = threading.Lock()
         self._conn: VirConnect | None = None
+        self._opened_before = False
 
     def call(self, action: Callable[[VirConnect], T]) -> T:
-        """Run `action` on the live connection; once more on a fresh one if it died meanwhile."""
-        conn = self._current()
+        """Run `action` on the live connection; once more on a fresh one if it died meanwhile.
+
+        At most `max_concurrent_calls` run at once; the others wait for a slot.
+        """
+        if not self._slots.acquire(timeout=self._slot_wait_seconds):
+            raise AdapterError(
+                ProviderError.resource_exhausted(
+                    f"all {self._max_concurrent_calls} libvirt call slots for {self.uri} stayed "
+                    f"busy for {self._slot_wait_seconds:g}s; retry later"
+                )
+            )
         try:
-            return action(conn)
-        except libvirt.libvirtError as error:
-            if error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
-                raise
-        return action(self._reopen(conn))
+            conn = self._current()
+            try:
+                return action(conn)
+            except libvirt.libvirtError as error:
+                if error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
+                    raise
+            return action(self._reopen(conn))
+        finally:
+            self._slots.release()
 
     def close(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
+            self._access.close()
         if conn is not None:
             with contextlib.suppress(libvirt.libvirtError):  # a dead one has nothing to release
                 conn.close()
@@ -90,18 +160,58 @@ class LibvirtConnection:
             return self._conn
 
     def _open(self) -> VirConnect:
+        """Open with the current credentials, and once more if re-reading them changed them."""
         prepare_libvirt_for_process()
+        values = self._credentials.current()
         try:
-            conn = self._opener(self.uri)
+            conn = self._open_with(values)
         except libvirt.libvirtError as error:
-            # Whatever libvirt's code, a host we cannot reach is "unavailable", not bad input.
-            message = error.get_error_message() or str(error)
-            raise AdapterError(
-                ProviderError.unavailable(f"cannot connect to {self.uri}: {message}")
-            ) from error
+            rotated = self._credentials.refresh()
+            if rotated == values:
+                raise self._unreachable(error) from error
+            try:
+                conn = self._open_with(rotated)
+            except libvirt.libvirtError as retry_error:
+                raise self._unreachable(retry_error) from retry_error
         with contextlib.suppress(libvirt.libvirtError):  # test:// has no keepalive
             conn.setKeepAlive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT)
+        if self._opened_before:
+            self._on_reconnect()
+        self._opened_before = True
         return conn
+
+    def _open_with(self, values: Mapping[str, str]) -> VirConnect:
+        uri = self._access.uri_for(values)
+        if self._opener is not None:
+            return self._opener(uri)
+        return libvirt.openAuth(uri, [_ANSWERED_CREDENTIALS, credential_answerer(values), None], 0)
+
+    def _unreachable(self, error: libvirt.libvirtError) -> AdapterError:
+        # Whatever libvirt's code, a host we cannot reach is "unavailable", not bad input.
+        return AdapterError(
+            ProviderError.unavailable(f"cannot connect to {self.uri}: {_one_line(error)}")
+        )
+
+
+def _one_line(error: libvirt.libvirtError) -> str:
+    """ssh's stderr, as libvirt passes it on, without its banner frames and line breaks."""
+    message = error.get_error_message() or str(error)
+    return " ".join(line.strip() for line in message.splitlines() if line.strip().strip("@"))
+
+
+def credential_answerer(values: Mapping[str, str]) -> Callable[[list[list[Any]], object], int]:
+    """libvirt's auth callback: names and passwords from the credentials, nothing else."""
+
+    def answer(requests: list[list[Any]], _opaque: object) -> int:
+        for request in requests:  # [type, prompt, challenge, default, result]
+            key = PASSWORD if request[0] in _SECRET_CREDENTIALS else USERNAME
+            value = values.get(key) or (request[3] if key == USERNAME else "")
+            if not value:
+                return -1
+            request[4] = value
+        return 0
+
+    return answer
 
 
 def _is_alive(conn: VirConnect) -> bool:
