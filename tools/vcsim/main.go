@@ -4,10 +4,12 @@
 // smallest launcher: build a VPX inventory of the requested size, serve it over HTTPS on
 // 127.0.0.1, print the SDK URL (with credentials) on stdout and block until SIGTERM or SIGINT.
 //
-// It also corrects two defects of that simulator version at the SOAP boundary, so that tests
-// see what vCenter does: CloneVM_Task hands the source VM's own device objects to the clone
-// (after which the source reports the clone's disk paths and sizes), and RevertToSnapshot_Task
-// leaves CPU and memory as they are instead of restoring the snapshot's.
+// It also corrects defects of that simulator version at the SOAP boundary, so that tests see
+// what vCenter does: CloneVM_Task hands the source VM's own device objects to the clone (after
+// which the source reports the clone's disk paths and sizes) and ignores a linked clone's
+// snapshot (its disks get no parent); RevertToSnapshot_Task leaves CPU and memory as they are
+// instead of restoring the snapshot's; and a NIC removed by ReconfigVM_Task stays in guest.net
+// (so CustomizeVM_Task counts NICs the VM no longer has).
 package main
 
 import (
@@ -32,8 +34,12 @@ import (
 )
 
 var (
-	cloneCall  = regexp.MustCompile(`<CloneVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
-	revertCall = regexp.MustCompile(`<RevertToSnapshot_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	cloneCall     = regexp.MustCompile(`<CloneVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	revertCall    = regexp.MustCompile(`<RevertToSnapshot_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	reconfigCall  = regexp.MustCompile(`<ReconfigVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	linkedClone   = regexp.MustCompile(`<diskMoveType>createNewChildDiskBacking</diskMoveType>`)
+	cloneSnapshot = regexp.MustCompile(`<snapshot\b[^>]*>([^<]+)</snapshot>`)
+	returnedTask  = regexp.MustCompile(`<returnval\b[^>]*>(task-[^<]+)</returnval>`)
 )
 
 func main() {
@@ -85,17 +91,32 @@ func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if m := cloneCall.FindSubmatch(body); m != nil {
-		c.cloneWithOwnDevices(w, r, string(m[1]))
+		c.cloneWithOwnDevices(w, r, string(m[1]), body)
 		return
 	}
 	c.next.ServeHTTP(w, r)
 	if m := revertCall.FindSubmatch(body); m != nil {
 		restoreSnapshotHardware(string(m[1]))
 	}
+	if m := reconfigCall.FindSubmatch(body); m != nil {
+		forgetRemovedNICs(string(m[1]))
+	}
 }
 
-// cloneWithOwnDevices lets the clone take deep copies of the source's devices, not the originals.
-func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, vmID string) {
+// recorder keeps a copy of the response body while passing it on.
+type recorder struct {
+	http.ResponseWriter
+	body bytes.Buffer
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.body.Write(p)
+	return r.ResponseWriter.Write(p)
+}
+
+// cloneWithOwnDevices lets the clone take deep copies of the source's devices, not the
+// originals; a linked clone's disks then get the snapshot's disks as parents.
+func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, vmID string, body []byte) {
 	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: vmID}
 	vm, ok := simulator.Map.Get(ref).(*simulator.VirtualMachine)
 	if !ok {
@@ -107,8 +128,80 @@ func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, v
 		original = vm.Config.Hardware.Device
 		vm.Config.Hardware.Device = deepCopy(reflect.ValueOf(original)).Interface().([]types.BaseVirtualDevice)
 	})
-	defer simulator.Map.WithLock(vm, func() { vm.Config.Hardware.Device = original })
-	c.next.ServeHTTP(w, r)
+	response := &recorder{ResponseWriter: w}
+	func() {
+		defer simulator.Map.WithLock(vm, func() { vm.Config.Hardware.Device = original })
+		c.next.ServeHTTP(response, r)
+	}()
+	snapshot := cloneSnapshot.FindSubmatch(body)
+	task := returnedTask.FindSubmatch(response.body.Bytes())
+	if linkedClone.Match(body) && snapshot != nil && task != nil {
+		linkDisks(string(task[1]), string(snapshot[1]))
+	}
+}
+
+// linkDisks gives each disk of the clone the clone task made the matching snapshot disk as parent.
+func linkDisks(taskID, snapshotID string) {
+	task, ok := simulator.Map.Get(types.ManagedObjectReference{Type: "Task", Value: taskID}).(*simulator.Task)
+	if !ok {
+		return
+	}
+	cloneRef, ok := task.Info.Result.(types.ManagedObjectReference)
+	if !ok {
+		return
+	}
+	clone, ok := simulator.Map.Get(cloneRef).(*simulator.VirtualMachine)
+	snapshotRef := types.ManagedObjectReference{Type: "VirtualMachineSnapshot", Value: snapshotID}
+	snapshot, found := simulator.Map.Get(snapshotRef).(*simulator.VirtualMachineSnapshot)
+	if !ok || !found {
+		return
+	}
+	parents := diskBackings(snapshot.Config.Hardware.Device)
+	simulator.Map.WithLock(clone, func() {
+		for i, backing := range diskBackings(clone.Config.Hardware.Device) {
+			if i < len(parents) {
+				backing.Parent = &types.VirtualDiskFlatVer2BackingInfo{
+					VirtualDeviceFileBackingInfo: types.VirtualDeviceFileBackingInfo{FileName: parents[i].FileName},
+				}
+			}
+		}
+	})
+}
+
+func diskBackings(devices []types.BaseVirtualDevice) []*types.VirtualDiskFlatVer2BackingInfo {
+	var backings []*types.VirtualDiskFlatVer2BackingInfo
+	for _, device := range devices {
+		if disk, ok := device.(*types.VirtualDisk); ok {
+			if backing, ok := disk.Backing.(*types.VirtualDiskFlatVer2BackingInfo); ok {
+				backings = append(backings, backing)
+			}
+		}
+	}
+	return backings
+}
+
+// forgetRemovedNICs drops guest.net entries whose NIC the VM no longer has.
+func forgetRemovedNICs(vmID string) {
+	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: vmID}
+	vm, ok := simulator.Map.Get(ref).(*simulator.VirtualMachine)
+	if !ok {
+		return
+	}
+	simulator.Map.WithLock(vm, func() {
+		present := map[int32]bool{}
+		for _, device := range vm.Config.Hardware.Device {
+			if nic, ok := device.(types.BaseVirtualEthernetCard); ok {
+				present[nic.GetVirtualEthernetCard().Key] = true
+			}
+		}
+		kept := vm.Guest.Net[:0]
+		for _, nic := range vm.Guest.Net {
+			if present[nic.DeviceConfigId] {
+				kept = append(kept, nic)
+			}
+		}
+		vm.Guest.Net = kept
+	})
 }
 
 // restoreSnapshotHardware puts back the CPU and memory the snapshot recorded.

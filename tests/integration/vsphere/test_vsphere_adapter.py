@@ -20,6 +20,7 @@ from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
     Customization,
+    DiskQuery,
     DiskSpec,
     Firmware,
     NetworkAttachment,
@@ -200,7 +201,7 @@ def test_snapshots_are_found_by_their_id_and_gone_after_delete(adapter: VSphereH
     assert error_kind(adapter.delete_snapshot(vm_id, "nope")) is ErrorKind.NOT_FOUND
 
 
-def test_full_clone_applies_cpu_and_linked_clone_is_refused(adapter: VSphereHypervisor) -> None:
+def test_full_clone_applies_cpu(adapter: VSphereHypervisor) -> None:
     source = ok(adapter.create(request("vs-src"), OWNER))
     target = ok(
         adapter.clone(CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER)
@@ -208,11 +209,31 @@ def test_full_clone_applies_cpu_and_linked_clone_is_refused(adapter: VSphereHype
     info = ok(adapter.vm_info(target))
     assert info is not None
     assert (info.name, info.cpu) == ("vs-copy", 4)
-    linked = CloneRequest(source_vm_id=source, target_name="vs-linked", linked=True)
-    assert error_kind(adapter.clone(linked, OWNER)) is ErrorKind.UNSUPPORTED
-    assert not adapter.capabilities().supports_linked_clones
+    assert ok(adapter.disk_details(DiskQuery(vm_id=target))).backing_file == ""
     missing = CloneRequest(source_vm_id="vm-999999", target_name="vs-none")
     assert error_kind(adapter.clone(missing, OWNER)) is ErrorKind.NOT_FOUND
+
+
+def test_a_linked_clone_has_child_disks_of_the_newest_snapshot(
+    adapter: VSphereHypervisor,
+) -> None:
+    assert adapter.capabilities().supports_linked_clones
+    source = ok(adapter.create(request("vs-linked-src"), OWNER))
+    linked = CloneRequest(source_vm_id=source, target_name="vs-linked", linked=True, cpu=3)
+    refused = adapter.clone(linked, OWNER)
+    assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
+    assert "SnapshotCreate" in error_of(refused).message
+    assert ok(adapter.find_by_name("vs-linked")) is None
+    ok(adapter.create_snapshot(SnapshotRequest(vm_id=source, name="older")))
+    ok(adapter.create_snapshot(SnapshotRequest(vm_id=source, name="newest")))
+    target = ok(adapter.clone(linked, OWNER))
+    source_disk = ok(adapter.disk_details(DiskQuery(vm_id=source)))
+    clone_disk = ok(adapter.disk_details(DiskQuery(vm_id=target)))
+    assert clone_disk.backing_file == source_disk.path
+    assert clone_disk.path != source_disk.path
+    info = ok(adapter.vm_info(target))
+    assert info is not None
+    assert (info.name, info.cpu) == ("vs-linked", 3)
 
 
 def test_clone_customization_sets_networks_user_data_and_host_name(

@@ -129,6 +129,7 @@ class VSphereHypervisor:
             supports_disk_expansion_online=True,
             supports_snapshots=True,
             supports_memory_snapshots=True,
+            supports_linked_clones=True,
             supports_clone=True,
             supports_hardware_upgrade=True,
             supported_disk_types=tuple(DISK_PROVISIONING),
@@ -237,10 +238,8 @@ class VSphereHypervisor:
         return self._run(f"creating VM {request.name!r}", make)
 
     def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
-        if request.linked:
-            return Failure(
-                ProviderError.unsupported("linked clones are not implemented for vSphere yet")
-            )
+        """A linked clone shares the disks of the source's newest snapshot (child disks on
+        top); a source without snapshots is refused rather than snapshotted behind its back."""
         customization = request.customization or Customization()
         refusal = _unsupported_customization(customization)
         if refusal is not None:
@@ -248,6 +247,7 @@ class VSphereHypervisor:
 
         def make(instance: Any) -> str:
             source = self._vm(instance, request.source_vm_id)
+            snapshot = self._newest_snapshot(instance, source) if request.linked else None
 
             def configure(devices: list[Any]) -> Any:
                 extra = guestinfo(customization.user_data, _guest_metadata(customization))
@@ -268,6 +268,7 @@ class VSphereHypervisor:
                 owner=owner,
                 placement=Placement(),
                 configure=configure,
+                snapshot=snapshot,
             )
 
         return self._run(f"cloning VM {request.source_vm_id!r}", make)
@@ -495,21 +496,39 @@ class VSphereHypervisor:
         return self._run(f"powering VM {vm_id!r} {target.value}", switch)
 
     def _snapshot(self, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+        for tree in self._snapshot_trees(instance, vm_id):
+            if snapshot_id in (tree.snapshot._moId, tree.name):
+                return tree.snapshot
+        raise AdapterError(
+            ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
+        )
+
+    def _newest_snapshot(self, instance: Any, vm: Any) -> Any:
+        trees = self._snapshot_trees(instance, vm._moId)
+        if not trees:
+            raise AdapterError(
+                ProviderError.failed_precondition(
+                    f"a linked clone shares the disks of a snapshot, and VM {vm._moId!r} has "
+                    "none; take one with SnapshotCreate first, or ask for a full clone"
+                )
+            )
+        return max(trees, key=lambda tree: (tree.createTime, tree.id)).snapshot
+
+    def _snapshot_trees(self, instance: Any, vm_id: str) -> list[Any]:
+        """Every snapshot of the VM (one round trip), flattened from the snapshot tree."""
         row = self._vm_row(instance, vm_id, ("snapshot",))
         if row is None:
             raise AdapterError(ProviderError.vm_not_found(vm_id))
         info = row.get("snapshot")
         pending = list(info.rootSnapshotList) if info is not None else []
+        trees = []
         for _ in range(100_000):
             if not pending:
                 break
             tree = pending.pop()
-            if snapshot_id in (tree.snapshot._moId, tree.name):
-                return tree.snapshot
+            trees.append(tree)
             pending.extend(tree.childSnapshotList or ())
-        raise AdapterError(
-            ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
-        )
+        return trees
 
     def _clone_from(
         self,
@@ -521,10 +540,12 @@ class VSphereHypervisor:
         placement: Placement,
         configure: Callable[[list[Any]], Any],
         version: str | None = None,
+        snapshot: Any = None,
     ) -> str:
         """Clone `source` powered off where `placement` (or the defaults, or the source) says,
-        then apply `configure(clone's devices)` and the hardware version; a failure after the
-        clone exists destroys it again."""
+        then apply the hardware version and `configure(clone's devices)`; a failure after the
+        clone exists destroys it again. With `snapshot`, the clone is linked: child disks on
+        top of that snapshot's."""
         existing = self._record(instance, name)
         if existing is not None:
             if existing.owner == owner:
@@ -539,8 +560,12 @@ class VSphereHypervisor:
             name=name,
             spec=vim.vm.CloneSpec(
                 location=vim.vm.RelocateSpec(
-                    pool=location.pool, datastore=location.datastore, host=location.host
+                    pool=location.pool,
+                    datastore=location.datastore,
+                    host=location.host,
+                    diskMoveType=None if snapshot is None else "createNewChildDiskBacking",
                 ),
+                snapshot=snapshot,
                 powerOn=False,
                 template=False,
                 # The marks exist as soon as the VM does, so a racing replica can adopt it
