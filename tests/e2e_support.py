@@ -38,7 +38,12 @@ def start_provider(
     """A server on a free loopback port; `shared_with` makes it a second replica on the same
     hypervisor and clock (replicas share nothing else)."""
     settings = load_settings(
-        {"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0", **(environ or {})}
+        {
+            "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
+            "PYRIGAUD_PORT": "0",
+            "PROVIDER_TYPE": "fake",
+            **(environ or {}),
+        }
     )
     container = build_container(settings, mutual_tls=credentials is not None)
     if shared_with is None:

@@ -41,7 +41,7 @@ class Settings(BaseModel):
     port: int = Field(9443, alias="PYRIGAUD_PORT", ge=0, le=65535)  # 0: any free port
     health_port: int = Field(8080, alias="PYRIGAUD_HEALTH_PORT", ge=0, le=65535)
     listen_address: str = Field("", alias="PYRIGAUD_LISTEN_ADDRESS")  # "": all interfaces
-    provider_type: str = Field("fake", alias="PROVIDER_TYPE")
+    provider_type: str = Field("libvirt", alias="PROVIDER_TYPE")  # on test:///default
     provider_endpoint: str = Field("", alias="PROVIDER_ENDPOINT")
     provider_namespace: str = Field("", alias="PROVIDER_NAMESPACE")
     provider_name: str = Field("", alias="PROVIDER_NAME")
@@ -86,7 +86,7 @@ class Settings(BaseModel):
     @field_validator("provider_type")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        backend = _one_of(value, AVAILABLE_BACKENDS, default="fake")
+        backend = _one_of(value, AVAILABLE_BACKENDS, default="libvirt")
         return "fake" if backend == "mock" else backend
 
     @field_validator(

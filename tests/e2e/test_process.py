@@ -117,7 +117,7 @@ def run_to_exit(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProc
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Process]:
-    process = start({"PYRIGAUD_FAKE_LATENCY": "create=2"}, tmp_path)
+    process = start({"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": "create=2"}, tmp_path)
     yield process
     if process.popen.poll() is None:
         process.popen.kill()
@@ -243,12 +243,18 @@ def test_the_manager_style_arguments_start_serve(tmp_path: Path) -> None:
     assert popen.returncode == 0
 
 
-def test_the_libvirt_backend_serves_on_libvirts_test_driver(tmp_path: Path) -> None:
-    process = start({"PROVIDER_TYPE": "libvirt", "PROVIDER_ENDPOINT": "test:///default"}, tmp_path)
+def test_by_default_serve_runs_the_libvirt_backend_on_libvirts_test_driver(
+    tmp_path: Path,
+) -> None:
+    process = start({}, tmp_path)
     try:
+        status, body = process.get("/health")
+        assert (status, json.loads(body)["provider_type"]) == (200, "libvirt")
         with process.channel() as channel:
             stub = pb_grpc.ProviderStub(channel)
-            assert stub.Validate(pb.ValidateRequest(), timeout=10).ok
+            validated = stub.Validate(pb.ValidateRequest(), timeout=10)
+            assert validated.ok
+            assert "test:///default" in validated.message
             vm_id = stub.Create(
                 pb.CreateRequest(name="e2e-libvirt", class_json=CLASS_JSON), timeout=30
             ).id
@@ -267,7 +273,7 @@ def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None
     hidden = tmp_path / "no-libvirt"
     hidden.mkdir()
     (hidden / "libvirt.py").write_text("raise ImportError('No module named libvirt')\n")
-    completed = run_to_exit(tmp_path, {"PYTHONPATH": str(hidden), "PROVIDER_TYPE": "libvirt"})
+    completed = run_to_exit(tmp_path, {"PYTHONPATH": str(hidden)})  # libvirt: the default
     assert completed.returncode != 0
     assert "pyrigaud[libvirt]" in completed.stderr
     assert "PROVIDER_TYPE=fake" in completed.stderr

@@ -26,7 +26,9 @@ from e2e_support import CLASS_JSON, create_vm
 def stub() -> Iterator[pb_grpc.ProviderStub]:
     """A provider allowing 2 mutations a second, 2 at once saved up (the limiter is set
     before the servicer is built, which start_provider does not allow)."""
-    settings = load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0"})
+    settings = load_settings(
+        {"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0", "PROVIDER_TYPE": "fake"}
+    )
     container = build_container(settings)
     clock = ManualClock()
     container.clock.override(providers.Object(clock))

@@ -15,9 +15,9 @@ from pyrigaud.entrypoints.settings import SettingsError, load_settings
 
 
 def test_the_backend_is_chosen_by_provider_type() -> None:
-    assert isinstance(build_container(load_settings({})).backend(), FakeHypervisor)
-    libvirt = build_container(load_settings({"PROVIDER_TYPE": "libvirt"})).backend()
-    assert isinstance(libvirt, LibvirtHypervisor)
+    assert isinstance(build_container(load_settings({})).backend(), LibvirtHypervisor)
+    fake = build_container(load_settings({"PROVIDER_TYPE": "fake"})).backend()
+    assert isinstance(fake, FakeHypervisor)
 
 
 def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:

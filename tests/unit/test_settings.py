@@ -13,7 +13,7 @@ def test_defaults_are_the_managers_ports_on_all_interfaces() -> None:
     settings = load_settings({})
     assert (settings.port, settings.health_port) == (9443, 8080)
     assert settings.grpc_bind == "[::]:9443"
-    assert settings.provider_type == "fake"
+    assert (settings.provider_type, settings.endpoint) == ("libvirt", "test:///default")
     assert settings.owner_mark == "pyrigaud"
 
 
