@@ -225,12 +225,14 @@ EOF
     cat >"$root/etc/acpi/PWRF/00000080" <<'EOF'
 #!/bin/sh
 echo "PYRIGAUD-POWEROFF via=acpi" >/dev/console
+sleep 1 # the serial line drains before the power goes
 poweroff -f
 EOF
     # qemu-ga's guest-shutdown runs /sbin/shutdown -P|-H|-r +0 "<message>".
     cat >"$root/sbin/shutdown" <<'EOF'
 #!/bin/sh
 echo "PYRIGAUD-POWEROFF via=agent" >/dev/console
+sleep 1 # the serial line drains before the power goes
 case " $* " in
     *" -r "*) reboot -f ;;
     *) poweroff -f ;;

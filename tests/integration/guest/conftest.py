@@ -1,0 +1,75 @@
+"""The real-guest end-to-end tests: a `pyrigaud serve` process on the real libvirtd + QEMU,
+booting the image scripts/guest_image.sh builds. Collected only with PYRIGAUD_TEST_QEMU=1
+(see qemu_support); once selected, anything missing fails the test, nothing is skipped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+
+from guest_support import ensure_dir_pool, guest_image, remove_pool_leftovers
+from qemu_support import QEMU_URI, open_qemu, qemu_enabled
+from replica_support import Replica
+
+collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
+
+# Not qemu_support's pool: other QEMU suites sweep that one whole while they run.
+GUEST_POOL = "pyrigaud-guest"
+GUEST_POOL_PATH = Path("/var/lib/pyrigaud-test/guest")
+PREPARED_NAME = "guest-e2e-base"
+
+
+@pytest.fixture(scope="session")
+def image() -> Path:
+    return guest_image()
+
+
+@pytest.fixture(scope="module")
+def conn() -> Iterator[Any]:
+    """A raw connection to watch what the provider does; the pool is swept before and after."""
+    connection = open_qemu()
+    try:
+        remove_pool_leftovers(connection, GUEST_POOL, GUEST_POOL_PATH)
+        yield connection
+    finally:
+        remove_pool_leftovers(connection, GUEST_POOL, GUEST_POOL_PATH)
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def pool(conn: Any) -> Any:
+    return ensure_dir_pool(conn, GUEST_POOL, GUEST_POOL_PATH)
+
+
+@pytest.fixture(scope="module")
+def provider(pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    environ = {
+        "PROVIDER_TYPE": "libvirt",
+        "PROVIDER_ENDPOINT": QEMU_URI,
+        "LIBVIRT_DOMAIN_TYPE": "qemu",
+        "PROVIDER_DEFAULT_DATASTORE": GUEST_POOL,
+        "PROVIDER_NAMESPACE": "ns",
+        "PROVIDER_NAME": "guest-e2e",
+    }
+    replica = Replica(environ, tmp_path_factory.mktemp("guest-provider"))
+    yield replica
+    replica.stop()
+
+
+@pytest.fixture(scope="module")
+def prepared_image(provider: Replica, image: Path) -> str:
+    """ImagePrepare from the image's local path, into the guest pool: the prepared path."""
+    request = pb.ImagePrepareRequest(
+        image_json=json.dumps({"source": {"libvirt": {"path": str(image), "format": "qcow2"}}}),
+        target_name=PREPARED_NAME,
+        storage_hint=GUEST_POOL,
+    )
+    prepared = provider.stub.ImagePrepare(request, timeout=300)
+    assert prepared.prepared_image_path, prepared
+    return prepared.prepared_image_path
