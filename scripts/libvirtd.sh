@@ -25,7 +25,8 @@ answers() {
 
 install_packages() {
     local missing=()
-    for package in libvirt-daemon-system qemu-system-x86 qemu-utils python3-minimal; do
+    # ovmf and swtpm: UEFI, secure boot and an emulated TPM for guests that ask for them.
+    for package in libvirt-daemon-system qemu-system-x86 qemu-utils python3-minimal ovmf swtpm swtpm-tools; do
         dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
             || missing+=("$package")
     done

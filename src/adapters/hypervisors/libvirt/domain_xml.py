@@ -48,6 +48,7 @@ class DomainDefinition:
     metadata: VMMetadata
     seed_path: str = ""  # the cloud-init NoCloud ISO, attached as a read-only cdrom
     uuid: str = ""  # chosen up front when the seed's instance-id must name it
+    tpm_version: str = ""  # "": no TPM; else an emulated one (swtpm) of this version
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,17 @@ def render_domain(definition: DomainDefinition) -> str:
     ET.SubElement(devices, "serial", {"type": "pty"})
     ET.SubElement(devices, "console", {"type": "pty"})
     devices.append(_guest_agent_channel())
+    if definition.tpm_version:
+        devices.append(_tpm_element(definition.tpm_version))
     ET.SubElement(devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"})
     return ET.tostring(root, encoding="unicode")
+
+
+def _tpm_element(version: str) -> ET.Element:
+    """An emulated TPM: tpm-crb for 2.0 (what UEFI guests expect), tpm-tis for 1.2."""
+    element = ET.Element("tpm", {"model": "tpm-crb" if version == "2.0" else "tpm-tis"})
+    ET.SubElement(element, "backend", {"type": "emulator", "version": version})
+    return element
 
 
 def _guest_agent_channel() -> ET.Element:

@@ -48,6 +48,7 @@ from pyrigaud.adapters.hypervisors.libvirt.errors import (
     is_missing,
     provider_error,
 )
+from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import check_firmware, tpm_version_of
 from pyrigaud.adapters.hypervisors.libvirt.metadata import (
     NAMESPACE_PREFIX,
     NAMESPACE_URI,
@@ -430,6 +431,7 @@ class LibvirtHypervisor:
         existing = _by_name(conn, request.name)
         if existing is not None:
             return _adopt(existing, owner)
+        check_firmware(conn, request.vm_class, self._domain_type)
         pool = find_pool(conn, request.placement.datastore or self._pools.default_pool, self._pools)
         # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
         attachments = request.networks or (NetworkAttachment(),)
@@ -455,6 +457,7 @@ class LibvirtHypervisor:
             else 0,
             firmware=request.vm_class.firmware,
             secure_boot=request.vm_class.security.secure_boot,
+            tpm_version=tpm_version_of(request.vm_class),
             disks=(),
             nics=(),
             metadata=VMMetadata(

@@ -1,0 +1,110 @@
+"""Whether the host can give a VM class the firmware it asks for: UEFI, secure boot, a vTPM.
+
+Asked of libvirt's domain capabilities for the domain type pyrigaud defines (and the host's
+default machine, which is what the domain XML gets), before anything is made, so a class the
+host cannot honour is refused by name instead of failing half-way or being quietly ignored.
+Domain capabilities take QEMU a while to answer: they are kept per connection (a reopened
+connection asks again, e.g. after firmware was installed on the host).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+import xml.etree.ElementTree as ET
+
+import libvirt
+
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError, error_code
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import Firmware, VMClass
+
+TPM_VERSIONS = ("2.0", "1.2")
+# tpm-crb is the 2.0 interface; 1.2 only exists as tpm-tis.
+TPM_MODEL_BY_VERSION = {"2.0": "tpm-crb", "1.2": "tpm-tis"}
+
+# Drivers without domain capabilities (the test driver) validate the XML themselves.
+_UNANSWERED_CODES = frozenset({libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_OPERATION_UNSUPPORTED})
+
+_lock = threading.Lock()
+_by_connection: weakref.WeakKeyDictionary[object, dict[str, ET.Element | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def tpm_version_of(vm_class: VMClass) -> str:
+    """The TPM version the domain gets: "" for none; an unset version means 2.0."""
+    if not vm_class.security.tpm_enabled:
+        return ""
+    return vm_class.security.tpm_version.strip() or "2.0"
+
+
+def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> None:
+    """Raises AdapterError naming the field the host cannot honour; BIOS-only costs nothing."""
+    security = vm_class.security
+    uefi = vm_class.firmware is Firmware.UEFI
+    tpm_version = tpm_version_of(vm_class)
+    if security.secure_boot and not uefi:
+        raise AdapterError(ProviderError.invalid_spec("security.secureBoot", "needs firmware UEFI"))
+    if tpm_version and tpm_version not in TPM_VERSIONS:
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                "security.tpmVersion", f"must be one of {', '.join(TPM_VERSIONS)}"
+            )
+        )
+    if not (uefi or tpm_version):
+        return
+    capabilities = _domain_capabilities(conn, domain_type)
+    if capabilities is None:
+        return
+    machine = capabilities.findtext("machine", "the default machine")
+    where = f"this host ({domain_type} on {machine})"
+    if uefi and "efi" not in _values(capabilities, "os[@supported='yes']/enum[@name='firmware']"):
+        raise AdapterError(
+            ProviderError.failed_precondition(f"firmware UEFI: {where} has no UEFI firmware")
+        )
+    if security.secure_boot and "yes" not in _values(
+        capabilities, "os/loader[@supported='yes']/enum[@name='secure']"
+    ):
+        raise AdapterError(
+            ProviderError.failed_precondition(
+                f"security.secureBoot: {where} has no secure-boot firmware"
+            )
+        )
+    if tpm_version:
+        tpm = "devices/tpm[@supported='yes']"
+        if (
+            "emulator" not in _values(capabilities, f"{tpm}/enum[@name='backendModel']")
+            or tpm_version not in _values(capabilities, f"{tpm}/enum[@name='backendVersion']")
+            or TPM_MODEL_BY_VERSION[tpm_version]
+            not in _values(capabilities, f"{tpm}/enum[@name='model']")
+        ):
+            raise AdapterError(
+                ProviderError.failed_precondition(
+                    f"security.tpmEnabled: {where} cannot emulate a TPM {tpm_version} "
+                    "(it needs swtpm)"
+                )
+            )
+
+
+def _values(capabilities: ET.Element, path: str) -> set[str]:
+    return {value.text or "" for value in capabilities.findall(f"{path}/value")}
+
+
+def _domain_capabilities(conn: VirConnect, domain_type: str) -> ET.Element | None:
+    with _lock:
+        known = _by_connection.setdefault(conn, {})
+        if domain_type in known:
+            return known[domain_type]
+    try:
+        xml = conn.getDomainCapabilities(None, None, None, domain_type, 0)
+    except libvirt.libvirtError as error:
+        if error_code(error) not in _UNANSWERED_CODES:
+            raise
+        capabilities = None
+    else:
+        capabilities = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
+    with _lock:
+        known[domain_type] = capabilities
+    return capabilities

@@ -1,0 +1,64 @@
+"""Firmware on the real daemon: what getDomainCapabilities offers is honoured, the rest refused.
+
+CI installs OVMF and swtpm (scripts/libvirtd.sh), so UEFI must work there. Secure boot needs
+a machine with SMM (q35); the domain gets the host's default machine, so whether it is
+honoured or refused by name follows what the capabilities say for that machine.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from pyrigaud.application.ports.vm_lifecycle import CreateRequest
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
+
+from contract.harness import Harness
+from support import error_of, ok
+
+OWNER = OwnerMark(provider="tests/firmware")
+
+
+def offered(conn: Any, path: str) -> set[str]:
+    caps = ET.fromstring(conn.getDomainCapabilities(None, None, None, "qemu", 0))
+    return {value.text or "" for value in caps.findall(f"{path}/value")}
+
+
+def uefi_class(**security: bool) -> VMClass:
+    return VMClass(
+        cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=SecurityProfile(**security)
+    )
+
+
+def test_uefi_is_offered_and_honoured(qemu: Harness, conn: Any) -> None:
+    assert "efi" in offered(conn, "os/enum[@name='firmware']"), "install ovmf on the host"
+    vm_id = ok(qemu.adapter.create(CreateRequest(name="uefi-guest", vm_class=uefi_class()), OWNER))
+    root = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
+    assert root.find("os").get("firmware") == "efi"  # type: ignore[union-attr]
+    ok(qemu.adapter.delete(vm_id))
+
+
+def test_secure_boot_follows_the_host(qemu: Harness, conn: Any) -> None:
+    request = CreateRequest(name="secure-guest", vm_class=uefi_class(secure_boot=True))
+    result = qemu.adapter.create(request, OWNER)
+    if "yes" in offered(conn, "os/loader/enum[@name='secure']"):
+        ok(qemu.adapter.delete(ok(result)))
+    else:
+        error = error_of(result)
+        assert error.kind is ErrorKind.FAILED_PRECONDITION
+        assert "security.secureBoot" in error.message
+        assert ok(qemu.adapter.find_by_name("secure-guest")) is None
+
+
+def test_a_vtpm_follows_the_host(qemu: Harness, conn: Any) -> None:
+    request = CreateRequest(name="tpm-guest", vm_class=uefi_class(tpm_enabled=True))
+    result = qemu.adapter.create(request, OWNER)
+    if "emulator" in offered(conn, "devices/tpm/enum[@name='backendModel']"):
+        root = ET.fromstring(conn.lookupByUUIDString(ok(result)).XMLDesc(0))
+        assert root.find("devices/tpm/backend").get("type") == "emulator"  # type: ignore[union-attr]
+        ok(qemu.adapter.delete(ok(result)))
+    else:
+        error = error_of(result)
+        assert error.kind is ErrorKind.FAILED_PRECONDITION
+        assert "security.tpmEnabled" in error.message
