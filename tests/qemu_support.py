@@ -63,25 +63,27 @@ def open_qemu() -> VirConnect:
 
 def ensure_test_pool(conn: VirConnect) -> Any:
     """The tests' dir pool, defined and started on first use."""
+    return ensure_dir_pool(conn, TEST_POOL, TEST_POOL_PATH)
+
+
+def ensure_dir_pool(conn: VirConnect, name: str, path: Path) -> Any:
+    """A dir pool at `path` (0755 all the way, for QEMU's user), defined and started on first
+    use, and refreshed."""
     try:
-        pool = conn.storagePoolLookupByName(TEST_POOL)
+        pool = conn.storagePoolLookupByName(name)
     except libvirt.libvirtError:
-        TEST_POOL_PATH.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        pool = conn.storagePoolDefineXML(_pool_xml(), 0)
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        root = ET.Element("pool", {"type": "dir"})
+        ET.SubElement(root, "name").text = name
+        target = ET.SubElement(root, "target")
+        ET.SubElement(target, "path").text = str(path)
+        ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
+        pool = conn.storagePoolDefineXML(ET.tostring(root, encoding="unicode"), 0)
         pool.build(0)
     if not pool.isActive():
         pool.create(0)
     pool.refresh(0)
     return pool
-
-
-def _pool_xml() -> str:
-    root = ET.Element("pool", {"type": "dir"})
-    ET.SubElement(root, "name").text = TEST_POOL
-    target = ET.SubElement(root, "target")
-    ET.SubElement(target, "path").text = str(TEST_POOL_PATH)
-    ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
-    return ET.tostring(root, encoding="unicode")
 
 
 def add_base_image(conn: VirConnect) -> str:

@@ -24,7 +24,7 @@ import pytest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from qemu_support import QEMU_URI, open_qemu
+from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu
 from replica_support import Replica
 
 CRASH_POOL = "pyrigaud-crash"
@@ -119,21 +119,7 @@ def _is_building(dom: Any) -> bool:
 
 
 def _crash_pool(conn: Any) -> Any:
-    try:
-        pool = conn.storagePoolLookupByName(CRASH_POOL)
-    except libvirt.libvirtError:
-        CRASH_POOL_PATH.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        root = ET.Element("pool", {"type": "dir"})
-        ET.SubElement(root, "name").text = CRASH_POOL
-        target = ET.SubElement(root, "target")
-        ET.SubElement(target, "path").text = str(CRASH_POOL_PATH)
-        ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
-        pool = conn.storagePoolDefineXML(ET.tostring(root, encoding="unicode"), 0)
-        pool.build(0)
-    if not pool.isActive():
-        pool.create(0)
-    pool.refresh(0)
-    return pool
+    return ensure_dir_pool(conn, CRASH_POOL, CRASH_POOL_PATH)
 
 
 def _domain_names(conn: Any) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from qemu_support import QEMU_URI, open_qemu, qemu_enabled
+from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled
 from replica_support import NAME_PREFIX, Pair, Replica, listed_vms
 from vsphere_support import TEMPLATE_VM, running_simulator
 
@@ -104,22 +104,7 @@ def _delete_what_the_tests_made(replica: Replica) -> None:
 
 
 def _replica_pool(conn: Any) -> Any:
-    """The replica tests' dir pool (0755 all the way, for QEMU's user), started on first use."""
-    try:
-        pool = conn.storagePoolLookupByName(REPLICA_POOL)
-    except libvirt.libvirtError:
-        REPLICA_POOL_PATH.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        root = ET.Element("pool", {"type": "dir"})
-        ET.SubElement(root, "name").text = REPLICA_POOL
-        target = ET.SubElement(root, "target")
-        ET.SubElement(target, "path").text = str(REPLICA_POOL_PATH)
-        ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
-        pool = conn.storagePoolDefineXML(ET.tostring(root, encoding="unicode"), 0)
-        pool.build(0)
-    if not pool.isActive():
-        pool.create(0)
-    pool.refresh(0)
-    return pool
+    return ensure_dir_pool(conn, REPLICA_POOL, REPLICA_POOL_PATH)
 
 
 def _remove_replica_leftovers(conn: Any) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,11 +10,6 @@ from qemu_support import ensure_test_pool, open_qemu, qemu_enabled, remove_test_
 from ssh_support import SecretWriter, SshServer, running_sshd, secret_directory
 
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
-
-# libvirt's ssh transport forks the ssh binary from a gRPC worker thread; gRPC's fork handlers
-# then restart its poller in the child, which races libvirt closing the child's descriptors and
-# can kill the child before it execs ssh. A process serving gRPC must start with them off.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 
 @pytest.fixture(scope="module")
