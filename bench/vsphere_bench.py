@@ -1,0 +1,457 @@
+"""vSphere backend on govmomi's simulator: pyrigaud against the naive per-VM way and the floor.
+
+Usage (from the repository root, with the project's venv; the simulator launcher is built by
+scripts/vcsim.sh on first use, from Debian's golang-go and golang-github-vmware-govmomi-dev):
+
+    .venv/bin/python bench/vsphere_bench.py                      # 1,000 and 10,000 VMs, ~5 min
+    .venv/bin/python bench/vsphere_bench.py --sizes 1000 --json out.json
+    .venv/bin/python bench/vsphere_bench.py --profile            # + cProfile of list_vms()
+
+For each size the script starts the simulator (tools/vcsim) on a free loopback port with the
+default VPX inventory and `-vm size/2` VMs per resource pool (the inventory has two pools: the
+standalone host DC0_H0 and the cluster DC0_C0, every VM powered on), starts `pyrigaud serve`
+on it (PROVIDER_TYPE=vsphere, plaintext gRPC, 127.0.0.1 only) and measures, side by side in the
+same run and with the same properties pyrigaud reads:
+
+    ListVMs   floor     one raw RetrievePropertiesEx (+ ContinueRetrievePropertiesEx while a
+                        token comes back) through a container view: the least any client does
+              naive     the container view's VM list, then pyvmomi attribute access per VM
+                        (vm.name, vm.runtime..., vm.config..., vm.guest...: one property fetch,
+                        one round trip, per attribute read); timed on the first --naive-sample
+                        VMs and extrapolated linearly (said so in the note)
+              adapter   VSphereHypervisor.list_vms() in this process
+              gRPC      ListVMs through `pyrigaud serve`
+    Describe  floor     one raw RetrievePropertiesEx of the VM's properties
+              naive     pyvmomi attribute access of the same properties, one fetch each
+              adapter   VSphereHypervisor.describe()
+              gRPC      Describe through `pyrigaud serve`
+
+The listings are interleaved round by round, so drift and other load hit every way alike.
+"py CPU" is the CPU of the Python process doing the vSphere work per call (this process for
+floor, naive and adapter; the pyrigaud server for gRPC): the rest of the wall time is the
+simulator's (on the same cores) and the wire.
+
+Targets: pyrigaud's ListVMs of 10,000 VMs within 2x of the floor (reported, not asserted), and
+the encoded ListVMs answer under the manager's 4 MiB default gRPC message limit: the exit
+status is 1 when an answer (or, below 10,000 VMs, its linear extrapolation to 10,000) is over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import random
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+from describe_bench import HOST, Processes, Target, free_port, machine, percentile, wait_ready
+from pyVim import connect as untyped_connect
+from pyVmomi import vim as untyped_vim
+from pyVmomi import vmodl as untyped_vmodl
+
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
+from pyrigaud.adapters.hypervisors.vsphere.inventory import VM_PROPERTIES
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the launcher's home
+from vsphere_support import Simulator, running_simulator
+
+connect: Any = untyped_connect  # pyVim and pyVmomi's constructors are untyped
+vim: Any = untyped_vim
+vmodl: Any = untyped_vmodl
+
+RPC_TIMEOUT = 300.0
+MAX_MESSAGE = 256 * 1024 * 1024  # so an answer over 4 MiB is still received and measured
+MANAGER_MESSAGE_LIMIT = 4 * 1024 * 1024  # grpc-go's default receive limit, kept by the manager
+TARGET_VMS = 10_000
+TARGET_FACTOR = 2.0
+DESCRIBE_PROPERTIES = ("name", "runtime.powerState", "guest.net", "config.hardware")  # describe()
+
+
+@dataclass
+class Row:
+    size: int
+    operation: str
+    way: str
+    calls: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    py_cpu_ms: float  # per call, of the Python process doing the vSphere work
+    vs_floor: float  # p50 over the floor's p50
+    note: str = ""
+
+
+@dataclass
+class Timings:
+    """One way's sorted wall latencies and the CPU it spent per call."""
+
+    latencies: list[float]
+    cpu_per_call: float
+
+
+Clock = Callable[[], float]
+
+
+def timed(action: Callable[[], object], calls: int, cpu: Clock = time.process_time) -> Timings:
+    latencies: list[float] = []
+    spent = cpu()
+    for _ in range(calls):
+        started = time.perf_counter()
+        action()
+        latencies.append(time.perf_counter() - started)
+    return Timings(sorted(latencies), (cpu() - spent) / max(calls, 1))
+
+
+def merged(samples: Sequence[Timings]) -> Timings:
+    latencies = sorted(value for sample in samples for value in sample.latencies)
+    cpu = statistics.fmean(sample.cpu_per_call for sample in samples)
+    return Timings(latencies, cpu)
+
+
+def milliseconds(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+# --- the ways -------------------------------------------------------------------------------
+
+
+def connect_raw(simulator: Simulator) -> Any:
+    """A pyVmomi service instance of our own: the floor and the naive way share nothing with
+    pyrigaud's session."""
+    url = urlsplit(simulator.endpoint)
+    return connect.SmartConnect(
+        host=url.hostname,
+        port=url.port,
+        path=url.path,
+        user=simulator.username,
+        pwd=simulator.password,
+        disableSslCertValidation=True,
+    )
+
+
+def vm_view(content: Any) -> Any:
+    return content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+
+
+def raw_paged_listing(content: Any, page_size: int) -> int:
+    """The floor: VM_PROPERTIES of every VM, pages of `page_size`, objects left as pyVmomi gave
+    them. Returns the number of VMs."""
+    query = vmodl.query.PropertyCollector
+    view = vm_view(content)
+    try:
+        traversal = query.TraversalSpec(
+            name="view", path="view", skip=False, type=vim.view.ContainerView
+        )
+        spec = query.FilterSpec(
+            objectSet=[query.ObjectSpec(obj=view, skip=True, selectSet=[traversal])],
+            propSet=[query.PropertySpec(type=vim.VirtualMachine, pathSet=list(VM_PROPERTIES))],
+        )
+        collector = content.propertyCollector
+        page = collector.RetrievePropertiesEx([spec], query.RetrieveOptions(maxObjects=page_size))
+        count = 0
+        while page is not None:
+            count += len(page.objects)
+            if not page.token:
+                break
+            page = collector.ContinueRetrievePropertiesEx(page.token)
+        return count
+    finally:
+        view.DestroyView()
+
+
+def raw_describe(content: Any, vm: Any) -> None:
+    query = vmodl.query.PropertyCollector
+    spec = query.FilterSpec(
+        objectSet=[query.ObjectSpec(obj=vm)],
+        propSet=[query.PropertySpec(type=vim.VirtualMachine, pathSet=list(DESCRIBE_PROPERTIES))],
+    )
+    if not content.propertyCollector.RetrievePropertiesEx([spec], query.RetrieveOptions()).objects:
+        raise RuntimeError(f"{vm} has vanished")
+
+
+def naive_list_one(vm: Any) -> None:
+    """VM_PROPERTIES the way a straightforward pyvmomi client reads them: attribute by attribute,
+    each a property fetch of its own."""
+    _ = (vm.name, vm.runtime.powerState, vm.config.hardware.numCPU, vm.config.hardware.memoryMB)
+    _ = (vm.config.hardware.device, vm.guest.net)
+
+
+def naive_describe(vm: Any) -> None:
+    _ = (vm.name, vm.runtime.powerState, vm.guest.net, vm.config.hardware)
+
+
+# --- one size -------------------------------------------------------------------------------
+
+
+def start_pyrigaud(processes: Processes, simulator: Simulator) -> Target:
+    port = free_port()
+    env = dict(os.environ, PROVIDER_TYPE="vsphere", PROVIDER_ENDPOINT=simulator.endpoint)
+    env.update(VIRTRIGAUD_PROVIDER_INSECURE="true", TLS_INSECURE_SKIP_VERIFY="true")
+    env.update(LOG_LEVEL="warn", PYRIGAUD_CREDENTIALS="env")
+    env.update(
+        PYRIGAUD_CREDENTIAL_USERNAME=simulator.username,
+        PYRIGAUD_CREDENTIAL_PASSWORD=simulator.password,
+    )
+    argv = [str(Path(sys.executable).with_name("pyrigaud")), "serve", "--port", str(port)]
+    argv += ["--health-port", str(free_port()), "--listen-address", HOST]
+    process = processes.start(argv, env)
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE)]
+    channel = grpc.insecure_channel(f"{HOST}:{port}", options=options)
+    wait_ready(processes, process, channel)
+    return Target("pyrigaud", channel, process.pid)
+
+
+@dataclass
+class SizeReport:
+    rows: list[Row]
+    answer_bytes: int
+    profile: str = ""
+
+
+def row(
+    size: int, operation: str, way: str, timings: Timings, floor: Timings, note: str = ""
+) -> Row:
+    p50 = percentile(timings.latencies, 0.5)
+    return Row(
+        size,
+        operation,
+        way,
+        len(timings.latencies),
+        milliseconds(p50),
+        milliseconds(percentile(timings.latencies, 0.95)),
+        milliseconds(percentile(timings.latencies, 0.99)),
+        milliseconds(timings.cpu_per_call),
+        round(p50 / percentile(floor.latencies, 0.5), 2),
+        note,
+    )
+
+
+def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> SizeReport:
+    started = time.perf_counter()
+    with running_simulator("-vm", str(size // 2)) as simulator:
+        built = time.perf_counter() - started
+        content = connect_raw(simulator).content
+        adapter = simulator.adapter()
+        server = start_pyrigaud(processes, simulator)
+        stub = pb_grpc.ProviderStub(server.channel)
+        answers: list[pb.ListVMsResponse] = []
+
+        def grpc_listing() -> None:
+            answers.append(stub.ListVMs(pb.ListVMsRequest(), timeout=RPC_TIMEOUT))
+
+        # First calls log in (three sessions) and warm both sides; kept out of the numbers.
+        cold = timed(grpc_listing, 1, server.cpu_seconds).latencies[0]
+        if len(answers[0].vms) != size or raw_paged_listing(content, args.page_size) != size:
+            raise RuntimeError(f"expected {size} VMs, pyrigaud listed {len(answers[0].vms)}")
+        adapter.list_vms().unwrap()
+
+        ways: dict[str, list[Timings]] = {"floor": [], "adapter": [], "gRPC": []}
+        for _ in range(args.list_repeats):
+            ways["floor"].append(timed(lambda: raw_paged_listing(content, args.page_size), 1))
+            ways["adapter"].append(timed(lambda: adapter.list_vms().unwrap(), 1))
+            ways["gRPC"].append(timed(grpc_listing, 1, server.cpu_seconds))
+        listings = {way: merged(samples) for way, samples in ways.items()}
+
+        all_vms = vm_view(content).view
+        sample = list(all_vms[: min(args.naive_sample, size)])
+        per_vm = iter(sample)
+        naive_vms = timed(lambda: naive_list_one(next(per_vm)), len(sample))
+        naive_listing = Timings(
+            [statistics.fmean(naive_vms.latencies) * size], naive_vms.cpu_per_call * size
+        )
+
+        rng = random.Random(size)
+        ids = [vm.id for vm in answers[0].vms]
+        chosen = [rng.choice(ids) for _ in range(args.describe_calls)]
+        refs = [vim.VirtualMachine(vm_id, content.propertyCollector._stub) for vm_id in chosen]
+        for vm_id in chosen[:20]:  # warm-up
+            stub.Describe(pb.DescribeRequest(id=vm_id), timeout=60)
+        floor_refs, naive_refs = iter(refs), iter(refs[: args.naive_describe_calls])
+        adapter_ids, grpc_ids = iter(chosen), iter(chosen)
+        calls = args.describe_calls
+        describes = {
+            "floor": timed(lambda: raw_describe(content, next(floor_refs)), calls),
+            "naive": timed(lambda: naive_describe(next(naive_refs)), args.naive_describe_calls),
+            "adapter": timed(lambda: adapter.describe(next(adapter_ids)).unwrap(), calls),
+            "gRPC": timed(
+                lambda: stub.Describe(pb.DescribeRequest(id=next(grpc_ids)), timeout=60),
+                calls,
+                server.cpu_seconds,
+            ),
+        }
+        report = SizeReport([], answers[0].ByteSize())
+        if profile:
+            report.profile = profile_listing(adapter, size, args.profile_top)
+    processes.stop_all()
+
+    megabytes = report.answer_bytes / 1e6
+    list_floor = listings["floor"]
+    report.rows = [
+        row(size, "ListVMs", "floor", list_floor, list_floor, f"simulator built in {built:.1f} s"),
+        row(
+            size,
+            "ListVMs",
+            "naive",
+            naive_listing,
+            list_floor,
+            f"extrapolated from {len(sample)} VMs ({milliseconds(naive_vms.latencies[0]):.1f}-"
+            f"{milliseconds(naive_vms.latencies[-1]):.1f} ms each)",
+        ),
+        row(size, "ListVMs", "adapter", listings["adapter"], list_floor),
+        row(
+            size,
+            "ListVMs",
+            "gRPC",
+            listings["gRPC"],
+            list_floor,
+            f"answer {report.answer_bytes:,} B ({megabytes:.2f} MB); first call {cold:.1f} s",
+        ),
+    ]
+    report.rows += [
+        row(size, "Describe", way, timings, describes["floor"])
+        for way, timings in describes.items()
+    ]
+    return report
+
+
+def profile_listing(adapter: VSphereHypervisor, size: int, top: int) -> str:
+    """Where list_vms() spends its time, in this process (the simulator's share shows up as
+    waiting on the socket)."""
+    profiler = cProfile.Profile()
+    wall = time.perf_counter()
+    profiler.enable()
+    adapter.list_vms().unwrap()
+    profiler.disable()
+    wall = time.perf_counter() - wall
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return f"cProfile of list_vms() on {size:,} VMs ({wall:.1f} s profiled), by own time:\n" + (
+        out.getvalue()
+    )
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| VMs | operation | way | calls | p50 ms | p95 ms | p99 ms | py CPU ms/call "
+        "| vs floor | note |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.size:,} | {r.operation} | {r.way} | {r.calls} | {r.p50_ms:,.3f} "
+            f"| {r.p95_ms:,.3f} | {r.p99_ms:,.3f} | {r.py_cpu_ms:,.3f} | {r.vs_floor:.2f}x "
+            f"| {r.note} |"
+        )
+    return "\n".join(lines)
+
+
+def verdicts(reports: dict[int, SizeReport]) -> tuple[list[str], bool]:
+    """The lines to print, and whether every answer fits the manager's limit."""
+    lines: list[str] = []
+    fits = True
+    for size, report in reports.items():
+        for r in report.rows:
+            if r.operation == "ListVMs" and r.way in {"adapter", "gRPC"}:
+                verdict = "within" if r.vs_floor <= TARGET_FACTOR else "OVER"
+                lines.append(
+                    f"ListVMs {r.way} at {size:,} VMs: {r.vs_floor:.2f}x the floor "
+                    f"({verdict} {TARGET_FACTOR:g}x)"
+                )
+        at_target = report.answer_bytes * TARGET_VMS / size
+        fit = at_target < MANAGER_MESSAGE_LIMIT
+        fits = fits and fit
+        how = "" if size == TARGET_VMS else f", {at_target:,.0f} B extrapolated to {TARGET_VMS:,}"
+        lines.append(
+            f"ListVMs answer at {size:,} VMs: {report.answer_bytes:,} B "
+            f"({report.answer_bytes / size:.0f} B/VM{how}); manager limit "
+            f"{MANAGER_MESSAGE_LIMIT:,} B: {'fits' if fit else 'OVER'}"
+        )
+    return lines, fits
+
+
+def reproduce(args: Any) -> str:
+    flags = [f"--sizes {','.join(map(str, args.sizes))}", f"--list-repeats {args.list_repeats}"]
+    flags += [f"--describe-calls {args.describe_calls}", f"--naive-sample {args.naive_sample}"]
+    flags += [f"--naive-describe-calls {args.naive_describe_calls}"]
+    flags += [f"--page-size {args.page_size}"]
+    return ".venv/bin/python bench/vsphere_bench.py " + " ".join(flags)
+
+
+def sizes(text: str) -> list[int]:
+    values = [int(n) for n in text.split(",")]
+    if any(n < 2 or n % 2 for n in values):
+        raise argparse.ArgumentTypeError("sizes are even (two resource pools share them)")
+    return values
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sizes", type=sizes, default=[1000, 10000], help="simulated VMs")
+    parser.add_argument("--list-repeats", type=int, default=3, help="listings per way")
+    parser.add_argument("--describe-calls", type=int, default=300, help="per way")
+    parser.add_argument("--naive-sample", type=int, default=500, help="VMs the naive way lists")
+    parser.add_argument("--naive-describe-calls", type=int, default=100)
+    parser.add_argument(
+        "--page-size", type=int, default=1000, help="maxObjects, as pyrigaud's own paging"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile list_vms() at the largest size"
+    )
+    parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+
+    def on_term(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    info = machine()
+    print(", ".join(f"{k} {v}" for k, v in info.items()) + "\n")
+    processes = Processes()
+    reports: dict[int, SizeReport] = {}
+    started = time.perf_counter()
+    try:
+        for size in args.sizes:
+            reports[size] = bench_size(
+                args, processes, size, args.profile and size == max(args.sizes)
+            )
+    finally:
+        processes.stop_all()
+    rows = [r for report in reports.values() for r in report.rows]
+    print(table(rows) + "\n")
+    lines, fits = verdicts(reports)
+    print("\n".join(lines))
+    print(f"\nReproduce ({time.perf_counter() - started:.0f} s here):\n\n{reproduce(args)}")
+    profiles = [report.profile for report in reports.values() if report.profile]
+    for profile in profiles:
+        print("\n" + profile)
+    if args.json:
+        document = {"machine": info, "rows": [asdict(r) for r in rows], "verdicts": lines}
+        document["profile"] = "\n".join(profiles)
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    return 0 if fits else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
