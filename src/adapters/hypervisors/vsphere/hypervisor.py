@@ -16,8 +16,13 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
+    class_devices,
     guestinfo,
     hardware_version,
+)
+from pyrigaud.adapters.hypervisors.vsphere.customization import (
+    GuestCustomization,
+    guest_customization,
 )
 from pyrigaud.adapters.hypervisors.vsphere.errors import (
     EXPECTED_FAILURES,
@@ -152,7 +157,12 @@ class VSphereHypervisor:
             raw = {"name": str(row.get("name", "")), "moref": vm_id}
             if hardware is not None:
                 raw |= {"numCPU": str(hardware.numCPU), "memoryMB": str(hardware.memoryMB)}
-            return VMDescription(power_state=_power_state(row), ips=_ips(row), raw=raw)
+            return VMDescription(
+                power_state=_power_state(row),
+                ips=_ips(row),
+                console_url=self._console_url(instance, vm_id),
+                raw=raw,
+            )
 
         return self._run(f"describing VM {vm_id!r}", read)
 
@@ -209,6 +219,9 @@ class VSphereHypervisor:
                     )
                 )
             version = hardware_version(request.vm_class)
+            guest = guest_customization(
+                request.networks, host_name="", domain="", time_zone="", field="networks"
+            )
 
             def configure(devices: list[Any]) -> Any:
                 spec = class_config(
@@ -222,6 +235,7 @@ class VSphereHypervisor:
                     _disk_growth(devices, growth)
                     + _new_disks(devices, request.disks)
                     + nic_changes(instance, devices, request.networks)
+                    + class_devices(request.vm_class, devices, instance.content.about.apiVersion)
                 )
                 return spec
 
@@ -233,6 +247,7 @@ class VSphereHypervisor:
                 placement=request.placement,
                 configure=configure,
                 version=version,
+                guest=guest,
             )
 
         return self._run(f"creating VM {request.name!r}", make)
@@ -241,11 +256,15 @@ class VSphereHypervisor:
         """A linked clone shares the disks of the source's newest snapshot (child disks on
         top); a source without snapshots is refused rather than snapshotted behind its back."""
         customization = request.customization or Customization()
-        refusal = _unsupported_customization(customization)
-        if refusal is not None:
-            return Failure(refusal)
 
         def make(instance: Any) -> str:
+            guest = guest_customization(
+                customization.networks,
+                host_name=customization.hostname,
+                domain=customization.domain,
+                time_zone=customization.time_zone,
+                field="customization",
+            )
             source = self._vm(instance, request.source_vm_id)
             snapshot = self._newest_snapshot(instance, source) if request.linked else None
 
@@ -269,6 +288,7 @@ class VSphereHypervisor:
                 placement=Placement(),
                 configure=configure,
                 snapshot=snapshot,
+                guest=guest,
             )
 
         return self._run(f"cloning VM {request.source_vm_id!r}", make)
@@ -421,7 +441,41 @@ class VSphereHypervisor:
         return self._run(f"reading disks of VM {query.vm_id!r}", read)
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
-        return Failure(ProviderError.unsupported("ImagePrepare is not implemented for vSphere yet"))
+        """vSphere imports nothing (yet): preparing an image verifies that the template named
+        in templateName exists, and its name is the prepared image's id (what Create takes)."""
+        source = request.source
+        library = source.content_library
+        if source.url:
+            return Failure(
+                ProviderError.unsupported(
+                    "importing an OVA/OVF from a URL is not implemented for vSphere; import it "
+                    "into vCenter as a template and name it in templateName"
+                )
+            )
+        if library is not None and (library.library or library.item):
+            return Failure(
+                ProviderError.unsupported(
+                    "content library items are not implemented for vSphere; deploy the item as "
+                    "a template and name it in templateName"
+                )
+            )
+        if not source.template_name:
+            return Failure(
+                ProviderError.unsupported(
+                    "vSphere imports no disk images; ImagePrepare verifies an existing template "
+                    "named in templateName"
+                )
+            )
+        name = source.template_name
+
+        def verify(instance: Any) -> PreparedImage:
+            if self._vm_named(instance, name) is None:
+                raise AdapterError(
+                    ProviderError.not_found(f"no template or VM named {name!r} on this endpoint")
+                )
+            return PreparedImage(id=name)
+
+        return self._run(f"verifying template {name!r}", verify)
 
     def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         return Failure(ProviderError.unsupported("disk export is not implemented for vSphere"))
@@ -457,6 +511,20 @@ class VSphereHypervisor:
                 return None
             raise
         return rows[0] if rows else None
+
+    def _console_url(self, instance: Any, vm_id: str) -> str:
+        """The VM's page in the vSphere Client (or the ESXi Host Client), from the login's
+        ServiceContent: no round trip."""
+        about = instance.content.about
+        origin = self._session.web_origin
+        if about.apiType == "HostAgent":
+            return f"{origin}/ui/#/host/vms/{vm_id}"
+        urn = f"urn:vmomi:VirtualMachine:{vm_id}:{about.instanceUuid}"
+        return f"{origin}/ui/#?extensionId=vsphere.core.vm.summary&objectId={urn}"
+
+    def _devices(self, instance: Any, vm: Any) -> list[Any]:
+        row = self._vm_row(instance, vm._moId, ("config.hardware.device",))
+        return list((row or {}).get("config.hardware.device") or ())
 
     def _vm_named(self, instance: Any, name: str) -> Any:
         rows = [row for row in retrieve_all_vms(instance, ("name",)) if row.get("name") == name]
@@ -541,11 +609,13 @@ class VSphereHypervisor:
         configure: Callable[[list[Any]], Any],
         version: str | None = None,
         snapshot: Any = None,
+        guest: GuestCustomization | None = None,
     ) -> str:
         """Clone `source` powered off where `placement` (or the defaults, or the source) says,
         then apply the hardware version and `configure(clone's devices)`; a failure after the
         clone exists destroys it again. With `snapshot`, the clone is linked: child disks on
-        top of that snapshot's."""
+        top of that snapshot's. `guest` is customized once the NICs are in place; the last
+        step always clears the building mark, so the VM is unmarked only once complete."""
         existing = self._record(instance, name)
         if existing is not None:
             if existing.owner == owner:
@@ -588,14 +658,19 @@ class VSphereHypervisor:
         try:
             if version is not None:
                 self._wait(instance, clone.UpgradeVM_Task(version))
-            row = self._vm_row(instance, clone._moId, ("config.hardware.device",))
-            spec = configure(list((row or {}).get("config.hardware.device") or ()))
-            # The last step clears the building mark: the VM is unmarked only once complete.
-            spec.extraConfig = [
-                *(spec.extraConfig or ()),
-                vim.option.OptionValue(key=BUILDING_KEY, value=""),
-            ]
+            spec = configure(self._devices(instance, clone))
+            finished = vim.option.OptionValue(key=BUILDING_KEY, value="")
+            if guest is None:
+                spec.extraConfig = [*(spec.extraConfig or ()), finished]
             self._wait(instance, clone.ReconfigVM_Task(spec))
+            if guest is not None:
+                nics = [
+                    device
+                    for device in self._devices(instance, clone)
+                    if isinstance(device, vim.vm.device.VirtualEthernetCard)
+                ]
+                self._wait(instance, clone.CustomizeVM_Task(guest.spec(len(nics))))
+                self._set_extra_config(instance, clone, {BUILDING_KEY: ""})
         except BaseException:
             # Leave no half-built VM behind; the original failure is what the caller sees.
             with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
@@ -710,19 +785,6 @@ def _vm_info(row: Mapping[str, Any]) -> VMInfo:
             for nic in nics
         ),
     )
-
-
-def _unsupported_customization(customization: Customization) -> ProviderError | None:
-    """What this adapter cannot apply yet is refused rather than silently dropped."""
-    if customization.time_zone:
-        return ProviderError.unsupported(
-            "customization.timeZone is not implemented for vSphere yet"
-        )
-    if any(network.static_ip for network in customization.networks):
-        return ProviderError.unsupported(
-            "static IP customization is not implemented for vSphere yet"
-        )
-    return None
 
 
 def _guest_metadata(customization: Customization) -> bytes:

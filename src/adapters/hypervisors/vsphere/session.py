@@ -38,6 +38,19 @@ class LoginError(ConnectionError):
     """pyVim reports an endpoint that is down or is not vSphere as a bare Exception."""
 
 
+class Connection:
+    """A logged-in service instance whose ServiceContent is read once, at login: pyVmomi
+    fetches `instance.content` anew (a round trip) on every access. Everything else is the
+    instance's own."""
+
+    def __init__(self, instance: Any) -> None:
+        self.instance = instance
+        self.content = instance.RetrieveContent()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.instance, name)
+
+
 class VSphereSession:
     """Thread-safe lazy login; a call that hits NotAuthenticated logs in again and retries once."""
 
@@ -53,14 +66,18 @@ class VSphereSession:
         parts = urlsplit(endpoint)
         self._host = parts.hostname or ""
         self._port = parts.port or 443
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        # Where vCenter's web client lives, for console links.
+        self.web_origin = f"https://{host}" + (f":{self._port}" if self._port != 443 else "")
         self._path = parts.path or "/sdk"
         self._credentials = credentials
         self._insecure = insecure
         self._lock = threading.Lock()
-        self._instance: Any = None
+        self._instance: Connection | None = None
 
     def call(self, operation: Callable[[Any], T]) -> T:
-        """Run `operation(service_instance)`; pyvmomi faults propagate to the caller."""
+        """Run `operation(connection)` (a Connection: the service instance with its content
+        at hand); pyvmomi faults propagate to the caller."""
         instance = self._connected()
         try:
             return operation(instance)
@@ -71,25 +88,26 @@ class VSphereSession:
         with self._lock:
             instance, self._instance = self._instance, None
         if instance is not None:
-            connect.Disconnect(instance)
+            connect.Disconnect(instance.instance)
 
-    def _connected(self) -> Any:
+    def _connected(self) -> Connection:
         with self._lock:
             if self._instance is None:
                 self._instance = self._login()
             return self._instance
 
-    def _relogin(self, stale: Any) -> Any:
+    def _relogin(self, stale: Connection) -> Connection:
         with self._lock:
-            if self._instance is stale:
-                self._instance = self._login()
+            current = self._instance
+            if current is stale or current is None:
+                current = self._instance = self._login()
                 self._on_relogin()
-            return self._instance
+            return current
 
-    def _login(self) -> Any:
+    def _login(self) -> Connection:
         username, password = self._credentials()
         try:
-            return self._smart_connect(username, password)
+            return Connection(self._smart_connect(username, password))
         except (vmodl.MethodFault, OSError):
             raise
         except Exception as error:  # pyVim's "is not a VIM server" is a bare Exception

@@ -1,0 +1,124 @@
+"""Fixed IPs, DNS, host name and time zone as a vSphere guest customization (Linux guests).
+
+vCenter applies a customization at the guest's next boot, so it is set on the powered-off VM
+after its NICs are in place; one adapter setting per NIC, DHCP where no static IP is asked.
+cloud-init data travels separately, as guestinfo keys (class_spec.guestinfo).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import NetworkAttachment
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+# LinuxPrep's domain is mandatory; this is what Linux itself calls "no domain".
+DEFAULT_DOMAIN = "localdomain"
+TIME_ZONE = re.compile(r"[A-Za-z0-9_+-]{1,32}(/[A-Za-z0-9_+-]{1,32}){0,2}")
+
+
+@dataclass(frozen=True)
+class GuestCustomization:
+    """What to customize, checked before anything is made; `spec` sizes it to the VM's NICs."""
+
+    adapters: tuple[Any, ...]  # one vim IPSettings per network attachment, in order
+    identity: Any
+    dns_servers: tuple[str, ...]
+    domain: str
+
+    def spec(self, nic_count: int) -> Any:
+        dhcp = [_dhcp() for _ in range(max(nic_count - len(self.adapters), 0))]
+        return vim.vm.customization.Specification(
+            identity=self.identity,
+            globalIPSettings=vim.vm.customization.GlobalIPSettings(
+                dnsServerList=list(self.dns_servers) or None,
+                dnsSuffixList=[self.domain] if self.domain else None,
+            ),
+            nicSettingMap=[
+                vim.vm.customization.AdapterMapping(adapter=adapter)
+                for adapter in [*self.adapters[:nic_count], *dhcp]
+            ],
+        )
+
+
+def guest_customization(
+    networks: Sequence[NetworkAttachment],
+    *,
+    host_name: str,
+    domain: str,
+    time_zone: str,
+    field: str,
+) -> GuestCustomization | None:
+    """None when nothing needs a customization (no static IP, no time zone).
+
+    `field` prefixes the names of the request fields in error messages ("networks" for
+    Create, "customization" for Clone).
+    """
+    if not time_zone and not any(network.static_ip for network in networks):
+        return None
+    if time_zone and not TIME_ZONE.fullmatch(time_zone):
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                f"{field}.timeZone", f"{time_zone!r} is not a zone name like Europe/Berlin"
+            )
+        )
+    networks_field = field if field == "networks" else f"{field}.networks"
+    adapters = tuple(
+        _adapter(network, f"{networks_field}[{index}]") for index, network in enumerate(networks)
+    )
+    identity = vim.vm.customization.LinuxPrep(
+        hostName=(
+            vim.vm.customization.FixedName(name=host_name)
+            if host_name
+            else vim.vm.customization.VirtualMachineNameGenerator()
+        ),
+        domain=domain or DEFAULT_DOMAIN,
+        timeZone=time_zone or None,
+        hwClockUTC=True,
+    )
+    dns = tuple(dict.fromkeys(server for network in networks for server in network.dns))
+    return GuestCustomization(adapters=adapters, identity=identity, dns_servers=dns, domain=domain)
+
+
+def _adapter(network: NetworkAttachment, field: str) -> Any:
+    if not network.static_ip:
+        return _dhcp()
+    address = network.static_ip
+    if "/" not in address:
+        if not network.prefix:
+            raise AdapterError(
+                ProviderError.invalid_spec(
+                    f"{field}.prefix", "a static IP needs its prefix length (e.g. 24)"
+                )
+            )
+        address = f"{address}/{network.prefix}"
+    try:
+        interface = ipaddress.ip_interface(address)
+    except ValueError:
+        raise AdapterError(
+            ProviderError.invalid_spec(f"{field}.staticIP", f"{address!r} is not an IP/prefix")
+        ) from None
+    if interface.version != 4:
+        raise AdapterError(
+            ProviderError.unsupported("IPv6 static addresses are not implemented for vSphere")
+        )
+    return vim.vm.customization.IPSettings(
+        ip=vim.vm.customization.FixedIp(ipAddress=str(interface.ip)),
+        subnetMask=str(interface.netmask),
+        gateway=[network.gateway] if network.gateway else None,
+        dnsServerList=list(network.dns) or None,
+    )
+
+
+def _dhcp() -> Any:
+    return vim.vm.customization.IPSettings(ip=vim.vm.customization.DhcpIpGenerator())
