@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,44 +175,3 @@ def shutoff_reason(dom: Any) -> int:
 def pool_volume_names(pool: Any) -> set[str]:
     pool.refresh(0)
     return {str(volume.name()) for volume in pool.listAllVolumes(0)}
-
-
-def disk_sources(dom: Any) -> list[str]:
-    root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-    return [source.get("file", "") for source in root.iterfind("devices/disk/source")]
-
-
-def ensure_dir_pool(conn: Any, name: str, path: Path) -> Any:
-    """A dir pool (0755 all the way, for QEMU's user), defined and started on first use."""
-    try:
-        pool = conn.storagePoolLookupByName(name)
-    except libvirt.libvirtError:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        root = ET.Element("pool", {"type": "dir"})
-        ET.SubElement(root, "name").text = name
-        target = ET.SubElement(root, "target")
-        ET.SubElement(target, "path").text = str(path)
-        ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0755"
-        pool = conn.storagePoolDefineXML(ET.tostring(root, encoding="unicode"), 0)
-        pool.build(0)
-    if not pool.isActive():
-        pool.create(0)
-    pool.refresh(0)
-    return pool
-
-
-def remove_pool_leftovers(conn: Any, name: str, path: Path) -> list[str]:
-    """Every domain with a disk in the pool and every volume in it, gone; returns the names."""
-    removed: list[str] = []
-    prefix = f"{path}/"
-    for dom in conn.listAllDomains(0):
-        with contextlib.suppress(libvirt.libvirtError):  # another suite removed it meanwhile
-            if any(source.startswith(prefix) for source in disk_sources(dom)):
-                removed.append(str(dom.name()))
-                if dom.isActive():
-                    dom.destroy()
-                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
-    for volume in ensure_dir_pool(conn, name, path).listAllVolumes(0):
-        removed.append(str(volume.name()))
-        volume.delete(0)
-    return removed

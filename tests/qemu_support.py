@@ -30,6 +30,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     prepare_libvirt_for_process,
 )
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.domain.models import VMImage
 
@@ -101,24 +102,40 @@ def add_base_image(conn: VirConnect) -> str:
 
 def remove_test_leftovers(conn: VirConnect) -> list[str]:
     """Every domain using the test pool and every volume in it, gone; returns the names."""
+    return remove_pool_leftovers(conn, TEST_POOL, TEST_POOL_PATH)
+
+
+def remove_pool_leftovers(conn: VirConnect, name: str, path: Path) -> list[str]:
+    """Every domain using the pool at `path` and every volume in it, gone; returns the names.
+
+    A domain uses the pool when one of its disks, or a volume its pyrigaud metadata records
+    (a Create's building placeholder has no disks yet), lies there.
+    """
     removed: list[str] = []
-    prefix = f"{TEST_POOL_PATH}/"
+    prefix = f"{path}/"
     for dom in conn.listAllDomains(0):
-        xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-        root = ET.fromstring(xml)
-        sources = [element.get("file", "") for element in root.iterfind("devices/disk/source")]
-        if not any(source.startswith(prefix) for source in sources):
-            continue
-        removed.append(str(dom.name()))
-        if dom.isActive():
-            dom.destroy()
-        with contextlib.suppress(libvirt.libvirtError):  # gone already (another cleanup)
-            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
-    pool = ensure_test_pool(conn)
-    for volume in pool.listAllVolumes(0):
+        with contextlib.suppress(libvirt.libvirtError):  # another suite removed it meanwhile
+            if any(used.startswith(prefix) for used in _paths_in_use(dom)):
+                removed.append(str(dom.name()))
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+    for volume in ensure_dir_pool(conn, name, path).listAllVolumes(0):
         removed.append(str(volume.name()))
         volume.delete(0)
     return removed
+
+
+def disk_sources(dom: Any) -> list[str]:
+    root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    return [source.get("file", "") for source in root.iterfind("devices/disk/source")]
+
+
+def _paths_in_use(dom: Any) -> list[str]:
+    root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    disks = [source.get("file", "") for source in root.iterfind("devices/disk/source")]
+    recorded = root.iterfind(f"metadata/{{{NAMESPACE_URI}}}vm/{{{NAMESPACE_URI}}}volumes/*")
+    return disks + [volume.get("path", "") for volume in recorded]
 
 
 def qemu_harness() -> Iterator[Harness]:

@@ -13,8 +13,8 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from guest_support import ensure_dir_pool, guest_image, remove_pool_leftovers
-from qemu_support import QEMU_URI, open_qemu, qemu_enabled
+from guest_support import guest_image
+from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled, remove_pool_leftovers
 from replica_support import Replica
 
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]

@@ -25,7 +25,6 @@ from guest_support import (
     READY,
     SEED,
     console,
-    disk_sources,
     guest_exec,
     guest_spawn,
     pool_volume_names,
@@ -33,6 +32,7 @@ from guest_support import (
     wait_for_agent,
     wait_for_agent_gone,
 )
+from qemu_support import disk_sources
 from replica_support import Replica
 
 pytestmark = pytest.mark.timeout(300)

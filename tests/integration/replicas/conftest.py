@@ -3,19 +3,22 @@ QEMU only with PYRIGAUD_TEST_QEMU=1 (the parameter is absent otherwise, never sk
 
 from __future__ import annotations
 
-import contextlib
 import json
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import libvirt
 import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled
+from qemu_support import (
+    QEMU_URI,
+    ensure_dir_pool,
+    open_qemu,
+    qemu_enabled,
+    remove_pool_leftovers,
+)
 from replica_support import NAME_PREFIX, Pair, Replica, listed_vms
 from vsphere_support import TEMPLATE_VM, running_simulator
 
@@ -108,19 +111,5 @@ def _replica_pool(conn: Any) -> Any:
 
 
 def _remove_replica_leftovers(conn: Any) -> list[str]:
-    """Every domain with a disk in the replica pool and every volume in it, gone; the names."""
-    removed: list[str] = []
-    prefix = f"{REPLICA_POOL_PATH}/"
-    for dom in conn.listAllDomains(0):
-        with contextlib.suppress(libvirt.libvirtError):  # another suite removed it meanwhile
-            root = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-            sources = [disk.get("file", "") for disk in root.iterfind("devices/disk/source")]
-            if any(source.startswith(prefix) for source in sources):
-                removed.append(str(dom.name()))
-                if dom.isActive():
-                    dom.destroy()
-                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
-    for volume in _replica_pool(conn).listAllVolumes(0):
-        removed.append(str(volume.name()))
-        volume.delete(0)
-    return removed
+    """Every domain using the replica pool and every volume in it, gone; the names."""
+    return remove_pool_leftovers(conn, REPLICA_POOL, REPLICA_POOL_PATH)
