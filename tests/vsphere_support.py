@@ -28,6 +28,7 @@ class Simulator:
     endpoint: str  # https://127.0.0.1:PORT/sdk, without credentials
     username: str
     password: str
+    held_task: str = ""  # with -held-task: the MoRef of a task that stays running
 
     def adapter(self, clock: Clock | None = None) -> VSphereHypervisor:
         return VSphereHypervisor(self.session(), clock=clock)
@@ -56,7 +57,13 @@ def running_simulator(*arguments: str) -> Iterator[Simulator]:
         url = urlsplit(process.stdout.readline().strip())
         assert url.hostname == "127.0.0.1", f"simulator did not start: {url!r}"
         endpoint = urlunsplit((url.scheme, f"{url.hostname}:{url.port}", url.path, "", ""))
-        yield Simulator(endpoint=endpoint, username=url.username or "", password=url.password or "")
+        held_task = process.stdout.readline().strip() if "-held-task" in arguments else ""
+        yield Simulator(
+            endpoint=endpoint,
+            username=url.username or "",
+            password=url.password or "",
+            held_task=held_task,
+        )
     finally:
         process.terminate()
         try:

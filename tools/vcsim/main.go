@@ -10,6 +10,10 @@
 // snapshot (its disks get no parent); RevertToSnapshot_Task leaves CPU and memory as they are
 // instead of restoring the snapshot's; and a NIC removed by ReconfigVM_Task stays in guest.net
 // (so CustomizeVM_Task counts NICs the VM no longer has).
+//
+// Every simulated task completes before its call returns, so with -held-task the launcher also
+// makes one task that stays running forever and prints its MoRef on a second line: the only
+// way to see an unfinished task through the API.
 package main
 
 import (
@@ -54,6 +58,7 @@ func main() {
 	username := flag.String("username", "user", "login user name")
 	password := flag.String("password", "pass", "login password")
 	idle := flag.Duration("idle-timeout", 0, "expire sessions idle this long (0: never)")
+	held := flag.Bool("held-task", false, "make a task that never finishes; print its MoRef second")
 	flag.Parse()
 
 	simulator.SessionIdleTimeout = *idle
@@ -73,6 +78,9 @@ func main() {
 	server.Config.Handler = corrected{server.Config.Handler}
 
 	fmt.Println(server.URL.String())
+	if *held {
+		fmt.Println(runningTask().Value)
+	}
 	_ = os.Stdout.Sync()
 
 	signals := make(chan os.Signal, 1)
@@ -101,6 +109,16 @@ func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m := reconfigCall.FindSubmatch(body); m != nil {
 		forgetRemovedNICs(string(m[1]))
 	}
+}
+
+// runningTask is a reconfigure of some VM that started and never ends.
+func runningTask() types.ManagedObjectReference {
+	vm := simulator.Map.Any("VirtualMachine")
+	task := simulator.CreateTask(vm, "reconfigVm", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		return nil, nil
+	})
+	simulator.Map.Update(task, []types.PropertyChange{{Name: "info.state", Val: types.TaskInfoStateRunning}})
+	return task.Self
 }
 
 // recorder keeps a copy of the response body while passing it on.

@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyVmomi import vim as untyped_vim
@@ -42,6 +43,7 @@ from pyrigaud.adapters.hypervisors.vsphere.session import (
     VSphereSession,
     credentials_from,
 )
+from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, progress
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.errors import ProviderError
@@ -72,7 +74,7 @@ from pyrigaud.domain.models import (
     VMRecord,
 )
 from pyrigaud.domain.power import PowerState
-from pyrigaud.domain.tasks import TaskState
+from pyrigaud.domain.tasks import TaskRef, TaskState
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -104,8 +106,9 @@ RECONFIGURE_PROPERTIES = (
 
 
 class VSphereHypervisor:
-    """Long operations wait on their vSphere Task within the call (bounded), so no task ids are
-    issued: TaskStatus only ever sees the provider's own self-describing ids."""
+    """The ports' methods wait on their vSphere Task within the call (bounded); the *_task
+    methods hand back a `vsphere-task:` id at once instead, which `task_state` answers from
+    vCenter alone (any replica, after a restart)."""
 
     def __init__(
         self,
@@ -142,7 +145,27 @@ class VSphereHypervisor:
         )
 
     def task_state(self, task_id: str) -> TaskState | None:
-        return None
+        """A `vsphere-task:` id's state in one round trip; an unreadable one is still running
+        with the reason as its error (the caller asks again)."""
+        task = VSphereTask.parse(task_id)
+        if task is None:
+            return None
+
+        def read(instance: Any) -> TaskState:
+            found = progress(instance, vim.Task(task.task, instance._stub))
+            if found is None:
+                return TaskState.failed(
+                    f"vSphere task {task.task!r} (VM {task.vm_id!r}) is unknown or expired; "
+                    "vCenter keeps finished tasks for a limited time only"
+                )
+            if found.succeeded:
+                return TaskState.succeeded()
+            if found.failed:
+                return TaskState.failed(_fault_message(found.error))
+            return TaskState.running()
+
+        answer = self._run(f"reading vSphere task {task.task!r}", read)
+        return answer.lash(lambda error: Success(TaskState(done=False, error=str(error)))).unwrap()
 
     # Inventory
 
@@ -303,28 +326,20 @@ class VSphereHypervisor:
         return self._run(f"deleting VM {vm_id!r}", remove)
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
-        def apply(instance: Any) -> None:
-            row = self._vm_row(instance, vm_id, RECONFIGURE_PROPERTIES)
-            if row is None:
-                raise AdapterError(ProviderError.vm_not_found(vm_id))
-            _refuse_offline_only_changes(row, changes)
-            spec = vim.vm.ConfigSpec(
-                numCPUs=changes.cpu,
-                memoryMB=changes.memory_mib,
-                deviceChange=_disk_growth(list(row.get("config.hardware.device") or ()), changes),
-            )
-            self._wait(instance, row["_ref"].ReconfigVM_Task(spec))
+        return self._finish(self._reconfiguration(vm_id, changes))
 
-        return self._run(f"reconfiguring VM {vm_id!r}", apply)
+    def reconfigure_task(
+        self, vm_id: str, changes: VMChanges
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._begin(self._reconfiguration(vm_id, changes))
 
     def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
-        version = f"vmx-{target_version:02d}" if target_version else None
-        return self._run(
-            f"upgrading VM {vm_id!r}",
-            lambda instance: self._wait(
-                instance, self._vm(instance, vm_id).UpgradeVM_Task(version)
-            ),
-        )
+        return self._finish(self._hardware_upgrade(vm_id, target_version))
+
+    def upgrade_hardware_task(
+        self, vm_id: str, target_version: int
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._begin(self._hardware_upgrade(vm_id, target_version))
 
     # Power
 
@@ -335,10 +350,16 @@ class VSphereHypervisor:
         )
 
     def power_on(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._power_to(vm_id, PowerState.ON, lambda vm: vm.PowerOnVM_Task())
+        return self._finish(self._power_change(vm_id, PowerState.ON))
+
+    def power_on_task(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        return self._begin(self._power_change(vm_id, PowerState.ON))
 
     def power_off(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._power_to(vm_id, PowerState.OFF, lambda vm: vm.PowerOffVM_Task())
+        return self._finish(self._power_change(vm_id, PowerState.OFF))
+
+    def power_off_task(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        return self._begin(self._power_change(vm_id, PowerState.OFF))
 
     def reboot(self, vm_id: str) -> Result[None, ProviderError]:
         def restart(instance: Any) -> None:
@@ -401,20 +422,20 @@ class VSphereHypervisor:
         return self._run(f"snapshotting VM {request.vm_id!r}", take)
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self._run(
-            f"deleting snapshot {snapshot_id!r}",
-            lambda instance: self._wait(
-                instance, self._snapshot(instance, vm_id, snapshot_id).RemoveSnapshot_Task(False)
-            ),
-        )
+        return self._finish(self._snapshot_removal(vm_id, snapshot_id))
+
+    def delete_snapshot_task(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._begin(self._snapshot_removal(vm_id, snapshot_id))
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self._run(
-            f"reverting to snapshot {snapshot_id!r}",
-            lambda instance: self._wait(
-                instance, self._snapshot(instance, vm_id, snapshot_id).RevertToSnapshot_Task()
-            ),
-        )
+        return self._finish(self._snapshot_revert(vm_id, snapshot_id))
+
+    def revert_snapshot_task(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._begin(self._snapshot_revert(vm_id, snapshot_id))
 
     # Disks and images
 
@@ -553,15 +574,75 @@ class VSphereHypervisor:
             raise AdapterError(ProviderError.vm_not_found(vm._moId))
         return _power_state(row)
 
-    def _power_to(
-        self, vm_id: str, target: PowerState, start: Callable[[Any], Any]
-    ) -> Result[None, ProviderError]:
-        def switch(instance: Any) -> None:
-            vm = self._vm(instance, vm_id)
-            if self._power(instance, vm) is not target:
-                self._wait(instance, start(vm))
+    # Operations that are one vSphere Task each: waited for within the call (the ports'
+    # methods), or handed back as a task id at once (the *_task methods).
 
-        return self._run(f"powering VM {vm_id!r} {target.value}", switch)
+    def _finish(self, operation: TaskOperation) -> Result[None, ProviderError]:
+        def run(instance: Any) -> None:
+            task = operation.start(instance)
+            if task is not None:
+                self._wait(instance, task)
+
+        return self._run(operation.doing, run)
+
+    def _begin(self, operation: TaskOperation) -> Result[TaskRef | None, ProviderError]:
+        """None when there was nothing to do (already in the state asked for)."""
+
+        def run(instance: Any) -> TaskRef | None:
+            task = operation.start(instance)
+            if task is None:
+                return None
+            return VSphereTask(task=str(task._moId), vm_id=operation.vm_id).task_ref()
+
+        return self._run(operation.doing, run)
+
+    def _reconfiguration(self, vm_id: str, changes: VMChanges) -> TaskOperation:
+        def start(instance: Any) -> Any:
+            row = self._vm_row(instance, vm_id, RECONFIGURE_PROPERTIES)
+            if row is None:
+                raise AdapterError(ProviderError.vm_not_found(vm_id))
+            _refuse_offline_only_changes(row, changes)
+            spec = vim.vm.ConfigSpec(
+                numCPUs=changes.cpu,
+                memoryMB=changes.memory_mib,
+                deviceChange=_disk_growth(list(row.get("config.hardware.device") or ()), changes),
+            )
+            return row["_ref"].ReconfigVM_Task(spec)
+
+        return TaskOperation(f"reconfiguring VM {vm_id!r}", vm_id, start)
+
+    def _hardware_upgrade(self, vm_id: str, target_version: int) -> TaskOperation:
+        version = f"vmx-{target_version:02d}" if target_version else None
+        return TaskOperation(
+            f"upgrading VM {vm_id!r}",
+            vm_id,
+            lambda instance: self._vm(instance, vm_id).UpgradeVM_Task(version),
+        )
+
+    def _power_change(self, vm_id: str, target: PowerState) -> TaskOperation:
+        def start(instance: Any) -> Any:
+            vm = self._vm(instance, vm_id)
+            if self._power(instance, vm) is target:
+                return None
+            return vm.PowerOnVM_Task() if target is PowerState.ON else vm.PowerOffVM_Task()
+
+        return TaskOperation(f"powering VM {vm_id!r} {target.value}", vm_id, start)
+
+    def _snapshot_removal(self, vm_id: str, snapshot_id: str) -> TaskOperation:
+        return TaskOperation(
+            f"deleting snapshot {snapshot_id!r}",
+            vm_id,
+            lambda instance: self._snapshot(instance, vm_id, snapshot_id).RemoveSnapshot_Task(
+                False
+            ),
+        )
+
+    def _snapshot_revert(self, vm_id: str, snapshot_id: str) -> TaskOperation:
+        return TaskOperation(
+            f"reverting to snapshot {snapshot_id!r}",
+            vm_id,
+            lambda instance: self._snapshot(instance, vm_id, snapshot_id).RevertToSnapshot_Task(),
+        )
 
     def _snapshot(self, instance: Any, vm_id: str, snapshot_id: str) -> Any:
         for tree in self._snapshot_trees(instance, vm_id):
@@ -704,21 +785,37 @@ class VSphereHypervisor:
         deadline = time.monotonic() + TASK_DEADLINE_SECONDS
         delay = 0.05
         while True:
-            row = retrieve(instance, [task], ("info.state", "info.error"))[0]
-            state = row.get("info.state")
-            if state == vim.TaskInfo.State.success:
+            found = progress(instance, task)
+            if found is None:
+                raise AdapterError(ProviderError.unavailable(f"vSphere task {task._moId} vanished"))
+            if found.succeeded:
                 return retrieve(instance, [task], ("info.result",))[0].get("info.result")
-            if state == vim.TaskInfo.State.error:
-                error = row.get("info.error")
+            if found.failed:
                 raise (
-                    error
-                    if isinstance(error, BaseException)
-                    else AdapterError(ProviderError.internal(f"task failed: {error}"))
+                    found.error
+                    if isinstance(found.error, BaseException)
+                    else AdapterError(ProviderError.internal(_fault_message(found.error)))
                 )
             if time.monotonic() > deadline:
                 raise AdapterError(ProviderError.unavailable("vSphere task did not finish in time"))
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+@dataclass(frozen=True)
+class TaskOperation:
+    """An operation that is one vSphere Task: `start` returns it (None: nothing to do)."""
+
+    doing: str  # for error messages: "reconfiguring VM 'vm-42'"
+    vm_id: str
+    start: Callable[[Any], Any]
+
+
+def _fault_message(fault: Any) -> str:
+    """A failed task's fault as ProviderError text (kind and message, never a traceback)."""
+    if isinstance(fault, BaseException):
+        return str(provider_error(fault, "vSphere task failed"))
+    return f"vSphere task failed: {fault}"
 
 
 def _vm_record(row: Mapping[str, Any]) -> VMRecord:

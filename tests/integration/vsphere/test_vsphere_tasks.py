@@ -1,0 +1,137 @@
+"""vSphere Tasks as task ids: any replica answers TaskStatus from vCenter alone, at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask
+from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CreateRequest,
+    OwnerMark,
+    SnapshotRequest,
+    VMChanges,
+    VMClass,
+    VMImage,
+)
+from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.tasks import TaskRef, TaskState
+
+from support import error_kind, ok
+from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
+
+OWNER = OwnerMark(provider="tests/vsphere-tasks")
+vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
+
+
+def create(adapter: VSphereHypervisor, name: str) -> str:
+    request = CreateRequest(
+        name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage(template_name=TEMPLATE_VM)
+    )
+    return ok(adapter.create(request, OWNER))
+
+
+def issued(result: Any) -> TaskRef:
+    task = ok(result)
+    assert isinstance(task, TaskRef)
+    assert task.id.startswith("vsphere-task:task-")
+    return task
+
+
+def test_task_ids_round_trip_and_other_ids_are_not_vsphere_tasks() -> None:
+    task = VSphereTask(task="task-42", vm_id="vm:with:colons")
+    assert VSphereTask.parse(task.task_ref().id) == task
+    for other in (
+        "",
+        "vsphere-task:",
+        "vsphere-task:task-1:",
+        "vsphere-task::vm-1",
+        "vsphere-task:../x:vm-1",
+        "shutdown:1900000000:vm-1",
+        "task-42",
+    ):
+        assert VSphereTask.parse(other) is None
+
+
+def test_a_reconfigure_task_is_done_for_any_replica_and_its_change_is_visible(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    vm_id = create(adapter, "vs-task-reconf")
+    task = issued(adapter.reconfigure_task(vm_id, VMChanges(cpu=3, memory_mib=1024)))
+    other_replica = simulator.adapter()
+    assert other_replica.task_state(task.id) == TaskState.succeeded()
+    info = ok(other_replica.vm_info(vm_id))
+    assert info is not None
+    assert (info.cpu, info.memory_mib) == (3, 1024)
+    status = TaskStatus(power=other_replica, tracker=other_replica, clock=ManualClock())
+    assert status(task.id) == TaskState.succeeded()
+    assert adapter.task_state("shutdown:1900000000:vm-1") is None  # not a vSphere task
+
+
+def test_power_upgrade_and_snapshot_tasks_report_done(adapter: VSphereHypervisor) -> None:
+    vm_id = create(adapter, "vs-task-power")
+    upgrade = issued(adapter.upgrade_hardware_task(vm_id, 0))
+    assert adapter.task_state(upgrade.id) == TaskState.succeeded()
+    snapshot = ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="base")))
+    on = issued(adapter.power_on_task(vm_id))
+    assert adapter.task_state(on.id) == TaskState.succeeded()
+    assert ok(adapter.power_on_task(vm_id)) is None  # already on: nothing to do
+    # Reading task.info whole fails after a revert or removal on the simulator; state does not.
+    revert = issued(adapter.revert_snapshot_task(vm_id, snapshot.id))
+    assert adapter.task_state(revert.id) == TaskState.succeeded()
+    removal = issued(adapter.delete_snapshot_task(vm_id, snapshot.id))
+    assert adapter.task_state(removal.id) == TaskState.succeeded()
+    off = issued(adapter.power_off_task(vm_id))
+    assert adapter.task_state(off.id) == TaskState.succeeded()
+    assert ok(adapter.power_state(vm_id)) is PowerState.OFF
+
+
+def test_a_failed_task_is_done_with_its_fault(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    vm_id = create(adapter, "vs-task-fails")
+    session = simulator.session()
+    try:  # powering off a VM that is off: the Task ends in error (InvalidPowerState)
+        task = session.call(
+            lambda instance: vim.VirtualMachine(vm_id, instance._stub).PowerOffVM_Task()
+        )
+    finally:
+        session.close()
+    state = adapter.task_state(VSphereTask(task=task._moId, vm_id=vm_id).task_ref().id)
+    assert state is not None
+    assert state.done
+    assert state.error.startswith("failed_precondition: vSphere task failed")
+
+
+def test_a_running_task_is_not_done_and_an_unknown_one_is_done_with_an_error() -> None:
+    with running_simulator("-held-task") as held:
+        adapter = held.adapter()
+        assert held.held_task.startswith("task-")
+        running = VSphereTask(task=held.held_task, vm_id="vm-1").task_ref().id
+        assert adapter.task_state(running) == TaskState.running()
+        gone = adapter.task_state(VSphereTask(task="task-999999", vm_id="vm-1").task_ref().id)
+        assert gone is not None
+        assert gone.done
+        assert "'task-999999'" in gone.error
+        assert "unknown or expired" in gone.error
+
+
+def test_an_unreachable_vcenter_leaves_the_task_running_with_the_reason() -> None:
+    closed = VSphereHypervisor(VSphereSession("https://127.0.0.1:1/sdk", lambda: ("u", "p"), True))
+    state = closed.task_state(VSphereTask(task="task-1", vm_id="vm-1").task_ref().id)
+    assert state is not None
+    assert not state.done
+    assert state.error.startswith("unavailable:")
+
+
+@pytest.mark.parametrize("vm_id", ["vm-999999", "../x"])
+def test_tasks_for_missing_vms_are_not_found(adapter: VSphereHypervisor, vm_id: str) -> None:
+    assert error_kind(adapter.reconfigure_task(vm_id, VMChanges(cpu=2))) is ErrorKind.NOT_FOUND
+    assert error_kind(adapter.power_on_task(vm_id)) is ErrorKind.NOT_FOUND
