@@ -63,7 +63,9 @@ def test_create_gives_each_nic_its_fixed_ip_or_dhcp_at_first_boot(
     description = ok(adapter.describe(vm_id))
     assert description is not None
     assert description.ips == ("192.0.2.30",)
-    assert ok(adapter.find_by_name("vs-fixed-ip")).building_since is None  # type: ignore[union-attr]
+    record = ok(adapter.find_by_name("vs-fixed-ip"))
+    assert record is not None
+    assert record.building_since is None  # the mark is cleared after the customization
 
 
 def test_clone_customization_sets_fixed_ip_dns_and_host_name(
