@@ -8,21 +8,31 @@ are raised inside and turned into Results at each port method's edge.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
+import threading
 import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
+    RUNNING_STATES,
+    DomainCache,
+    DomainView,
+    ListedVM,
+    listed_view,
+    read_view,
+)
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     HOT_ADD_FACTOR,
     KIB_PER_MIB,
@@ -110,6 +120,7 @@ from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskState
 
 T = TypeVar("T")
+P = ParamSpec("P")
 VirDomain = Any
 
 LIBVIRT_CAPABILITIES = Capabilities(
@@ -125,7 +136,6 @@ LIBVIRT_CAPABILITIES = Capabilities(
     supports_hardware_upgrade=False,  # a machine-type bump is not a meaningful upgrade
 )
 
-RUNNING_STATES = frozenset({libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED})
 STATE_NAMES = {
     libvirt.VIR_DOMAIN_NOSTATE: "no state",
     libvirt.VIR_DOMAIN_RUNNING: "running",
@@ -160,10 +170,42 @@ BACKUP_POLL_SECONDS = 0.05
 BACKUP_TIMEOUT_SECONDS = 3600  # bounded, yet room for copying a large disk
 
 
-class LibvirtHypervisor:
-    """Implements every port; thread-safe because it keeps no per-VM state of its own.
+def _rereads_vm(
+    mutation: Callable[Concatenate[LibvirtHypervisor, str, P], T],
+) -> Callable[Concatenate[LibvirtHypervisor, str, P], T]:
+    """A mutation of the VM named by its first argument: however it ends, Describe and
+    ListVMs on this replica read the VM afresh afterwards (read your writes)."""
 
-    Its one memo (parsed domain XML by exact text) is replaced whole by each listing.
+    @functools.wraps(mutation)
+    def mutate(self: LibvirtHypervisor, vm_id: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return mutation(self, vm_id, *args, **kwargs)
+        finally:
+            self._domains.forget(vm_id)
+
+    return mutate
+
+
+def _rereads_new_vm(
+    making: Callable[Concatenate[LibvirtHypervisor, P], Result[str, ProviderError]],
+) -> Callable[Concatenate[LibvirtHypervisor, P], Result[str, ProviderError]]:
+    """Create and Clone: the VM they made (or adopted, or finished) is read afresh."""
+
+    @functools.wraps(making)
+    def make(
+        self: LibvirtHypervisor, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Result[str, ProviderError]:
+        made = making(self, *args, **kwargs)
+        if isinstance(made, Success):
+            self._domains.forget(made.unwrap())
+        return made
+
+    return make
+
+
+class LibvirtHypervisor:
+    """Implements every port, thread-safe; the only state it keeps is a cache of what libvirt
+    says (domain_cache.py), kept current by libvirt's events and by its own writes.
     """
 
     def __init__(
@@ -183,9 +225,13 @@ class LibvirtHypervisor:
         self._pools = pools or PoolSettings()
         self._allow_loopback_urls = allow_loopback_urls
         self._write_volume = volume_writer
-        # What the last listing parsed, by exact XML text: parsing is most of ListVMs' cost and
-        # a memo of a pure function is no state (a changed domain has a new text).
-        self._listed_facts: dict[str, DomainFacts] = {}
+        self._domains = DomainCache(
+            _addresses, warm_up=lambda conn: self._list(conn, warm_up_only=True)
+        )
+        # One listing at a time (the cache's warm-up is one): a second would redo the same reads.
+        self._listing = threading.Lock()
+        # What the last listing answered per VM, reused while its inputs are the same objects.
+        self._listed: dict[str, ListedVM] = {}
 
     # --- VMLifecycle --------------------------------------------------------------------------
 
@@ -207,11 +253,13 @@ class LibvirtHypervisor:
 
         return self._run("find unfinished VMs", unfinished)
 
+    @_rereads_new_vm
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         return self._run(
             f"create VM {request.name!r}", lambda conn: self._create(conn, request, owner)
         )
 
+    @_rereads_vm
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
         def delete(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
@@ -224,6 +272,7 @@ class LibvirtHypervisor:
 
         return self._run(f"delete VM {vm_id!r}", delete)
 
+    @_rereads_vm
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
         return self._run(
             f"reconfigure VM {vm_id!r}", lambda conn: self._reconfigure(conn, vm_id, changes)
@@ -241,9 +290,11 @@ class LibvirtHypervisor:
             f"read power state of {vm_id!r}", lambda conn: _power(_state(_by_id(conn, vm_id)))
         )
 
+    @_rereads_vm
     def power_on(self, vm_id: str) -> Result[None, ProviderError]:
         return self._run(f"power on {vm_id!r}", lambda conn: _start(_by_id(conn, vm_id)))
 
+    @_rereads_vm
     def power_off(self, vm_id: str) -> Result[None, ProviderError]:
         def power_off(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
@@ -252,6 +303,7 @@ class LibvirtHypervisor:
 
         return self._run(f"power off {vm_id!r}", power_off)
 
+    @_rereads_vm
     def reboot(self, vm_id: str) -> Result[None, ProviderError]:
         def reboot(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
@@ -267,6 +319,7 @@ class LibvirtHypervisor:
 
         return self._run(f"reboot {vm_id!r}", reboot)
 
+    @_rereads_vm
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
         def request(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
@@ -283,6 +336,7 @@ class LibvirtHypervisor:
 
         return self._run(f"read shutdown deadline of {vm_id!r}", deadline)
 
+    @_rereads_vm
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
         def clear(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
@@ -295,59 +349,101 @@ class LibvirtHypervisor:
     # --- Inventory ----------------------------------------------------------------------------
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        """From the cache when it holds the VM (no libvirt call at all), else read and kept."""
+
         def describe(conn: VirConnect) -> VMDescription | None:
-            dom = _lookup(conn, vm_id)
-            if dom is None:
-                return None
-            state = _state(dom)
-            live = parse_domain(dom.XMLDesc(0))
-            running = state in RUNNING_STATES
+            self._domains.attach(conn)
+            view, dom = self._domains.view(vm_id), None
+            if view is None or view.live is None:
+                dom = _lookup(conn, vm_id)
+                if dom is None:
+                    return None
+                with self._domains.loading() as load:
+                    view = read_view(dom)
+                    load.keep_view(str(dom.UUIDString()), view)
+            live = view.live or view.facts
             return VMDescription(
-                power_state=_power(state),
-                ips=_addresses(dom) if running else (),
+                power_state=_power(view.state),
+                ips=self._last_addresses(conn, view, dom),
                 console_url=f"vnc://127.0.0.1:{live.vnc_port}" if live.vnc_port else "",
-                raw=_raw(dom.UUIDString(), live, state),
+                raw=_raw(view.facts.uuid, live, view.state),
             )
 
         return self._run(f"describe {vm_id!r}", describe)
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
+        """Read from libvirt, never the cache: Reconfigure decides from it what to change."""
+
         def info(conn: VirConnect) -> VMInfo | None:
+            self._domains.attach(conn)
             dom = _lookup(conn, vm_id)
             if dom is None:
                 return None
-            state = _state(dom)
-            ips = _addresses(dom) if state in RUNNING_STATES else ()
+            with self._domains.loading() as load:
+                view = read_view(dom, with_live=False)
+                load.keep_view(str(dom.UUIDString()), view)
+            ips = (self._domains.addresses(view.facts.uuid) or ()) if view.running else ()
             return _info(
-                dom.UUIDString(), _facts(dom), state, ips, lambda path: volume_facts(conn, path)
+                view.facts.uuid, view.facts, view.state, ips, lambda path: volume_facts(conn, path)
             )
 
         return self._run(f"read VM {vm_id!r}", info)
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        """Bulk calls for the domains, their states and the volumes; per domain only its XML.
+        """Bulk calls for the domains, their states and the volumes; per domain at most its XML.
 
         On a remote libvirtd every per-domain call is a socket round trip, so states come
-        from one stats call and disk sizes from one volume listing per pool.
+        from one stats call and disk sizes from one volume listing per pool; definitions come
+        from the cache, read only for domains it does not hold. Addresses are the last known.
         """
+        return self._run("list VMs", self._list)
 
-        def list_all(conn: VirConnect) -> list[VMInfo]:
-            domains = conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)
-            if not domains:
+    def _list(self, conn: VirConnect, *, warm_up_only: bool = False) -> list[VMInfo]:
+        """`warm_up_only`: the cache's own listing, not needed once another one has run."""
+        self._domains.attach(conn)
+        with self._listing:
+            if not self._domains.claim_warm_up(conn) and warm_up_only:
                 return []
-            volumes = volumes_by_path(conn)
-            known = self._listed_facts
-            parsed: dict[str, DomainFacts] = {}
-            listed = []
-            for dom, stats in conn.domainListGetStats(domains, libvirt.VIR_DOMAIN_STATS_STATE):
-                xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-                facts = parsed[xml] = known.get(xml) or parse_domain(xml)
-                state = int(stats["state.state"])
-                listed.append(_info(dom.UUIDString(), facts, state, (), volumes.get))
-            self._listed_facts = parsed  # only the current domains: bounded by the host
-            return listed
+            return self._list_locked(conn)
 
-        return self._run("list VMs", list_all)
+    def _list_locked(self, conn: VirConnect) -> list[VMInfo]:
+        with self._domains.loading() as load:
+            domains = conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)
+            states = (
+                conn.domainListGetStats(domains, libvirt.VIR_DOMAIN_STATS_STATE) if domains else []
+            )
+            volumes = volumes_by_path(conn) if domains else {}
+            before, now = self._listed, {}
+            for dom, stats in states:
+                vm_id = str(dom.UUIDString())
+                state = int(stats["state.state"])
+                view = self._domains.view(vm_id)
+                if view is None:
+                    view = listed_view(state, _facts(dom))
+                    load.keep_view(vm_id, view)
+                running = state in RUNNING_STATES
+                ips = (self._domains.addresses(vm_id) or ()) if running else ()
+                disks = tuple(volumes.get(disk.path) for disk in view.facts.disks)
+                listed = before.get(vm_id)
+                if listed is None or not listed.still(view.facts, state, ips, disks):
+                    info = _info(vm_id, view.facts, state, ips, volumes.get)
+                    listed = ListedVM(view.facts, state, ips, disks, info)
+                now[vm_id] = listed
+            self._listed = now  # only the current domains: bounded by the host
+            load.keep_addresses_of(set(now))
+        return [listed.info for listed in now.values()]
+
+    def _last_addresses(
+        self, conn: VirConnect, view: DomainView, dom: VirDomain | None
+    ) -> tuple[str, ...]:
+        """The guest's last known addresses; read now only if never read since it started."""
+        if not view.running:
+            return ()
+        known = self._domains.addresses(view.facts.uuid)
+        if known is not None:
+            return known
+        dom = dom or _lookup(conn, view.facts.uuid)
+        return self._domains.read_addresses(view.facts.uuid, dom) if dom is not None else ()
 
     # --- Snapshots ----------------------------------------------------------------------------
 
@@ -362,6 +458,7 @@ class LibvirtHypervisor:
             lambda conn: _snapshot(_by_id(conn, vm_id), snapshot_id).delete(0),
         )
 
+    @_rereads_vm
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
         def revert(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
@@ -371,6 +468,7 @@ class LibvirtHypervisor:
 
     # --- Cloning ------------------------------------------------------------------------------
 
+    @_rereads_new_vm
     def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         return self._run(
             f"clone {request.source_vm_id!r} to {request.target_name!r}",
@@ -397,8 +495,14 @@ class LibvirtHypervisor:
     # --- Health, CapabilitySource, TaskTracker ------------------------------------------------
 
     def check(self) -> HealthReport:
+        """One local call; it also subscribes to the events on a new connection."""
+
+        def version_of(conn: VirConnect) -> int:
+            self._domains.attach(conn)
+            return int(conn.getLibVersion())
+
         try:
-            version = self._connection.call(lambda conn: int(conn.getLibVersion()))
+            version = self._connection.call(version_of)
         except Exception as error:
             return HealthReport(ok=False, message=f"libvirt at {self._connection.uri}: {error}")
         major, minor = version // 1_000_000, version // 1000 % 1000

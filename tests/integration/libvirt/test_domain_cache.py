@@ -1,0 +1,273 @@
+"""The event-kept domain cache behind Describe and ListVMs, on libvirt's test driver.
+
+All `test:///default` connections of one process share one host, so a second connection is
+another replica (or virsh) writing to the same libvirt. Events reach the adapter on libvirt's
+event thread; a test that waits for one polls Describe until it changes (bounded, never timed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import libvirt
+import pytest
+
+from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.hypervisors.libvirt.connection import (
+    LibvirtConnection,
+    prepare_libvirt_for_process,
+)
+from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.domain.models import (
+    CloneRequest,
+    CreateRequest,
+    OwnerMark,
+    SnapshotRequest,
+    VMChanges,
+    VMClass,
+    VMDescription,
+)
+from pyrigaud.domain.power import PowerState
+
+from support import ok
+
+URI = "test:///default"
+OWNER = OwnerMark(provider="tests/domain-cache")
+PREFIX = "cache-"
+MARKER_DOMAIN = "test"  # test:///default's own domain, for settle()
+EVENT_WAIT_SECONDS = 30.0
+ALL_EVENTS = (
+    libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+    libvirt.VIR_DOMAIN_EVENT_ID_METADATA_CHANGE,
+    libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED,
+    libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+    libvirt.VIR_DOMAIN_EVENT_ID_TUNABLE,
+    libvirt.VIR_DOMAIN_EVENT_ID_REBOOT,
+)
+
+
+class EventGate:
+    """Holds libvirt's (single) event thread inside a callback while closed.
+
+    Registered before the adapter subscribes, its callbacks run first for every event, so
+    while the gate is closed no event reaches the adapter: what it then shows of its own
+    writes can only come from the writes themselves. Events are delivered in order, so once
+    the gate sees a marker event, the adapter has heard every event before it (`settle`).
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._open = threading.Event()
+        self._open.set()
+        self._markers = threading.Semaphore(0)
+        for event in ALL_EVENTS:
+            conn.domainEventRegisterAny(None, event, self._hold, None)
+
+    def _hold(self, _conn: Any, dom: Any, *_: object) -> None:
+        if dom.name() == MARKER_DOMAIN:
+            self._markers.release()
+        self._open.wait(EVENT_WAIT_SECONDS)  # bounded: a failed test never hangs the loop
+
+    def settle(self) -> None:
+        """Until every event so far has reached the adapter."""
+        marker = self._conn.lookupByName(MARKER_DOMAIN)
+        marker.setMetadata(libvirt.VIR_DOMAIN_METADATA_DESCRIPTION, "marker", None, None, 0)
+        assert self._markers.acquire(timeout=EVENT_WAIT_SECONDS), "no event came"
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+
+@pytest.fixture
+def other() -> Iterator[Any]:
+    """Another writer on the same host: a second connection to test:///default."""
+    prepare_libvirt_for_process()
+    conn = libvirt.open(URI)
+    yield conn
+    for dom in conn.listAllDomains(0):
+        if dom.name().startswith(PREFIX):
+            if dom.isActive():
+                dom.destroy()
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+    pool = conn.storagePoolLookupByName("default-pool")
+    for volume in pool.listAllVolumes(0):
+        if volume.name().startswith(PREFIX):
+            volume.delete(0)
+    conn.close()
+
+
+@pytest.fixture
+def gate(other: Any) -> Iterator[EventGate]:
+    held = EventGate(other)
+    yield held
+    held.open()
+
+
+@pytest.fixture
+def adapter_and_connection(
+    other: Any, gate: EventGate
+) -> Iterator[tuple[LibvirtHypervisor, LibvirtConnection]]:
+    connection = LibvirtConnection(URI)
+    adapter = LibvirtHypervisor(
+        connection,
+        ManualClock(),
+        domain_type="test",
+        pools=PoolSettings(default_pool="default-pool"),
+    )
+    ok(adapter.list_vms())  # subscribes, after the gate
+    yield adapter, connection
+    connection.close()
+
+
+@pytest.fixture
+def adapter(adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection]) -> Any:
+    return adapter_and_connection[0]
+
+
+def create(adapter: LibvirtHypervisor, name: str, cpu: int = 1) -> str:
+    request = CreateRequest(name=PREFIX + name, vm_class=VMClass(cpu=cpu, memory_mib=256))
+    return ok(adapter.create(request, OWNER))
+
+
+def described(adapter: LibvirtHypervisor, vm_id: str) -> VMDescription:
+    description = ok(adapter.describe(vm_id))
+    assert description is not None
+    return description
+
+
+def listed_power(adapter: LibvirtHypervisor, vm_id: str) -> PowerState | None:
+    return next((vm.power_state for vm in ok(adapter.list_vms()) if vm.id == vm_id), None)
+
+
+def eventually(check: Callable[[], bool]) -> None:
+    """Until libvirt's event thread has delivered what `check` looks for (bounded)."""
+    deadline = time.monotonic() + EVENT_WAIT_SECONDS
+    while not check():
+        assert time.monotonic() < deadline, "the event never reached the adapter"
+        time.sleep(0.01)
+
+
+def live_cpu(description: VMDescription) -> str:
+    return dict(description.raw)["cpu"]
+
+
+def test_describe_answers_from_the_cache(
+    adapter: LibvirtHypervisor, other: Any, gate: EventGate
+) -> None:
+    vm_id = create(adapter, "cached", cpu=2)
+    ok(adapter.power_on(vm_id))
+    gate.settle()  # the "started" event, which drops the view, is behind us
+    assert live_cpu(described(adapter, vm_id)) == "2"
+    # A live vCPU change is one the test driver announces with no event: a cached answer
+    # cannot know of it, a read from libvirt would.
+    other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    assert live_cpu(described(adapter, vm_id)) == "2"
+    ok(adapter.reboot(vm_id))  # our own write: read afresh
+    assert live_cpu(described(adapter, vm_id)) == "1"
+
+
+def test_another_writers_changes_arrive_by_events(adapter: LibvirtHypervisor, other: Any) -> None:
+    vm_id = create(adapter, "events")
+    assert described(adapter, vm_id).power_state is PowerState.OFF
+    dom = other.lookupByUUIDString(vm_id)
+    dom.create()
+    eventually(lambda: described(adapter, vm_id).power_state is PowerState.ON)
+    assert listed_power(adapter, vm_id) is PowerState.ON
+    dom.destroy()
+    eventually(lambda: described(adapter, vm_id).power_state is PowerState.OFF)
+    # A redefinition (another replica's Reconfigure) comes as a "defined" event.
+    xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE).replace(
+        "<vcpu placement='static'>1</vcpu>", "<vcpu placement='static'>3</vcpu>"
+    )
+    other.defineXML(xml)
+    eventually(lambda: live_cpu(described(adapter, vm_id)) == "3")
+    vms = {vm.id: vm for vm in ok(adapter.list_vms())}
+    assert vms[vm_id].cpu == 3
+
+
+def test_own_writes_are_read_back_before_any_event(
+    adapter: LibvirtHypervisor, gate: EventGate
+) -> None:
+    vm_id = create(adapter, "writes")
+    ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="off")))
+    assert described(adapter, vm_id).power_state is PowerState.OFF
+    gate.close()  # from here on the adapter hears no event
+    ok(adapter.power_on(vm_id))
+    assert described(adapter, vm_id).power_state is PowerState.ON
+    assert listed_power(adapter, vm_id) is PowerState.ON
+    ok(adapter.power_off(vm_id))
+    assert described(adapter, vm_id).power_state is PowerState.OFF
+    assert listed_power(adapter, vm_id) is PowerState.OFF
+    ok(adapter.reconfigure(vm_id, VMChanges(cpu=2)))
+    assert live_cpu(described(adapter, vm_id)) == "2"
+    assert next(vm.cpu for vm in ok(adapter.list_vms()) if vm.id == vm_id) == 2
+    ok(adapter.power_on(vm_id))
+    ok(adapter.revert_snapshot(vm_id, "off"))
+    assert described(adapter, vm_id).power_state is PowerState.OFF
+    assert live_cpu(described(adapter, vm_id)) == "1"
+    clone_id = ok(
+        adapter.clone(CloneRequest(source_vm_id=vm_id, target_name=PREFIX + "clone"), OWNER)
+    )
+    assert described(adapter, clone_id).power_state is PowerState.OFF
+    assert listed_power(adapter, clone_id) is PowerState.OFF
+    ok(adapter.delete(clone_id))
+    assert ok(adapter.describe(clone_id)) is None
+    assert listed_power(adapter, clone_id) is None
+    gate.open()
+
+
+def test_a_vm_deleted_behind_our_back_reads_as_missing(
+    adapter: LibvirtHypervisor, other: Any
+) -> None:
+    vm_id = create(adapter, "deleted")
+    described(adapter, vm_id)
+    other.lookupByUUIDString(vm_id).undefineFlags(0)
+    assert listed_power(adapter, vm_id) is None  # the listing asks libvirt which domains exist
+    eventually(lambda: ok(adapter.describe(vm_id)) is None)
+
+
+def test_a_new_connection_starts_afresh_and_hears_events(
+    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection], other: Any
+) -> None:
+    adapter, connection = adapter_and_connection
+    vm_id = create(adapter, "reconnect", cpu=2)
+    ok(adapter.power_on(vm_id))
+    assert live_cpu(described(adapter, vm_id)) == "2"
+    connection.close()  # as a dropped daemon connection would be replaced
+    other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    assert live_cpu(described(adapter, vm_id)) == "1"  # nothing from before survives
+    other.lookupByUUIDString(vm_id).destroy()
+    eventually(lambda: described(adapter, vm_id).power_state is PowerState.OFF)
+
+
+def test_a_connection_closed_under_the_adapter_is_replaced(
+    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection], other: Any
+) -> None:
+    adapter, connection = adapter_and_connection
+    vm_id = create(adapter, "closed", cpu=2)
+    ok(adapter.power_on(vm_id))
+    assert live_cpu(described(adapter, vm_id)) == "2"
+    connection.call(lambda conn: conn).close()  # the connection object itself, not the wrapper
+    other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    assert live_cpu(described(adapter, vm_id)) == "1"
+    other.lookupByUUIDString(vm_id).destroy()
+    eventually(lambda: described(adapter, vm_id).power_state is PowerState.OFF)
+
+
+def test_addresses_come_from_the_background_once_known(
+    adapter: LibvirtHypervisor, other: Any
+) -> None:
+    vm_id = create(adapter, "addresses")
+    ok(adapter.power_on(vm_id))
+    first = described(adapter, vm_id).ips
+    assert first  # the test driver answers with made-up addresses
+    assert next(vm.ips for vm in ok(adapter.list_vms()) if vm.id == vm_id) == first
+    other.lookupByUUIDString(vm_id).destroy()
+    eventually(lambda: described(adapter, vm_id).ips == ())
