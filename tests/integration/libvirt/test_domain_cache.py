@@ -20,6 +20,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     LibvirtConnection,
     prepare_libvirt_for_process,
 )
+from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache, read_view
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.domain.models import (
@@ -271,3 +272,20 @@ def test_addresses_come_from_the_background_once_known(
     assert next(vm.ips for vm in ok(adapter.list_vms()) if vm.id == vm_id) == first
     other.lookupByUUIDString(vm_id).destroy()
     eventually(lambda: described(adapter, vm_id).ips == ())
+
+
+def test_a_read_that_raced_with_a_drop_is_not_kept(adapter: LibvirtHypervisor, other: Any) -> None:
+    vm_id = create(adapter, "race")
+    own = libvirt.open(URI)  # libvirt takes one callback per event and connection
+    cache = DomainCache(lambda _dom: ())
+    cache.attach(own)
+    dom = own.lookupByUUIDString(vm_id)
+    with cache.loading() as load:
+        stale = read_view(dom)
+        cache.forget(vm_id)  # an event (or our own write) while the read was on its way
+        load.keep_view(vm_id, stale)
+    assert cache.view(vm_id) is None
+    with cache.loading() as load:
+        load.keep_view(vm_id, read_view(dom))
+    assert cache.view(vm_id) is not None
+    own.close()

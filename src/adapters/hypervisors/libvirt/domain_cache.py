@@ -8,7 +8,8 @@ Describe then costs a dictionary lookup and never waits on a guest. What keeps i
 - a load that raced with a drop is not kept: every load takes a sequence number before it
   reads, and a drop bumps it;
 - a new connection (a reconnect) drops everything and registers the callbacks again, and a
-  connection that cannot deliver events, or is no longer alive, is never cached for;
+  connection that cannot deliver events, or is no longer alive, is never cached for (libvirt
+  takes one callback per event and connection, so a second cache on one connection is such);
 - guest addresses, the one read that can wait on a guest agent, are refreshed by one background
   thread, a bounded batch per tick, oldest first; reads show the last ones known.
 
