@@ -136,7 +136,7 @@ class ListedVM:
 
 class DomainCache:
     """Thread-safe: request threads read and load, libvirt's event thread drops, one thread
-    refreshes addresses. Keyed by lower-case UUID, as libvirt spells it."""
+    fills and refreshes. Keyed by lower-case UUID, as libvirt spells it."""
 
     def __init__(
         self,
@@ -320,7 +320,7 @@ class DomainCache:
         return known.ips if known is not None else None
 
     def read_addresses(self, vm_id: str, dom: VirDomain) -> tuple[str, ...]:
-        """Read now and remember: for a running domain whose addresses were never read."""
+        """Read now and remember: the refresher's way, and a first read's of a running domain."""
         with self.loading() as load:
             ips = self._read_addresses(dom)
             load.keep_addresses(vm_id, ips)
@@ -381,9 +381,11 @@ class DomainCache:
                 self.forget(vm_id)  # gone, or the connection is: the next read finds out
 
     def _refresh(self, conn: VirConnect, vm_id: str) -> None:
-        dom = conn.lookupByUUIDString(vm_id)
         view = self._views.get(vm_id)
-        if view is None or view.live is None:
+        if view is None:  # dropped since: whoever reads it next loads it
+            return
+        dom = conn.lookupByUUIDString(vm_id)
+        if view.live is None:
             with self.loading() as load:
                 view = read_view(dom)
                 load.keep_view(vm_id, view)
@@ -397,7 +399,7 @@ class DomainCache:
             self._refresher = threading.Thread(
                 target=_refresh_while_used,
                 args=(weakref.ref(self), self._wake, self._tick_seconds),
-                name="libvirt-addresses",
+                name="libvirt-domain-cache",
                 daemon=True,
             )
             self._refresher.start()
