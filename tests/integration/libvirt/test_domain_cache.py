@@ -289,3 +289,16 @@ def test_a_read_that_raced_with_a_drop_is_not_kept(adapter: LibvirtHypervisor, o
         load.keep_view(vm_id, read_view(dom))
     assert cache.view(vm_id) is not None
     own.close()
+
+
+def test_without_events_every_read_asks_libvirt(
+    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection], other: Any
+) -> None:
+    adapter, connection = adapter_and_connection
+    # libvirt takes one callback per event and connection: this second adapter gets none.
+    unsubscribed = LibvirtHypervisor(connection, ManualClock(), domain_type="test")
+    vm_id = create(adapter, "no-events", cpu=2)
+    ok(adapter.power_on(vm_id))
+    assert live_cpu(described(unsubscribed, vm_id)) == "2"
+    other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    assert live_cpu(described(unsubscribed, vm_id)) == "1"  # no event, yet seen at once
