@@ -168,6 +168,14 @@ def test_create_gives_up_on_a_create_that_never_finishes_with_a_retryable_error(
     assert waited <= clock.now() - 1_800_000_000.0 <= waited + POLL_SECONDS
 
 
+def test_a_same_named_vm_vanishing_while_it_is_read_is_looked_up_again(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    fake.faults.fail("find_by_name", ProviderError.vm_not_found("vm-92"), times=1)
+    made = ok(create_vm(fake, clock)(request("racing")))
+    assert ok(fake.find_by_name("racing")) == VMRecord(id=made.id, name="racing", owner=OWNER)
+
+
 def test_another_providers_unfinished_vm_is_a_name_clash(
     fake: FakeHypervisor, clock: ManualClock
 ) -> None:

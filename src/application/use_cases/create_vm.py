@@ -7,7 +7,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ports import Clock, VMLifecycle
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMRecord
 from pyrigaud.domain.tasks import TaskRef
@@ -57,6 +57,13 @@ class NewVMNames:
         give_up_at = self._clock.now() + WAIT_FOR_OTHER_CREATE_SECONDS
         while True:
             match self._lifecycle.find_by_name(name):
+                case Failure(ProviderError(kind=ErrorKind.NOT_FOUND)) as vanished:
+                    # The VM of that name went between finding and reading it (a racing
+                    # replica removed its losing copy): look again.
+                    if self._clock.now() >= give_up_at:
+                        return vanished
+                    self._clock.sleep(POLL_SECONDS)
+                    continue
                 case Failure(error):
                     return Failure(error)
                 case Success(None):

@@ -558,6 +558,11 @@ class VSphereHypervisor:
         row = self._vm_row(instance, vm._moId, ("name", "config.extraConfig"))
         return None if row is None else _vm_record(row)
 
+    def _owned_by(self, instance: Any, vm_id: str, owner: OwnerMark) -> bool:
+        """Whether the VM carries `owner`'s mark; one that is gone meanwhile carries none."""
+        row = self._vm_row(instance, vm_id, ("config.extraConfig",))
+        return row is not None and extra_config(row).get(OWNER_KEY, "") == owner.provider
+
     def _extra_config(self, instance: Any, vm_id: str) -> dict[str, str]:
         row = self._vm_row(instance, vm_id, ("config.extraConfig",))
         if row is None:
@@ -769,11 +774,7 @@ class VSphereHypervisor:
             for row in retrieve_all_vms(instance, ("name",))
             if row.get("name") == name
         ]
-        ours = [
-            vm_id
-            for vm_id in rivals
-            if self._extra_config(instance, vm_id).get(OWNER_KEY, "") == owner.provider
-        ]
+        ours = [vm_id for vm_id in rivals if self._owned_by(instance, vm_id, owner)]
         winner = min(ours or [mine], key=_moref_order)
         if winner != mine:
             with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
