@@ -31,6 +31,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/vmware/govmomi/simulator"
@@ -59,7 +60,9 @@ func main() {
 	password := flag.String("password", "pass", "login password")
 	idle := flag.Duration("idle-timeout", 0, "expire sessions idle this long (0: never)")
 	held := flag.Bool("held-task", false, "make a task that never finishes; print its MoRef second")
+	delays := flag.String("method-delay", "", "delay SOAP methods before they run: Name=ms[,Name=ms]")
 	flag.Parse()
+	model.DelayConfig.MethodDelay = methodDelays(*delays)
 
 	simulator.SessionIdleTimeout = *idle
 	if err := model.Create(); err != nil {
@@ -86,6 +89,23 @@ func main() {
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	<-signals
+}
+
+// methodDelays parses -method-delay: a test holds one step of a Create open this way.
+func methodDelays(spec string) map[string]int {
+	delays := map[string]int{}
+	for _, entry := range strings.Split(spec, ",") {
+		if entry == "" {
+			continue
+		}
+		name, ms, found := strings.Cut(entry, "=")
+		milliseconds, err := strconv.Atoi(ms)
+		if !found || err != nil {
+			log.Fatalf("vcsim-launcher: -method-delay entry %q is not Name=milliseconds", entry)
+		}
+		delays[name] = milliseconds
+	}
+	return delays
 }
 
 // corrected wraps the simulator's HTTP handler to fix CloneVM_Task and RevertToSnapshot_Task.
