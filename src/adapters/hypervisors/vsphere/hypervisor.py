@@ -710,7 +710,8 @@ class VSphereHypervisor:
                 ProviderError.already_exists(f"a VM named {name!r} exists and is not ours")
             )
         location = resolve(instance, merged(placement, self._defaults), source)
-        marks = {OWNER_KEY: owner.provider, BUILDING_KEY: f"{self._clock.now():.0f}"}
+        # Whole seconds, rounded down: the mark never claims a start later than the real one.
+        marks = {OWNER_KEY: owner.provider, BUILDING_KEY: str(int(self._clock.now()))}
         task = source.CloneVM_Task(
             folder=location.folder,
             name=name,
