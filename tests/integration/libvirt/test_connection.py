@@ -126,3 +126,21 @@ def test_calls_beyond_the_bound_wait_and_then_are_resource_exhausted() -> None:
     holder.join()
     assert connection.call(lambda conn: conn.getURI()) == "test:///default"
     connection.close()
+
+
+class CloseWatcher:
+    def __init__(self) -> None:
+        self.alive_when_told: list[bool] = []
+
+    def closing(self, conn: object) -> None:
+        self.alive_when_told.append(bool(conn.isAlive()))  # type: ignore[attr-defined]
+
+
+def test_close_hooks_see_the_connection_while_it_is_still_open() -> None:
+    connection = LibvirtConnection("test:///default")
+    watcher = CloseWatcher()
+    connection.on_close(watcher.closing)
+    connection.call(lambda conn: conn.getHostname())
+    connection.close()
+    connection.close()  # nothing open: nothing to tell
+    assert watcher.alive_when_told == [True]

@@ -7,8 +7,10 @@ event thread; a test that waits for one polls Describe until it changes (bounded
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -302,3 +304,13 @@ def test_without_events_every_read_asks_libvirt(
     assert live_cpu(described(unsubscribed, vm_id)) == "2"
     other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
     assert live_cpu(described(unsubscribed, vm_id)) == "1"  # no event, yet seen at once
+
+
+def test_closing_the_connection_first_deregisters_the_callbacks_so_it_is_freed(
+    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection],
+) -> None:
+    _, connection = adapter_and_connection
+    closed = weakref.ref(connection.call(lambda conn: conn))
+    connection.close()
+    # Registered callbacks would hold it for good; the refresher may still be listing on it.
+    eventually(lambda: gc.collect() >= 0 and closed() is None)

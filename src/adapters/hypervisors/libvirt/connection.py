@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -35,6 +36,7 @@ T = TypeVar("T")
 # libvirt-python has no type stubs: its objects are Any, and stay inside this package.
 VirConnect = Any
 Opener = Callable[[str], VirConnect]
+CloseHook = Callable[[VirConnect], object]
 
 KEEPALIVE_INTERVAL_SECONDS = 5
 KEEPALIVE_COUNT = 3
@@ -88,6 +90,7 @@ class LibvirtConnection:
 
     `opener` replaces libvirt's authenticated open (tests count calls with it);
     `on_reconnect` is told each time a lost connection is opened again (a metric).
+    Hooks added with `on_close` see each raw connection just before it is closed.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class LibvirtConnection:
         self._lock = threading.Lock()
         self._conn: VirConnect | None = None
         self._opened_before = False
+        self._close_hooks: list[weakref.WeakMethod[CloseHook]] = []
 
     def call(self, action: Callable[[VirConnect], T]) -> T:
         """Run `action` on the live connection; once more on a fresh one if it died meanwhile.
@@ -139,13 +143,29 @@ class LibvirtConnection:
         finally:
             self._slots.release()
 
+    def on_close(self, hook: CloseHook) -> None:
+        """Call the bound method `hook` with each raw connection before it is let go: just
+        before `close()` closes it, and when a dead one is replaced. Event callbacks must be
+        deregistered then: libvirt-python forgets them on close, and while they are registered
+        libvirt keeps the connection alive. Held weakly, so an adapter nobody uses still goes."""
+        with self._lock:
+            self._close_hooks.append(weakref.WeakMethod(hook))
+
     def close(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
             self._access.close()
         if conn is not None:
+            self._run_close_hooks(conn)
             with contextlib.suppress(libvirt.libvirtError):  # a dead one has nothing to release
                 conn.close()
+
+    def _run_close_hooks(self, conn: VirConnect) -> None:
+        with self._lock:
+            self._close_hooks = [ref for ref in self._close_hooks if ref() is not None]
+            hooks = [hook for ref in self._close_hooks if (hook := ref()) is not None]
+        for hook in hooks:
+            hook(conn)
 
     def _current(self) -> VirConnect:
         with self._lock:
@@ -155,9 +175,15 @@ class LibvirtConnection:
 
     def _reopen(self, dead: VirConnect) -> VirConnect:
         with self._lock:
-            if self._conn is dead or self._conn is None:
+            replaced = self._conn is dead
+            if replaced or self._conn is None:
                 self._conn = self._open()
-            return self._conn
+            conn = self._conn
+        if replaced:
+            # Calls in flight may still hold it: libvirt-python closes it once they let go,
+            # which the callbacks would otherwise prevent.
+            self._run_close_hooks(dead)
+        return conn
 
     def _open(self) -> VirConnect:
         """Open with the current credentials, and once more if re-reading them changed them."""

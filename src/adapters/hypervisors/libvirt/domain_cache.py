@@ -154,7 +154,8 @@ class DomainCache:
         self._read_addresses = read_addresses
         self._warm_up = warm_up
         self._cold: VirConnect | None = None  # a new connection no listing has read yet
-        self._filled: VirConnect | None = None  # the connection the refresher last filled for
+        # The connection the refresher last filled for, weakly: it must not keep a closed one.
+        self._filled: weakref.ref[VirConnect] | None = None
         self._tick_seconds = tick_seconds
         self._refreshes_per_tick = refreshes_per_tick
         self._address_max_age = address_max_age_seconds
@@ -178,7 +179,7 @@ class DomainCache:
         callbacks and an empty cache; a dead one stops caching until it is replaced."""
         if conn is self._conn:
             if self._caching and not _is_alive(conn):
-                self._detach(conn)
+                self.detach(conn)
             return
         with self._lock:
             if conn is self._conn:
@@ -201,12 +202,14 @@ class DomainCache:
         self._start_refresher()
         self._wake.set()
 
-    def _detach(self, conn: VirConnect) -> None:
+    def detach(self, conn: VirConnect) -> None:
+        """Stop caching for `conn` and deregister its callbacks: when it is dead, or about to
+        be closed (the connection's close hook), after which they could not be removed."""
         with self._lock:
             if self._conn is not conn:
                 return
             ids, self._callback_ids = self._callback_ids, []
-            self._conn, self._caching = None, False
+            self._conn, self._caching, self._cold = None, False, None
             self._reset_locked()
         _deregister(conn, ids)
 
@@ -368,8 +371,8 @@ class DomainCache:
         conn = self._conn
         if conn is None or not self._caching:
             return
-        if conn is not self._filled:
-            self._filled = conn
+        if self._filled is None or self._filled() is not conn:
+            self._filled = weakref.ref(conn)
             try:
                 self._warm_up(conn)
             except libvirt.libvirtError as error:  # Describe and ListVMs then load themselves

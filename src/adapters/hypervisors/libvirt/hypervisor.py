@@ -228,6 +228,7 @@ class LibvirtHypervisor:
         self._domains = DomainCache(
             _addresses, warm_up=lambda conn: self._list(conn, warm_up_only=True)
         )
+        connection.on_close(self._domains.detach)
         # One listing at a time (the cache's warm-up is one): a second would redo the same reads.
         self._listing = threading.Lock()
         # What the last listing answered per VM, reused while its inputs are the same objects.
