@@ -454,10 +454,10 @@ class LibvirtHypervisor:
         )
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self._run(
-            f"delete snapshot {snapshot_id!r} of {vm_id!r}",
-            lambda conn: _snapshot(_by_id(conn, vm_id), snapshot_id).delete(0),
-        )
+        def delete(conn: VirConnect) -> None:
+            _snapshot(_by_id(conn, vm_id), snapshot_id).delete(0)
+
+        return self._run(f"delete snapshot {snapshot_id!r} of {vm_id!r}", delete)
 
     @_rereads_vm
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
