@@ -157,9 +157,8 @@ def test_uefi_and_secure_boot_reach_the_domain_os(host: Any) -> None:
     vm_id = ok(adapter.create(request("uefi-vm", vm_class=vm_class), OWNER))
     root = inactive_xml(connection, vm_id)
     assert root.find("os").get("firmware") == "efi"  # type: ignore[union-attr]
-    feature = root.find("os/firmware/feature")
-    assert feature is not None
-    assert (feature.get("name"), feature.get("enabled")) == ("secure-boot", "yes")
+    features = {f.get("name"): f.get("enabled") for f in root.iterfind("os/firmware/feature")}
+    assert features == {"secure-boot": "yes", "enrolled-keys": "yes"}
     assert root.find("features/smm").get("state") == "on"  # type: ignore[union-attr]
     assert ok(adapter.vm_info(vm_id)).provider_raw["firmware"] == "UEFI"  # type: ignore[union-attr]
     ok(adapter.delete(vm_id))  # the test driver refuses the NVRAM flag: delete still works

@@ -1,14 +1,17 @@
 """Firmware on the real daemon: what getDomainCapabilities offers is honoured, the rest refused.
 
-CI installs OVMF and swtpm (scripts/libvirtd.sh), so UEFI must work there. Secure boot needs
-a machine with SMM (q35); the domain gets the host's default machine, so whether it is
-honoured or refused by name follows what the capabilities say for that machine.
+CI installs OVMF and swtpm (scripts/libvirtd.sh), so UEFI and secure boot must work there.
+Secure boot needs a machine with SMM: such a domain gets q35 (others the host's default
+machine), so whether it is honoured or refused by name follows what the capabilities say
+for q35.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from typing import Any
+
+import libvirt
 
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
 from pyrigaud.domain.errors import ErrorKind
@@ -20,8 +23,8 @@ from support import error_of, ok
 OWNER = OwnerMark(provider="tests/firmware")
 
 
-def offered(conn: Any, path: str) -> set[str]:
-    caps = ET.fromstring(conn.getDomainCapabilities(None, None, None, "qemu", 0))
+def offered(conn: Any, path: str, machine: str | None = None) -> set[str]:
+    caps = ET.fromstring(conn.getDomainCapabilities(None, None, machine, "qemu", 0))
     return {value.text or "" for value in caps.findall(f"{path}/value")}
 
 
@@ -42,13 +45,31 @@ def test_uefi_is_offered_and_honoured(qemu: Harness, conn: Any) -> None:
 def test_secure_boot_follows_the_host(qemu: Harness, conn: Any) -> None:
     request = CreateRequest(name="secure-guest", vm_class=uefi_class(secure_boot=True))
     result = qemu.adapter.create(request, OWNER)
-    if "yes" in offered(conn, "os/loader/enum[@name='secure']"):
+    if "yes" in offered(conn, "os/loader/enum[@name='secure']", "q35"):
         ok(qemu.adapter.delete(ok(result)))
     else:
         error = error_of(result)
         assert error.kind is ErrorKind.FAILED_PRECONDITION
         assert "security.secureBoot" in error.message
         assert ok(qemu.adapter.find_by_name("secure-guest")) is None
+
+
+def test_a_secure_boot_guest_starts_on_q35_with_a_secure_loader(qemu: Harness, conn: Any) -> None:
+    assert "yes" in offered(conn, "os/loader/enum[@name='secure']", "q35"), "install ovmf"
+    request = CreateRequest(
+        name="secure-running", image=qemu.image, vm_class=uefi_class(secure_boot=True)
+    )
+    vm_id = ok(qemu.adapter.create(request, OWNER))
+    ok(qemu.adapter.power_on(vm_id))
+    dom = conn.lookupByUUIDString(vm_id)
+    assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    root = ET.fromstring(dom.XMLDesc(0))
+    assert "q35" in root.find("os/type").get("machine", "")  # type: ignore[union-attr]
+    loader = root.find("os/loader")
+    assert loader is not None
+    assert loader.get("secure") == "yes"
+    assert root.find("features/smm").get("state") == "on"  # type: ignore[union-attr]
+    ok(qemu.adapter.delete(vm_id))
 
 
 def test_a_vtpm_follows_the_host(qemu: Harness, conn: Any) -> None:

@@ -15,6 +15,8 @@ from pyrigaud.domain.models import Firmware
 KIB_PER_MIB = 1024
 HOT_ADD_FACTOR = 4  # hot-add headroom: up to 4x the created size without a reboot
 MEMORY_HOTPLUG_SLOTS = 16
+# Secure boot needs SMM, which the default i440fx machine lacks.
+SECURE_BOOT_MACHINE = "q35"
 DISK_TARGETS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -61,6 +63,7 @@ class DomainFacts:
     max_vcpus: int
     memory_mib: int
     max_memory_mib: int
+    free_memory_slots: int  # for hot-added DIMMs; 0 without memory hot-add
     firmware: str
     disks: tuple[DiskDevice, ...]
     nics: tuple[NicDevice, ...]
@@ -91,14 +94,16 @@ def render_domain(definition: DomainDefinition) -> str:
     ).text = str(definition.max_vcpus)
     os_attributes = {"firmware": "efi"} if definition.firmware is Firmware.UEFI else {}
     os_element = ET.SubElement(root, "os", os_attributes)
-    ET.SubElement(os_element, "type").text = "hvm"
+    machine = {"machine": SECURE_BOOT_MACHINE} if definition.secure_boot else {}
+    ET.SubElement(os_element, "type", machine).text = "hvm"
     # Without ACPI, QEMU guests ignore graceful shutdown and the PCI bus refuses hot-plug.
     features = ET.SubElement(root, "features")
     ET.SubElement(features, "acpi")
     ET.SubElement(features, "apic")
     if definition.secure_boot:
         firmware = ET.SubElement(os_element, "firmware")
-        ET.SubElement(firmware, "feature", {"enabled": "yes", "name": "secure-boot"})
+        for feature in ("secure-boot", "enrolled-keys"):  # the loader and varstore to pick
+            ET.SubElement(firmware, "feature", {"enabled": "yes", "name": feature})
         ET.SubElement(features, "smm", {"state": "on"})
     ET.SubElement(os_element, "boot", {"dev": "hd"})
     if definition.max_memory_mib:
@@ -191,13 +196,17 @@ def parse_domain(xml: str) -> DomainFacts:
         (node for node in devices if node.tag == "graphics" and node.get("type") == "vnc"), None
     )
     port = int(vnc.get("port", "-1")) if vnc is not None else -1
+    max_memory = top.get("maxMemory")
+    slots = int(max_memory.get("slots", "0")) if max_memory is not None else 0
+    dimms = sum(1 for node in devices if node.tag == "memory")
     return DomainFacts(
         name=_text(top.get("name")),
         uuid=_text(top.get("uuid")),
         vcpus=vcpus,
         max_vcpus=max_vcpus,
         memory_mib=_kib_of(top.get("memory")) // KIB_PER_MIB,
-        max_memory_mib=_kib_of(top.get("maxMemory")) // KIB_PER_MIB,
+        max_memory_mib=_kib_of(max_memory) // KIB_PER_MIB,
+        free_memory_slots=max(0, slots - dimms),
         firmware=firmware,
         disks=tuple(
             disk
@@ -266,9 +275,33 @@ def with_resources(xml: str, vcpus: int | None, memory_mib: int | None) -> str:
             max_memory.text = str(memory_mib * KIB_PER_MIB)
             max_memory.set("unit", "KiB")
         _set_memory(root, memory_mib)
+        # The new total boots as one cell: DIMMs kept here would count twice.
+        devices = root.find("devices")
+        if devices is not None:
+            for dimm in devices.findall("memory"):
+                devices.remove(dimm)
     if root.find("cpu/numa/cell") is not None:
-        _set_numa_cell(root, max_vcpus, _kib(root, "memory") // KIB_PER_MIB)
+        _set_numa_cell(root, max_vcpus, memory_mib)
     return ET.tostring(root, encoding="unicode")
+
+
+def dimm_xml(size_mib: int) -> str:
+    """A DIMM for NUMA cell 0 (the only one pyrigaud defines): live memory hot-add."""
+    element = ET.Element("memory", {"model": "dimm"})
+    target = ET.SubElement(element, "target")
+    ET.SubElement(target, "size", {"unit": "KiB"}).text = str(size_mib * KIB_PER_MIB)
+    ET.SubElement(target, "node").text = "0"
+    return ET.tostring(element, encoding="unicode")
+
+
+def awaiting_power_cycle(live: DomainFacts, persistent: DomainFacts) -> tuple[str, ...]:
+    """What the next boot changes: the running domain differs from its definition."""
+    waiting = []
+    if live.vcpus != persistent.vcpus:
+        waiting.append("cpu")
+    if live.memory_mib != persistent.memory_mib:
+        waiting.append("memory")
+    return tuple(waiting)
 
 
 def cloned_domain(
@@ -348,8 +381,9 @@ def _set_memory(root: ET.Element, memory_mib: int) -> None:
         element.text = str(memory_mib * KIB_PER_MIB)
 
 
-def _set_numa_cell(root: ET.Element, max_vcpus: int, memory_mib: int) -> None:
-    """Memory hotplug needs a NUMA cell that spans every vCPU and all boot memory."""
+def _set_numa_cell(root: ET.Element, max_vcpus: int, memory_mib: int | None) -> None:
+    """Memory hotplug needs a NUMA cell that spans every vCPU and all boot memory (`None`:
+    the cell keeps its memory)."""
     cpu = root.find("cpu")
     if cpu is None:
         cpu = ET.SubElement(root, "cpu")
@@ -360,5 +394,6 @@ def _set_numa_cell(root: ET.Element, max_vcpus: int, memory_mib: int) -> None:
     if cell is None:
         cell = ET.SubElement(numa, "cell", {"id": "0"})
     cell.set("cpus", f"0-{max_vcpus - 1}")
-    cell.set("memory", str(memory_mib * KIB_PER_MIB))
-    cell.set("unit", "KiB")
+    if memory_mib is not None:
+        cell.set("memory", str(memory_mib * KIB_PER_MIB))
+        cell.set("unit", "KiB")

@@ -1,8 +1,9 @@
 """Whether the host can give a VM class the firmware it asks for: UEFI, secure boot, a vTPM.
 
-Asked of libvirt's domain capabilities for the domain type pyrigaud defines (and the host's
-default machine, which is what the domain XML gets), before anything is made, so a class the
-host cannot honour is refused by name instead of failing half-way or being quietly ignored.
+Asked of libvirt's domain capabilities for the domain type and machine pyrigaud defines (q35
+for secure boot, which needs SMM; else the host's default machine), before anything is made, so
+a class the host cannot honour is refused by name instead of failing half-way or being quietly
+ignored.
 Domain capabilities take QEMU a while to answer: they are kept per connection (a reopened
 connection asks again, e.g. after firmware was installed on the host).
 """
@@ -16,6 +17,7 @@ import xml.etree.ElementTree as ET
 import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SECURE_BOOT_MACHINE
 from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError, error_code
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
@@ -28,9 +30,9 @@ TPM_MODEL_BY_VERSION = {"2.0": "tpm-crb", "1.2": "tpm-tis"}
 _UNANSWERED_CODES = frozenset({libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_OPERATION_UNSUPPORTED})
 
 _lock = threading.Lock()
-_by_connection: weakref.WeakKeyDictionary[object, dict[str, ET.Element | None]] = (
-    weakref.WeakKeyDictionary()
-)
+_by_connection: weakref.WeakKeyDictionary[
+    object, dict[tuple[str, str | None], ET.Element | None]
+] = weakref.WeakKeyDictionary()
 
 
 def tpm_version_of(vm_class: VMClass) -> str:
@@ -55,7 +57,8 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
         )
     if not (uefi or tpm_version):
         return
-    capabilities = _domain_capabilities(conn, domain_type)
+    machine_asked = SECURE_BOOT_MACHINE if security.secure_boot else None
+    capabilities = _domain_capabilities(conn, domain_type, machine_asked)
     if capabilities is None:
         return
     machine = capabilities.findtext("machine", "the default machine")
@@ -92,13 +95,17 @@ def _values(capabilities: ET.Element, path: str) -> set[str]:
     return {value.text or "" for value in capabilities.findall(f"{path}/value")}
 
 
-def _domain_capabilities(conn: VirConnect, domain_type: str) -> ET.Element | None:
+def _domain_capabilities(
+    conn: VirConnect, domain_type: str, machine: str | None
+) -> ET.Element | None:
+    """`machine` None: the host's default one."""
+    key = (domain_type, machine)
     with _lock:
         known = _by_connection.setdefault(conn, {})
-        if domain_type in known:
-            return known[domain_type]
+        if key in known:
+            return known[key]
     try:
-        xml = conn.getDomainCapabilities(None, None, None, domain_type, 0)
+        xml = conn.getDomainCapabilities(None, None, machine, domain_type, 0)
     except libvirt.libvirtError as error:
         if error_code(error) not in _UNANSWERED_CODES:
             raise
@@ -106,5 +113,5 @@ def _domain_capabilities(conn: VirConnect, domain_type: str) -> ET.Element | Non
     else:
         capabilities = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
     with _lock:
-        known[domain_type] = capabilities
+        known[key] = capabilities
     return capabilities

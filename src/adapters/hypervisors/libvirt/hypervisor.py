@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import secrets
@@ -17,7 +18,7 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import libvirt
@@ -35,12 +36,13 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     HOT_ADD_FACTOR,
-    KIB_PER_MIB,
     DiskDevice,
     DomainDefinition,
     DomainFacts,
     NicDevice,
+    awaiting_power_cycle,
     cloned_domain,
+    dimm_xml,
     disk_element,
     disk_target,
     parse_domain,
@@ -122,6 +124,8 @@ from pyrigaud.domain.tasks import TaskState
 T = TypeVar("T")
 P = ParamSpec("P")
 VirDomain = Any
+
+logger = logging.getLogger(__name__)
 
 LIBVIRT_CAPABILITIES = Capabilities(
     supports_reconfigure_online=True,
@@ -367,7 +371,7 @@ class LibvirtHypervisor:
                 power_state=_power(view.state),
                 ips=self._last_addresses(conn, view, dom),
                 console_url=f"vnc://127.0.0.1:{live.vnc_port}" if live.vnc_port else "",
-                raw=_raw(view.facts.uuid, live, view.state),
+                raw=_raw(view.facts.uuid, live, view.state, persistent=view.facts),
             )
 
         return self._run(f"describe {vm_id!r}", describe)
@@ -737,9 +741,21 @@ class LibvirtHypervisor:
         if changes.cpu is None and changes.memory_mib is None:
             return
         inactive = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-        conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))
-        if running:
-            _apply_live(dom, changes)
+        # Live first, the definition last: its event tells every replica's cache to reread.
+        waiting = _apply_live(dom, changes) if running else []
+        try:
+            conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))
+        except libvirt.libvirtError as error:
+            if not waiting or error_code(error) not in REFUSED_VARIANT_CODES:
+                raise
+            raise AdapterError(
+                ProviderError.failed_precondition(
+                    f"{_blockers(waiting)} (the next boot's configuration was refused too: "
+                    f"{error.get_error_message()})"
+                )
+            ) from error
+        if waiting:
+            logger.info("VM %s waits for a power cycle: %s", facts.name, _blockers(waiting))
 
     def _clone(self, conn: VirConnect, request: CloneRequest, owner: OwnerMark) -> str:
         source = _by_id(conn, request.source_vm_id)
@@ -1071,21 +1087,71 @@ def _start(dom: VirDomain) -> None:
         dom.create()
 
 
-def _apply_live(dom: VirDomain, changes: VMChanges) -> None:
-    """Hot-add within the headroom set at create; what is refused waits for the next boot."""
-    attempts: list[Callable[[], object]] = []
-    if changes.cpu is not None:
+@dataclass(frozen=True)
+class _Waiting:
+    """A change a running VM cannot take now: why, and what a power cycle would change."""
+
+    reason: str
+    what: str  # "CPUs" or "memory"
+
+
+def _apply_live(dom: VirDomain, changes: VMChanges) -> list[_Waiting]:
+    """Hot-add within the headroom set at create (vCPUs, memory DIMMs); returns what waits
+    for the next boot, and why. Nothing is removed live: shrinking waits too."""
+    live = parse_domain(dom.XMLDesc(0))
+    waiting: list[_Waiting] = []
+    if changes.cpu is not None and changes.cpu != live.vcpus:
         cpu = changes.cpu
-        attempts.append(lambda: dom.setVcpusFlags(cpu, libvirt.VIR_DOMAIN_AFFECT_LIVE))
-    if changes.memory_mib is not None:
-        kib = changes.memory_mib * KIB_PER_MIB
-        attempts.append(lambda: dom.setMemoryFlags(kib, libvirt.VIR_DOMAIN_AFFECT_LIVE))
-    for attempt in attempts:
-        try:
-            attempt()
-        except libvirt.libvirtError as error:
-            if error_code(error) not in REFUSED_VARIANT_CODES:
-                raise
+        waiting += _hot_add(
+            _Waiting(_cpu_blocker(live, cpu), "CPUs"),
+            lambda: dom.setVcpusFlags(cpu, libvirt.VIR_DOMAIN_AFFECT_LIVE),
+        )
+    if changes.memory_mib is not None and changes.memory_mib != live.memory_mib:
+        dimm = dimm_xml(changes.memory_mib - live.memory_mib)
+        waiting += _hot_add(
+            _Waiting(_memory_blocker(live, changes.memory_mib), "memory"),
+            lambda: dom.attachDeviceFlags(dimm, libvirt.VIR_DOMAIN_AFFECT_LIVE),
+        )
+    return waiting
+
+
+def _hot_add(blocked: _Waiting, attempt: Callable[[], object]) -> list[_Waiting]:
+    """`blocked.reason` empty: try it; a hypervisor that refuses makes it wait as well."""
+    if blocked.reason:
+        return [blocked]
+    try:
+        attempt()
+    except libvirt.libvirtError as error:
+        if error_code(error) not in REFUSED_VARIANT_CODES:
+            raise
+        return [replace(blocked, reason=f"the hypervisor refused: {error.get_error_message()}")]
+    return []
+
+
+def _cpu_blocker(live: DomainFacts, cpu: int) -> str:
+    if cpu < live.vcpus:
+        return "CPUs are not removed from a running VM"
+    if live.max_vcpus <= live.vcpus:
+        return "CPU hot-add disabled"
+    if cpu > live.max_vcpus:
+        return f"CPU hot-add goes up to {live.max_vcpus}"
+    return ""
+
+
+def _memory_blocker(live: DomainFacts, memory_mib: int) -> str:
+    if memory_mib < live.memory_mib:
+        return "memory is not removed from a running VM"
+    if not live.max_memory_mib:
+        return "memory hot-add disabled"
+    if memory_mib > live.max_memory_mib:
+        return f"memory hot-add goes up to {live.max_memory_mib} MiB"
+    if not live.free_memory_slots:
+        return "every memory hot-add slot is used"
+    return ""
+
+
+def _blockers(waiting: list[_Waiting]) -> str:
+    return "; ".join(f"{item.reason}; power off to change {item.what}" for item in waiting)
 
 
 # --- disks ------------------------------------------------------------------------------------
@@ -1299,8 +1365,15 @@ def _info(
     )
 
 
-def _raw(vm_id: str, facts: DomainFacts, state: int) -> dict[str, str]:
+def _raw(
+    vm_id: str, facts: DomainFacts, state: int, *, persistent: DomainFacts | None = None
+) -> dict[str, str]:
+    """`persistent` (with the live `facts`) adds what waits for a power cycle: read from
+    libvirt both times, so every replica says the same."""
     owner = facts.metadata.owner if facts.metadata and facts.metadata.owner else None
+    waiting = {}
+    if persistent is not None:
+        waiting["pendingPowerCycle"] = ",".join(awaiting_power_cycle(facts, persistent))
     return {
         "id": vm_id,
         "name": facts.name,
@@ -1310,6 +1383,7 @@ def _raw(vm_id: str, facts: DomainFacts, state: int) -> dict[str, str]:
         "memory_mib": str(facts.memory_mib),
         "firmware": facts.firmware,
         "owner": owner.provider if owner else "",
+        **waiting,
     }
 
 
