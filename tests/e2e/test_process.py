@@ -306,6 +306,32 @@ def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
                 assert vm_id.startswith("vm-")
                 described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20)
                 assert (described.exists, described.power_state) == (True, "Off")
+                desired = json.dumps({"Class": {"CPU": 3}})
+                snapshot = stub.SnapshotCreate(
+                    pb.SnapshotCreateRequest(vm_id=vm_id, name_hint="before"), timeout=60
+                ).snapshot_id
+                tasks = [
+                    stub.Reconfigure(
+                        pb.ReconfigureRequest(id=vm_id, desired_json=desired), timeout=60
+                    ).task,
+                    stub.HardwareUpgrade(pb.HardwareUpgradeRequest(id=vm_id), timeout=60).task,
+                    stub.Power(pb.PowerRequest(id=vm_id, op=pb.POWER_OP_ON), timeout=60).task,
+                ]
+                described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20)
+                assert described.power_state == "On"
+                assert json.loads(described.provider_raw_json)["numCPU"] == "3"
+                revert = pb.SnapshotRevertRequest(vm_id=vm_id, snapshot_id=snapshot)
+                removal = pb.SnapshotDeleteRequest(vm_id=vm_id, snapshot_id=snapshot)
+                tasks += [
+                    stub.SnapshotRevert(revert, timeout=60).task,
+                    stub.SnapshotDelete(removal, timeout=60).task,
+                ]
+                for task in tasks:  # the simulator ends every Task within its call
+                    assert task.id.startswith("vsphere-task:")
+                    status = stub.TaskStatus(pb.TaskStatusRequest(task=task), timeout=10)
+                    assert (status.done, status.error) == (True, "")
+                described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20)
+                assert json.loads(described.provider_raw_json)["numCPU"] == "2"  # the snapshot's
                 stub.Delete(pb.DeleteRequest(id=vm_id), timeout=60)
                 assert not stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20).exists
         finally:

@@ -22,7 +22,11 @@ from pyrigaud.application.use_cases.disks import ExportDisk
 from pyrigaud.application.use_cases.power_vm import STALE_SHUTDOWN_SECONDS, PowerVM
 from pyrigaud.application.use_cases.prepare_image import PrepareImage
 from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
-from pyrigaud.application.use_cases.snapshots import CreateSnapshot
+from pyrigaud.application.use_cases.snapshots import (
+    CreateSnapshot,
+    DeleteSnapshot,
+    RevertSnapshot,
+)
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.domain.errors import ErrorKind, ProviderError
@@ -264,6 +268,31 @@ def test_power_on_of_a_running_vm_and_off_of_a_stopped_vm_do_nothing(
     assert ok(fake.power_state(vm_id)) is PowerState.ON
 
 
+def test_on_off_and_reboot_finish_within_the_call_and_clear_a_recorded_deadline(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    power = PowerVM(fake, clock)
+    ok(fake.request_shutdown(vm_id, int(clock.now()) + 60))  # left over while the VM was off
+    assert ok(power(vm_id, PowerOp.ON, 0)) is None
+    assert ok(fake.shutdown_deadline(vm_id)) is None
+    assert ok(power(vm_id, PowerOp.REBOOT, 0)) is None
+    fake.guest_honors_shutdown = False
+    ok(fake.request_shutdown(vm_id, int(clock.now()) + 60))
+    assert ok(power(vm_id, PowerOp.OFF, 0)) is None
+    assert ok(fake.shutdown_deadline(vm_id)) is None
+    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+
+
+def test_power_on_starts_nothing_when_the_recorded_deadline_cannot_be_cleared(
+    fake: FakeHypervisor, clock: ManualClock
+) -> None:
+    vm_id = create(fake)
+    fake.faults.fail("clear_shutdown_deadline", ProviderError.unavailable("host went away"))
+    assert error_kind(PowerVM(fake, clock)(vm_id, PowerOp.ON, 0)) is ErrorKind.UNAVAILABLE
+    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+
+
 def test_a_paused_vm_is_off_and_power_on_resumes_it(
     fake: FakeHypervisor, clock: ManualClock
 ) -> None:
@@ -394,7 +423,8 @@ def test_task_status_while_the_hypervisor_is_down_is_still_running(
 def test_reconfigure_applies_growth_and_refuses_shrinking_disks(fake: FakeHypervisor) -> None:
     vm_id = create(fake, disks=(DiskSpec(size_gib=10),))
     reconfigure = ReconfigureVM(fake, fake)
-    ok(reconfigure(vm_id, VMChanges(cpu=4, memory_mib=4096, disks=(DiskSpec(size_gib=15),))))
+    grown = reconfigure(vm_id, VMChanges(cpu=4, memory_mib=4096, disks=(DiskSpec(size_gib=15),)))
+    assert ok(grown) is None  # done within the call: no task
     info = ok(fake.vm_info(vm_id))
     assert info is not None
     assert (info.cpu, info.memory_mib, info.disks[1].size_gib) == (4, 4096, 15)
@@ -425,10 +455,22 @@ def test_reconfigure_of_a_missing_vm_is_not_found(fake: FakeHypervisor) -> None:
 def test_hardware_upgrade_rules(fake: FakeHypervisor) -> None:
     vm_id = create(fake)
     upgrade = UpgradeHardware(fake, fake)
-    ok(upgrade(vm_id, 20))
+    assert ok(upgrade(vm_id, 20)) is None  # done within the call: no task
     assert error_kind(upgrade(vm_id, 15)) is ErrorKind.FAILED_PRECONDITION
     ok(fake.power_on(vm_id))
     assert error_kind(upgrade(vm_id, 0)) is ErrorKind.FAILED_PRECONDITION
+
+
+def test_snapshot_delete_and_revert_finish_within_the_call(fake: FakeHypervisor) -> None:
+    vm_id = create(fake)
+    snapshot = ok(fake.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
+    ok(ReconfigureVM(fake, fake)(vm_id, VMChanges(cpu=4)))
+    assert ok(RevertSnapshot(fake, fake)(vm_id, snapshot.id)) is None
+    info = ok(fake.vm_info(vm_id))
+    assert info is not None
+    assert info.cpu == 2
+    assert ok(DeleteSnapshot(fake, fake)(vm_id, snapshot.id)) is None
+    assert error_kind(RevertSnapshot(fake, fake)(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
 
 
 # --- Capability gating ------------------------------------------------------------------------

@@ -8,20 +8,24 @@ from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.tasks import TaskRef
 
 
 class PowerControl(Protocol):
+    """power_on, power_off and reboot answer None when done within the call, else the
+    hypervisor's own task doing it (one that any replica's TaskTracker answers)."""
+
     def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]: ...
 
-    def power_on(self, vm_id: str) -> Result[None, ProviderError]:
+    def power_on(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         """Bring an Off VM (shut off, paused, suspended, crashed) back to running."""
         ...
 
-    def power_off(self, vm_id: str) -> Result[None, ProviderError]:
+    def power_off(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         """Hard power-off."""
         ...
 
-    def reboot(self, vm_id: str) -> Result[None, ProviderError]:
+    def reboot(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         """Guest reboot where the guest can do it, else a reset."""
         ...
 

@@ -8,6 +8,7 @@ from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Snapshot, SnapshotRequest
+from pyrigaud.domain.tasks import TaskRef
 
 
 class Snapshots(Protocol):
@@ -15,8 +16,15 @@ class Snapshots(Protocol):
         """With memory state where possible when asked, else disk-only, else FAILED_PRECONDITION."""
         ...
 
-    def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]: ...
+    def delete_snapshot(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        """None when done within the call, else the hypervisor's task doing it."""
+        ...
 
-    def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        """Restore disks, CPU and memory configuration (and memory state if captured)."""
+    def revert_snapshot(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        """Restore disks, CPU and memory configuration (and memory state if captured); None
+        when done within the call, else the hypervisor's task doing it."""
         ...

@@ -8,6 +8,7 @@ from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
+from pyrigaud.domain.tasks import TaskRef
 
 
 class VMLifecycle(Protocol):
@@ -36,13 +37,18 @@ class VMLifecycle(Protocol):
         """Remove the VM and its own disks; NOT_FOUND when it does not exist."""
         ...
 
-    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[TaskRef | None, ProviderError]:
         """Apply CPU, memory and disk growth, online where possible, else for the next boot.
 
-        FAILED_PRECONDITION names what blocks a change the hypervisor can make neither way.
+        None when done within the call; else the hypervisor's own task doing it (one that any
+        replica's TaskTracker answers). FAILED_PRECONDITION names what blocks a change the
+        hypervisor can make neither way.
         """
         ...
 
-    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
-        """Raise the VM's virtual hardware version (0: the newest the host supports)."""
+    def upgrade_hardware(
+        self, vm_id: str, target_version: int
+    ) -> Result[TaskRef | None, ProviderError]:
+        """Raise the VM's virtual hardware version (0: the newest the host supports); None
+        when done within the call, else the hypervisor's task doing it."""
         ...

@@ -22,7 +22,12 @@ class PowerVM:
     def __call__(
         self, vm_id: str, op: PowerOp, graceful_timeout_seconds: int
     ) -> Result[TaskRef | None, ProviderError]:
-        """None means done; a TaskRef means a graceful shutdown is in flight."""
+        """None means done; a TaskRef means the change is under way: a graceful shutdown in
+        flight, or the hypervisor's own task for ON, OFF and REBOOT.
+
+        A recorded shutdown deadline is cleared before ON and OFF start rather than after they
+        end, so no second change of the VM has to wait on (or race) the power task.
+        """
         match self._power.power_state(vm_id):
             case Failure(error):
                 return Failure(error)
@@ -32,15 +37,13 @@ class PowerVM:
             case PowerOp.ON:
                 if state is PowerState.ON:
                     return Success(None)
-                return (
-                    self._power.power_on(vm_id)
-                    .bind(lambda _: self._power.clear_shutdown_deadline(vm_id))
-                    .map(lambda _: None)
+                return self._power.clear_shutdown_deadline(vm_id).bind(
+                    lambda _: self._power.power_on(vm_id)
                 )
             case PowerOp.OFF:
                 if state is PowerState.OFF:
                     return Success(None)
-                return self._force_off(vm_id).map(lambda _: None)
+                return self._force_off(vm_id)
             case PowerOp.REBOOT:
                 if state is PowerState.OFF:
                     return Failure(
@@ -48,15 +51,15 @@ class PowerVM:
                             f"VM {vm_id!r} is off; power it on instead of rebooting it"
                         )
                     )
-                return self._power.reboot(vm_id).map(lambda _: None)
+                return self._power.reboot(vm_id)
             case PowerOp.SHUTDOWN_GRACEFUL:
                 if state is PowerState.OFF:
                     return Success(None)
                 return self._shutdown(vm_id, graceful_timeout_seconds)
 
-    def _force_off(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._power.power_off(vm_id).bind(
-            lambda _: self._power.clear_shutdown_deadline(vm_id)
+    def _force_off(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        return self._power.clear_shutdown_deadline(vm_id).bind(
+            lambda _: self._power.power_off(vm_id)
         )
 
     def _shutdown(self, vm_id: str, timeout: int) -> Result[TaskRef | None, ProviderError]:
@@ -69,7 +72,7 @@ class PowerVM:
                 return Success(ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref())
             case Success(int() as deadline) if now - deadline <= STALE_SHUTDOWN_SECONDS:
                 # The guest ignored the request and the timeout has passed: fall back.
-                return self._force_off(vm_id).map(lambda _: None)
+                return self._force_off(vm_id)
         deadline = now + (timeout or DEFAULT_GRACEFUL_TIMEOUT_SECONDS)
         return self._power.request_shutdown(vm_id, deadline).map(
             lambda _: ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref()

@@ -9,6 +9,7 @@ from pyrigaud.application.use_cases.capabilities import require
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskSpec, VMChanges, VMInfo
 from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.tasks import TaskRef
 
 
 class ReconfigureVM:
@@ -16,11 +17,12 @@ class ReconfigureVM:
         self._lifecycle = lifecycle
         self._inventory = inventory
 
-    def __call__(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+    def __call__(self, vm_id: str, changes: VMChanges) -> Result[TaskRef | None, ProviderError]:
         """Apply what differs; disks only grow, CPU and memory shrink only while off.
 
-        A Reconfigure that reports success must have changed what was asked: the adapter
-        either applies each change (online or for the next boot) or refuses it.
+        A Reconfigure that reports success (or whose task does) must have changed what was
+        asked: the adapter either applies each change (online or for the next boot) or
+        refuses it. None means done; a TaskRef is the hypervisor's task doing it.
         """
         match self._inventory.vm_info(vm_id):
             case Failure(error):
@@ -85,7 +87,8 @@ class UpgradeHardware:
         self._lifecycle = lifecycle
         self._capabilities = capabilities
 
-    def __call__(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
+    def __call__(self, vm_id: str, target_version: int) -> Result[TaskRef | None, ProviderError]:
+        """None means done; a TaskRef is the hypervisor's task doing it."""
         supported = self._capabilities.capabilities().supports_hardware_upgrade
         return require(supported, "virtual hardware upgrades").bind(
             lambda _: self._lifecycle.upgrade_hardware(vm_id, target_version)

@@ -8,6 +8,7 @@ from pyrigaud.application.ports import CapabilitySource, Snapshots
 from pyrigaud.application.use_cases.capabilities import require
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Snapshot, SnapshotRequest
+from pyrigaud.domain.tasks import TaskRef
 
 
 class CreateSnapshot:
@@ -30,7 +31,8 @@ class DeleteSnapshot:
         self._snapshots = snapshots
         self._capabilities = capabilities
 
-    def __call__(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+    def __call__(self, vm_id: str, snapshot_id: str) -> Result[TaskRef | None, ProviderError]:
+        """None means done; a TaskRef is the hypervisor's task doing it."""
         return require(self._capabilities.capabilities().supports_snapshots, "snapshots").bind(
             lambda _: self._snapshots.delete_snapshot(vm_id, snapshot_id)
         )
@@ -41,7 +43,8 @@ class RevertSnapshot:
         self._snapshots = snapshots
         self._capabilities = capabilities
 
-    def __call__(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+    def __call__(self, vm_id: str, snapshot_id: str) -> Result[TaskRef | None, ProviderError]:
+        """None means done; a TaskRef is the hypervisor's task doing it."""
         return require(self._capabilities.capabilities().supports_snapshots, "snapshots").bind(
             lambda _: self._snapshots.revert_snapshot(vm_id, snapshot_id)
         )

@@ -8,7 +8,7 @@ from pyrigaud.application.ports import Clock, PowerControl, TaskTracker
 from pyrigaud.domain.bounds import describe_value
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.power import PowerState
-from pyrigaud.domain.tasks import ShutdownTask, TaskState
+from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
 
 class TaskStatus:
@@ -51,9 +51,16 @@ class TaskStatus:
                 return TaskState.succeeded()
             case Success(int() as deadline) if self._clock.now() < deadline:
                 return TaskState.running()
-        match self._power.power_off(task.vm_id).bind(
-            lambda _: self._power.clear_shutdown_deadline(task.vm_id)
-        ):
+        match self._power.power_off(task.vm_id):
+            case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
+                return TaskState(done=False, error=f"forcing power-off: {error.message}")
+            case Success(TaskRef() as forcing):
+                # The hypervisor's power-off task: done only once it is, so that Describe then
+                # shows the VM off; until then the deadline stays and a later poll asks again.
+                forced = self._tracker.task_state(forcing.id) or TaskState.running()
+                if not forced.done or forced.error:
+                    return TaskState(done=False, error=forced.error)
+        match self._power.clear_shutdown_deadline(task.vm_id):
             case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
                 return TaskState(done=False, error=f"forcing power-off: {error.message}")
         return TaskState.succeeded()

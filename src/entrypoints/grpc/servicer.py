@@ -37,6 +37,7 @@ from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.application.use_cases.validate import ValidateProvider
 from pyrigaud.domain import payloads
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.tasks import TaskRef
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -192,7 +193,7 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             return (
                 payloads.parse_power_op(request.op, request.graceful_timeout_seconds)
                 .bind(lambda parsed: self._use.power_vm(request.id, *parsed))
-                .map(lambda task: pb.TaskResponse(task=translate.task_ref(task)))
+                .map(_task_response)
             )
 
         return self._serve(context, "Power", work, pb.TaskResponse, mutation=True)
@@ -204,7 +205,7 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             return (
                 payloads.parse_reconfigure(request.desired_json)
                 .bind(lambda changes: self._use.reconfigure_vm(request.id, changes))
-                .map(lambda _: pb.TaskResponse())
+                .map(_task_response)
             )
 
         return self._serve(context, "Reconfigure", work, pb.TaskResponse, mutation=True)
@@ -216,7 +217,7 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             return (
                 payloads.parse_hardware_version(request.target_version)
                 .bind(lambda version: self._use.upgrade_hardware(request.id, version))
-                .map(lambda _: pb.TaskResponse())
+                .map(_task_response)
             )
 
         return self._serve(context, "HardwareUpgrade", work, pb.TaskResponse, mutation=True)
@@ -249,7 +250,7 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             context,
             "SnapshotDelete",
             lambda: self._use.delete_snapshot(request.vm_id, request.snapshot_id).map(
-                lambda _: pb.TaskResponse()
+                _task_response
             ),
             pb.TaskResponse,
             mutation=True,
@@ -262,7 +263,7 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             context,
             "SnapshotRevert",
             lambda: self._use.revert_snapshot(request.vm_id, request.snapshot_id).map(
-                lambda _: pb.TaskResponse()
+                _task_response
             ),
             pb.TaskResponse,
             mutation=True,
@@ -434,3 +435,8 @@ class ProviderServicer(pb_grpc.ProviderServicer):
             case Failure(error):
                 return STATUS_BY_KIND[error.kind], error.message, None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _task_response(task: TaskRef | None) -> pb.TaskResponse:
+    """The operation's task, or none when it finished within the call."""
+    return pb.TaskResponse(task=translate.task_ref(task))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -109,3 +110,17 @@ def test_a_restarted_replica_loses_nothing(pair: Pair) -> None:
     assert power_state(pair.a.stub, vm_id) == "Off"
     assert create(pair.a.stub, pair, "survivor") == vm_id
     assert create(pair.b.stub, pair, "survivor") == vm_id
+
+
+def test_a_reconfigure_task_from_one_replica_is_answered_by_the_other(pair: Pair) -> None:
+    vm_id = create(pair.a.stub, pair, "reconfigured")
+    desired = json.dumps({"Class": {"CPU": 2, "MemoryMiB": 512}})
+    request = pb.ReconfigureRequest(id=vm_id, desired_json=desired)
+    task = pair.a.stub.Reconfigure(request, timeout=60).task
+    if pair.backend == "vsphere":
+        assert task.id.startswith("vsphere-task:")  # vCenter's own Task: B looks it up there
+    else:
+        assert not task.id  # libvirt finishes within the call
+    settle(pair.b.stub, task)
+    listed = next(vm for vm in listed_vms(pair.b.stub) if vm.id == vm_id)
+    assert (listed.cpu, listed.memory_mib) == (2, 512)

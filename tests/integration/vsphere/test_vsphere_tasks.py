@@ -11,6 +11,9 @@ from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask
+from pyrigaud.application.use_cases.power_vm import PowerVM
+from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
+from pyrigaud.application.use_cases.snapshots import DeleteSnapshot, RevertSnapshot
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -21,8 +24,8 @@ from pyrigaud.domain.models import (
     VMClass,
     VMImage,
 )
-from pyrigaud.domain.power import PowerState
-from pyrigaud.domain.tasks import TaskRef, TaskState
+from pyrigaud.domain.power import PowerOp, PowerState
+from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
 from support import error_kind, ok
 from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
@@ -64,7 +67,7 @@ def test_a_reconfigure_task_is_done_for_any_replica_and_its_change_is_visible(
     adapter: VSphereHypervisor, simulator: Simulator
 ) -> None:
     vm_id = create(adapter, "vs-task-reconf")
-    task = issued(adapter.reconfigure_task(vm_id, VMChanges(cpu=3, memory_mib=1024)))
+    task = issued(adapter.reconfigure(vm_id, VMChanges(cpu=3, memory_mib=1024)))
     other_replica = simulator.adapter()
     assert other_replica.task_state(task.id) == TaskState.succeeded()
     info = ok(other_replica.vm_info(vm_id))
@@ -77,20 +80,93 @@ def test_a_reconfigure_task_is_done_for_any_replica_and_its_change_is_visible(
 
 def test_power_upgrade_and_snapshot_tasks_report_done(adapter: VSphereHypervisor) -> None:
     vm_id = create(adapter, "vs-task-power")
-    upgrade = issued(adapter.upgrade_hardware_task(vm_id, 0))
+    upgrade = issued(adapter.upgrade_hardware(vm_id, 0))
     assert adapter.task_state(upgrade.id) == TaskState.succeeded()
     snapshot = ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="base")))
-    on = issued(adapter.power_on_task(vm_id))
+    on = issued(adapter.power_on(vm_id))
     assert adapter.task_state(on.id) == TaskState.succeeded()
-    assert ok(adapter.power_on_task(vm_id)) is None  # already on: nothing to do
+    assert ok(adapter.power_on(vm_id)) is None  # already on: nothing to do
     # Reading task.info whole fails after a revert or removal on the simulator; state does not.
-    revert = issued(adapter.revert_snapshot_task(vm_id, snapshot.id))
+    revert = issued(adapter.revert_snapshot(vm_id, snapshot.id))
     assert adapter.task_state(revert.id) == TaskState.succeeded()
-    removal = issued(adapter.delete_snapshot_task(vm_id, snapshot.id))
+    removal = issued(adapter.delete_snapshot(vm_id, snapshot.id))
     assert adapter.task_state(removal.id) == TaskState.succeeded()
-    off = issued(adapter.power_off_task(vm_id))
+    off = issued(adapter.power_off(vm_id))
     assert adapter.task_state(off.id) == TaskState.succeeded()
     assert ok(adapter.power_state(vm_id)) is PowerState.OFF
+    assert ok(adapter.power_off(vm_id)) is None  # already off: nothing to do
+
+
+def test_a_reboot_without_guest_tools_is_the_reset_task(adapter: VSphereHypervisor) -> None:
+    vm_id = create(adapter, "vs-task-reboot")
+    ok(adapter.power_on(vm_id))
+    reset = issued(adapter.reboot(vm_id))  # the simulator has no RebootGuest: the reset path
+    assert adapter.task_state(reset.id) == TaskState.succeeded()
+    assert ok(adapter.power_state(vm_id)) is PowerState.ON
+
+
+def test_the_power_use_case_hands_back_vsphere_tasks_and_keeps_its_rules(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    vm_id = create(adapter, "vs-task-usecase-power")
+    clock = ManualClock()
+    power = PowerVM(adapter, clock)
+    ok(adapter.request_shutdown(vm_id, 1_900_000_000))  # left over from an earlier shutdown
+    on = issued(power(vm_id, PowerOp.ON, 0))
+    assert ok(adapter.shutdown_deadline(vm_id)) is None  # cleared before the task was issued
+    assert ok(power(vm_id, PowerOp.ON, 0)) is None  # already on: no task
+    reboot = issued(power(vm_id, PowerOp.REBOOT, 0))
+    off = issued(power(vm_id, PowerOp.OFF, 0))
+    assert ok(power(vm_id, PowerOp.OFF, 0)) is None
+    assert error_kind(power(vm_id, PowerOp.REBOOT, 0)) is ErrorKind.FAILED_PRECONDITION
+    other_replica = simulator.adapter()
+    status = TaskStatus(power=other_replica, tracker=other_replica, clock=clock)
+    assert [status(task.id) for task in (on, reboot, off)] == [TaskState.succeeded()] * 3
+    described = ok(other_replica.describe(vm_id))
+    assert described is not None
+    assert described.power_state is PowerState.OFF
+
+
+def test_a_shutdown_past_its_deadline_is_done_once_the_forced_power_off_task_is(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    """The guest ignored the request (recorded while off, so no ShutdownGuest reached it)."""
+    vm_id = create(adapter, "vs-task-forced-off")
+    clock = ManualClock()
+    deadline = int(clock.now()) + 60
+    ok(adapter.request_shutdown(vm_id, deadline))
+    ok(adapter.power_on(vm_id))
+    other_replica = simulator.adapter()
+    status = TaskStatus(power=other_replica, tracker=other_replica, clock=clock)
+    shutdown = ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref().id
+    assert status(shutdown) == TaskState.running()
+    clock.advance(61)
+    assert status(shutdown) == TaskState.succeeded()
+    assert ok(adapter.power_state(vm_id)) is PowerState.OFF
+    assert ok(adapter.shutdown_deadline(vm_id)) is None
+
+
+def test_reconfigure_upgrade_and_snapshot_use_cases_hand_back_vsphere_tasks(
+    adapter: VSphereHypervisor, simulator: Simulator
+) -> None:
+    vm_id = create(adapter, "vs-task-usecase-reconf")
+    reconfigure = ReconfigureVM(lifecycle=adapter, inventory=adapter)
+    assert ok(reconfigure(vm_id, VMChanges(cpu=1, memory_mib=256))) is None  # nothing differs
+    grown = issued(reconfigure(vm_id, VMChanges(cpu=2, memory_mib=512)))
+    upgrade = issued(UpgradeHardware(lifecycle=adapter, capabilities=adapter)(vm_id, 0))
+    snapshot = ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="small")))
+    issued(reconfigure(vm_id, VMChanges(cpu=4)))
+    revert = issued(RevertSnapshot(adapter, adapter)(vm_id, snapshot.id))
+    removal = issued(DeleteSnapshot(adapter, adapter)(vm_id, snapshot.id))
+    other_replica = simulator.adapter()
+    status = TaskStatus(power=other_replica, tracker=other_replica, clock=ManualClock())
+    assert [status(task.id) for task in (grown, upgrade, revert, removal)] == [
+        TaskState.succeeded()
+    ] * 4
+    info = ok(other_replica.vm_info(vm_id))
+    assert info is not None
+    assert (info.cpu, info.memory_mib) == (2, 512)  # the snapshot's, restored by the revert
+    assert error_kind(RevertSnapshot(adapter, adapter)(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
 
 
 def test_a_failed_task_is_done_with_its_fault(
@@ -133,5 +209,5 @@ def test_an_unreachable_vcenter_leaves_the_task_running_with_the_reason() -> Non
 
 @pytest.mark.parametrize("vm_id", ["vm-999999", "../x"])
 def test_tasks_for_missing_vms_are_not_found(adapter: VSphereHypervisor, vm_id: str) -> None:
-    assert error_kind(adapter.reconfigure_task(vm_id, VMChanges(cpu=2))) is ErrorKind.NOT_FOUND
-    assert error_kind(adapter.power_on_task(vm_id)) is ErrorKind.NOT_FOUND
+    assert error_kind(adapter.reconfigure(vm_id, VMChanges(cpu=2))) is ErrorKind.NOT_FOUND
+    assert error_kind(adapter.power_on(vm_id)) is ErrorKind.NOT_FOUND

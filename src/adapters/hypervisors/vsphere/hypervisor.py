@@ -106,9 +106,10 @@ RECONFIGURE_PROPERTIES = (
 
 
 class VSphereHypervisor:
-    """The ports' methods wait on their vSphere Task within the call (bounded); the *_task
-    methods hand back a `vsphere-task:` id at once instead, which `task_state` answers from
-    vCenter alone (any replica, after a restart)."""
+    """Reconfigure, hardware upgrade, power and snapshot removal/revert start their vSphere
+    Task and hand back a `vsphere-task:` id at once, which `task_state` answers from vCenter
+    alone (any replica, after a restart). The rest (Create, Clone, Delete, SnapshotCreate,
+    whose responses must carry their result) wait on their Tasks within the call, bounded."""
 
     def __init__(
         self,
@@ -325,18 +326,10 @@ class VSphereHypervisor:
 
         return self._run(f"deleting VM {vm_id!r}", remove)
 
-    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
-        return self._finish(self._reconfiguration(vm_id, changes))
-
-    def reconfigure_task(
-        self, vm_id: str, changes: VMChanges
-    ) -> Result[TaskRef | None, ProviderError]:
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[TaskRef | None, ProviderError]:
         return self._begin(self._reconfiguration(vm_id, changes))
 
-    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
-        return self._finish(self._hardware_upgrade(vm_id, target_version))
-
-    def upgrade_hardware_task(
+    def upgrade_hardware(
         self, vm_id: str, target_version: int
     ) -> Result[TaskRef | None, ProviderError]:
         return self._begin(self._hardware_upgrade(vm_id, target_version))
@@ -349,20 +342,16 @@ class VSphereHypervisor:
             lambda instance: self._power(instance, self._vm(instance, vm_id)),
         )
 
-    def power_on(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._finish(self._power_change(vm_id, PowerState.ON))
-
-    def power_on_task(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+    def power_on(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         return self._begin(self._power_change(vm_id, PowerState.ON))
 
-    def power_off(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._finish(self._power_change(vm_id, PowerState.OFF))
-
-    def power_off_task(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+    def power_off(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         return self._begin(self._power_change(vm_id, PowerState.OFF))
 
-    def reboot(self, vm_id: str) -> Result[None, ProviderError]:
-        def restart(instance: Any) -> None:
+    def reboot(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        """The guest reboots itself (no Task: None), or the reset Task when it cannot."""
+
+        def start(instance: Any) -> Any:
             vm = self._vm(instance, vm_id)
             try:
                 vm.RebootGuest()
@@ -370,9 +359,10 @@ class VSphereHypervisor:
                 if is_missing(error):
                     raise
                 # No guest tools (or, on the simulator, no RebootGuest at all): reset instead.
-                self._wait(instance, vm.ResetVM_Task())
+                return vm.ResetVM_Task()
+            return None
 
-        return self._run(f"rebooting VM {vm_id!r}", restart)
+        return self._begin(TaskOperation(f"rebooting VM {vm_id!r}", vm_id, start))
 
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
         def ask(instance: Any) -> None:
@@ -421,18 +411,12 @@ class VSphereHypervisor:
 
         return self._run(f"snapshotting VM {request.vm_id!r}", take)
 
-    def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self._finish(self._snapshot_removal(vm_id, snapshot_id))
-
-    def delete_snapshot_task(
+    def delete_snapshot(
         self, vm_id: str, snapshot_id: str
     ) -> Result[TaskRef | None, ProviderError]:
         return self._begin(self._snapshot_removal(vm_id, snapshot_id))
 
-    def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self._finish(self._snapshot_revert(vm_id, snapshot_id))
-
-    def revert_snapshot_task(
+    def revert_snapshot(
         self, vm_id: str, snapshot_id: str
     ) -> Result[TaskRef | None, ProviderError]:
         return self._begin(self._snapshot_revert(vm_id, snapshot_id))
@@ -579,19 +563,10 @@ class VSphereHypervisor:
             raise AdapterError(ProviderError.vm_not_found(vm._moId))
         return _power_state(row)
 
-    # Operations that are one vSphere Task each: waited for within the call (the ports'
-    # methods), or handed back as a task id at once (the *_task methods).
-
-    def _finish(self, operation: TaskOperation) -> Result[None, ProviderError]:
-        def run(instance: Any) -> None:
-            task = operation.start(instance)
-            if task is not None:
-                self._wait(instance, task)
-
-        return self._run(operation.doing, run)
+    # Operations that are one vSphere Task each, handed back as a task id at once.
 
     def _begin(self, operation: TaskOperation) -> Result[TaskRef | None, ProviderError]:
-        """None when there was nothing to do (already in the state asked for)."""
+        """None when no Task was needed (already in the state asked for, or a guest reboot)."""
 
         def run(instance: Any) -> TaskRef | None:
             task = operation.start(instance)
