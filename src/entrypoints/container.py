@@ -54,6 +54,7 @@ def libvirt_hypervisor(
     metrics: Metrics,
     skip_host_key_verification: bool,
     max_concurrent_calls: int,
+    migration_storage_root: Path,
 ) -> object:
     """The libvirt adapter, imported only when selected: libvirt-python is an optional extra.
 
@@ -80,6 +81,7 @@ def libvirt_hypervisor(
         domain_type=domain_type,
         pools=PoolSettings(default_pool=default_pool),
         allow_loopback_urls=allow_loopback_urls,
+        migration_storage_root=str(migration_storage_root),
     )
 
 
@@ -167,6 +169,7 @@ class Container(containers.DeclarativeContainer):
         metrics=metrics,
         skip_host_key_verification=config.libvirt_insecure_skip_host_key_verification,
         max_concurrent_calls=config.libvirt_max_concurrent_calls,
+        migration_storage_root=config.migration_storage_root,
     )
 
     vsphere_hypervisor = providers.Singleton(
@@ -274,6 +277,7 @@ def build_container(settings: Settings, *, mutual_tls: bool = False) -> Containe
             ),
             "libvirt_max_concurrent_calls": settings.libvirt_max_concurrent_calls,
             "image_url_allow_loopback": settings.image_url_allow_loopback,
+            "migration_storage_root": settings.migration_storage_root,
             "credentials_source": settings.credentials_source,
             "credentials_dir": settings.credentials_dir,
             "credentials_secret": settings.credentials_secret,

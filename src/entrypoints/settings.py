@@ -68,6 +68,10 @@ class Settings(BaseModel):
         64, alias="LIBVIRT_MAX_CONCURRENT_CALLS", ge=1, le=4096
     )
     image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
+    # Where the manager mounts the PVCs that pvc://<pvc>/<path> URLs of ExportDisk/ImportDisk name.
+    migration_storage_root: Path = Field(
+        Path("/mnt/migration-storage"), alias="PYRIGAUD_MIGRATION_STORAGE_ROOT"
+    )
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     rate_qps: float = Field(0.0, alias="PYRIGAUD_RATE_QPS", ge=0, le=10000)  # 0: no rate limit
