@@ -54,8 +54,9 @@ def _free_loopback_port() -> int:
 
 
 @contextmanager
-def running_sshd() -> Iterator[SshServer]:
-    """sshd on a free loopback port, killed on exit."""
+def running_sshd(*, password_authentication: bool = False) -> Iterator[SshServer]:
+    """sshd on a free loopback port, killed on exit; passwords are refused unless asked for
+    (root never logs in with one)."""
     if not SSHD.exists() or shutil.which("ssh") is None:
         pytest.fail("the SSH tests need openssh-server and openssh-client installed")
     directory = Path(tempfile.mkdtemp(prefix="pyrigaud-sshd-"))
@@ -75,7 +76,7 @@ def running_sshd() -> Iterator[SshServer]:
                 "PidFile none",
                 "StrictModes no",
                 "UsePAM no",
-                "PasswordAuthentication no",
+                f"PasswordAuthentication {'yes' if password_authentication else 'no'}",
                 "KbdInteractiveAuthentication no",
                 "PermitRootLogin prohibit-password",
                 "",

@@ -144,3 +144,12 @@ def test_close_hooks_see_the_connection_while_it_is_still_open() -> None:
     connection.close()
     connection.close()  # nothing open: nothing to tell
     assert watcher.alive_when_told == [True]
+
+
+def test_the_auth_callback_gives_a_password_once_per_open() -> None:
+    answer = credential_answerer(SECRET)
+    name = [[libvirt.VIR_CRED_AUTHNAME, "name", "", "", None]]
+    password = [[libvirt.VIR_CRED_PASSPHRASE, "password", "", "", None]]
+    assert answer(name, None) == 0
+    assert answer(password, None) == 0
+    assert answer(password, None) == -1  # asked again: refused, and it would be again

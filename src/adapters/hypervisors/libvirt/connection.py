@@ -226,9 +226,19 @@ def _one_line(error: libvirt.libvirtError) -> str:
 
 
 def credential_answerer(values: Mapping[str, str]) -> Callable[[list[list[Any]], object], int]:
-    """libvirt's auth callback: names and passwords from the credentials, nothing else."""
+    """libvirt's auth callback: names and passwords from the credentials, nothing else.
+
+    One password per open: asked again, it was refused, and would be refused again. (libvirt's
+    libssh transport asks after every refusal until sshd hangs up, then hangs instead of failing.)
+    """
+    password_given = False
 
     def answer(requests: list[list[Any]], _opaque: object) -> int:
+        nonlocal password_given
+        asks_password = any(request[0] in _SECRET_CREDENTIALS for request in requests)
+        if asks_password and password_given:
+            return -1
+        password_given = password_given or asks_password
         for request in requests:  # [type, prompt, challenge, default, result]
             key = PASSWORD if request[0] in _SECRET_CREDENTIALS else USERNAME
             value = values.get(key) or (request[3] if key == USERNAME else "")
