@@ -47,7 +47,7 @@ def _keypair(directory: Path, name: str) -> tuple[str, str]:
     return path.read_text().strip(), public
 
 
-def _free_loopback_port() -> int:
+def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -65,7 +65,7 @@ def running_sshd(*, password_authentication: bool = False) -> Iterator[SshServer
     stranger_private, _ = _keypair(directory, "stranger_key")
     _, stranger_host_public = _keypair(directory, "stranger_host_key")
     (directory / "authorized_keys").write_text(user_public + "\n")
-    port = _free_loopback_port()
+    port = free_loopback_port()
     config = directory / "sshd_config"
     config.write_text(
         "\n".join(

@@ -1,11 +1,17 @@
-"""pyrigaud through gRPC, logging in to the real libvirtd over SSH with a password from a Secret.
+"""pyrigaud through gRPC, logging in to libvirt with a password from a Secret: over SSH to the
+real system daemon, and over TCP to a daemon that asks for it through SASL.
 
-The login is a throwaway local account with a random password, in the `libvirt` group. The
-daemon's socket is polkit-guarded and this machine runs no polkit, so the account reaches the
-daemon through a relay socket of its own that the test process (root) forwards to the daemon's;
-the remote side runs a small netcat stand-in (libvirt's `proxy=netcat` mode) for the relay.
-What is under test is the SSH side: libvirt's libssh transport asking the auth callback for the
-password, and the callback answering from the credentials port.
+SSH: the login is a throwaway local account with a random password, in the `libvirt` group.
+The daemon's socket is polkit-guarded and this machine runs no polkit, so the account reaches
+the daemon through a relay socket of its own that the test process (root) forwards to the
+daemon's; the remote side runs a small netcat stand-in (libvirt's `proxy=netcat` mode) for the
+relay. What is under test is the SSH side: libvirt's libssh transport asking the auth callback
+for the password, and the callback answering from the credentials port.
+
+TCP: the system daemon cannot be restarted with a listener under the other tests, so a second,
+unprivileged libvirtd (its `qemu:///session`) listens on loopback with `auth_tcp = "sasl"`, a
+DIGEST-MD5 sasldb of its own (libvirt offers only mechanisms with a security layer on plain
+TCP) and a random password.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +37,13 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, create_vm, start_provider
 from qemu_support import TEST_POOL
-from ssh_support import SecretWriter, SshServer, running_sshd
+from ssh_support import SecretWriter, SshServer, free_loopback_port, running_sshd
 
 DAEMON_SOCKET = "/run/libvirt/libvirt-sock"
+LIBVIRTD = Path("/usr/sbin/libvirtd")
+SASLPASSWD = Path("/usr/sbin/saslpasswd2")
+SASL_USER = "pyrigaud"
+DAEMON_START_SECONDS = 60.0
 CHUNK = 65536
 # What libvirt runs remotely as `<netcat> [-q0] -U <socket>`: stdin/stdout to a unix socket.
 NETCAT_STAND_IN = """#!/usr/bin/python3
@@ -97,32 +108,108 @@ def password_sshd() -> Iterator[SshServer]:
         yield server
 
 
-@pytest.fixture
-def login() -> Iterator[PasswordLogin]:
-    """A local account with a random password, removed afterwards."""
+@contextlib.contextmanager
+def throwaway_account(*groups: str) -> Iterator[tuple[pwd.struct_passwd, Path]]:
+    """A local account and a directory it owns (others may read), both removed afterwards."""
     user = f"pyrigaud-pw-{secrets.token_hex(4)}"
-    password = secrets.token_urlsafe(24)
-    no_home = ["--no-create-home", "--home-dir", "/", "--shell", "/bin/sh"]
-    subprocess.run(["useradd", *no_home, "--groups", "libvirt", user], check=True)
-    directory = Path(tempfile.mkdtemp(prefix="pyrigaud-relay-"))
-    relay: DaemonRelay | None = None
+    directory = Path(tempfile.mkdtemp(prefix="pyrigaud-account-"))
+    home = ["--no-create-home", "--home-dir", str(directory), "--shell", "/bin/sh"]
+    membership = ["--groups", ",".join(groups)] if groups else []
+    subprocess.run(["useradd", *home, *membership, user], check=True)
     try:
-        subprocess.run(["chpasswd"], input=f"{user}:{password}\n", text=True, check=True)
+        account = pwd.getpwnam(user)
         directory.chmod(0o755)
-        netcat = directory / "netcat"
-        netcat.write_text(NETCAT_STAND_IN)
-        netcat.chmod(0o755)
-        relay = DaemonRelay(directory / "libvirt-sock", pwd.getpwnam(user).pw_uid)
-        query = urlencode(
-            {"socket": directory / "libvirt-sock", "proxy": "netcat", "netcat": netcat}
-        )
-        yield PasswordLogin(user, password, query)
+        os.chown(directory, account.pw_uid, account.pw_gid)
+        yield account, directory
     finally:
-        if relay is not None:
-            relay.close()
         # --force: an SSH session of a closed connection may still be on its way out.
         subprocess.run(["userdel", "--force", user], check=True)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def login() -> Iterator[PasswordLogin]:
+    """A local account with a random password that reaches the daemon through a relay."""
+    password = secrets.token_urlsafe(24)
+    with throwaway_account("libvirt") as (account, directory):
+        subprocess.run(["chpasswd"], input=f"{account.pw_name}:{password}\n", text=True, check=True)
+        netcat = directory / "netcat"
+        netcat.write_text(NETCAT_STAND_IN)
+        netcat.chmod(0o755)
+        relay = DaemonRelay(directory / "libvirt-sock", account.pw_uid)
+        query = urlencode(
+            {"socket": directory / "libvirt-sock", "proxy": "netcat", "netcat": netcat}
+        )
+        try:
+            yield PasswordLogin(account.pw_name, password, query)
+        finally:
+            relay.close()
+
+
+@dataclass(frozen=True)
+class SaslDaemon:
+    port: int
+    password: str  # SASL_USER's
+
+
+@pytest.fixture(scope="module")
+def sasl_libvirtd() -> Iterator[SaslDaemon]:
+    """An unprivileged libvirtd whose TCP listener on loopback asks for a SASL password."""
+    for needed in (LIBVIRTD, SASLPASSWD):
+        if not needed.exists():
+            pytest.fail(f"the SASL test needs {needed} (libvirt-daemon, sasl2-bin)")
+    password = secrets.token_urlsafe(24)
+    port = free_loopback_port()
+    with throwaway_account() as (account, directory):
+        sasldb = directory / "passwd.db"
+        (directory / "libvirt.conf").write_text(f"mech_list: digest-md5\nsasldb_path: {sasldb}\n")
+        subprocess.run(
+            [str(SASLPASSWD), "-p", "-c", "-a", "libvirt", "-f", str(sasldb), SASL_USER],
+            input=password,
+            text=True,
+            check=True,
+        )
+        os.chown(sasldb, account.pw_uid, account.pw_gid)
+        config = directory / "libvirtd.conf"
+        config.write_text(
+            'listen_tls = 0\nlisten_tcp = 1\nlisten_addr = "127.0.0.1"\n'
+            f'tcp_port = "{port}"\nauth_tcp = "sasl"\n'
+        )
+        environment = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(directory),
+            "XDG_RUNTIME_DIR": str(directory / "run"),
+            "SASL_CONF_PATH": str(directory),  # libvirt.conf: the mechanism and the sasldb
+        }
+        with (directory / "libvirtd.log").open("w") as log:
+            daemon = subprocess.Popen(
+                [str(LIBVIRTD), "--listen", "-f", str(config)],
+                user=account.pw_uid,
+                group=account.pw_gid,
+                extra_groups=[],
+                env=environment,
+                cwd=directory,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            _wait_until_listening(daemon, port, directory / "libvirtd.log")
+            yield SaslDaemon(port, password)
+        finally:
+            daemon.kill()
+            daemon.wait()
+
+
+def _wait_until_listening(daemon: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """libvirtd says nowhere when it listens: try the port until it answers (bounded)."""
+    deadline = time.monotonic() + DAEMON_START_SECONDS
+    while daemon.poll() is None and time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    daemon.kill()
+    pytest.fail(f"libvirtd did not listen on 127.0.0.1:{port}: {log.read_text()[-2000:]}")
 
 
 @pytest.fixture
@@ -134,14 +221,12 @@ def started() -> Iterator[Started]:
         running.server.stop(0)
 
 
-def serve(started: Started, sshd: SshServer, login: PasswordLogin, secret: Path) -> RunningProvider:
-    """A provider on the real daemon over libssh; user and password come from the Secret."""
+def serve(started: Started, endpoint: str, secret: Path) -> RunningProvider:
+    """A provider on `endpoint`; user and password come from the Secret."""
     running = start_provider(
         {
             "PROVIDER_TYPE": "libvirt",
-            "PROVIDER_ENDPOINT": (
-                f"qemu+libssh://127.0.0.1:{sshd.port}/system?{login.endpoint_query}"
-            ),
+            "PROVIDER_ENDPOINT": endpoint,
             "PYRIGAUD_CREDENTIALS": "files",
             "PYRIGAUD_CREDENTIALS_DIR": str(secret),
             "LIBVIRT_DOMAIN_TYPE": "qemu",
@@ -150,6 +235,18 @@ def serve(started: Started, sshd: SshServer, login: PasswordLogin, secret: Path)
     )
     started.append(running)
     return running
+
+
+def over_ssh(
+    started: Started, sshd: SshServer, login: PasswordLogin, secret: Path
+) -> RunningProvider:
+    """On the real system daemon over libssh."""
+    endpoint = f"qemu+libssh://127.0.0.1:{sshd.port}/system?{login.endpoint_query}"
+    return serve(started, endpoint, secret)
+
+
+def over_tcp(started: Started, daemon: SaslDaemon, secret: Path) -> RunningProvider:
+    return serve(started, f"qemu+tcp://127.0.0.1:{daemon.port}/session", secret)
 
 
 def password_secret(sshd: SshServer, login: PasswordLogin, password: str) -> dict[str, str]:
@@ -166,7 +263,7 @@ def test_create_describe_delete_with_a_password(
     password_sshd: SshServer, login: PasswordLogin, write_secret: SecretWriter, started: Started
 ) -> None:
     secret = write_secret(password_secret(password_sshd, login, login.password))
-    running = serve(started, password_sshd, login, secret)
+    running = over_ssh(started, password_sshd, login, secret)
     answer = validate(running)
     assert answer.ok, answer.message
     vm_id = create_vm(running.stub, "password-round-trip")
@@ -180,7 +277,7 @@ def test_a_wrong_password_fails_validate_without_showing_it(
 ) -> None:
     wrong = secrets.token_urlsafe(24)
     secret = write_secret(password_secret(password_sshd, login, wrong))
-    answer = validate(serve(started, password_sshd, login, secret))
+    answer = validate(over_ssh(started, password_sshd, login, secret))
     assert not answer.ok
     assert "authentication failed" in answer.message.lower()
     assert wrong not in answer.message
@@ -192,8 +289,33 @@ def test_a_rotated_password_is_used_without_a_restart(
 ) -> None:
     stale = secrets.token_urlsafe(24)
     secret = write_secret(password_secret(password_sshd, login, stale))
-    running = serve(started, password_sshd, login, secret)
+    running = over_ssh(started, password_sshd, login, secret)
     assert not validate(running).ok
     write_secret(password_secret(password_sshd, login, login.password))
+    answer = validate(running)
+    assert answer.ok, answer.message
+
+
+def test_a_sasl_password_over_tcp_validates_and_lists(
+    sasl_libvirtd: SaslDaemon, write_secret: SecretWriter, started: Started
+) -> None:
+    secret = write_secret({"username": SASL_USER, "password": sasl_libvirtd.password})
+    running = over_tcp(started, sasl_libvirtd, secret)
+    answer = validate(running)
+    assert answer.ok, answer.message
+    running.stub.ListVMs(pb.ListVMsRequest(), timeout=60)
+
+
+def test_a_wrong_sasl_password_fails_validate_and_a_rotated_one_is_used(
+    sasl_libvirtd: SaslDaemon, write_secret: SecretWriter, started: Started
+) -> None:
+    wrong = secrets.token_urlsafe(24)
+    secret = write_secret({"username": SASL_USER, "password": wrong})
+    running = over_tcp(started, sasl_libvirtd, secret)
+    refused = validate(running)
+    assert not refused.ok
+    assert "authentication failed" in refused.message.lower()
+    assert wrong not in refused.message
+    write_secret({"username": SASL_USER, "password": sasl_libvirtd.password})
     answer = validate(running)
     assert answer.ok, answer.message
