@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import RunningProvider
+
+Started = list[RunningProvider]  # the providers a test started, stopped after it
+
 SSHD = Path("/usr/sbin/sshd")
 
 

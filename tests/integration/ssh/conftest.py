@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from qemu_support import ensure_test_pool, open_qemu, qemu_enabled, remove_test_leftovers
-from ssh_support import SecretWriter, SshServer, running_sshd, secret_directory
+from ssh_support import SecretWriter, SshServer, Started, running_sshd, secret_directory
 
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
@@ -35,3 +35,13 @@ def test_pool() -> Iterator[None]:
         remove_test_leftovers(conn)
     finally:
         conn.close()
+
+
+@pytest.fixture
+def started() -> Iterator[Started]:
+    """The providers a test started through `serve`, stopped after it."""
+    providers: Started = []
+    yield providers
+    for running in providers:
+        running.channel.close()
+        running.server.stop(0)

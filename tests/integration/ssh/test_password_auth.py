@@ -37,7 +37,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, create_vm, start_provider
 from qemu_support import TEST_POOL
-from ssh_support import SecretWriter, SshServer, free_loopback_port, running_sshd
+from ssh_support import SecretWriter, SshServer, Started, free_loopback_port, running_sshd
 
 DAEMON_SOCKET = "/run/libvirt/libvirt-sock"
 LIBVIRTD = Path("/usr/sbin/libvirtd")
@@ -60,8 +60,6 @@ threading.Thread(target=upstream, daemon=True).start()
 while data := daemon.recv(65536):
     os.write(1, data)
 """
-
-Started = list[RunningProvider]
 
 
 @dataclass(frozen=True)
@@ -210,15 +208,6 @@ def _wait_until_listening(daemon: subprocess.Popen[bytes], port: int, log: Path)
         time.sleep(0.05)
     daemon.kill()
     pytest.fail(f"libvirtd did not listen on 127.0.0.1:{port}: {log.read_text()[-2000:]}")
-
-
-@pytest.fixture
-def started() -> Iterator[Started]:
-    providers: Started = []
-    yield providers
-    for running in providers:
-        running.channel.close()
-        running.server.stop(0)
 
 
 def serve(started: Started, endpoint: str, secret: Path) -> RunningProvider:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,20 +12,9 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, create_vm, start_provider
 from qemu_support import TEST_POOL
-from ssh_support import SecretWriter, SshServer
+from ssh_support import SecretWriter, SshServer, Started
 
 TRANSPORTS = ("ssh", "libssh")
-
-Started = list[RunningProvider]
-
-
-@pytest.fixture
-def started() -> Iterator[Started]:
-    providers: Started = []
-    yield providers
-    for running in providers:
-        running.channel.close()
-        running.server.stop(0)
 
 
 def serve(
