@@ -1,8 +1,9 @@
 """The cloud-init NoCloud seed: an ISO9660 image labelled `cidata`, built in memory.
 
-Joliet and Rock Ridge keep the dashed names (`user-data`, `meta-data`, `network-config`) that
-plain ISO9660 cannot spell. Generated documents are written as JSON, which every YAML parser
-(cloud-init's included) reads, so no value from a spec can break out of its quoting.
+Joliet and Rock Ridge keep the dashed names (`user-data`, `meta-data`, `network-config`,
+`vendor-data`) that plain ISO9660 cannot spell. Generated documents are written as JSON, which
+every YAML parser (cloud-init's included) reads, so no value from a spec can break out of its
+quoting.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import io
 import ipaddress
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +25,10 @@ MINIMAL_USER_DATA = b"#cloud-config\n"
 USER_DATA = ("/USERDATA.;1", "user-data")
 META_DATA = ("/METADATA.;1", "meta-data")
 NETWORK_CONFIG = ("/NETWORKC.;1", "network-config")
+VENDOR_DATA = ("/VENDORDA.;1", "vendor-data")
+# A tz database name (Europe/Berlin, Etc/GMT+5, UTC): what cloud-init's `timezone:` links to.
+TIME_ZONE = re.compile(r"[A-Za-z0-9_+-]{1,32}(/[A-Za-z0-9_+-]{1,32}){0,2}")
+DNS_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class SeedInput:
     user_data: bytes = b""
     meta_data: bytes = b""
     networks: tuple[NetworkAttachment, ...] = ()  # each with the MAC its NIC will have
+    vendor_data: bytes = b""  # the provider's defaults; the user-data's own settings win
 
 
 def needs_seed(user_data: bytes, meta_data: bytes, networks: Sequence[NetworkAttachment]) -> bool:
@@ -51,6 +58,8 @@ def build_seed(seed: SeedInput) -> bytes:
     ]
     if any(map(has_static_config, seed.networks)):
         files.append((NETWORK_CONFIG, network_config(seed.networks)))
+    if seed.vendor_data:
+        files.append((VENDOR_DATA, seed.vendor_data))
     iso = pycdlib.PyCdlib()
     iso.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=VOLUME_ID)
     for (iso_path, name), data in files:
@@ -59,6 +68,17 @@ def build_seed(seed: SeedInput) -> bytes:
     iso.write_fp(out)
     iso.close()
     return out.getvalue()
+
+
+def is_dns_name(name: str) -> bool:
+    return 0 < len(name) <= 253 and all(map(DNS_LABEL.fullmatch, name.split(".")))
+
+
+def time_zone_vendor_data(time_zone: str) -> bytes:
+    """`timezone:` as vendor-data, which cloud-init merges under the user-data, so the user's
+    own user-data (a script, MIME or cloud-config alike) is carried byte for byte and a
+    `timezone:` of its own still wins. Caller checks the name against TIME_ZONE."""
+    return b"#cloud-config\n" + (json.dumps({"timezone": time_zone}) + "\n").encode()
 
 
 def _generated_meta_data(seed: SeedInput) -> bytes:

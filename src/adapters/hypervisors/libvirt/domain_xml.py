@@ -314,12 +314,14 @@ def cloned_domain(
     metadata: VMMetadata,
     dropped_media: frozenset[str] = frozenset(),
     uuid: str = "",
+    macs: tuple[str, ...] = (),
+    seed_path: str = "",
 ) -> str:
-    """A copy of `xml` under a new name: new disks, no MACs (libvirt makes new ones), and
-    `uuid` or none (libvirt makes one).
+    """A copy of `xml` under a new name: new disks, `macs` by position or none (libvirt makes
+    new ones), and `uuid` or none (libvirt makes one).
 
     Cdroms on `dropped_media` (the source's own cloud-init seed, which names the source and
-    goes when it is deleted) are left out.
+    goes when it is deleted) are left out; `seed_path` is the clone's own seed, attached.
     """
     root = ET.fromstring(with_resources(xml, vcpus, memory_mib))  # noqa: S314 - our output
     name_element = root.find("name")
@@ -332,6 +334,8 @@ def cloned_domain(
         ET.SubElement(root, "uuid").text = uuid
     for mac in root.findall("devices/interface/mac"):
         _parent(root, mac).remove(mac)
+    for interface, address in zip(root.findall("devices/interface"), macs, strict=False):
+        interface.insert(0, ET.Element("mac", {"address": address}))
     for target in root.findall("devices/interface/target"):
         _parent(root, target).remove(target)
     for cdrom in root.findall("devices/disk[@device='cdrom']"):
@@ -342,6 +346,8 @@ def cloned_domain(
         source.set("file", disk_paths.get(source.get("file", ""), source.get("file", "")))
     devices = root.find("devices")
     if devices is not None:
+        if seed_path:
+            devices.append(_seed_on_free_target(devices, seed_path))
         ET.SubElement(
             devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"}
         )
@@ -352,6 +358,16 @@ def cloned_domain(
         holder.remove(element)
     holder.append(metadata.element(qualified=True))
     return ET.tostring(root, encoding="unicode")
+
+
+def _seed_on_free_target(devices: ET.Element, path: str) -> ET.Element:
+    """The seed cdrom on the first SATA name no kept cdrom of the source already uses."""
+    taken = {target.get("dev") for target in devices.findall("disk/target")}
+    element = seed_element(path)
+    target = element.find("target")
+    assert target is not None  # seed_element writes one
+    target.set("dev", next(f"sd{letter}" for letter in DISK_TARGETS if f"sd{letter}" not in taken))
+    return element
 
 
 def _parent(root: ET.Element, child: ET.Element) -> ET.Element:

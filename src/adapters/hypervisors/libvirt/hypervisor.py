@@ -24,7 +24,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
+from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
+    TIME_ZONE,
+    SeedInput,
+    build_seed,
+    is_dns_name,
+    needs_seed,
+    time_zone_vendor_data,
+)
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import (
     MIGRATION_STORAGE_ROOT,
@@ -102,6 +109,7 @@ from pyrigaud.domain.models import (
     Capabilities,
     CloneRequest,
     CreateRequest,
+    Customization,
     DiskDetails,
     DiskInfo,
     DiskQuery,
@@ -784,20 +792,6 @@ class LibvirtHypervisor:
         existing = _by_name(conn, request.target_name)
         if existing is not None:
             return _adopt(existing, owner)
-        customization = request.customization
-        if customization and (
-            customization.hostname
-            or customization.domain
-            or customization.time_zone
-            or customization.user_data
-            or customization.networks
-        ):
-            raise AdapterError(
-                ProviderError.unsupported(
-                    "clone customization (hostname, networks, user data) needs cloud-init, "
-                    "which the libvirt backend does not do yet"
-                )
-            )
         running = bool(source.isActive())
         if request.linked and running:
             raise AdapterError(
@@ -805,11 +799,24 @@ class LibvirtHypervisor:
                     "power the source off for a linked clone: its disks become backing files"
                 )
             )
-        facts = _facts(source)
-        planned = []
-        for index, disk in enumerate(facts.disks):
-            pool = conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
-            planned.append(planned_volume_path(pool, volume_name(request.target_name, index)))
+        source_xml = source.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        facts = parse_domain(source_xml)
+        own_media = frozenset(facts.metadata.volumes if facts.metadata else ())
+        clone_uuid = str(uuid.uuid4())
+        seed = _clone_seed(request, facts, clone_uuid, _carries_own_seed(source_xml, own_media))
+        pools = [
+            conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
+            for disk in facts.disks
+        ]
+        planned = [
+            planned_volume_path(pool, volume_name(request.target_name, index))
+            for index, pool in enumerate(pools)
+        ]
+        # The seed sits beside the root disk, as Create's does.
+        seed_pool = pools[0] if pools else find_pool(conn, self._pools.default_pool, self._pools)
+        seed_name = seed_volume_name(request.target_name)
+        if seed is not None:
+            planned.append(planned_volume_path(seed_pool, seed_name))
         metadata = VMMetadata(owner=owner, created_at=self._clock.now())
         building = DomainDefinition(
             name=request.target_name,
@@ -823,12 +830,13 @@ class LibvirtHypervisor:
             disks=(),
             nics=(),
             metadata=replace(metadata, volumes=tuple(planned), building=True),
-            uuid=str(uuid.uuid4()),
+            uuid=clone_uuid,
         )
         dom = _begin_building(conn, building, owner)
         if isinstance(dom, str):
             return dom
         copies: dict[str, str] = {}
+        seed_path = ""
         try:
             if running:
                 copies = _copy_running_disks(conn, source, facts, request.target_name)
@@ -852,22 +860,86 @@ class LibvirtHypervisor:
                     path = copy_volume(conn, disk.path, name)
                 copies[disk.path] = path
                 metadata = metadata.with_volume(path)
+            if seed is not None:
+                seed_path = self._write_seed(conn, seed_pool, seed_name, build_seed(seed))
+                metadata = metadata.with_volume(seed_path)
             xml = cloned_domain(
-                source.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE),
+                source_xml,
                 name=request.target_name,
                 vcpus=request.cpu,
                 memory_mib=request.memory_mib,
                 disk_paths=copies,
                 metadata=metadata,
-                dropped_media=frozenset(facts.metadata.volumes if facts.metadata else ()),
+                dropped_media=own_media,
                 uuid=building.uuid,
+                macs=tuple(nic.mac_address for nic in seed.networks) if seed else (),
+                seed_path=seed_path,
             )
             return str(conn.defineXML(xml).UUIDString())
         except (libvirt.libvirtError, AdapterError):
-            for path in copies.values():
-                delete_volume(conn, path)
+            for path in (*copies.values(), seed_path):
+                if path:
+                    delete_volume(conn, path)
             _abandon_building(dom)
             raise
+
+
+def _carries_own_seed(xml: str, own_media: frozenset[str]) -> bool:
+    """Whether a cdrom of the domain is one of its own volumes: the seed Create gave it."""
+    root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
+    return any(
+        source.get("file", "") in own_media
+        for source in root.iterfind("devices/disk[@device='cdrom']/source")
+    )
+
+
+def _clone_seed(
+    request: CloneRequest, source: DomainFacts, clone_uuid: str, source_seeded: bool
+) -> SeedInput | None:
+    """The clone's own NoCloud seed, or None when neither the request nor the source has one.
+
+    Its instance-id is the clone's UUID, so cloud-init runs again in the copied guest. The
+    source's own seed is not carried over: its cloud-init already ran on the copied disk, and
+    its static addresses and host name belong to the source. Customization networks address
+    the clone's NICs by position (NICs keep their source's networks), each under a MAC chosen
+    here that network-config matches; NICs past the list use DHCP.
+    """
+    wanted = request.customization or Customization()
+    if not source_seeded and wanted == Customization():
+        return None
+    if len(wanted.networks) > len(source.nics):
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                f"customization.networks[{len(source.nics)}]",
+                f"the source has {len(source.nics)} NIC(s), and a clone keeps its source's NICs",
+            )
+        )
+    if wanted.time_zone and not TIME_ZONE.fullmatch(wanted.time_zone):
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                "customization.timeZone",
+                f"{wanted.time_zone!r} is not a zone name like Europe/Berlin",
+            )
+        )
+    if wanted.domain and not is_dns_name(wanted.domain):
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                "customization.domain", f"{wanted.domain!r} is not a DNS domain like example.com"
+            )
+        )
+    host = wanted.hostname or request.target_name
+    padding = (NetworkAttachment(),) * (len(source.nics) - len(wanted.networks))
+    return SeedInput(
+        # cloud-init takes the host name from the first label and the FQDN from the whole.
+        name=f"{host}.{wanted.domain}" if wanted.domain else host,
+        instance_id=clone_uuid,
+        user_data=wanted.user_data,
+        networks=tuple(
+            attachment.model_copy(update={"mac_address": _random_mac()})
+            for attachment in (*wanted.networks, *padding)
+        ),
+        vendor_data=time_zone_vendor_data(wanted.time_zone) if wanted.time_zone else b"",
+    )
 
 
 def _copy_running_disks(
