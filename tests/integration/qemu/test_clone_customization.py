@@ -1,27 +1,40 @@
 """Clone with customization on a real libvirtd + QEMU: the clone's own seed, through libvirt's
-upload stream, read back through its download stream."""
+upload stream, read back through its download stream, and seen by the real test guest booted
+as a clone."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
 import libvirt
+import pytest
 from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import CloneRequest, Customization, NetworkAttachment, OwnerMark
+from pyrigaud.domain.models import (
+    CloneRequest,
+    Customization,
+    ImageSource,
+    NetworkAttachment,
+    OwnerMark,
+    PrepareImageRequest,
+    VMImage,
+)
 
 from contract.harness import Harness
-from qemu_support import TEST_POOL_PATH
+from guest_support import SEED, console, guest_image
+from qemu_support import TEST_POOL, TEST_POOL_PATH
 from seed_support import downloaded_volume, seed_files, seed_path
 from support import ok
 
 OWNER = OwnerMark(provider="tests/qemu-clone-customization")
 SOURCE_USER_DATA = b"#cloud-config\nruncmd: [echo source]\n"
 CLONE_USER_DATA = b"#cloud-config\nruncmd: [echo clone]\n"
+BOOT_SECONDS = 120  # a bound for a loaded 2-core machine, not a speed check
 
 
 def made(result: Result[Any, ProviderError]) -> str:
@@ -80,3 +93,31 @@ def test_a_customized_clone_carries_its_own_seed_and_delete_removes_only_it(
     assert not any(name.startswith("qemu-seeded-copy-") for name in os.listdir(TEST_POOL_PATH))
     assert seed_path(inactive_xml(conn, source)) == source_seed
     assert downloaded_volume(conn, source_seed) == source_bytes
+
+
+@pytest.mark.timeout(300)
+def test_the_real_guest_booted_as_a_clone_reads_the_clones_seed(qemu: Harness, conn: Any) -> None:
+    prepare = PrepareImageRequest(
+        source=ImageSource(path=str(guest_image()), format="qcow2"),
+        target_name="clone-guest-base",
+        storage_hint=TEST_POOL,
+    )
+    prepared = ok(qemu.adapter.prepare_image(prepare))
+    image = VMImage(path=prepared.path, format="qcow2")
+    request = qemu.request("clone-guest-source", image=image, user_data=SOURCE_USER_DATA)
+    source = made(qemu.adapter.create(request, OWNER))
+    clone = CloneRequest(
+        source_vm_id=source,
+        target_name="clone-guest",
+        linked=True,
+        customization=Customization(hostname="guest", user_data=CLONE_USER_DATA),
+    )
+    target = made(qemu.adapter.clone(clone, OWNER))
+    meta_data = seed_files(downloaded_volume(conn, seed_path(inactive_xml(conn, target))))[
+        "meta-data"
+    ]
+    ok(qemu.adapter.power_on(target))
+    with console(conn, conn.lookupByUUIDString(target)) as serial:
+        seed = serial.wait_for(SEED, BOOT_SECONDS)
+    assert seed["user"] == hashlib.sha256(CLONE_USER_DATA).hexdigest(), seed.group(0)
+    assert seed["meta"] == hashlib.sha256(meta_data).hexdigest(), seed.group(0)
