@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import itertools
+import logging
 import socket
 import ssl
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,6 +26,14 @@ TIMEOUT_SECONDS = 30.0
 MAX_REDIRECTS = 5
 CHECKSUM_TYPES = frozenset({"sha256", "sha512", "md5"})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+PROGRESS_EVERY_BYTES = 256 * 1024**2
+QCOW2_MAGIC = b"QFI\xfb"
+# A qcow2 header: magic, version, backing file offset ... (72 bytes), then in version 3 the
+# incompatible feature bits, of which bit 2 says the data lives in an external file.
+HEADER_BYTES = 80
+QCOW2_EXTERNAL_DATA_FILE = 1 << 2
+
+logger = logging.getLogger(__name__)
 
 
 class DownloadError(Exception):
@@ -31,6 +42,14 @@ class DownloadError(Exception):
 
 class ChecksumMismatchError(Exception):
     """The bytes received are not the image the spec described."""
+
+
+class UnknownChecksumTypeError(ValueError):
+    """The spec names a checksum type this module cannot compute."""
+
+
+class UnusableImageError(Exception):
+    """The image may not become a VM's disk (it would make QEMU open other files of the host)."""
 
 
 @dataclass(frozen=True)
@@ -49,10 +68,9 @@ class Download:
 
 
 def open_download(url: str, *, checksum: str, checksum_type: str, allow_loopback: bool) -> Download:
-    """Connect and read the headers; raises UnsafeImageURLError, DownloadError or ValueError."""
-    algorithm = (checksum_type or "sha256").lower()
-    if algorithm not in CHECKSUM_TYPES:
-        raise ValueError(f"checksum type {checksum_type!r} is not one of sha256, sha512, md5")
+    """Connect and read the headers; raises UnsafeImageURLError, DownloadError or
+    UnknownChecksumTypeError (a ValueError)."""
+    algorithm = checksum_algorithm(checksum_type)
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         target = parse_image_url(current)
@@ -78,6 +96,59 @@ def open_download(url: str, *, checksum: str, checksum_type: str, allow_loopback
             connection=connection,
         )
     raise DownloadError(f"more than {MAX_REDIRECTS} redirects from {url!r}")
+
+
+def checksum_algorithm(checksum_type: str) -> str:
+    """The hashlib name of a spec's checksum type (sha256 when unset)."""
+    algorithm = (checksum_type or "sha256").lower()
+    if algorithm not in CHECKSUM_TYPES:
+        raise UnknownChecksumTypeError(
+            f"checksum type {checksum_type!r} is not one of sha256, sha512, md5"
+        )
+    return algorithm
+
+
+def peek_header(chunks: Iterator[bytes]) -> tuple[bytes, Iterator[bytes]]:
+    """The image's first HEADER_BYTES (all of a shorter one) and the whole body, still to read."""
+    taken: list[bytes] = []
+    size = 0
+    while size < HEADER_BYTES and (chunk := next(chunks, b"")):
+        taken.append(chunk)
+        size += len(chunk)
+    return b"".join(taken)[:HEADER_BYTES], itertools.chain(taken, chunks)
+
+
+def image_format_of(header: bytes) -> str:
+    """The image's format, qcow2 or raw, judged by its magic number before a byte is stored.
+
+    A qcow2 image naming a backing file or an external data file is refused: QEMU (or the
+    conversion) would open that path on the host and give its content to the guest.
+    """
+    if not header:
+        raise UnusableImageError("the server sent an empty image")
+    if not header.startswith(QCOW2_MAGIC):
+        return "raw"
+    if len(header) < HEADER_BYTES:
+        raise UnusableImageError("the qcow2 image is shorter than its own header")
+    version, backing_offset = struct.unpack_from(">IQ", header, 4)
+    if backing_offset:
+        raise UnusableImageError("the qcow2 image names a backing file; give a standalone image")
+    (incompatible,) = struct.unpack_from(">Q", header, 72)
+    if version >= 3 and incompatible & QCOW2_EXTERNAL_DATA_FILE:
+        raise UnusableImageError("the qcow2 image keeps its data in an external file")
+    return "qcow2"
+
+
+def logged_progress(chunks: Iterator[bytes], label: str, length: int | None) -> Iterator[bytes]:
+    """The same chunks, with a log line at every PROGRESS_EVERY_BYTES: a long download shows
+    it is alive. The label names what is being made, never the URL (it may carry a token)."""
+    of_total = f" of {length // 2**20} MiB" if length else ""
+    done = 0
+    for chunk in chunks:
+        before, done = done, done + len(chunk)
+        if done // PROGRESS_EVERY_BYTES > before // PROGRESS_EVERY_BYTES:
+            logger.info("downloading %s: %d MiB%s", label, done // 2**20, of_total)
+        yield chunk
 
 
 def _pinned_connection(target: ImageURL, *, allow_loopback: bool) -> http.client.HTTPConnection:

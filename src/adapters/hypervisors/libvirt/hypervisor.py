@@ -63,8 +63,15 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
 )
 from pyrigaud.adapters.hypervisors.libvirt.download import (
     ChecksumMismatchError,
+    Download,
     DownloadError,
+    UnknownChecksumTypeError,
+    UnusableImageError,
+    checksum_algorithm,
+    image_format_of,
+    logged_progress,
     open_download,
+    peek_header,
 )
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     AdapterError,
@@ -104,7 +111,7 @@ from pyrigaud.application.ports import Clock
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB, MAX_CPU, MAX_MEMORY_MIB
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.image_urls import UnsafeImageURLError
+from pyrigaud.domain.image_urls import UnsafeImageURLError, parse_image_url
 from pyrigaud.domain.models import (
     Capabilities,
     CloneRequest,
@@ -128,6 +135,7 @@ from pyrigaud.domain.models import (
     SnapshotRequest,
     VMChanges,
     VMDescription,
+    VMImage,
     VMInfo,
     VMRecord,
 )
@@ -193,6 +201,52 @@ FILE_CHUNK_BYTES = 1024 * 1024
 QEMU_MAC_PREFIX = "52:54:00"
 BACKUP_POLL_SECONDS = 0.05
 BACKUP_TIMEOUT_SECONDS = 3600  # bounded, yet room for copying a large disk
+
+
+@dataclass(frozen=True)
+class _ImageFields:
+    """The request fields an image's problems are named by: ImagePrepare sends the CRD's
+    camelCase keys, Create the VMImage's PascalCase ones."""
+
+    url: str
+    checksum: str
+    checksum_type: str
+    format: str
+
+
+PREPARE_FIELDS = _ImageFields(
+    "image_json.url", "image_json.checksum", "image_json.checksumType", "image_json.format"
+)
+CREATE_FIELDS = _ImageFields(
+    "image_json.URL", "image_json.Checksum", "image_json.ChecksumType", "image_json.Format"
+)
+
+
+@dataclass(frozen=True)
+class _RootPlan:
+    """How Create makes the root volume: its capacity and where its content comes from."""
+
+    capacity_bytes: int  # a URL image larger than this keeps its own size
+    backing: VolumeFacts | None = None  # a Path image: the volume the qcow2 overlay sits on
+    url_image: VMImage | None = None  # a URL image, downloaded into the VM's own volume
+    scratch_name: str = ""  # where a raw URL image lands before its conversion to qcow2
+
+
+@contextlib.contextmanager
+def _image_spec_errors(fields: _ImageFields) -> Iterator[None]:
+    """What the download module raises, as the error naming the request field at fault."""
+    try:
+        yield
+    except UnsafeImageURLError as error:
+        raise AdapterError(ProviderError.invalid_spec(fields.url, str(error))) from error
+    except UnknownChecksumTypeError as error:
+        raise AdapterError(ProviderError.invalid_spec(fields.checksum_type, str(error))) from error
+    except ChecksumMismatchError as error:
+        raise AdapterError(ProviderError.invalid_spec(fields.checksum, str(error))) from error
+    except UnusableImageError as error:
+        raise AdapterError(ProviderError.invalid_spec(fields.url, str(error))) from error
+    except DownloadError as error:
+        raise AdapterError(ProviderError.unavailable(str(error))) from error
 
 
 def _rereads_vm(
@@ -578,11 +632,12 @@ class LibvirtHypervisor:
         if seeded:
             attachments = _with_macs(attachments)  # network-config matches NICs by MAC
         nics = tuple(_nic(conn, index, attachment) for index, attachment in enumerate(attachments))
-        root_size, backing = _root_disk(conn, request)
-        sizes = [root_size] + [spec.size_gib * GIB for spec in request.disks]
+        root = _root_disk(conn, request)
+        sizes = [root.capacity_bytes] + [spec.size_gib * GIB for spec in request.disks]
         names = [volume_name(request.name, index) for index in range(len(sizes))]
         seed_name = seed_volume_name(request.name)
-        planned = [*names, seed_name] if seeded else names
+        planned = [*names, *([root.scratch_name] if root.scratch_name else [])]
+        planned += [seed_name] if seeded else []
         building = DomainDefinition(
             name=request.name,
             domain_type=self._domain_type,
@@ -615,7 +670,11 @@ class LibvirtHypervisor:
         try:
             disks = []
             for index, (name, size) in enumerate(zip(names, sizes, strict=True)):
-                made.append(create_volume(pool, name, size, backing if index == 0 else None))
+                if index == 0 and root.url_image is not None:
+                    made.append(self._download_root(conn, pool, name, root.url_image, root))
+                else:
+                    backing = root.backing if index == 0 else None
+                    made.append(create_volume(pool, name, size, backing))
                 disks.append(DiskDevice(path=made[-1], format="qcow2", target=disk_target(index)))
             seed_path = ""
             if seeded:
@@ -712,34 +771,83 @@ class LibvirtHypervisor:
         request: PrepareImageRequest,
     ) -> str:
         source = request.source
-        try:
-            download = open_download(
-                source.url,
-                checksum=source.checksum,
-                checksum_type=source.checksum_type,
+        download = self._open_image_url(
+            source.url, source.checksum, source.checksum_type, PREPARE_FIELDS
+        )
+        with contextlib.closing(download):
+            xml = volume_xml(name, download.length or 0, volume_format=image_format)
+            label = f"image {request.target_name!r}"
+            return self._write_download(
+                conn, pool, xml, download, fields=PREPARE_FIELDS, label=label
+            )
+
+    def _open_image_url(
+        self, url: str, checksum: str, checksum_type: str, fields: _ImageFields
+    ) -> Download:
+        """The image's response, its headers read; a bad spec is named by `fields`."""
+        with _image_spec_errors(fields):
+            return open_download(
+                url,
+                checksum=checksum,
+                checksum_type=checksum_type,
                 allow_loopback=self._allow_loopback_urls,
             )
-        except UnsafeImageURLError as error:
-            raise AdapterError(ProviderError.invalid_spec("image_json.url", str(error))) from error
-        except DownloadError as error:
-            raise AdapterError(ProviderError.unavailable(str(error))) from error
-        except ValueError as error:
-            raise AdapterError(
-                ProviderError.invalid_spec("image_json.checksumType", str(error))
-            ) from error
-        xml = volume_xml(name, download.length or 0, volume_format=image_format)
-        try:
+
+    def _write_download(
+        self,
+        conn: VirConnect,
+        pool: Any,
+        xml: str,
+        download: Download,
+        *,
+        fields: _ImageFields,
+        label: str,
+        body: Iterator[bytes] | None = None,
+    ) -> str:
+        """A new volume holding the downloaded image (`body`, if some was already read, else
+        the download's chunks), its checksum verified; on any failure, no volume."""
+        chunks = logged_progress(body or download.chunks, label, download.length)
+        with _image_spec_errors(fields):
             return self._upload_or_refuse(
-                lambda: write_new_volume(conn, pool, xml, download.chunks, self._write_volume)
+                lambda: write_new_volume(conn, pool, xml, chunks, self._write_volume)
             )
-        except ChecksumMismatchError as error:
-            raise AdapterError(
-                ProviderError.invalid_spec("image_json.checksum", str(error))
-            ) from error
-        except DownloadError as error:
-            raise AdapterError(ProviderError.unavailable(str(error))) from error
+
+    def _download_root(
+        self, conn: VirConnect, pool: Any, name: str, image: VMImage, root: _RootPlan
+    ) -> str:
+        """The VM's own qcow2 root volume `name` from a URL image: never a file another VM
+        shares, never a backing chain. A qcow2 image is downloaded straight into it, a raw one
+        into the scratch volume and converted (libvirt converts only from volume to volume);
+        then it is grown to the class's size. On any failure, neither volume is left."""
+        download = self._open_image_url(
+            image.url, image.checksum, image.checksum_type, CREATE_FIELDS
+        )
+        with contextlib.closing(download):
+            with _image_spec_errors(CREATE_FIELDS):
+                header, body = peek_header(download.chunks)
+                image_format = _downloaded_format(image.format, header)
+            # Declared raw at its exact length: libvirt reads what the bytes are on refresh.
+            target = name if image_format == "qcow2" else root.scratch_name
+            xml = volume_xml(target, download.length or 0, volume_format="raw")
+            label = f"root volume {name!r}"
+            written = self._write_download(
+                conn, pool, xml, download, fields=CREATE_FIELDS, label=label, body=body
+            )
+        path = written if image_format == "qcow2" else ""
+        try:
+            _check_stored_format(conn, written, image_format)
+            path = path or copy_volume(conn, written, name)
+            current = volume_facts(conn, path)
+            if current is not None and current.capacity_bytes < root.capacity_bytes:
+                grow_volume(conn, path, root.capacity_bytes)
+        except BaseException:
+            if path:
+                delete_volume(conn, path)
+            raise
         finally:
-            download.close()
+            if written != path:
+                delete_volume(conn, written)
+        return path
 
     @staticmethod
     def _upload_or_refuse(upload: Callable[[], str]) -> str:
@@ -1251,12 +1359,19 @@ def _blockers(waiting: list[_Waiting]) -> str:
 # --- disks ------------------------------------------------------------------------------------
 
 
-def _root_disk(conn: VirConnect, request: CreateRequest) -> tuple[int, VolumeFacts | None]:
-    """The root volume's capacity in bytes and, for a Path image, the volume it overlays."""
+def _root_disk(conn: VirConnect, request: CreateRequest) -> _RootPlan:
+    """How the root volume is made; a spec it cannot be made from is refused before anything
+    exists and before any traffic.
+
+    A Path image (a prepared one) gets a qcow2 overlay: copy-on-write, so VMs from one image
+    never share a writable file, and no copy. A URL image (when no Path is given) is
+    downloaded into the VM's own volume, planned with a scratch name for a raw image's
+    conversion, so a crash mid-download leaves only volumes the building VM records.
+    """
     image = request.image
     wanted = request.vm_class.disk_defaults.size_gib * GIB
     if image.is_blank:
-        return wanted or DEFAULT_ROOT_DISK_GIB * GIB, None
+        return _RootPlan(capacity_bytes=wanted or DEFAULT_ROOT_DISK_GIB * GIB)
     if image.template_name:
         raise AdapterError(
             ProviderError.invalid_spec(
@@ -1264,11 +1379,12 @@ def _root_disk(conn: VirConnect, request: CreateRequest) -> tuple[int, VolumeFac
             )
         )
     if not image.path:
-        raise AdapterError(
-            ProviderError.unsupported(
-                "image_json.URL: Create does not download; ImagePrepare the URL and give its Path"
-            )
-        )
+        _declared_format(image.format, CREATE_FIELDS.format)
+        with _image_spec_errors(CREATE_FIELDS):
+            parse_image_url(image.url)
+            checksum_algorithm(image.checksum_type)
+        scratch = f"{request.name}-download-{secrets.token_hex(4)}.raw"
+        return _RootPlan(capacity_bytes=wanted, url_image=image, scratch_name=scratch)
     backing = volume_facts(conn, image.path)
     if backing is None:
         raise AdapterError(
@@ -1276,24 +1392,54 @@ def _root_disk(conn: VirConnect, request: CreateRequest) -> tuple[int, VolumeFac
                 "image_json.Path", f"{image.path!r} is not a volume in any storage pool"
             )
         )
-    return max(wanted, backing.capacity_bytes), backing
+    return _RootPlan(capacity_bytes=max(wanted, backing.capacity_bytes), backing=backing)
 
 
 def _image_format(given: str, origin: VolumeFacts | None, url: str) -> str:
     """The prepared volume's format: as told, else the source volume's, else from the URL."""
+    chosen = _declared_format(given, PREPARE_FIELDS.format)
+    if chosen:
+        return chosen
+    if origin is not None:
+        return origin.format
+    return "raw" if url.split("?", 1)[0].endswith((".raw", ".img")) else "qcow2"
+
+
+def _declared_format(given: str, field: str) -> str:
+    """The image format a spec names ("" for none); any other than qcow2 or raw is refused."""
     chosen = given.strip().lower()
     if chosen in UNSPECIFIED_FORMATS:
-        if origin is not None:
-            chosen = origin.format
-        elif url.split("?", 1)[0].endswith((".raw", ".img")):
-            chosen = "raw"
-        else:
-            chosen = "qcow2"
+        return ""
     if chosen not in IMAGE_FORMATS:
-        raise AdapterError(
-            ProviderError.invalid_spec("image_json.format", f"{given!r} is not qcow2 or raw")
-        )
+        raise AdapterError(ProviderError.invalid_spec(field, f"{given!r} is not qcow2 or raw"))
     return chosen
+
+
+def _downloaded_format(given: str, header: bytes) -> str:
+    """A URL image's format, read from its first bytes; one the spec names must agree."""
+    found = image_format_of(header)
+    declared = _declared_format(given, CREATE_FIELDS.format)
+    if declared and declared != found:
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                CREATE_FIELDS.format, f"the image at the URL is {found}, not {declared}"
+            )
+        )
+    return found
+
+
+def _check_stored_format(conn: VirConnect, path: str, expected: str) -> None:
+    """libvirt must read the stored image as the format its header showed: an image taken for
+    raw that libvirt reads as, say, vmdk would be converted by following that format's own
+    references to other files."""
+    stored = volume_facts(conn, path)
+    found = stored.format if stored is not None else "missing"
+    if found != expected:
+        raise AdapterError(
+            ProviderError.invalid_spec(
+                CREATE_FIELDS.url, f"libvirt reads the image as {found}; give a qcow2 or raw image"
+            )
+        )
 
 
 def _file_chunks(path: str) -> Iterator[bytes]:
