@@ -96,3 +96,14 @@ def test_a_path_wins_over_a_url_and_is_overlaid_not_downloaded(
     vm_id = ok(adapter.create(request(image), OWNER))
     assert ok(adapter.disk_details(DiskQuery(vm_id=vm_id))).backing_file == base
     assert images.requests == []
+
+
+def test_an_image_the_server_does_not_give_is_unavailable_and_leaves_nothing(
+    host: Host, images: ImageServer
+) -> None:
+    adapter, connection = host
+    error = error_of(adapter.create(request(VMImage(url=images.url("/missing.qcow2"))), OWNER))
+    assert error.kind is ErrorKind.UNAVAILABLE
+    assert "404" in error.message
+    assert images.requests == ["/missing.qcow2"]
+    assert_nothing_left(connection)
