@@ -8,6 +8,7 @@ URLs use IP literals and /etc/hosts names only: no test resolves a real DNS name
 from __future__ import annotations
 
 import hashlib
+import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,7 +37,10 @@ from libvirt_support import add_base_image, isolated_host_uri, make_adapter, wri
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-images")
-IMAGE = b"QFI\xfb" + bytes(range(256)) * 4096  # a little over 1 MiB: more than one chunk
+QCOW2_HEADER = b"QFI\xfb" + struct.pack(">IQ", 3, 0) + bytes(68)  # v3, no backing file
+IMAGE = QCOW2_HEADER + bytes(range(256)) * 4096  # a little over 1 MiB: more than one chunk
+# The same, naming a host file as its backing file: a VM on it would read that file.
+BACKED_IMAGE = b"QFI\xfb" + struct.pack(">IQI", 3, 80, 11) + bytes(64) + b"/etc/shadow"
 
 Host = tuple[LibvirtHypervisor, LibvirtConnection]
 
@@ -55,11 +59,12 @@ def server() -> Iterator[ImageServer]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             seen.append(self.path)
-            if self.path == "/image.qcow2":
+            served = {"/image.qcow2": IMAGE, "/backed.qcow2": BACKED_IMAGE}.get(self.path)
+            if served is not None:
                 self.send_response(200)
-                self.send_header("Content-Length", str(len(IMAGE)))
+                self.send_header("Content-Length", str(len(served)))
                 self.end_headers()
-                self.wfile.write(IMAGE)
+                self.wfile.write(served)
             elif self.path.startswith("/redirect"):
                 self.send_response(302)
                 self.send_header("Location", self.path.split("?to=", 1)[1])
@@ -129,6 +134,27 @@ def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
     error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=wrong)))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("image_json.checksum:")
+    assert pool_volumes(connection) == set()
+
+
+def test_a_qcow2_naming_a_backing_file_is_refused_before_anything_is_stored(
+    host: Host, server: ImageServer
+) -> None:
+    adapter, connection = host
+    error = error_of(adapter.prepare_image(from_url(f"{server.base}/backed.qcow2")))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("image_json.url:")
+    assert "backing file" in error.message
+    assert pool_volumes(connection) == set()
+
+
+def test_an_image_that_is_not_the_format_the_spec_says_is_refused(
+    host: Host, server: ImageServer
+) -> None:
+    adapter, connection = host
+    error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", format="raw")))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert "the image at the URL is qcow2, not raw" in error.message
     assert pool_volumes(connection) == set()
 
 

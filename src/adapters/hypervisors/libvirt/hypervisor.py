@@ -775,10 +775,15 @@ class LibvirtHypervisor:
             source.url, source.checksum, source.checksum_type, PREPARE_FIELDS
         )
         with contextlib.closing(download):
+            # Checked before a byte is stored: a qcow2 naming a backing file would hand a host
+            # file to every VM made from this image.
+            with _image_spec_errors(PREPARE_FIELDS):
+                header, body = peek_header(download.chunks)
+                _downloaded_format(image_format, header, PREPARE_FIELDS)
             xml = volume_xml(name, download.length or 0, volume_format=image_format)
             label = f"image {request.target_name!r}"
             return self._write_download(
-                conn, pool, xml, download, fields=PREPARE_FIELDS, label=label
+                conn, pool, xml, download, fields=PREPARE_FIELDS, label=label, body=body
             )
 
     def _open_image_url(
@@ -825,7 +830,7 @@ class LibvirtHypervisor:
         with contextlib.closing(download):
             with _image_spec_errors(CREATE_FIELDS):
                 header, body = peek_header(download.chunks)
-                image_format = _downloaded_format(image.format, header)
+                image_format = _downloaded_format(image.format, header, CREATE_FIELDS)
             # Declared raw at its exact length: libvirt reads what the bytes are on refresh.
             target = name if image_format == "qcow2" else root.scratch_name
             xml = volume_xml(target, download.length or 0, volume_format="raw")
@@ -1415,14 +1420,14 @@ def _declared_format(given: str, field: str) -> str:
     return chosen
 
 
-def _downloaded_format(given: str, header: bytes) -> str:
+def _downloaded_format(given: str, header: bytes, fields: _ImageFields) -> str:
     """A URL image's format, read from its first bytes; one the spec names must agree."""
     found = image_format_of(header)
-    declared = _declared_format(given, CREATE_FIELDS.format)
+    declared = _declared_format(given, fields.format)
     if declared and declared != found:
         raise AdapterError(
             ProviderError.invalid_spec(
-                CREATE_FIELDS.format, f"the image at the URL is {found}, not {declared}"
+                fields.format, f"the image at the URL is {found}, not {declared}"
             )
         )
     return found
