@@ -8,10 +8,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from pyVmomi import vim as untyped_vim
+
 from pyrigaud.adapters.clocks import ManualClock
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID, VSphereHypervisor
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.models import VMImage
@@ -21,6 +24,7 @@ from contract.harness import Harness
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
 TEMPLATE_VM = "DC0_H0_VM0"  # a VM the default VPX inventory always has
+vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,13 @@ def shared_simulator() -> Simulator:
         _shared.append(context.__enter__())
         atexit.register(context.__exit__, None, None, None)
     return _shared[0]
+
+
+def vm_ref(instance: Any, vm_id: str) -> Any:
+    """The VM an id of either shape names (instanceUuid or MoRef), for reading it straight."""
+    if INSTANCE_UUID.fullmatch(vm_id):
+        return instance.content.searchIndex.FindByUuid(uuid=vm_id, vmSearch=True, instanceUuid=True)
+    return vim.VirtualMachine(vm_id, instance._stub)
 
 
 def contract_harness() -> Iterator[Harness]:

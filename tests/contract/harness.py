@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
+
+from returns.result import Result
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.application.ports import (
@@ -18,7 +21,15 @@ from pyrigaud.application.ports import (
     TaskTracker,
     VMLifecycle,
 )
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
+from pyrigaud.domain.tasks import TaskRef, TaskState
+
+from support import ok
+
+SETTLE_READS = 600
+SETTLE_PAUSE_SECONDS = 0.1
 
 
 class Hypervisor(
@@ -51,3 +62,22 @@ class Harness:
         image = VMImage() if self.blank_images else self.image
         base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=image)
         return base.model_copy(update=changes)
+
+
+def settle(tracker: TaskTracker, task: TaskRef) -> TaskState:
+    """The task's final state, asked for until it is done (bounded)."""
+    for _ in range(SETTLE_READS):
+        state = tracker.task_state(task.id)
+        assert state is not None, f"no adapter answers task {task.id!r}"
+        if state.done:
+            return state
+        time.sleep(SETTLE_PAUSE_SECONDS)
+    raise AssertionError(f"task {task.id!r} did not finish")
+
+
+def made(tracker: TaskTracker, started: Result[CreatedVM, ProviderError]) -> str:
+    """The id of the VM a start_create or start_clone began, once its task has succeeded."""
+    vm = ok(started)
+    if vm.task is not None:
+        assert settle(tracker, vm.task) == TaskState.succeeded()
+    return vm.id

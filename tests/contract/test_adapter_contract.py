@@ -22,14 +22,16 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
-from contract.harness import Harness
+from contract.harness import Harness, made
 from support import error_kind, ok
 
 MISSING_IDS = ["", "no-such-vm", "00000000-0000-0000-0000-000000000000", "../../etc", "\x00x"]
 
 
 def create(harness: Harness, owner: OwnerMark, name: str, **changes: object) -> str:
-    return ok(harness.adapter.create(harness.request(name, **changes), owner))
+    return made(
+        harness.adapter, harness.adapter.start_create(harness.request(name, **changes), owner)
+    )
 
 
 def finished(harness: Harness, result: Result[TaskRef | None, ProviderError]) -> None:
@@ -64,7 +66,7 @@ def test_create_of_a_name_owned_by_another_provider_is_already_exists(
     harness: Harness, owner: OwnerMark
 ) -> None:
     create(harness, OwnerMark(provider="someone/else"), "contract-clash")
-    result = harness.adapter.create(harness.request("contract-clash"), owner)
+    result = harness.adapter.start_create(harness.request("contract-clash"), owner)
     assert error_kind(result) is ErrorKind.ALREADY_EXISTS
 
 
@@ -75,7 +77,7 @@ def test_a_blank_image_gives_a_blank_root_disk_of_the_requested_size(
     if not harness.blank_images:
         # A backend that cannot make a blank disk must refuse, naming the image, and make nothing.
         blank = harness.request("contract-blank", vm_class=vm_class, image=VMImage())
-        assert error_kind(harness.adapter.create(blank, owner)) is ErrorKind.INVALID_SPEC
+        assert error_kind(harness.adapter.start_create(blank, owner)) is ErrorKind.INVALID_SPEC
         assert ok(harness.adapter.find_by_name("contract-blank")) is None
         return
     vm_id = create(harness, owner, "contract-blank", vm_class=vm_class)
@@ -111,7 +113,7 @@ def test_an_image_that_does_not_exist_is_an_invalid_spec(
     request = harness.request(
         "contract-noimg", image=harness.image.model_copy(update={"path": "/images/missing.qcow2"})
     )
-    assert error_kind(harness.adapter.create(request, owner)) is ErrorKind.INVALID_SPEC
+    assert error_kind(harness.adapter.start_create(request, owner)) is ErrorKind.INVALID_SPEC
     assert ok(harness.adapter.find_by_name("contract-noimg")) is None
 
 
@@ -222,15 +224,16 @@ def test_clone_makes_a_new_vm_with_its_own_disks(
     if linked and not harness.adapter.capabilities().supports_linked_clones:
         # The capability gates linked clones: a backend without it must refuse them.
         request = CloneRequest(source_vm_id=source, target_name="contract-copy", linked=True)
-        assert error_kind(harness.adapter.clone(request, owner)) is ErrorKind.UNSUPPORTED
+        assert error_kind(harness.adapter.start_clone(request, owner)) is ErrorKind.UNSUPPORTED
         return
     if linked:
         ok(harness.adapter.create_snapshot(SnapshotRequest(vm_id=source, name="base")))
-    target = ok(
-        harness.adapter.clone(
+    target = made(
+        harness.adapter,
+        harness.adapter.start_clone(
             CloneRequest(source_vm_id=source, target_name="contract-copy", linked=linked, cpu=2),
             owner,
-        )
+        ),
     )
     assert target != source
     source_disk = ok(harness.adapter.disk_details(DiskQuery(vm_id=source)))
@@ -243,7 +246,9 @@ def test_clone_makes_a_new_vm_with_its_own_disks(
 
 
 def test_clone_of_a_missing_source_is_not_found(harness: Harness, owner: OwnerMark) -> None:
-    result = harness.adapter.clone(CloneRequest(source_vm_id="missing", target_name="x"), owner)
+    result = harness.adapter.start_clone(
+        CloneRequest(source_vm_id="missing", target_name="x"), owner
+    )
     assert error_kind(result) is ErrorKind.NOT_FOUND
 
 

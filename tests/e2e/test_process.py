@@ -280,6 +280,8 @@ def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None
 
 
 def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
+    from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID  # noqa: PLC0415
+
     from vsphere_support import TEMPLATE_VM, running_simulator  # noqa: PLC0415 - builds Go
 
     with running_simulator() as simulator:
@@ -302,8 +304,12 @@ def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
                 request = pb.CreateRequest(
                     name="e2e-vsphere", class_json=CLASS_JSON, image_json=image
                 )
-                vm_id = stub.Create(request, timeout=60).id
-                assert vm_id.startswith("vm-")
+                created = stub.Create(request, timeout=60)
+                vm_id = created.id  # the instanceUuid chosen for the clone; its task makes the VM
+                assert INSTANCE_UUID.fullmatch(vm_id)
+                assert created.task.id == f"vsphere-task:{created.task.id.split(':')[1]}:{vm_id}"
+                status = stub.TaskStatus(pb.TaskStatusRequest(task=created.task), timeout=10)
+                assert (status.done, status.error) == (True, "")
                 described = stub.Describe(pb.DescribeRequest(id=vm_id), timeout=20)
                 assert (described.exists, described.power_state) == (True, "Off")
                 desired = json.dumps({"Class": {"CPU": 3}})

@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 
 import pytest
+from returns.result import Result
 
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import (
     POLL_SECONDS,
@@ -46,7 +48,7 @@ from pyrigaud.domain.models import (
     VMRecord,
 )
 from pyrigaud.domain.power import PowerOp, PowerState
-from pyrigaud.domain.tasks import ShutdownTask
+from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
 from support import error_kind, error_of, ok
 
@@ -123,6 +125,34 @@ def test_concurrent_creates_of_one_name_make_exactly_one_vm(fake: FakeHypervisor
     assert len(set(ids)) == 1
     assert len(ids) == 8
     assert len(ok(fake.list_vms())) == 1
+
+
+class TaskingFake(FakeHypervisor):
+    """A backend whose Create and Clone go on in a task after the call, as vSphere's do."""
+
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        return super().start_create(request, owner).map(_in_a_task)
+
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        return super().start_clone(request, owner).map(_in_a_task)
+
+
+def _in_a_task(vm: CreatedVM) -> CreatedVM:
+    return vm.model_copy(update={"task": TaskRef(id=f"making:{vm.id}")})
+
+
+def test_create_and_clone_hand_back_the_task_making_the_vm(clock: ManualClock) -> None:
+    backend = TaskingFake(clock)
+    created = ok(create_vm(backend)(request("tasked")))
+    assert created.task == TaskRef(id=f"making:{created.id}")
+    copy = ok(clone_vm(backend)(CloneRequest(source_vm_id=created.id, target_name="tasked-2")))
+    assert copy.task == TaskRef(id=f"making:{copy.id}")
+    # A VM already there is returned as it is: nothing is being made any more.
+    assert ok(create_vm(backend)(request("tasked"))) == CreatedVM(id=created.id)
 
 
 def test_a_second_replica_adopts_a_vm_it_did_not_see_being_made(fake: FakeHypervisor) -> None:

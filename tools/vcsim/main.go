@@ -6,8 +6,10 @@
 //
 // It also corrects defects of that simulator version at the SOAP boundary, so that tests see
 // what vCenter does: CloneVM_Task hands the source VM's own device objects to the clone (after
-// which the source reports the clone's disk paths and sizes) and ignores a linked clone's
-// snapshot (its disks get no parent); RevertToSnapshot_Task leaves CPU and memory as they are
+// which the source reports the clone's disk paths and sizes), ignores a linked clone's
+// snapshot (its disks get no parent), ignores the clone spec's CPU, memory, firmware, hot-add,
+// nesting and customization, and accepts a name already taken in the target folder (vCenter
+// fails the clone task with DuplicateName); RevertToSnapshot_Task leaves CPU and memory as they are
 // instead of restoring the snapshot's; and a NIC removed by ReconfigVM_Task stays in guest.net
 // (so CustomizeVM_Task counts NICs the VM no longer has).
 //
@@ -28,15 +30,21 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/types"
 )
+
+// clones serializes CloneVM_Task calls, so that a name is checked and taken in one step.
+var clones sync.Mutex
 
 var (
 	cloneCall     = regexp.MustCompile(`<CloneVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
@@ -157,8 +165,15 @@ func (r *recorder) Write(p []byte) (int, error) {
 func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, vmID string, body []byte) {
 	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: vmID}
 	vm, ok := simulator.Map.Get(ref).(*simulator.VirtualMachine)
-	if !ok {
+	request := cloneRequest(body)
+	if !ok || request == nil {
 		c.next.ServeHTTP(w, r)
+		return
+	}
+	clones.Lock()
+	defer clones.Unlock()
+	if existing, taken := namedVM(request.Folder, request.Name); taken {
+		refuseClone(w, vm, &types.DuplicateName{Name: request.Name, Object: existing})
 		return
 	}
 	var original []types.BaseVirtualDevice
@@ -173,9 +188,148 @@ func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, v
 	}()
 	snapshot := cloneSnapshot.FindSubmatch(body)
 	task := returnedTask.FindSubmatch(response.body.Bytes())
-	if linkedClone.Match(body) && snapshot != nil && task != nil {
+	if task == nil {
+		return
+	}
+	if linkedClone.Match(body) && snapshot != nil {
 		linkDisks(string(task[1]), string(snapshot[1]))
 	}
+	finishClone(vm, string(task[1]), request.Spec)
+}
+
+// cloneRequest decodes the CloneVM_Task call (nil when it does not decode).
+func cloneRequest(body []byte) *types.CloneVM_Task {
+	method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+	if err != nil {
+		return nil
+	}
+	request, _ := method.Body.(*types.CloneVM_Task)
+	return request
+}
+
+// namedVM is the VM of that name the folder already holds, if any.
+func namedVM(folderRef types.ManagedObjectReference, name string) (types.ManagedObjectReference, bool) {
+	folder, ok := simulator.Map.Get(folderRef).(*simulator.Folder)
+	if !ok {
+		return types.ManagedObjectReference{}, false
+	}
+	for _, child := range folder.ChildEntity {
+		if vm, ok := simulator.Map.Get(child).(*simulator.VirtualMachine); ok && vm.Name == name {
+			return child, true
+		}
+	}
+	return types.ManagedObjectReference{}, false
+}
+
+// refuseClone answers the call with a clone task that failed with fault, as vCenter does.
+func refuseClone(w http.ResponseWriter, vm *simulator.VirtualMachine, fault types.BaseMethodFault) {
+	task := simulator.CreateTask(vm, "cloneVm", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		return nil, fault
+	})
+	ref := task.Run()
+	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+		`<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" `+
+		`xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">`+
+		`<soapenv:Body><CloneVM_TaskResponse xmlns="urn:vim25"><returnval type="Task">%s</returnval>`+
+		`</CloneVM_TaskResponse></soapenv:Body></soapenv:Envelope>`, ref.Value)
+}
+
+// finishClone applies what the simulator's clone ignores: the spec's hardware settings, then
+// its customization (which fails the clone task, and removes the clone, when it does not fit).
+// A disk edit in the spec names the source's disk, which vCenter applies to the clone's copy;
+// the simulator points the clone at the source's file instead (so destroying the clone would
+// delete the source's disk): such disks are pointed back at the clone's own files.
+func finishClone(source *simulator.VirtualMachine, taskID string, spec types.VirtualMachineCloneSpec) {
+	task, ok := simulator.Map.Get(types.ManagedObjectReference{Type: "Task", Value: taskID}).(*simulator.Task)
+	if !ok {
+		return
+	}
+	cloneRef, ok := task.Info.Result.(types.ManagedObjectReference)
+	if !ok {
+		return
+	}
+	clone, ok := simulator.Map.Get(cloneRef).(*simulator.VirtualMachine)
+	if !ok {
+		return
+	}
+	simulator.Map.WithLock(clone, func() { ownDisks(source, clone) })
+	if config := spec.Config; config != nil {
+		simulator.Map.WithLock(clone, func() { applyHardware(clone, config) })
+	}
+	forgetRemovedNICs(cloneRef.Value)
+	if spec.Customization == nil {
+		return
+	}
+	started, ok := clone.CustomizeVMTask(&types.CustomizeVM_Task{This: cloneRef, Spec: *spec.Customization}).(*methods.CustomizeVM_TaskBody)
+	if !ok {
+		return
+	}
+	customized, ok := simulator.Map.Get(started.Res.Returnval).(*simulator.Task)
+	if !ok || customized.Info.Error == nil {
+		return
+	}
+	removeVM(clone)
+	simulator.Map.Update(task, []types.PropertyChange{
+		{Name: "info.state", Val: types.TaskInfoStateError},
+		{Name: "info.result", Val: nil},
+		{Name: "info.error", Val: *customized.Info.Error},
+	})
+}
+
+// ownDisks moves the clone's disk backings out of the source's directory into the clone's.
+func ownDisks(source, clone *simulator.VirtualMachine) {
+	from := path.Dir(source.Config.Files.VmPathName) + "/"
+	to := path.Dir(clone.Config.Files.VmPathName) + "/"
+	for _, backing := range diskBackings(clone.Config.Hardware.Device) {
+		if strings.HasPrefix(backing.FileName, from) {
+			backing.FileName = to + strings.TrimPrefix(backing.FileName, from)
+		}
+	}
+}
+
+// applyHardware sets what a reconfigure with the clone spec's config would set.
+func applyHardware(vm *simulator.VirtualMachine, config *types.VirtualMachineConfigSpec) {
+	if config.NumCPUs != 0 {
+		vm.Config.Hardware.NumCPU = config.NumCPUs
+		vm.Summary.Config.NumCpu = config.NumCPUs
+	}
+	if config.MemoryMB != 0 {
+		vm.Config.Hardware.MemoryMB = int32(config.MemoryMB)
+		vm.Summary.Config.MemorySizeMB = int32(config.MemoryMB)
+	}
+	if config.Firmware != "" {
+		vm.Config.Firmware = config.Firmware
+	}
+	if config.BootOptions != nil {
+		vm.Config.BootOptions = config.BootOptions
+	}
+	for _, flag := range []struct {
+		src *bool
+		dst **bool
+	}{
+		{config.NestedHVEnabled, &vm.Config.NestedHVEnabled},
+		{config.CpuHotAddEnabled, &vm.Config.CpuHotAddEnabled},
+		{config.MemoryHotAddEnabled, &vm.Config.MemoryHotAddEnabled},
+	} {
+		if flag.src != nil {
+			*flag.dst = flag.src
+		}
+	}
+}
+
+// removeVM takes a clone out of the inventory again, as vCenter does with a failed clone.
+func removeVM(vm *simulator.VirtualMachine) {
+	if folder, ok := simulator.Map.Get(*vm.Parent).(*simulator.Folder); ok {
+		simulator.Map.RemoveReference(folder, &folder.ChildEntity, vm.Self)
+	}
+	if pool, ok := simulator.Map.Get(*vm.ResourcePool).(*simulator.ResourcePool); ok {
+		simulator.Map.RemoveReference(pool, &pool.Vm, vm.Self)
+	}
+	if host, ok := simulator.Map.Get(*vm.Runtime.Host).(*simulator.HostSystem); ok {
+		simulator.Map.RemoveReference(host, &host.Vm, vm.Self)
+	}
+	simulator.Map.Remove(vm.Self)
 }
 
 // linkDisks gives each disk of the clone the clone task made the matching snapshot disk as parent.

@@ -6,15 +6,18 @@ from typing import Protocol
 
 from returns.result import Result
 
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 
 class Cloning(Protocol):
-    def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
         """Make the clone (full, or linked when asked) with class and customization applied.
 
-        Returns the new VM's id; the same ownership rule as VMLifecycle.create applies to an
-        existing VM of the target name.
+        Returns the new VM's id and the task making it, as VMLifecycle.start_create does; the same
+        ownership rule applies to an existing VM of the target name.
         """
         ...

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from pydantic import BaseModel, ConfigDict
 from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
 from pyrigaud.domain.tasks import TaskRef
+
+
+class CreatedVM(BaseModel):
+    """The new VM's id, and the hypervisor's task still making it (None: made within the call).
+
+    The id names the VM from the moment it is returned, whatever the task's outcome; once the
+    task reports done the VM is complete, and once it reports an error there is no VM."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    task: TaskRef | None = None
 
 
 class VMLifecycle(Protocol):
@@ -20,12 +33,15 @@ class VMLifecycle(Protocol):
         """Every VM whose Create has not finished (`building_since` set), whoever made it."""
         ...
 
-    def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
-        """Make the VM powered off and return its id.
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        """Make the VM powered off: its id, and the task making it when not done in the call.
 
-        The VM is marked as building (with this Create's start time) before anything else is
-        made, and the mark is cleared only once it is complete, so a Create killed part-way
-        leaves a VM that `find_unfinished` reports and `delete` removes whole.
+        A VM that is put together in several steps is marked as building (with this Create's
+        start time) before anything else is made, and the mark is cleared only once it is
+        complete, so a Create killed part-way leaves a VM that `find_unfinished` reports and
+        `delete` removes whole. A VM made in one hypervisor task appears complete or not at all.
 
         If the hypervisor already has a VM of that name carrying `owner`'s mark (another
         replica made it), return that VM's id; a same-named VM without the mark is

@@ -6,8 +6,9 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ports import CapabilitySource, Cloning
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.capabilities import require
-from pyrigaud.application.use_cases.create_vm import CreatedVM, NewVMNames
+from pyrigaud.application.use_cases.create_vm import NewVMNames
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, OwnerMark
 
@@ -43,4 +44,4 @@ class CloneVM:
                     return Failure(error)
                 case Success(CreatedVM() as found):
                     return Success(found)
-            return self._cloning.clone(request, self._owner).map(lambda vm_id: CreatedVM(id=vm_id))
+            return self._cloning.start_clone(request, self._owner)

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ports import Clock, VMLifecycle
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMRecord
-from pyrigaud.domain.tasks import TaskRef
 
 # How long a Create waits for another replica's Create of the same name to finish.
 WAIT_FOR_OTHER_CREATE_SECONDS = 120.0
 POLL_SECONDS = 1.0
-
-
-class CreatedVM(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    task: TaskRef | None = None
 
 
 def adopt_existing(record: VMRecord, owner: OwnerMark) -> Result[CreatedVM, ProviderError]:
@@ -101,6 +93,4 @@ class CreateVM:
                     return Failure(error)
                 case Success(CreatedVM() as found):
                     return Success(found)
-            return self._lifecycle.create(request, self._owner).map(
-                lambda vm_id: CreatedVM(id=vm_id)
-            )
+            return self._lifecycle.start_create(request, self._owner)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, start_provider
@@ -52,7 +53,7 @@ def test_every_simulated_vm_is_listed_once(listing: pb.ListVMsResponse) -> None:
 
 def test_each_listed_vm_carries_the_simulators_hardware(listing: pb.ListVMsResponse) -> None:
     for vm in listing.vms:
-        assert vm.id.startswith("vm-"), vm
+        assert INSTANCE_UUID.fullmatch(vm.id), vm
         assert (vm.power_state, vm.cpu, vm.memory_mib) == ("On", 1, 32), vm
         assert [(d.path, d.format) for d in vm.disks] == [
             (f"[LocalDS_0] {vm.name}/disk1.vmdk", "vmdk")

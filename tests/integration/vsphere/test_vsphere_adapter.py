@@ -12,7 +12,11 @@ import pytest
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor, vsphere_hypervisor
+from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (
+    INSTANCE_UUID,
+    VSphereHypervisor,
+    vsphere_hypervisor,
+)
 from pyrigaud.adapters.hypervisors.vsphere.inventory import extra_config, retrieve
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.domain.errors import ErrorKind
@@ -35,8 +39,9 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
+from contract.harness import made
 from support import error_kind, error_of, ok
-from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
+from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
@@ -71,7 +76,7 @@ def test_wrong_credentials_are_unavailable_not_internal(simulator: Simulator) ->
 def test_list_vms_reports_the_inventory_in_one_listing(adapter: VSphereHypervisor) -> None:
     vms = ok(adapter.list_vms())
     template = next(vm for vm in vms if vm.name == TEMPLATE_VM)
-    assert template.id.startswith("vm-")
+    assert INSTANCE_UUID.fullmatch(template.id)
     assert template.cpu >= 1
     assert template.memory_mib > 0
     assert template.disks
@@ -83,7 +88,9 @@ def test_list_vms_reports_the_inventory_in_one_listing(adapter: VSphereHyperviso
 def test_create_clones_the_template_applies_the_class_and_marks_ownership(
     adapter: VSphereHypervisor,
 ) -> None:
-    vm_id = ok(adapter.create(request("vs-create", disks=(DiskSpec(size_gib=3),)), OWNER))
+    vm_id = made(
+        adapter, adapter.start_create(request("vs-create", disks=(DiskSpec(size_gib=3),)), OWNER)
+    )
     info = ok(adapter.vm_info(vm_id))
     assert info is not None
     assert (info.name, info.cpu, info.memory_mib, info.power_state) == (
@@ -96,8 +103,8 @@ def test_create_clones_the_template_applies_the_class_and_marks_ownership(
     record = ok(adapter.find_by_name("vs-create"))
     assert record is not None
     assert record.owner == OWNER
-    assert ok(adapter.create(request("vs-create"), OWNER)) == vm_id
-    clash = adapter.create(request("vs-create"), OwnerMark(provider="someone/else"))
+    assert made(adapter, adapter.start_create(request("vs-create"), OWNER)) == vm_id
+    clash = adapter.start_create(request("vs-create"), OwnerMark(provider="someone/else"))
     assert error_kind(clash) is ErrorKind.ALREADY_EXISTS
 
 
@@ -105,13 +112,13 @@ def test_a_create_failing_after_the_clone_leaves_nothing_behind(
     adapter: VSphereHypervisor,
 ) -> None:
     too_many = tuple(DiskSpec(size_gib=1) for _ in range(16))  # more than one SCSI bus holds
-    result = adapter.create(request("vs-half", disks=too_many), OWNER)
+    result = adapter.start_create(request("vs-half", disks=too_many), OWNER)
     assert error_kind(result) is ErrorKind.RESOURCE_EXHAUSTED
     assert ok(adapter.find_by_name("vs-half")) is None
 
 
 def test_a_vm_not_made_by_pyrigaud_is_a_name_clash(adapter: VSphereHypervisor) -> None:
-    result = adapter.create(request(TEMPLATE_VM), OWNER)
+    result = adapter.start_create(request(TEMPLATE_VM), OWNER)
     assert error_kind(result) is ErrorKind.ALREADY_EXISTS
 
 
@@ -123,7 +130,8 @@ def test_images_vsphere_cannot_use_are_invalid_specs(
     adapter: VSphereHypervisor, image: VMImage
 ) -> None:
     assert (
-        error_kind(adapter.create(request("vs-bad", image=image), OWNER)) is ErrorKind.INVALID_SPEC
+        error_kind(adapter.start_create(request("vs-bad", image=image), OWNER))
+        is ErrorKind.INVALID_SPEC
     )
     assert ok(adapter.find_by_name("vs-bad")) is None
 
@@ -137,7 +145,7 @@ def test_ids_that_name_nothing_are_missing(adapter: VSphereHypervisor, vm_id: st
 
 
 def test_power_is_idempotent_and_reboot_falls_back_to_reset(adapter: VSphereHypervisor) -> None:
-    vm_id = ok(adapter.create(request("vs-power"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-power"), OWNER))
     ok(adapter.power_on(vm_id))
     ok(adapter.power_on(vm_id))
     ok(adapter.reboot(vm_id))  # the simulator has no RebootGuest: this is the reset path
@@ -151,7 +159,7 @@ def test_power_is_idempotent_and_reboot_falls_back_to_reset(adapter: VSphereHype
 
 
 def test_a_graceful_shutdown_records_and_clears_its_deadline(adapter: VSphereHypervisor) -> None:
-    vm_id = ok(adapter.create(request("vs-shutdown"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-shutdown"), OWNER))
     ok(adapter.power_on(vm_id))
     assert ok(adapter.shutdown_deadline(vm_id)) is None
     ok(adapter.request_shutdown(vm_id, 1_900_000_000))
@@ -161,7 +169,9 @@ def test_a_graceful_shutdown_records_and_clears_its_deadline(adapter: VSphereHyp
 
 
 def test_reconfigure_changes_cpu_memory_and_grows_disks(adapter: VSphereHypervisor) -> None:
-    vm_id = ok(adapter.create(request("vs-reconf", disks=(DiskSpec(size_gib=2),)), OWNER))
+    vm_id = made(
+        adapter, adapter.start_create(request("vs-reconf", disks=(DiskSpec(size_gib=2),)), OWNER)
+    )
     changes = VMChanges(cpu=3, memory_mib=1024, root_disk_gib=30, disks=(DiskSpec(size_gib=5),))
     ok(adapter.reconfigure(vm_id, changes))
     listed = next(vm for vm in ok(adapter.list_vms()) if vm.id == vm_id)
@@ -174,7 +184,7 @@ def test_reconfigure_changes_cpu_memory_and_grows_disks(adapter: VSphereHypervis
 def test_a_running_vm_without_hot_add_refuses_cpu_and_memory_changes(
     adapter: VSphereHypervisor,
 ) -> None:
-    vm_id = ok(adapter.create(request("vs-hot"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-hot"), OWNER))
     ok(adapter.power_on(vm_id))
     refused = adapter.reconfigure(vm_id, VMChanges(cpu=4))
     assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
@@ -192,7 +202,7 @@ def test_a_running_vm_without_hot_add_refuses_cpu_and_memory_changes(
 
 
 def test_snapshots_are_found_by_their_id_and_gone_after_delete(adapter: VSphereHypervisor) -> None:
-    vm_id = ok(adapter.create(request("vs-snap"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-snap"), OWNER))
     snapshot = ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
     assert snapshot.id.startswith("snapshot-")
     ok(adapter.revert_snapshot(vm_id, snapshot.id))
@@ -202,31 +212,32 @@ def test_snapshots_are_found_by_their_id_and_gone_after_delete(adapter: VSphereH
 
 
 def test_full_clone_applies_cpu(adapter: VSphereHypervisor) -> None:
-    source = ok(adapter.create(request("vs-src"), OWNER))
-    target = ok(
-        adapter.clone(CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER)
+    source = made(adapter, adapter.start_create(request("vs-src"), OWNER))
+    target = made(
+        adapter,
+        adapter.start_clone(CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER),
     )
     info = ok(adapter.vm_info(target))
     assert info is not None
     assert (info.name, info.cpu) == ("vs-copy", 4)
     assert ok(adapter.disk_details(DiskQuery(vm_id=target))).backing_file == ""
     missing = CloneRequest(source_vm_id="vm-999999", target_name="vs-none")
-    assert error_kind(adapter.clone(missing, OWNER)) is ErrorKind.NOT_FOUND
+    assert error_kind(adapter.start_clone(missing, OWNER)) is ErrorKind.NOT_FOUND
 
 
 def test_a_linked_clone_has_child_disks_of_the_newest_snapshot(
     adapter: VSphereHypervisor,
 ) -> None:
     assert adapter.capabilities().supports_linked_clones
-    source = ok(adapter.create(request("vs-linked-src"), OWNER))
+    source = made(adapter, adapter.start_create(request("vs-linked-src"), OWNER))
     linked = CloneRequest(source_vm_id=source, target_name="vs-linked", linked=True, cpu=3)
-    refused = adapter.clone(linked, OWNER)
+    refused = adapter.start_clone(linked, OWNER)
     assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
     assert "SnapshotCreate" in error_of(refused).message
     assert ok(adapter.find_by_name("vs-linked")) is None
     ok(adapter.create_snapshot(SnapshotRequest(vm_id=source, name="older")))
     ok(adapter.create_snapshot(SnapshotRequest(vm_id=source, name="newest")))
-    target = ok(adapter.clone(linked, OWNER))
+    target = made(adapter, adapter.start_clone(linked, OWNER))
     source_disk = ok(adapter.disk_details(DiskQuery(vm_id=source)))
     clone_disk = ok(adapter.disk_details(DiskQuery(vm_id=target)))
     assert clone_disk.backing_file == source_disk.path
@@ -239,7 +250,7 @@ def test_a_linked_clone_has_child_disks_of_the_newest_snapshot(
 def test_clone_customization_sets_networks_user_data_and_host_name(
     adapter: VSphereHypervisor, simulator: Simulator
 ) -> None:
-    source = ok(adapter.create(request("vs-custom-src"), OWNER))
+    source = made(adapter, adapter.start_create(request("vs-custom-src"), OWNER))
     customization = Customization(
         hostname="web-1",
         domain="example.test",
@@ -250,7 +261,7 @@ def test_clone_customization_sets_networks_user_data_and_host_name(
         ),
     )
     clone = CloneRequest(source_vm_id=source, target_name="vs-custom", customization=customization)
-    target = ok(adapter.clone(clone, OWNER))
+    target = made(adapter, adapter.start_clone(clone, OWNER))
     extra = extra_config(read_vm(simulator, target, ("config.extraConfig",)))
     assert json.loads(base64.b64decode(extra["guestinfo.metadata"])) == {
         "local-hostname": "web-1.example.test"
@@ -262,7 +273,7 @@ def test_clone_customization_sets_networks_user_data_and_host_name(
 
 
 def test_delete_removes_the_vm(adapter: VSphereHypervisor) -> None:
-    vm_id = ok(adapter.create(request("vs-delete"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-delete"), OWNER))
     ok(adapter.power_on(vm_id))
     ok(adapter.delete(vm_id))
     assert ok(adapter.describe(vm_id)) is None
@@ -310,12 +321,12 @@ def test_a_session_the_server_expired_for_idleness_is_renewed() -> None:
 def test_describe_reports_guest_addresses_set_through_the_simulator_hook(
     adapter: VSphereHypervisor, simulator: Simulator
 ) -> None:
-    vm_id = ok(adapter.create(request("vs-ips"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-ips"), OWNER))
     ok(adapter.power_on(vm_id))
     session = VSphereSession(
         simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
     )
-    vm = vim.VirtualMachine(vm_id, session.call(lambda instance: instance._stub))
+    vm = session.call(lambda instance: vm_ref(instance, vm_id))
     spec = vim.vm.ConfigSpec(
         extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="192.0.2.10")]
     )
@@ -343,7 +354,7 @@ def test_placement_by_name_and_unknown_names_are_invalid_specs(
     adapter: VSphereHypervisor,
 ) -> None:
     placement = Placement(datastore="LocalDS_0", cluster="DC0_C0", host="DC0_C0_H1")
-    vm_id = ok(adapter.create(request("vs-placed", placement=placement), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-placed", placement=placement), OWNER))
     info = ok(adapter.vm_info(vm_id))
     assert info is not None
     assert info.disks[0].path.startswith("[LocalDS_0] vs-placed/")
@@ -354,7 +365,7 @@ def test_placement_by_name_and_unknown_names_are_invalid_specs(
         ("host", Placement(host="nope")),
         ("storagePod", Placement(storage_pod="nope")),
     ]:
-        result = adapter.create(request("vs-misplaced", placement=wrong), OWNER)
+        result = adapter.start_create(request("vs-misplaced", placement=wrong), OWNER)
         assert error_kind(result) is ErrorKind.INVALID_SPEC
         assert error_of(result).message.startswith(f"placement.{field}:")
     assert ok(adapter.find_by_name("vs-misplaced")) is None
@@ -367,7 +378,7 @@ def test_provider_default_placement_applies_when_the_request_has_none(
         simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
     )
     adapter = VSphereHypervisor(session, defaults=Placement(datastore="no-such-default"))
-    result = adapter.create(request("vs-defaulted"), OWNER)
+    result = adapter.start_create(request("vs-defaulted"), OWNER)
     assert error_of(result).message.startswith("placement.datastore:")
 
 
@@ -378,9 +389,7 @@ def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> di
     )
     try:
         return session.call(
-            lambda instance: retrieve(
-                instance, [vim.VirtualMachine(vm_id, instance._stub)], properties
-            )
+            lambda instance: retrieve(instance, [vm_ref(instance, vm_id)], properties)
         )[0]
     finally:
         session.close()
@@ -401,7 +410,7 @@ def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
         ),
     )
     wanted = request("vs-class", vm_class=vm_class, user_data=b"#cloud-config\n", meta_data=b"{}")
-    vm_id = ok(adapter.create(wanted, OWNER))
+    vm_id = made(adapter, adapter.start_create(wanted, OWNER))
     row = read_vm(
         simulator,
         vm_id,
@@ -444,7 +453,7 @@ def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
 def test_a_class_vsphere_cannot_apply_is_an_invalid_spec(
     adapter: VSphereHypervisor, vm_class: VMClass, field: str
 ) -> None:
-    result = adapter.create(request("vs-badclass", vm_class=vm_class), OWNER)
+    result = adapter.start_create(request("vs-badclass", vm_class=vm_class), OWNER)
     assert error_kind(result) is ErrorKind.INVALID_SPEC
     assert error_of(result).message.startswith(f"{field}.")
     assert ok(adapter.find_by_name("vs-badclass")) is None
@@ -458,7 +467,7 @@ def test_extra_disks_are_provisioned_as_asked(
         DiskSpec(size_gib=1, type="thick"),
         DiskSpec(size_gib=1, type="eagerZeroedThick"),
     )
-    vm_id = ok(adapter.create(request("vs-provisioned", disks=disks), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-provisioned", disks=disks), OWNER))
     devices = read_vm(simulator, vm_id, ("config.hardware.device",))["config.hardware.device"]
     backings = [d.backing for d in devices if isinstance(d, vim.vm.device.VirtualDisk)][1:]
     assert [(b.thinProvisioned, bool(b.eagerlyScrub)) for b in backings] == [
@@ -467,7 +476,7 @@ def test_extra_disks_are_provisioned_as_asked(
         (False, True),
     ]
     sparse = (DiskSpec(size_gib=1, type="sparse"),)
-    wrong = adapter.create(request("vs-badtype", disks=sparse), OWNER)
+    wrong = adapter.start_create(request("vs-badtype", disks=sparse), OWNER)
     assert error_of(wrong).message.startswith("disks[0].type:")
     assert ok(adapter.find_by_name("vs-badtype")) is None
 
@@ -479,12 +488,12 @@ def test_every_network_attachment_replaces_the_template_nics(
         NetworkAttachment(portgroup="VM Network", model="e1000", mac_address="00:50:56:aa:bb:01"),
         NetworkAttachment(portgroup="DC0_DVPG0"),
     )
-    vm_id = ok(adapter.create(request("vs-nics", networks=networks), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-nics", networks=networks), OWNER))
     info = ok(adapter.vm_info(vm_id))
     assert info is not None
     assert len(info.networks) == 2
     assert info.networks[0].mac == "00:50:56:aa:bb:01"
     wrong = (NetworkAttachment(portgroup="no-such-net"),)
-    result = adapter.create(request("vs-nonet", networks=wrong), OWNER)
+    result = adapter.start_create(request("vs-nonet", networks=wrong), OWNER)
     assert error_of(result).message.startswith("networks[0].portgroup:")
     assert ok(adapter.find_by_name("vs-nonet")) is None

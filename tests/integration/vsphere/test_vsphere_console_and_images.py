@@ -17,6 +17,7 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
+from contract.harness import made
 from support import error_kind, error_of, ok
 from vsphere_support import TEMPLATE_VM, Simulator
 
@@ -32,13 +33,14 @@ def test_describe_links_the_vm_page_of_the_vsphere_client(
         vm_class=VMClass(cpu=1, memory_mib=256),
         image=VMImage(template_name=TEMPLATE_VM),
     )
-    vm_id = ok(adapter.create(request, OWNER))
+    vm_id = made(adapter, adapter.start_create(request, OWNER))
     description = ok(adapter.describe(vm_id))
     assert description is not None
+    moref = description.raw["moref"]
     origin = simulator.endpoint.removesuffix("/sdk")
     assert description.console_url == (
         f"{origin}/ui/#?extensionId=vsphere.core.vm.summary"
-        f"&objectId=urn:vmomi:VirtualMachine:{vm_id}:{SIMULATOR_INSTANCE_UUID}"
+        f"&objectId=urn:vmomi:VirtualMachine:{moref}:{SIMULATOR_INSTANCE_UUID}"
     )
 
 

@@ -1,9 +1,12 @@
 """A `pyrigaud serve` on vSphere killed with SIGKILL in the middle of a Create.
 
-The simulator finishes each task inside its SOAP call, so the test holds one later step of the
-Create open: the launcher delays UpgradeVM_Task (asked for by the class's hardware version),
-which runs after the clone and before the reconfigure that clears the building mark. The test
-kills the provider as soon as the clone exists; the next process's start-up sweep must remove it.
+A Create is one clone task, which vCenter finishes whoever asked for it: killed while the clone
+runs, the provider leaves a complete VM (or none), and the next Create of the name returns it.
+Only a Create asking for a hardware version (which a clone cannot set) is made in steps, marked
+as building until the last one. The simulator finishes each task inside its SOAP call, so the
+tests hold one step open with the launcher's method delays: the clone itself, or the
+UpgradeVM_Task that runs after the clone and before the reconfigure that clears the building
+mark, which the next process's start-up sweep must then remove.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
 
 HELD_STEP = "UpgradeVM_Task"
 HELD_MILLISECONDS = 4000
+HELD_CLONE_MILLISECONDS = 8000
+# Ample time for the Create to read the inventory and ask for the clone, well inside the hold.
+KILL_AFTER_SECONDS = 4.0
 NAME = "crash-vsphere"
 SETTLE_SECONDS = 60
 
@@ -95,3 +101,51 @@ def test_a_create_killed_part_way_is_swept_by_the_next_process(
         )
     finally:
         survivor.stop()
+
+
+def test_a_create_killed_while_its_clone_runs_leaves_a_complete_vm_the_next_create_returns(
+    tmp_path: Path,
+) -> None:
+    delay = f"CloneVM_Task={HELD_CLONE_MILLISECONDS}"
+    with running_simulator("-method-delay", delay) as simulator:
+        watcher = simulator.adapter()
+        replica = Replica(environ(simulator), tmp_path / "killed")
+        request = pb.CreateRequest(
+            name=NAME,
+            class_json=json.dumps({"CPU": 2, "MemoryMiB": 512}),
+            image_json=json.dumps({"TemplateName": TEMPLATE_VM}),
+        )
+        failures: list[grpc.RpcError] = []
+
+        def create() -> None:
+            try:
+                replica.stub.Create(request, timeout=60)
+            except grpc.RpcError as error:
+                failures.append(error)
+
+        caller = threading.Thread(target=create)
+        caller.start()
+        try:
+            time.sleep(KILL_AFTER_SECONDS)
+        finally:
+            replica.kill()  # the clone was asked for and is still held by the simulator
+            caller.join(timeout=30)
+        assert failures, "the Create finished before the provider was killed"
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while time.monotonic() < deadline and watcher.find_by_name(NAME).unwrap() is None:
+            time.sleep(0.2)
+        record = watcher.find_by_name(NAME).unwrap()
+        assert record is not None, "vCenter finishes a clone whoever asked for it"
+        assert record.building_since is None
+        assert watcher.find_unfinished().unwrap() == []
+        info = watcher.vm_info(record.id).unwrap()
+        assert info is not None
+        assert (info.cpu, info.memory_mib) == (2, 512)
+
+        survivor = Replica(environ(simulator), tmp_path / "next")
+        try:
+            again = survivor.stub.Create(request, timeout=60)
+        finally:
+            survivor.stop()
+        assert (again.id, again.task.id) == (record.id, "")
+        assert [vm.id for vm in watcher.list_vms().unwrap() if vm.name == NAME] == [record.id]

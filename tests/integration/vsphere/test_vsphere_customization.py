@@ -23,8 +23,9 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
+from contract.harness import made
 from support import error_kind, error_of, ok
-from vsphere_support import TEMPLATE_VM, Simulator
+from vsphere_support import TEMPLATE_VM, Simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-customization")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
@@ -41,9 +42,7 @@ def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> di
     session = simulator.session()
     try:
         return session.call(
-            lambda instance: retrieve(
-                instance, [vim.VirtualMachine(vm_id, instance._stub)], properties
-            )
+            lambda instance: retrieve(instance, [vm_ref(instance, vm_id)], properties)
         )[0]
     finally:
         session.close()
@@ -56,7 +55,7 @@ def test_create_gives_each_nic_its_fixed_ip_or_dhcp_at_first_boot(
         NetworkAttachment(portgroup="VM Network", static_ip="192.0.2.30/24", gateway="192.0.2.1"),
         NetworkAttachment(portgroup="DC0_DVPG0"),
     )
-    vm_id = ok(adapter.create(request("vs-fixed-ip", networks=networks), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-fixed-ip", networks=networks), OWNER))
     pending = read_vm(simulator, vm_id, ("config.tools.pendingCustomization",))
     assert pending.get("config.tools.pendingCustomization")  # applied at the next boot
     ok(adapter.power_on(vm_id))
@@ -71,7 +70,7 @@ def test_create_gives_each_nic_its_fixed_ip_or_dhcp_at_first_boot(
 def test_clone_customization_sets_fixed_ip_dns_and_host_name(
     adapter: VSphereHypervisor, simulator: Simulator
 ) -> None:
-    source = ok(adapter.create(request("vs-cust-src"), OWNER))
+    source = made(adapter, adapter.start_create(request("vs-cust-src"), OWNER))
     customization = Customization(
         hostname="web-2",
         domain="example.test",
@@ -87,7 +86,7 @@ def test_clone_customization_sets_fixed_ip_dns_and_host_name(
         ),
     )
     clone = CloneRequest(source_vm_id=source, target_name="vs-cust", customization=customization)
-    target = ok(adapter.clone(clone, OWNER))
+    target = made(adapter, adapter.start_clone(clone, OWNER))
     ok(adapter.power_on(target))
     row = read_vm(simulator, target, ("guest.hostName", "guest.net"))
     assert row["guest.hostName"] == "web-2"
@@ -140,9 +139,9 @@ def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None
 def test_customization_vsphere_cannot_apply_is_refused_before_cloning(
     adapter: VSphereHypervisor, customization: Customization, kind: ErrorKind, field: str
 ) -> None:
-    source = ok(adapter.create(request("vs-refused-src"), OWNER))
+    source = made(adapter, adapter.start_create(request("vs-refused-src"), OWNER))
     clone = CloneRequest(source_vm_id=source, target_name="vs-refused", customization=customization)
-    result = adapter.clone(clone, OWNER)
+    result = adapter.start_clone(clone, OWNER)
     assert error_kind(result) is kind
     assert error_of(result).message.startswith(field)
     assert ok(adapter.find_by_name("vs-refused")) is None
@@ -152,17 +151,17 @@ def test_a_virtual_tpm_needs_efi_and_an_api_that_has_one(adapter: VSphereHypervi
     """The simulator speaks API 6.5, older than vTPM (6.7): it is refused, not half-made."""
     with_tpm = SecurityProfile(tpm_enabled=True, tpm_version="2.0")
     efi = VMClass(cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=with_tpm)
-    refused = adapter.create(request("vs-tpm", vm_class=efi), OWNER)
+    refused = adapter.start_create(request("vs-tpm", vm_class=efi), OWNER)
     assert error_kind(refused) is ErrorKind.UNSUPPORTED
     assert "needs vSphere 6.7" in error_of(refused).message
     bios = VMClass(cpu=1, memory_mib=256, security=with_tpm)
-    refused = adapter.create(request("vs-tpm-bios", vm_class=bios), OWNER)
+    refused = adapter.start_create(request("vs-tpm-bios", vm_class=bios), OWNER)
     assert error_kind(refused) is ErrorKind.INVALID_SPEC
     assert error_of(refused).message.startswith("security.tpmEnabled:")
     tpm_1 = efi.model_copy(
         update={"security": SecurityProfile(tpm_enabled=True, tpm_version="1.2")}
     )
-    refused = adapter.create(request("vs-tpm-old", vm_class=tpm_1), OWNER)
+    refused = adapter.start_create(request("vs-tpm-old", vm_class=tpm_1), OWNER)
     assert error_of(refused).message.startswith("security.tpmVersion:")
     for name in ("vs-tpm", "vs-tpm-bios", "vs-tpm-old"):
         assert ok(adapter.find_by_name(name)) is None

@@ -12,15 +12,20 @@ from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (
     OWNER_KEY,
     VSphereHypervisor,
 )
-from pyrigaud.adapters.hypervisors.vsphere.inventory import extra_config, retrieve_all_vms
+from pyrigaud.adapters.hypervisors.vsphere.inventory import (
+    extra_config,
+    retrieve,
+    retrieve_all_vms,
+)
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.use_cases.create_vm import CreateVM, NewVMNames
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark, VMClass, VMImage
 
+from contract.harness import made
 from support import ok
-from vsphere_support import TEMPLATE_VM, Simulator
+from vsphere_support import TEMPLATE_VM, Simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-leftovers")
 POLICY = LeftoverPolicy(owner=OWNER, abandoned_after_seconds=60)
@@ -54,7 +59,7 @@ def killed_create(simulator: Simulator, name: str, started: float) -> str:
         )
         parent = instance.content.rootFolder.childEntity[0].vmFolder
         task = source.CloneVM_Task(folder=parent, name=name, spec=spec)
-        return str(task.info.result._moId)
+        return str(task.info.result.config.instanceUuid)
 
     try:
         return session.call(clone)
@@ -65,10 +70,11 @@ def killed_create(simulator: Simulator, name: str, started: float) -> str:
 def building_mark(simulator: Simulator, vm_id: str) -> str:
     session = simulator.session()
     try:
-        rows = session.call(lambda instance: retrieve_all_vms(instance, ("config.extraConfig",)))
+        row = session.call(
+            lambda instance: retrieve(instance, [vm_ref(instance, vm_id)], ("config.extraConfig",))
+        )[0]
     finally:
         session.close()
-    row = next(row for row in rows if row["_ref"]._moId == vm_id)
     return extra_config(row).get(BUILDING_KEY, "")
 
 
@@ -79,12 +85,15 @@ def create_use_case(adapter: VSphereHypervisor, clock: ManualClock) -> CreateVM:
 def test_a_completed_create_or_clone_leaves_no_building_mark(
     simulator: Simulator, adapter: VSphereHypervisor
 ) -> None:
-    vm_id = ok(adapter.create(request("vs-finished"), OWNER))
+    vm_id = made(adapter, adapter.start_create(request("vs-finished"), OWNER))
     assert building_mark(simulator, vm_id) == ""
     record = ok(adapter.find_by_name("vs-finished"))
     assert record is not None
     assert (record.owner, record.building_since) == (OWNER, None)
-    copy = ok(adapter.clone(CloneRequest(source_vm_id=vm_id, target_name="vs-finished-2"), OWNER))
+    copy = made(
+        adapter,
+        adapter.start_clone(CloneRequest(source_vm_id=vm_id, target_name="vs-finished-2"), OWNER),
+    )
     assert building_mark(simulator, copy) == ""
     assert ok(adapter.find_unfinished()) == []
 

@@ -27,8 +27,9 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
+from contract.harness import made
 from support import error_kind, ok
-from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
+from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-tasks")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
@@ -38,7 +39,7 @@ def create(adapter: VSphereHypervisor, name: str) -> str:
     request = CreateRequest(
         name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage(template_name=TEMPLATE_VM)
     )
-    return ok(adapter.create(request, OWNER))
+    return made(adapter, adapter.start_create(request, OWNER))
 
 
 def issued(result: Any) -> TaskRef:
@@ -175,9 +176,7 @@ def test_a_failed_task_is_done_with_its_fault(
     vm_id = create(adapter, "vs-task-fails")
     session = simulator.session()
     try:  # powering off a VM that is off: the Task ends in error (InvalidPowerState)
-        task = session.call(
-            lambda instance: vim.VirtualMachine(vm_id, instance._stub).PowerOffVM_Task()
-        )
+        task = session.call(lambda instance: vm_ref(instance, vm_id).PowerOffVM_Task())
     finally:
         session.close()
     state = adapter.task_state(VSphereTask(task=task._moId, vm_id=vm_id).task_ref().id)

@@ -21,6 +21,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.faults import FakeFaults
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
 from pyrigaud.domain.errors import ProviderError
@@ -218,6 +219,12 @@ class FakeHypervisor:
             return Success(
                 [self._record(vm) for vm in self._vms.values() if vm.building_since is not None]
             )
+
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        """Made within the call: no task."""
+        return self.create(request, owner).map(lambda vm_id: CreatedVM(id=vm_id))
 
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         with self._operation("create") as failed:
@@ -452,6 +459,12 @@ class FakeHypervisor:
             return Success(None)
 
     # --- Cloning ------------------------------------------------------------------------------
+
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        """Made within the call: no task."""
+        return self.clone(request, owner).map(lambda vm_id: CreatedVM(id=vm_id))
 
     def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         with self._operation("clone") as failed:

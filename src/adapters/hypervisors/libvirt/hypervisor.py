@@ -108,6 +108,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     write_new_volume,
 )
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB, MAX_CPU, MAX_MEMORY_MIB
 from pyrigaud.domain.errors import ProviderError
@@ -336,6 +337,12 @@ class LibvirtHypervisor:
 
         return self._run("find unfinished VMs", unfinished)
 
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        """Made within the call: no task."""
+        return self.create(request, owner).map(lambda vm_id: CreatedVM(id=vm_id))
+
     @_rereads_new_vm
     def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
         return self._run(
@@ -550,6 +557,12 @@ class LibvirtHypervisor:
         return self._run(f"revert {vm_id!r} to snapshot {snapshot_id!r}", revert)
 
     # --- Cloning ------------------------------------------------------------------------------
+
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        """Made within the call: no task."""
+        return self.clone(request, owner).map(lambda vm_id: CreatedVM(id=vm_id))
 
     @_rereads_new_vm
     def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:

@@ -1,7 +1,8 @@
-"""A VM class (and cloud-init data) as the ConfigSpec applied right after the clone.
+"""A VM class (and cloud-init data) as the ConfigSpec that the clone applies.
 
-The simulator ignores CPU and memory in a clone spec, and real vCenter honours a follow-up
-reconfigure the same way, so the class always goes in this second step.
+It travels in the clone spec, so vCenter makes the VM with its class in one task (the test
+simulator's launcher applies what the simulator itself ignores there). Only the hardware
+version cannot be set in a clone; it is upgraded after the clone, before this spec is applied.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fixed IPs, DNS, host name and time zone as a vSphere guest customization (Linux guests).
 
-vCenter applies a customization at the guest's next boot, so it is set on the powered-off VM
-after its NICs are in place; one adapter setting per NIC, DHCP where no static IP is asked.
+vCenter applies a customization at the guest's next boot; it travels in the clone spec, sized
+to the NICs the clone will have: one adapter setting per NIC, DHCP where no static IP is asked.
 cloud-init data travels separately, as guestinfo keys (class_spec.guestinfo).
 """
 

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -45,6 +46,7 @@ from pyrigaud.adapters.hypervisors.vsphere.session import (
 )
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, progress
 from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
@@ -82,19 +84,22 @@ vim: Any = untyped_vim
 T = TypeVar("T")
 
 OWNER_KEY = "pyrigaud.owner"
-# Unix time the Create (or Clone) making the VM began; removed once the VM is complete.
+# Unix time a Create (or Clone) made in several steps began; removed once the VM is complete.
 BUILDING_KEY = "pyrigaud.building"
 SHUTDOWN_DEADLINE_KEY = "pyrigaud.shutdownDeadline"
 TASK_DEADLINE_SECONDS = 240.0
 # MoRef values are short ASCII words (vm-42, or 42 on a bare ESXi host); anything else names
 # nothing and is answered as missing without a round trip.
 MOREF_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}")
+# What Create and Clone return: the instanceUuid pyrigaud chose for the VM in its clone spec.
+INSTANCE_UUID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 GIB = 1024**3
 DISK_PROVISIONING = {
     "thin": (True, False),
     "thick": (False, False),
     "eagerzeroedthick": (False, True),
 }
+RECORD_PROPERTIES = ("name", "config.extraConfig", "config.instanceUuid")
 RECONFIGURE_PROPERTIES = (
     "runtime.powerState",
     "config.hardware.numCPU",
@@ -106,10 +111,14 @@ RECONFIGURE_PROPERTIES = (
 
 
 class VSphereHypervisor:
-    """Reconfigure, hardware upgrade, power and snapshot removal/revert start their vSphere
-    Task and hand back a `vsphere-task:` id at once, which `task_state` answers from vCenter
-    alone (any replica, after a restart). The rest (Create, Clone, Delete, SnapshotCreate,
-    whose responses must carry their result) wait on their Tasks within the call, bounded."""
+    """Create, Clone, Reconfigure, hardware upgrade, power and snapshot removal/revert start
+    their vSphere Task and hand back a `vsphere-task:` id at once, which `task_state` answers
+    from vCenter alone (any replica, after a restart). Delete and SnapshotCreate (whose
+    response must carry the snapshot) wait on their Tasks within the call, bounded.
+
+    A VM is named by its instanceUuid: Create and Clone choose it in the clone spec and return
+    it at once (the MoRef exists only once the clone task has finished), and ListVMs reports
+    it. A MoRef (vm-42: an id stored earlier, or taken from vCenter's tools) names it too."""
 
     def __init__(
         self,
@@ -122,6 +131,8 @@ class VSphereHypervisor:
         self._session = session
         self._defaults = defaults or Placement()
         self._clock = clock or SystemClock()
+        # instanceUuid -> MoRef: fixed for a VM's life, so a memo and not replica state.
+        self._morefs: dict[str, str] = {}
 
     # Health and capabilities
 
@@ -178,13 +189,14 @@ class VSphereHypervisor:
             if row is None:
                 return None
             hardware = row.get("config.hardware")
-            raw = {"name": str(row.get("name", "")), "moref": vm_id}
+            moref = str(row["_ref"]._moId)
+            raw = {"name": str(row.get("name", "")), "moref": moref}
             if hardware is not None:
                 raw |= {"numCPU": str(hardware.numCPU), "memoryMB": str(hardware.memoryMB)}
             return VMDescription(
                 power_state=_power_state(row),
                 ips=_ips(row),
-                console_url=self._console_url(instance, vm_id),
+                console_url=self._console_url(instance, moref),
                 raw=raw,
             )
 
@@ -198,10 +210,16 @@ class VSphereHypervisor:
         return self._run(f"reading VM {vm_id!r}", read)
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        return self._run(
-            "listing VMs",
-            lambda instance: [_vm_info(row) for row in retrieve_all_vms(instance, VM_PROPERTIES)],
-        )
+        """Each VM by its instanceUuid, as Create names it; the MoRefs read on the way are
+        remembered, so that Describe of a listed VM needs no lookup."""
+
+        def read(instance: Any) -> list[VMInfo]:
+            rows = retrieve_all_vms(instance, VM_PROPERTIES)
+            for row in rows:
+                self._remember_moref(row)
+            return [_vm_info(row) for row in rows]
+
+        return self._run("listing VMs", read)
 
     # Lifecycle
 
@@ -213,13 +231,15 @@ class VSphereHypervisor:
         (`config.extraConfig["key"]`), and this runs at start-up and periodically only."""
 
         def read(instance: Any) -> list[VMRecord]:
-            rows = retrieve_all_vms(instance, ("name", "config.extraConfig"))
+            rows = retrieve_all_vms(instance, RECORD_PROPERTIES)
             records = [_vm_record(row) for row in rows]
             return [record for record in records if record.building_since is not None]
 
         return self._run("finding unfinished VMs", read)
 
-    def create(self, request: CreateRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
         image = request.image
         if image.is_blank:
             return Failure(
@@ -234,7 +254,7 @@ class VSphereHypervisor:
                 )
             )
 
-        def make(instance: Any) -> str:
+        def make(instance: Any) -> CreatedVM:
             source = self._vm_named(instance, image.template_name)
             if source is None:
                 raise AdapterError(
@@ -276,12 +296,14 @@ class VSphereHypervisor:
 
         return self._run(f"creating VM {request.name!r}", make)
 
-    def clone(self, request: CloneRequest, owner: OwnerMark) -> Result[str, ProviderError]:
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
         """A linked clone shares the disks of the source's newest snapshot (child disks on
         top); a source without snapshots is refused rather than snapshotted behind its back."""
         customization = request.customization or Customization()
 
-        def make(instance: Any) -> str:
+        def make(instance: Any) -> CreatedVM:
             guest = guest_customization(
                 customization.networks,
                 host_name=customization.hostname,
@@ -500,22 +522,44 @@ class VSphereHypervisor:
 
     def _vm(self, instance: Any, vm_id: str) -> Any:
         """The VM's MoRef, checked to exist (one round trip); NOT_FOUND otherwise."""
-        if self._vm_row(instance, vm_id, ("name",)) is None:
+        row = self._vm_row(instance, vm_id, ("name",))
+        if row is None:
             raise AdapterError(ProviderError.vm_not_found(vm_id))
-        return vim.VirtualMachine(vm_id, instance._stub)
+        return row["_ref"]
 
     def _vm_row(
         self, instance: Any, vm_id: str, properties: tuple[str, ...]
     ) -> dict[str, Any] | None:
-        if not MOREF_VALUE.fullmatch(vm_id):
+        moref = self._moref(instance, vm_id)
+        if moref is None:
             return None
         try:
-            rows = retrieve(instance, [vim.VirtualMachine(vm_id, instance._stub)], properties)
+            rows = retrieve(instance, [vim.VirtualMachine(moref, instance._stub)], properties)
         except EXPECTED_FAILURES as error:
             if is_missing(error):
                 return None
             raise
         return rows[0] if rows else None
+
+    def _remember_moref(self, row: Mapping[str, Any]) -> None:
+        instance_uuid = str(row.get("config.instanceUuid") or "").lower()
+        if instance_uuid:
+            self._morefs.setdefault(instance_uuid, str(row["_ref"]._moId))
+
+    def _moref(self, instance: Any, vm_id: str) -> str | None:
+        """The MoRef value a VM id names (None: no VM); an instanceUuid is looked up once."""
+        if not INSTANCE_UUID.fullmatch(vm_id):
+            return vm_id if MOREF_VALUE.fullmatch(vm_id) else None
+        key = vm_id.lower()
+        known = self._morefs.get(key)
+        if known is None:
+            found = instance.content.searchIndex.FindByUuid(
+                uuid=key, vmSearch=True, instanceUuid=True
+            )
+            if found is None:
+                return None
+            known = self._morefs.setdefault(key, str(found._moId))
+        return known
 
     def _console_url(self, instance: Any, vm_id: str) -> str:
         """The VM's page in the vSphere Client (or the ESXi Host Client), from the login's
@@ -539,13 +583,8 @@ class VSphereHypervisor:
         vm = self._vm_named(instance, name)
         if vm is None:
             return None
-        row = self._vm_row(instance, vm._moId, ("name", "config.extraConfig"))
+        row = self._vm_row(instance, vm._moId, RECORD_PROPERTIES)
         return None if row is None else _vm_record(row)
-
-    def _owned_by(self, instance: Any, vm_id: str, owner: OwnerMark) -> bool:
-        """Whether the VM carries `owner`'s mark; one that is gone meanwhile carries none."""
-        row = self._vm_row(instance, vm_id, ("config.extraConfig",))
-        return row is not None and extra_config(row).get(OWNER_KEY, "") == owner.provider
 
     def _extra_config(self, instance: Any, vm_id: str) -> dict[str, str]:
         row = self._vm_row(instance, vm_id, ("config.extraConfig",))
@@ -671,91 +710,113 @@ class VSphereHypervisor:
         version: str | None = None,
         snapshot: Any = None,
         guest: GuestCustomization | None = None,
-    ) -> str:
+    ) -> CreatedVM:
         """Clone `source` powered off where `placement` (or the defaults, or the source) says,
-        then apply the hardware version and `configure(clone's devices)`; a failure after the
-        clone exists destroys it again. With `snapshot`, the clone is linked: child disks on
-        top of that snapshot's. `guest` is customized once the NICs are in place; the last
-        step always clears the building mark, so the VM is unmarked only once complete."""
+        with `configure(devices)` and the `guest` customization in the clone spec, and return
+        at once: vCenter makes the VM whole in the clone task or not at all (it finishes a
+        started clone whoever asked, and cleans up a failed one). The id is the instanceUuid
+        chosen here, as the MoRef exists only once the task is done. With `snapshot`, the
+        clone is linked: child disks on top of that snapshot's. A hardware version cannot be
+        set in a clone: with `version`, the VM is built in steps within the call instead."""
         existing = self._record(instance, name)
         if existing is not None:
             if existing.owner == owner:
-                return existing.id
+                return CreatedVM(id=existing.id)
             raise AdapterError(
                 ProviderError.already_exists(f"a VM named {name!r} exists and is not ours")
             )
         location = resolve(instance, merged(placement, self._defaults), source)
+        instance_uuid = str(uuid.uuid4())
+        clone_spec = vim.vm.CloneSpec(
+            location=vim.vm.RelocateSpec(
+                pool=location.pool,
+                datastore=location.datastore,
+                host=location.host,
+                diskMoveType=None if snapshot is None else "createNewChildDiskBacking",
+            ),
+            snapshot=snapshot,
+            powerOn=False,
+            template=False,
+        )
+        if version is not None:
+            return self._build_in_steps(
+                instance,
+                source,
+                name,
+                folder=location.folder,
+                clone_spec=clone_spec,
+                instance_uuid=instance_uuid,
+                owner=owner,
+                configure=configure,
+                version=version,
+                guest=guest,
+            )
+        devices = self._devices(instance, source)
+        clone_spec.config = configure(devices)
+        clone_spec.config.instanceUuid = instance_uuid
+        if guest is not None:
+            clone_spec.customization = guest.spec(
+                _nic_count(devices, clone_spec.config.deviceChange)
+            )
+        task = source.CloneVM_Task(folder=location.folder, name=name, spec=clone_spec)
+        started = VSphereTask(task=str(task._moId), vm_id=instance_uuid)
+        return CreatedVM(id=instance_uuid, task=started.task_ref())
+
+    def _build_in_steps(
+        self,
+        instance: Any,
+        source: Any,
+        name: str,
+        *,
+        folder: Any,
+        clone_spec: Any,
+        instance_uuid: str,
+        owner: OwnerMark,
+        configure: Callable[[list[Any]], Any],
+        version: str,
+        guest: GuestCustomization | None,
+    ) -> CreatedVM:
+        """Clone marked as building, upgrade the hardware, then configure and customize; a
+        failure after the clone exists destroys it again, and the last step clears the mark,
+        so the VM is unmarked only once complete."""
         # Whole seconds, rounded down: the mark never claims a start later than the real one.
         marks = {OWNER_KEY: owner.provider, BUILDING_KEY: str(int(self._clock.now()))}
-        task = source.CloneVM_Task(
-            folder=location.folder,
-            name=name,
-            spec=vim.vm.CloneSpec(
-                location=vim.vm.RelocateSpec(
-                    pool=location.pool,
-                    datastore=location.datastore,
-                    host=location.host,
-                    diskMoveType=None if snapshot is None else "createNewChildDiskBacking",
-                ),
-                snapshot=snapshot,
-                powerOn=False,
-                template=False,
-                # The marks exist as soon as the VM does, so a racing replica can adopt it
-                # and a crash part-way leaves a VM that is known to be unfinished.
-                config=vim.vm.ConfigSpec(
-                    extraConfig=[
-                        vim.option.OptionValue(key=key, value=value) for key, value in marks.items()
-                    ]
-                ),
-            ),
+        # The marks exist as soon as the VM does, so a racing replica can adopt it and a
+        # crash part-way leaves a VM that is known to be unfinished.
+        clone_spec.config = vim.vm.ConfigSpec(
+            instanceUuid=instance_uuid,
+            extraConfig=[
+                vim.option.OptionValue(key=key, value=value) for key, value in marks.items()
+            ],
         )
         try:
-            clone = self._wait(instance, task)
+            clone = self._wait(
+                instance, source.CloneVM_Task(folder=folder, name=name, spec=clone_spec)
+            )
         except vim.fault.DuplicateName:
             # Another replica won the race on vCenter: adopt its VM when it is ours.
             raced = self._record(instance, name)
             if raced is not None and raced.owner == owner:
-                return raced.id
+                return CreatedVM(id=raced.id)
             raise
         try:
-            if version is not None:
-                self._wait(instance, clone.UpgradeVM_Task(version))
-            spec = configure(self._devices(instance, clone))
+            self._wait(instance, clone.UpgradeVM_Task(version))
+            devices = self._devices(instance, clone)
+            spec = configure(devices)
             finished = vim.option.OptionValue(key=BUILDING_KEY, value="")
             if guest is None:
                 spec.extraConfig = [*(spec.extraConfig or ()), finished]
             self._wait(instance, clone.ReconfigVM_Task(spec))
             if guest is not None:
-                nics = [
-                    device
-                    for device in self._devices(instance, clone)
-                    if isinstance(device, vim.vm.device.VirtualEthernetCard)
-                ]
-                self._wait(instance, clone.CustomizeVM_Task(guest.spec(len(nics))))
+                nics = _nic_count(devices, spec.deviceChange)
+                self._wait(instance, clone.CustomizeVM_Task(guest.spec(nics)))
                 self._set_extra_config(instance, clone, {BUILDING_KEY: ""})
         except BaseException:
             # Leave no half-built VM behind; the original failure is what the caller sees.
             with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
                 self._wait(instance, clone.Destroy_Task())
             raise
-        return self._settle_name_race(instance, name, owner, clone)
-
-    def _settle_name_race(self, instance: Any, name: str, owner: OwnerMark, clone: Any) -> str:
-        """Replicas share no lock, and some endpoints (the simulator) accept duplicate names:
-        when several of our VMs carry the name, the oldest (lowest MoRef) wins and every other
-        replica destroys its own copy and answers with the winner."""
-        mine = str(clone._moId)
-        rivals = [
-            str(row["_ref"]._moId)
-            for row in retrieve_all_vms(instance, ("name",))
-            if row.get("name") == name
-        ]
-        ours = [vm_id for vm_id in rivals if self._owned_by(instance, vm_id, owner)]
-        winner = min(ours or [mine], key=_moref_order)
-        if winner != mine:
-            with contextlib.suppress(AdapterError, *EXPECTED_FAILURES):
-                self._wait(instance, clone.Destroy_Task())
-        return winner
+        return CreatedVM(id=instance_uuid)
 
     def _wait(self, instance: Any, task: Any) -> Any:
         """The task's result once it ends, reading only info.state/error/result (bounded wait)."""
@@ -796,13 +857,14 @@ def _fault_message(fault: Any) -> str:
 
 
 def _vm_record(row: Mapping[str, Any]) -> VMRecord:
-    """Name, ownership and building marks from a row with name and config.extraConfig.
+    """Id, name, ownership and building marks from a row with RECORD_PROPERTIES. The id is
+    the instanceUuid, as Create returns it (the MoRef for a VM without one).
 
     A building mark set to "" was cleared (vCenter removes the key, the simulator keeps it)."""
     extra = extra_config(row)
     owner = extra.get(OWNER_KEY, "")
     return VMRecord(
-        id=str(row["_ref"]._moId),
+        id=_vm_id(row),
         name=str(row.get("name", "")),
         owner=OwnerMark(provider=owner) if owner else None,
         building_since=_unix_time(extra.get(BUILDING_KEY, "")),
@@ -832,11 +894,16 @@ def _disks(row: Mapping[str, Any]) -> list[Any]:
     return [device for device in devices if isinstance(device, vim.vm.device.VirtualDisk)]
 
 
+def _vm_id(row: Mapping[str, Any]) -> str:
+    """The VM's id as Create returns it: its instanceUuid (the MoRef for a VM without one)."""
+    return str(row.get("config.instanceUuid") or row["_ref"]._moId)
+
+
 def _vm_info(row: Mapping[str, Any]) -> VMInfo:
     devices = row.get("config.hardware.device") or ()
     nics = [d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)]
     return VMInfo(
-        id=str(row["_ref"]._moId),
+        id=_vm_id(row),
         name=str(row.get("name", "")),
         power_state=_power_state(row),
         ips=_ips(row),
@@ -966,10 +1033,13 @@ def _provisioning(spec: DiskSpec, index: int) -> tuple[bool, bool]:
     return DISK_PROVISIONING[kind]
 
 
-def _moref_order(vm_id: str) -> tuple[int, str]:
-    """MoRefs like vm-42 are numbered in creation order."""
-    _, _, number = vm_id.rpartition("-")
-    return (int(number) if number.isdigit() else 2**63, vm_id)
+def _nic_count(devices: list[Any], changes: list[Any] | None) -> int:
+    """How many NICs the VM has once `changes` are applied to `devices`."""
+    count = sum(isinstance(device, vim.vm.device.VirtualEthernetCard) for device in devices)
+    for change in changes or ():
+        if isinstance(change.device, vim.vm.device.VirtualEthernetCard):
+            count += {"add": 1, "remove": -1}.get(str(change.operation), 0)
+    return count
 
 
 def vsphere_hypervisor(

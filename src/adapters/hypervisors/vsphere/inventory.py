@@ -19,6 +19,7 @@ VM_PROPERTIES = (
     "config.hardware.memoryMB",
     "config.hardware.device",
     "guest.net",
+    "config.instanceUuid",
 )
 
 
