@@ -287,10 +287,11 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
             view_read.cpu_per_call + naive_vms.cpu_per_call * size,
         )
 
+        # pyrigaud's ids are instanceUuids; the raw ways take MoRefs of equally random VMs.
         rng = random.Random(size)
         ids = [vm.id for vm in answers[0].vms]
         chosen = [rng.choice(ids) for _ in range(args.describe_calls)]
-        refs = [vim.VirtualMachine(vm_id, content.propertyCollector._stub) for vm_id in chosen]
+        refs = [rng.choice(every_vm[0]) for _ in range(args.describe_calls)]
         for vm_id in chosen[:20]:  # warm-up
             stub.Describe(pb.DescribeRequest(id=vm_id), timeout=60)
         naive_share = refs[: args.naive_describe_calls]
