@@ -23,6 +23,10 @@ MAX_VLAN = 4094
 MAX_PCI_SLOT = 255
 MAX_HARDWARE_VERSION = 1000
 DEFAULT_ROOT_DISK_GIB = 20
+# An IANA zone name ("UTC", "Europe/Berlin", "America/Argentina/Salta"): never a path.
+TIME_ZONE_PATTERN = re.compile(r"[A-Za-z0-9_+-]{1,32}(/[A-Za-z0-9_+-]{1,32}){0,2}")
+DNS_LABEL_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MAX_DNS_NAME_LENGTH = 253
 
 
 def describe_value(value: object, limit: int = 64) -> str:

@@ -549,10 +549,19 @@ def _customization(doc: _Doc) -> Customization:
     hostname = doc.text("hostname", 253)
     if hostname:
         _name(hostname, doc.field("hostname"))
+    domain = doc.text("domain", bounds.MAX_DNS_NAME_LENGTH)
+    if domain and not all(map(bounds.DNS_LABEL_PATTERN.fullmatch, domain.split("."))):
+        raise _invalid(doc.field("domain"), f"{describe_value(domain)} is not a DNS name")
+    time_zone = doc.text("timeZone", 128)
+    if time_zone and not bounds.TIME_ZONE_PATTERN.fullmatch(time_zone):
+        raise _invalid(
+            doc.field("timeZone"),
+            f"{describe_value(time_zone)} is not a zone name like Europe/Berlin",
+        )
     return Customization(
         hostname=hostname,
-        domain=doc.text("domain", 253),
-        time_zone=doc.text("timeZone", 128),
+        domain=domain,
+        time_zone=time_zone,
         networks=networks,
         user_data=user_data,
     )

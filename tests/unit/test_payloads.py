@@ -217,6 +217,32 @@ def test_bad_quantities_are_refused(text: str) -> None:
     assert quantity_to_mib(text) is None
 
 
+@pytest.mark.parametrize(
+    ("customization", "field"),
+    [
+        ({"timeZone": "Europe/../../etc"}, "customize_json.timeZone"),
+        ({"timeZone": "not a zone;"}, "customize_json.timeZone"),
+        ({"domain": "bad_domain;"}, "customize_json.domain"),
+        ({"domain": "a..b"}, "customize_json.domain"),
+    ],
+)
+def test_customization_names_that_no_guest_can_take_are_refused(
+    customization: dict[str, str], field: str
+) -> None:
+    error = error_of(
+        payloads.parse_clone(
+            source_vm_id="vm-1",
+            target_name="copy",
+            linked=False,
+            class_json="",
+            placement_json="",
+            customize_json=json.dumps(customization),
+        )
+    )
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(f"{field}:")
+
+
 def test_clone_payloads_are_crd_specs() -> None:
     request = ok(
         payloads.parse_clone(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import ipaddress
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,8 +26,6 @@ META_DATA = ("/METADATA.;1", "meta-data")
 NETWORK_CONFIG = ("/NETWORKC.;1", "network-config")
 VENDOR_DATA = ("/VENDORDA.;1", "vendor-data")
 # A tz database name (Europe/Berlin, Etc/GMT+5, UTC): what cloud-init's `timezone:` links to.
-TIME_ZONE = re.compile(r"[A-Za-z0-9_+-]{1,32}(/[A-Za-z0-9_+-]{1,32}){0,2}")
-DNS_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -70,14 +67,10 @@ def build_seed(seed: SeedInput) -> bytes:
     return out.getvalue()
 
 
-def is_dns_name(name: str) -> bool:
-    return 0 < len(name) <= 253 and all(map(DNS_LABEL.fullmatch, name.split(".")))
-
-
 def time_zone_vendor_data(time_zone: str) -> bytes:
     """`timezone:` as vendor-data, which cloud-init merges under the user-data, so the user's
     own user-data (a script, MIME or cloud-config alike) is carried byte for byte and a
-    `timezone:` of its own still wins. Caller checks the name against TIME_ZONE."""
+    `timezone:` of its own still wins. The payload parser has checked the zone name."""
     return b"#cloud-config\n" + (json.dumps({"timezone": time_zone}) + "\n").encode()
 
 

@@ -25,10 +25,8 @@ import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
-    TIME_ZONE,
     SeedInput,
     build_seed,
-    is_dns_name,
     needs_seed,
     time_zone_vendor_data,
 )
@@ -1038,19 +1036,6 @@ def _clone_seed(
             ProviderError.invalid_spec(
                 f"customization.networks[{len(source.nics)}]",
                 f"the source has {len(source.nics)} NIC(s), and a clone keeps its source's NICs",
-            )
-        )
-    if wanted.time_zone and not TIME_ZONE.fullmatch(wanted.time_zone):
-        raise AdapterError(
-            ProviderError.invalid_spec(
-                "customization.timeZone",
-                f"{wanted.time_zone!r} is not a zone name like Europe/Berlin",
-            )
-        )
-    if wanted.domain and not is_dns_name(wanted.domain):
-        raise AdapterError(
-            ProviderError.invalid_spec(
-                "customization.domain", f"{wanted.domain!r} is not a DNS domain like example.com"
             )
         )
     host = wanted.hostname or request.target_name

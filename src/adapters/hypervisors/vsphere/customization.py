@@ -8,7 +8,6 @@ cloud-init data travels separately, as guestinfo keys (class_spec.guestinfo).
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,6 @@ vim: Any = untyped_vim
 
 # LinuxPrep's domain is mandatory; this is what Linux itself calls "no domain".
 DEFAULT_DOMAIN = "localdomain"
-TIME_ZONE = re.compile(r"[A-Za-z0-9_+-]{1,32}(/[A-Za-z0-9_+-]{1,32}){0,2}")
 
 
 @dataclass(frozen=True)
@@ -66,12 +64,6 @@ def guest_customization(
     """
     if not time_zone and not any(network.static_ip for network in networks):
         return None
-    if time_zone and not TIME_ZONE.fullmatch(time_zone):
-        raise AdapterError(
-            ProviderError.invalid_spec(
-                f"{field}.timeZone", f"{time_zone!r} is not a zone name like Europe/Berlin"
-            )
-        )
     networks_field = field if field == "networks" else f"{field}.networks"
     adapters = tuple(
         _adapter(network, f"{networks_field}[{index}]") for index, network in enumerate(networks)
