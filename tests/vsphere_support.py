@@ -37,6 +37,18 @@ class Simulator:
     def adapter(self, clock: Clock | None = None) -> VSphereHypervisor:
         return VSphereHypervisor(self.session(), clock=clock)
 
+    def serve_environ(self, **extra: str) -> dict[str, str]:
+        """The settings that point `pyrigaud serve` at this simulator."""
+        return {
+            "PROVIDER_TYPE": "vsphere",
+            "PROVIDER_ENDPOINT": self.endpoint,
+            "TLS_INSECURE_SKIP_VERIFY": "true",
+            "PYRIGAUD_CREDENTIALS": "env",
+            "PYRIGAUD_CREDENTIAL_USERNAME": self.username,
+            "PYRIGAUD_CREDENTIAL_PASSWORD": self.password,
+            **extra,
+        }
+
     def session(self) -> VSphereSession:
         """A session of its own, e.g. to set up what a test needs straight through pyvmomi."""
         return VSphereSession(self.endpoint, lambda: (self.username, self.password), insecure=True)

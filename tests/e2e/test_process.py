@@ -285,17 +285,7 @@ def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
     from vsphere_support import TEMPLATE_VM, running_simulator  # noqa: PLC0415 - builds Go
 
     with running_simulator() as simulator:
-        process = start(
-            {
-                "PROVIDER_TYPE": "vsphere",
-                "PROVIDER_ENDPOINT": simulator.endpoint,
-                "TLS_INSECURE_SKIP_VERIFY": "true",
-                "PYRIGAUD_CREDENTIALS": "env",
-                "PYRIGAUD_CREDENTIAL_USERNAME": simulator.username,
-                "PYRIGAUD_CREDENTIAL_PASSWORD": simulator.password,
-            },
-            tmp_path,
-        )
+        process = start(simulator.serve_environ(), tmp_path)
         try:
             with process.channel() as channel:
                 stub = pb_grpc.ProviderStub(channel)

@@ -63,16 +63,7 @@ def _libvirt_pair(home: Path) -> Iterator[Pair]:
 
 def _vsphere_pair(home: Path) -> Iterator[Pair]:
     with running_simulator() as simulator:
-        environ = {
-            "PROVIDER_TYPE": "vsphere",
-            "PROVIDER_ENDPOINT": simulator.endpoint,
-            "TLS_INSECURE_SKIP_VERIFY": "true",
-            "PYRIGAUD_CREDENTIALS": "env",
-            "PYRIGAUD_CREDENTIAL_USERNAME": simulator.username,
-            "PYRIGAUD_CREDENTIAL_PASSWORD": simulator.password,
-            "PROVIDER_NAMESPACE": "ns",
-            "PROVIDER_NAME": "p",
-        }
+        environ = simulator.serve_environ(PROVIDER_NAMESPACE="ns", PROVIDER_NAME="p")
         image_json = json.dumps({"TemplateName": TEMPLATE_VM})
         yield from _running_pair(
             "vsphere", environ, home, image_json=image_json, guest_obeys_shutdown=True

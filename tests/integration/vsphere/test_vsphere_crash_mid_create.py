@@ -41,17 +41,7 @@ def slow_upgrades() -> Iterator[Simulator]:
 
 
 def environ(simulator: Simulator, **extra: str) -> dict[str, str]:
-    return {
-        "PROVIDER_TYPE": "vsphere",
-        "PROVIDER_ENDPOINT": simulator.endpoint,
-        "TLS_INSECURE_SKIP_VERIFY": "true",
-        "PYRIGAUD_CREDENTIALS": "env",
-        "PYRIGAUD_CREDENTIAL_USERNAME": simulator.username,
-        "PYRIGAUD_CREDENTIAL_PASSWORD": simulator.password,
-        "PROVIDER_NAMESPACE": "ns",
-        "PROVIDER_NAME": "crash",
-        **extra,
-    }
+    return simulator.serve_environ(PROVIDER_NAMESPACE="ns", PROVIDER_NAME="crash", **extra)
 
 
 def test_a_create_killed_part_way_is_swept_by_the_next_process(
