@@ -7,7 +7,6 @@ answers on the test driver and that Create then leaves nothing behind.
 
 from __future__ import annotations
 
-import io
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import libvirt
-import pycdlib
 import pytest
 
 from pyrigaud.adapters.clocks import ManualClock
@@ -33,6 +31,7 @@ from pyrigaud.domain.models import (
 )
 
 from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
+from seed_support import seed_files, seed_path
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-seed")
@@ -68,23 +67,6 @@ def pool_volumes(connection: LibvirtConnection) -> set[str]:
     return set(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
 
 
-def seed_files(path: str) -> dict[str, bytes]:
-    iso = pycdlib.PyCdlib()
-    iso.open(path)
-    try:
-        files = {}
-        for name in ("user-data", "meta-data", "network-config"):
-            out = io.BytesIO()
-            try:
-                iso.get_file_from_iso_fp(out, rr_path=f"/{name}")
-            except pycdlib.pycdlibexception.PyCdlibInvalidInput:
-                continue  # not in this seed
-            files[name] = out.getvalue()
-        return files
-    finally:
-        iso.close()
-
-
 def cdrom(root: ET.Element) -> ET.Element:
     (element,) = root.findall("devices/disk[@device='cdrom']")
     return element
@@ -100,7 +82,7 @@ def test_user_data_becomes_a_read_only_cidata_cdrom_recorded_as_ours(host: Host)
     assert seed.find("target").get("bus") == "sata"  # type: ignore[union-attr]
     recorded = [node.get("path") for node in root.findall("metadata/p:vm/p:volumes/p:volume", NS)]
     assert path in recorded
-    files = seed_files(str(path))
+    files = seed_files(Path(path).read_bytes())
     assert files["user-data"] == USER_DATA
     # The generated meta-data names the VM by the UUID libvirt reports.
     assert json.loads(files["meta-data"]) == {"instance-id": vm_id, "local-hostname": "seeded"}
@@ -126,7 +108,7 @@ def test_static_addressing_seeds_network_config_matching_the_nic_macs(host: Host
     vm_id = ok(adapter.create(request("static", networks=networks), OWNER))
     root = domain_xml(connection, vm_id)
     macs = [mac.get("address") for mac in root.findall("devices/interface/mac")]
-    files = seed_files(cdrom(root).find("source").get("file"))  # type: ignore[union-attr,arg-type]
+    files = seed_files(Path(seed_path(root)).read_bytes())
     config = json.loads(files["network-config"])
     assert [nic["match"]["macaddress"] for nic in config["ethernets"].values()] == macs
     assert macs[1] == "52:54:00:12:34:56"
