@@ -101,7 +101,7 @@ def test_scrape_after_rpcs_shows_rpcs_and_hypervisor_calls(served: Served) -> No
     assert value("pyrigaud_rpc_requests_total", method="Validate", code="OK") == 1
     assert value("pyrigaud_rpc_duration_seconds_count", method="Create") == 1
     assert value("pyrigaud_rpc_duration_seconds_bucket", method="Create", le="+Inf") == 1
-    assert value("pyrigaud_hypervisor_calls_total", operation="create", outcome="ok") == 1
+    assert value("pyrigaud_hypervisor_calls_total", operation="start_create", outcome="ok") == 1
     assert value("pyrigaud_hypervisor_calls_total", operation="check", outcome="unavailable") == 1
     assert value("pyrigaud_hypervisor_call_duration_seconds_count", operation="describe") == 1
     assert value("pyrigaud_inflight_rpcs") == 0
