@@ -100,6 +100,12 @@ def add_base_image(conn: VirConnect) -> str:
     return str(ensure_test_pool(conn).createXML(xml, 0).path())
 
 
+# Snapshot metadata and a UEFI guest's NVRAM: without them libvirt refuses to undefine.
+EVERYTHING_OF_THE_DOMAIN = (
+    libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+)
+
+
 def remove_test_leftovers(conn: VirConnect) -> list[str]:
     """Every domain using the test pool and every volume in it, gone; returns the names."""
     return remove_pool_leftovers(conn, TEST_POOL, TEST_POOL_PATH)
@@ -119,7 +125,7 @@ def remove_pool_leftovers(conn: VirConnect, name: str, path: Path) -> list[str]:
                 removed.append(str(dom.name()))
                 if dom.isActive():
                     dom.destroy()
-                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+                dom.undefineFlags(EVERYTHING_OF_THE_DOMAIN)
     for volume in ensure_dir_pool(conn, name, path).listAllVolumes(0):
         removed.append(str(volume.name()))
         volume.delete(0)

@@ -24,7 +24,7 @@ import pytest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu
+from qemu_support import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
 from replica_support import Replica
 
 CRASH_POOL = "pyrigaud-crash"
@@ -138,6 +138,6 @@ def _remove_crash_leftovers(conn: Any) -> None:
             with contextlib.suppress(libvirt.libvirtError):
                 if dom.isActive():
                     dom.destroy()
-                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+                dom.undefineFlags(EVERYTHING_OF_THE_DOMAIN)
     for volume in _crash_pool(conn).listAllVolumes(0):
         volume.delete(0)

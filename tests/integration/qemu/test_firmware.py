@@ -15,12 +15,20 @@ import libvirt
 
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
+from pyrigaud.domain.models import (
+    DiskSpec,
+    Firmware,
+    OwnerMark,
+    SecurityProfile,
+    VMChanges,
+    VMClass,
+)
 
 from contract.harness import Harness
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/firmware")
+HOT_PLUGGED_DISKS = 4
 
 
 def offered(conn: Any, path: str, machine: str | None = None) -> set[str]:
@@ -69,6 +77,21 @@ def test_a_secure_boot_guest_starts_on_q35_with_a_secure_loader(qemu: Harness, c
     assert loader is not None
     assert loader.get("secure") == "yes"
     assert root.find("features/smm").get("state") == "on"  # type: ignore[union-attr]
+    ok(qemu.adapter.delete(vm_id))
+
+
+def test_a_running_q35_guest_takes_a_hot_plugged_disk(qemu: Harness, conn: Any) -> None:
+    """q35 is PCI Express: a hot-plugged device needs a free root port, which the domain keeps."""
+    request = CreateRequest(
+        name="secure-hotplug", image=qemu.image, vm_class=uefi_class(secure_boot=True)
+    )
+    vm_id = ok(qemu.adapter.create(request, OWNER))
+    ok(qemu.adapter.power_on(vm_id))
+    extra = tuple(DiskSpec(size_gib=1) for _ in range(HOT_PLUGGED_DISKS))
+    ok(qemu.adapter.reconfigure(vm_id, VMChanges(disks=extra)))
+    live = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
+    targets = [disk.get("dev") for disk in live.iterfind("devices/disk/target")]
+    assert targets == ["vda", "vdb", "vdc", "vdd", "vde"]
     ok(qemu.adapter.delete(vm_id))
 
 

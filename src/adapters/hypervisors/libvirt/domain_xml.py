@@ -17,6 +17,12 @@ HOT_ADD_FACTOR = 4  # hot-add headroom: up to 4x the created size without a rebo
 MEMORY_HOTPLUG_SLOTS = 16
 # Secure boot needs SMM, which the default i440fx machine lacks.
 SECURE_BOOT_MACHINE = "q35"
+# On a PCI Express machine (q35) every PCI device sits behind a root port of its own, and
+# libvirt adds none to spare: a domain gets one per device it boots with (its disks, NICs and
+# the USB, virtio-serial and balloon controllers libvirt adds) plus these, free for
+# Reconfigure's live disk attach.
+HOTPLUG_ROOT_PORTS = 8
+LIBVIRT_PCI_DEVICES = 3
 DISK_TARGETS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -50,6 +56,7 @@ class DomainDefinition:
     metadata: VMMetadata
     seed_path: str = ""  # the cloud-init NoCloud ISO, attached as a read-only cdrom
     uuid: str = ""  # chosen up front when the seed's instance-id must name it
+    pcie: bool = False  # a PCI Express machine: spare root ports for hot-plug
     tpm_version: str = ""  # "": no TPM; else an emulated one (swtpm) of this version
 
 
@@ -121,6 +128,12 @@ def render_domain(definition: DomainDefinition) -> str:
     if definition.tpm_version:
         devices.append(_tpm_element(definition.tpm_version))
     ET.SubElement(devices, "graphics", {"type": "vnc", "autoport": "yes", "listen": "127.0.0.1"})
+    if definition.pcie or definition.secure_boot:
+        ET.SubElement(devices, "controller", {"type": "pci", "index": "0", "model": "pcie-root"})
+        ports = len(definition.disks) + len(definition.nics) + LIBVIRT_PCI_DEVICES
+        for index in range(1, ports + HOTPLUG_ROOT_PORTS + 1):
+            attributes = {"type": "pci", "index": str(index), "model": "pcie-root-port"}
+            ET.SubElement(devices, "controller", attributes)
     return ET.tostring(root, encoding="unicode")
 
 

@@ -91,6 +91,13 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
             )
 
 
+def default_machine_is_pcie(conn: VirConnect, domain_type: str) -> bool:
+    """Whether a domain without a machine type gets a PCI Express one (q35 is the default on
+    some distributions): its hot-plug then needs spare root ports."""
+    capabilities = _domain_capabilities(conn, domain_type, None)
+    return capabilities is not None and "q35" in capabilities.findtext("machine", "")
+
+
 def _values(capabilities: ET.Element, path: str) -> set[str]:
     return {value.text or "" for value in capabilities.findall(f"{path}/value")}
 

@@ -77,7 +77,11 @@ from pyrigaud.adapters.hypervisors.libvirt.errors import (
     is_missing,
     provider_error,
 )
-from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import check_firmware, tpm_version_of
+from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import (
+    check_firmware,
+    default_machine_is_pcie,
+    tpm_version_of,
+)
 from pyrigaud.adapters.hypervisors.libvirt.metadata import (
     NAMESPACE_PREFIX,
     NAMESPACE_URI,
@@ -676,6 +680,7 @@ class LibvirtHypervisor:
                 building=True,
             ),
             uuid=str(uuid.uuid4()),
+            pcie=default_machine_is_pcie(conn, self._domain_type),
         )
         dom = _begin_building(conn, building, owner)
         if isinstance(dom, str):
@@ -1488,11 +1493,20 @@ def _attach_new_disk(
     pool = conn.storageVolLookupByPath(root).storagePoolLookupByVolume()
     path = create_volume(pool, volume_name(facts.name, index), capacity)
     disk = DiskDevice(path=path, format="qcow2", target=disk_target(index))
-    flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
-    if dom.isActive():
-        flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+    xml = ET.tostring(disk_element(disk), encoding="unicode")
+    # Live first, then the persistent definition: one call with both flags can change the
+    # definition and still fail live, leaving a disk whose volume the cleanup below removes.
+    live = bool(dom.isActive())
     try:
-        dom.attachDeviceFlags(ET.tostring(disk_element(disk), encoding="unicode"), flags)
+        if live:
+            dom.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        try:
+            dom.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        except libvirt.libvirtError:
+            if live:
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.detachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            raise
         _write_metadata(dom, metadata.with_volume(path))
     except libvirt.libvirtError:
         delete_volume(conn, path)
