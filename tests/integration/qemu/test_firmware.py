@@ -13,6 +13,7 @@ from typing import Any
 
 import libvirt
 
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import HOTPLUG_ROOT_PORTS
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -25,6 +26,7 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import Harness
+from qemu_support import ensure_test_pool
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/firmware")
@@ -92,6 +94,13 @@ def test_a_running_q35_guest_takes_a_hot_plugged_disk(qemu: Harness, conn: Any) 
     live = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
     targets = [disk.get("dev") for disk in live.iterfind("devices/disk/target")]
     assert targets == ["vda", "vdb", "vdc", "vdd", "vde"]
+    volumes = {str(volume.name()) for volume in ensure_test_pool(conn).listAllVolumes(0)}
+    beyond = tuple(DiskSpec(size_gib=1) for _ in range(HOT_PLUGGED_DISKS + HOTPLUG_ROOT_PORTS))
+    refused = error_of(qemu.adapter.reconfigure(vm_id, VMChanges(disks=beyond)))
+    assert refused.kind is ErrorKind.FAILED_PRECONDITION  # the ports ran out: power off first
+    assert "power it off to add the disk" in refused.message
+    after = {str(volume.name()) for volume in ensure_test_pool(conn).listAllVolumes(0)}
+    assert len(after) == len(volumes) + HOTPLUG_ROOT_PORTS - HOT_PLUGGED_DISKS  # no stray
     ok(qemu.adapter.delete(vm_id))
 
 

@@ -72,6 +72,7 @@ from pyrigaud.adapters.hypervisors.libvirt.download import (
     peek_header,
 )
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
+    CONNECTION_LOSS_CODES,
     AdapterError,
     error_code,
     is_missing,
@@ -1499,18 +1500,34 @@ def _attach_new_disk(
     live = bool(dom.isActive())
     try:
         if live:
-            dom.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            _attach_disk(dom, xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_LIVE)
         try:
-            dom.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
-        except libvirt.libvirtError:
+            _attach_disk(dom, xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        except AdapterError:
             if live:
                 with contextlib.suppress(libvirt.libvirtError):
                     dom.detachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
             raise
         _write_metadata(dom, metadata.with_volume(path))
-    except libvirt.libvirtError:
+    except (libvirt.libvirtError, AdapterError):
         delete_volume(conn, path)
         raise
+
+
+def _attach_disk(dom: VirDomain, xml: str, target: str, flags: int) -> None:
+    """A refusal (no free PCI slot or root port, a bus that cannot hot-plug) names the disk."""
+    try:
+        dom.attachDeviceFlags(xml, flags)
+    except libvirt.libvirtError as error:
+        if error_code(error) in CONNECTION_LOSS_CODES and not dom.connect().isAlive():
+            raise  # the connection went: the call is tried again on a new one
+        now = "now" if flags & libvirt.VIR_DOMAIN_AFFECT_LIVE else "in its definition"
+        raise AdapterError(
+            ProviderError.failed_precondition(
+                f"the VM cannot take disk {target} {now} ({error.get_error_message()}); "
+                "power it off to add the disk"
+            )
+        ) from error
 
 
 def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:
