@@ -39,6 +39,21 @@ class TaskState(BaseModel):
         return cls(done=True, error=error or "task failed")
 
 
+def self_describing_id(prefix: str, detail: str, vm_id: str) -> TaskRef:
+    """`<prefix>:<detail>:<vm-id>`: the VM id goes last so that any id, colons included,
+    round-trips through `id_parts`."""
+    return TaskRef(id=f"{prefix}:{detail}:{vm_id}")
+
+
+def id_parts(task_id: str, prefix: str) -> tuple[str, str] | None:
+    """The detail and VM id of a `self_describing_id` with `prefix`, or None."""
+    found, _, rest = task_id.partition(":")
+    detail, _, vm_id = rest.partition(":")
+    if found != prefix or not detail or not vm_id:
+        return None
+    return detail, vm_id
+
+
 class ShutdownTask(BaseModel):
     """A graceful shutdown in flight: `shutdown:<deadline-unix>:<vm-id>`.
 
@@ -55,13 +70,14 @@ class ShutdownTask(BaseModel):
     deadline: int
 
     def task_ref(self) -> TaskRef:
-        return TaskRef(id=f"{self.PREFIX}:{self.deadline}:{self.vm_id}")
+        return self_describing_id(self.PREFIX, str(self.deadline), self.vm_id)
 
     @classmethod
     def parse(cls, task_id: str) -> ShutdownTask | None:
-        prefix, _, rest = task_id.partition(":")
-        deadline, _, vm_id = rest.partition(":")
-        well_formed = deadline.isascii() and deadline.isdigit() and len(deadline) <= 12
-        if prefix != cls.PREFIX or not well_formed or not vm_id:
+        parts = id_parts(task_id, cls.PREFIX)
+        if parts is None:
+            return None
+        deadline, vm_id = parts
+        if not (deadline.isascii() and deadline.isdigit() and len(deadline) <= 12):
             return None
         return cls(vm_id=vm_id, deadline=int(deadline))

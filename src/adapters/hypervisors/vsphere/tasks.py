@@ -16,7 +16,7 @@ from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, is_missing
 from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve
-from pyrigaud.domain.tasks import TaskRef
+from pyrigaud.domain.tasks import TaskRef, id_parts, self_describing_id
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -32,15 +32,14 @@ class VSphereTask:
     vm_id: str
 
     def task_ref(self) -> TaskRef:
-        return TaskRef(id=f"{self.PREFIX}:{self.task}:{self.vm_id}")
+        return self_describing_id(self.PREFIX, self.task, self.vm_id)
 
     @classmethod
     def parse(cls, task_id: str) -> VSphereTask | None:
-        prefix, _, rest = task_id.partition(":")
-        task, _, vm_id = rest.partition(":")
-        if prefix != cls.PREFIX or not TASK_MOREF.fullmatch(task) or not vm_id:
+        parts = id_parts(task_id, cls.PREFIX)
+        if parts is None or not TASK_MOREF.fullmatch(parts[0]):
             return None
-        return cls(task=task, vm_id=vm_id)
+        return cls(task=parts[0], vm_id=parts[1])
 
 
 @dataclass(frozen=True)
