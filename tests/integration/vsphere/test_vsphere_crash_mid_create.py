@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -56,24 +56,13 @@ def test_a_create_killed_part_way_is_swept_by_the_next_process(
         ),
         image_json=json.dumps({"TemplateName": TEMPLATE_VM}),
     )
-    failures: list[grpc.RpcError] = []
 
-    def create() -> None:
-        try:
-            replica.stub.Create(request, timeout=60)
-        except grpc.RpcError as error:
-            failures.append(error)
-
-    caller = threading.Thread(target=create)
-    caller.start()
-    try:
+    def clone_exists() -> None:  # the held upgrade keeps the Create from finishing
         deadline = time.monotonic() + SETTLE_SECONDS
         while time.monotonic() < deadline and watcher.find_by_name(NAME).unwrap() is None:
             time.sleep(0.05)
-    finally:
-        replica.kill()  # the clone exists; the held upgrade keeps the Create from finishing
-        caller.join(timeout=30)
-    assert failures, "the Create finished before the provider was killed"
+
+    kill_during_create(replica, request, clone_exists)
     leftover = watcher.find_by_name(NAME).unwrap()
     assert leftover is not None
     assert leftover.building_since is not None
@@ -105,22 +94,8 @@ def test_a_create_killed_while_its_clone_runs_leaves_a_complete_vm_the_next_crea
             class_json=json.dumps({"CPU": 2, "MemoryMiB": 512}),
             image_json=json.dumps({"TemplateName": TEMPLATE_VM}),
         )
-        failures: list[grpc.RpcError] = []
-
-        def create() -> None:
-            try:
-                replica.stub.Create(request, timeout=60)
-            except grpc.RpcError as error:
-                failures.append(error)
-
-        caller = threading.Thread(target=create)
-        caller.start()
-        try:
-            time.sleep(KILL_AFTER_SECONDS)
-        finally:
-            replica.kill()  # the clone was asked for and is still held by the simulator
-            caller.join(timeout=30)
-        assert failures, "the Create finished before the provider was killed"
+        # The clone was asked for and is still held by the simulator.
+        kill_during_create(replica, request, lambda: time.sleep(KILL_AFTER_SECONDS))
         deadline = time.monotonic() + SETTLE_SECONDS
         while time.monotonic() < deadline and watcher.find_by_name(NAME).unwrap() is None:
             time.sleep(0.2)
@@ -139,3 +114,25 @@ def test_a_create_killed_while_its_clone_runs_leaves_a_complete_vm_the_next_crea
             survivor.stop()
         assert (again.id, again.task.id) == (record.id, "")
         assert [vm.id for vm in watcher.list_vms().unwrap() if vm.name == NAME] == [record.id]
+
+
+def kill_during_create(
+    replica: Replica, request: pb.CreateRequest, until: Callable[[], object]
+) -> None:
+    """Create through `replica` and SIGKILL it once `until` returns, before Create answers."""
+    failures: list[grpc.RpcError] = []
+
+    def create() -> None:
+        try:
+            replica.stub.Create(request, timeout=60)
+        except grpc.RpcError as error:
+            failures.append(error)
+
+    caller = threading.Thread(target=create)
+    caller.start()
+    try:
+        until()
+    finally:
+        replica.kill()
+        caller.join(timeout=30)
+    assert failures, "the Create finished before the provider was killed"
