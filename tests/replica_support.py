@@ -84,6 +84,15 @@ class Replica:
         self._popen.communicate(timeout=10)
         self._channel.close()
 
+    def logged(self, text: str, seconds: float) -> bool:
+        """Whether the process writes `text` to its log within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while text not in self.log_path.read_text():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
     @property
     def pid(self) -> int:
         return self._popen.pid
