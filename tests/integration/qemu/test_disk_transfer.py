@@ -155,6 +155,24 @@ def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site)
     assert ok(site.adapter.power_state(copy)) is PowerState.ON
 
 
+def test_an_import_retried_after_it_succeeded_answers_the_same_volume(site: Site) -> None:
+    source = _vm_from(site, "xfer-retried", site.base, "raw")
+    ok(
+        site.adapter.export_disk(
+            ExportRequest(vm_id=source, destination_url="pvc://mig/r.raw", format="raw")
+        )
+    )
+    request = ImportRequest(source_url="pvc://mig/r.raw", target_name="xfer-again", format="raw")
+    first = ok(site.adapter.import_disk(request))
+    assert ok(site.adapter.import_disk(request)) == first  # its first answer was lost
+    (site.mig / "other.raw").write_bytes(os.urandom(4096))
+    clash = site.adapter.import_disk(
+        ImportRequest(source_url="pvc://mig/other.raw", target_name="xfer-again", format="raw")
+    )
+    assert error_of(clash).kind is ErrorKind.ALREADY_EXISTS
+    assert "other content" in error_of(clash).message
+
+
 def test_a_wrong_checksum_imports_nothing(site: Site) -> None:
     source = _vm_from(site, "xfer-checked", site.base, "raw")
     ok(site.adapter.export_disk(ExportRequest(vm_id=source, destination_url="pvc://mig/c.qcow2")))

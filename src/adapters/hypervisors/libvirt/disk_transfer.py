@@ -116,13 +116,12 @@ class PvcTransfers:
         size = _check_image(source, request.format)
         pool_name = request.storage_hint or self.pools.default_pool
         pool = find_pool(conn, pool_name, self.pools, "storage_hint")
-        if find_volume(pool, name) is not None:
-            raise AdapterError(
-                ProviderError.already_exists(
-                    f"target_name: storage pool {pool_name!r} already has a volume {name!r}"
-                )
-            )
         hashed = _HashedFile(source, request.source_url)
+        existing = find_volume(pool, name)
+        if existing is not None:
+            return self._earlier_import(
+                conn, existing, hashed=hashed, expected=expected, size=size, pool_name=pool_name
+            )
         # A raw placeholder of the file's exact size: the upload then leaves exactly the file's
         # bytes (a qcow2 placeholder's tail would outlive a shorter upload), and the pool's
         # refresh reads the format and virtual size back from them.
@@ -140,6 +139,39 @@ class PvcTransfers:
                     "(it took the upload as raw): import into a directory pool"
                 )
             )
+        return ImportResult(
+            disk_id=name, path=path, actual_size_bytes=size, checksum=f"sha256:{hashed.hexdigest}"
+        )
+
+    @staticmethod
+    def _earlier_import(
+        conn: VirConnect,
+        path: str,
+        *,
+        hashed: _HashedFile,
+        expected: str | None,
+        size: int,
+        pool_name: str,
+    ) -> ImportResult:
+        """A retried import (its first answer was lost) finds its own volume: the same bytes
+        as the file are that import, answered again; other bytes are a name clash."""
+        for _ in hashed.chunks(expected):
+            pass
+        name = Path(path).name
+        clash = ProviderError.already_exists(
+            f"target_name: storage pool {pool_name!r} already has a volume {name!r} with "
+            "other content (an earlier import may have been cut short); delete it or pick "
+            "another target_name"
+        )
+        try:
+            volume = conn.storageVolLookupByPath(path)
+            stored = hashlib.sha256()
+            for chunk in _volume_chunks(conn, volume):
+                stored.update(chunk)
+        except libvirt.libvirtError as error:  # a driver that cannot download: cannot tell
+            raise AdapterError(clash) from error
+        if stored.hexdigest() != hashed.hexdigest:
+            raise AdapterError(clash)
         return ImportResult(
             disk_id=name, path=path, actual_size_bytes=size, checksum=f"sha256:{hashed.hexdigest}"
         )
@@ -241,18 +273,10 @@ def _download(conn: VirConnect, volume: Any, destination: Path, url: str) -> tup
         dir=destination.parent, prefix=f".{destination.name}.", suffix=".part", delete=False
     ) as partial:
         try:
-            stream = conn.newStream(0)
-            volume.download(stream, 0, 0, 0)
-            try:
-                while chunk := _received(stream):
-                    partial.write(chunk)
-                    digest.update(chunk)
-                    written = _progress(written, len(chunk), "exported", url)
-                stream.finish()
-            except BaseException:
-                with contextlib.suppress(libvirt.libvirtError):
-                    stream.abort()
-                raise
+            for chunk in _volume_chunks(conn, volume):
+                partial.write(chunk)
+                digest.update(chunk)
+                written = _progress(written, len(chunk), "exported", url)
             _sync(partial)
             os.replace(partial.name, destination)
         except BaseException:
@@ -261,6 +285,20 @@ def _download(conn: VirConnect, volume: Any, destination: Path, url: str) -> tup
             raise
     _sync_directory(destination.parent)
     return digest.hexdigest(), written
+
+
+def _volume_chunks(conn: VirConnect, volume: Any) -> Iterator[bytes]:
+    """The volume's bytes through a libvirt download stream (works on a remote host too)."""
+    stream = conn.newStream(0)
+    volume.download(stream, 0, 0, 0)
+    try:
+        while chunk := _received(stream):
+            yield chunk
+        stream.finish()
+    except BaseException:
+        with contextlib.suppress(libvirt.libvirtError):
+            stream.abort()
+        raise
 
 
 def _received(stream: Any) -> bytes:
