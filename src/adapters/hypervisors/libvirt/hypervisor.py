@@ -206,6 +206,8 @@ UNSPECIFIED_FORMATS = frozenset({"", "template"})
 VOLUME_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 FILE_CHUNK_BYTES = 1024 * 1024
 QEMU_MAC_PREFIX = "52:54:00"
+SHUTDOWN_REQUEST_ATTEMPTS = 2
+SHUTDOWN_RETRY_SECONDS = 0.5
 BACKUP_POLL_SECONDS = 0.05
 BACKUP_TIMEOUT_SECONDS = 3600  # bounded, yet room for copying a large disk
 
@@ -419,8 +421,7 @@ class LibvirtHypervisor:
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
         def request(conn: VirConnect) -> None:
             dom = _by_id(conn, vm_id)
-            if _state(dom) in RUNNING_STATES:
-                dom.shutdown()
+            _ask_to_shut_down(dom)
             _write_metadata(dom, _own_metadata(dom).with_shutdown_deadline(deadline))
 
         return self._run(f"shut down {vm_id!r}", request)
@@ -1284,6 +1285,27 @@ def _state(dom: VirDomain) -> int:
 
 def _power(state: int) -> PowerState:
     return PowerState.ON if state in RUNNING_STATES else PowerState.OFF
+
+
+def _ask_to_shut_down(dom: VirDomain) -> None:
+    """Ask the guest (agent, else ACPI) to shut down, if it runs.
+
+    QEMU refuses the request while the domain leaves the running state for a moment (e.g.
+    just after a snapshot revert): it is asked once more, and if it is refused again the
+    recorded deadline's forced power-off still ends the shutdown.
+    """
+    for attempt in range(SHUTDOWN_REQUEST_ATTEMPTS):
+        if _state(dom) not in RUNNING_STATES:
+            return
+        try:
+            dom.shutdown()
+            return
+        except libvirt.libvirtError as error:
+            if error_code(error) != libvirt.VIR_ERR_OPERATION_INVALID:
+                raise
+            logger.warning("VM %s refused a shutdown request: %s", dom.name(), error)
+            if attempt + 1 < SHUTDOWN_REQUEST_ATTEMPTS:
+                time.sleep(SHUTDOWN_RETRY_SECONDS)
 
 
 def _start(dom: VirDomain) -> None:
