@@ -17,13 +17,27 @@ from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID, VSphereHypervisor
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.application.ports import Clock
-from pyrigaud.domain.models import VMImage
+from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
 from contract.harness import Harness
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
 TEMPLATE_VM = "DC0_H0_VM0"  # a VM the default VPX inventory always has
+
+
+def template_request(
+    name: str, *, cpu: int = 2, memory_mib: int = 512, **changes: object
+) -> CreateRequest:
+    """A Create cloning the inventory's template VM; `changes` set any other field."""
+    base = CreateRequest(
+        name=name,
+        vm_class=VMClass(cpu=cpu, memory_mib=memory_mib),
+        image=VMImage(template_name=TEMPLATE_VM),
+    )
+    return base.model_copy(update=changes)
+
+
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
 

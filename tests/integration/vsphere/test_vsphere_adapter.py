@@ -22,7 +22,6 @@ from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CloneRequest,
-    CreateRequest,
     Customization,
     DiskQuery,
     DiskSpec,
@@ -41,17 +40,13 @@ from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, vm_ref
+from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
 
-def request(name: str, **changes: object) -> CreateRequest:
-    base = CreateRequest(
-        name=name, vm_class=VMClass(cpu=2, memory_mib=512), image=VMImage(template_name=TEMPLATE_VM)
-    )
-    return base.model_copy(update=changes)
+request = template_request
 
 
 def test_validate_answers_and_an_unreachable_endpoint_is_not_ok(simulator: Simulator) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -13,29 +14,23 @@ from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CloneRequest,
-    CreateRequest,
     Customization,
     Firmware,
     NetworkAttachment,
     OwnerMark,
     SecurityProfile,
     VMClass,
-    VMImage,
 )
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from vsphere_support import TEMPLATE_VM, Simulator, vm_ref
+from vsphere_support import Simulator, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-customization")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
 
-def request(name: str, **changes: object) -> CreateRequest:
-    base = CreateRequest(
-        name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage(template_name=TEMPLATE_VM)
-    )
-    return base.model_copy(update=changes)
+request = functools.partial(template_request, cpu=1, memory_mib=256)
 
 
 def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> dict[str, Any]:

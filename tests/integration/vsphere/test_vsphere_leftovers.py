@@ -21,21 +21,18 @@ from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.use_cases.create_vm import CreateVM, NewVMNames
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.leftovers import LeftoverPolicy
-from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 from contract.harness import made
 from support import ok
-from vsphere_support import TEMPLATE_VM, Simulator, vm_ref
+from vsphere_support import TEMPLATE_VM, Simulator, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-leftovers")
 POLICY = LeftoverPolicy(owner=OWNER, abandoned_after_seconds=60)
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
 
-def request(name: str) -> CreateRequest:
-    return CreateRequest(
-        name=name, vm_class=VMClass(cpu=2, memory_mib=512), image=VMImage(template_name=TEMPLATE_VM)
-    )
+request = template_request
 
 
 def killed_create(simulator: Simulator, name: str, started: float) -> str:
