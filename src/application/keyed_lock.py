@@ -10,8 +10,8 @@ from contextlib import contextmanager
 class KeyedLock:
     """Serializes work per key within one process; entries vanish when nobody holds them.
 
-    Across replicas the hypervisor arbitrates (a duplicate name fails there, and the adapter
-    adopts the VM when it carries our ownership mark).
+    Across replicas the hypervisor arbitrates (a duplicate name fails there; OwnershipRule then
+    decides whether the VM that won is ours to return).
     """
 
     def __init__(self) -> None:

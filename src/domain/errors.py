@@ -69,3 +69,15 @@ class ProviderError(BaseModel):
     @classmethod
     def internal(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.INTERNAL, message=message)
+
+
+class ExpectedError(Exception):
+    """A ProviderError raised inside one room and turned back into a value at its edge.
+
+    Deep adapter and parser code raises it rather than threading Results through every helper;
+    the room's public functions catch it and return `Failure(error)`. It never crosses a layer.
+    """
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error

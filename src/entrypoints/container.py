@@ -15,10 +15,11 @@ from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
 from pyrigaud.application.use_cases.clone_vm import CloneVM
-from pyrigaud.application.use_cases.create_vm import CreateVM, NewVMNames
+from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
 from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
 from pyrigaud.application.use_cases.disks import ExportDisk, GetDiskInfo, ImportDisk
@@ -128,7 +129,7 @@ class Container(containers.DeclarativeContainer):
 
     clock = providers.Singleton(SystemClock)
     owner = providers.Singleton(OwnerMark, provider=config.owner_mark)
-    names = providers.Singleton(KeyedLock)
+    name_locks = providers.Singleton(KeyedLock)
     leftovers = providers.Singleton(
         LeftoverPolicy, owner=owner, abandoned_after_seconds=config.abandoned_after_seconds
     )
@@ -193,8 +194,13 @@ class Container(containers.DeclarativeContainer):
     # Every port call is counted and timed (pyrigaud_hypervisor_calls_total and friends).
     hypervisor = providers.Singleton(instrument, backend, metrics)
 
-    new_vm_names = providers.Factory(
-        NewVMNames, lifecycle=hypervisor, owner=owner, clock=clock, leftovers=leftovers
+    ownership = providers.Factory(
+        OwnershipRule,
+        lifecycle=hypervisor,
+        owner=owner,
+        clock=clock,
+        leftovers=leftovers,
+        name_locks=name_locks,
     )
     sweep_leftovers = providers.Factory(
         SweepLeftovers, lifecycle=hypervisor, clock=clock, leftovers=leftovers
@@ -203,9 +209,7 @@ class Container(containers.DeclarativeContainer):
     use_cases = providers.Singleton(
         ProviderUseCases,
         validate=providers.Factory(ValidateProvider, health=hypervisor),
-        create_vm=providers.Factory(
-            CreateVM, lifecycle=hypervisor, owner=owner, names=names, existing=new_vm_names
-        ),
+        create_vm=providers.Factory(CreateVM, lifecycle=hypervisor, ownership=ownership),
         delete_vm=providers.Factory(DeleteVM, lifecycle=hypervisor),
         power_vm=providers.Factory(PowerVM, power=hypervisor, clock=clock),
         reconfigure_vm=providers.Factory(ReconfigureVM, lifecycle=hypervisor, inventory=hypervisor),
@@ -229,9 +233,7 @@ class Container(containers.DeclarativeContainer):
             CloneVM,
             cloning=hypervisor,
             capabilities=hypervisor,
-            owner=owner,
-            names=names,
-            existing=new_vm_names,
+            ownership=ownership,
         ),
         prepare_image=providers.Factory(PrepareImage, images=hypervisor, capabilities=hypervisor),
         get_capabilities=providers.Factory(GetCapabilities, source=hypervisor),

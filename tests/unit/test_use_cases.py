@@ -10,14 +10,14 @@ from returns.result import Result
 from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.ports.vm_lifecycle import CreatedVM
-from pyrigaud.application.use_cases.clone_vm import CloneVM
-from pyrigaud.application.use_cases.create_vm import (
+from pyrigaud.application.ownership import (
     POLL_SECONDS,
     WAIT_FOR_OTHER_CREATE_SECONDS,
-    CreateVM,
-    NewVMNames,
+    OwnershipRule,
 )
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.application.use_cases.clone_vm import CloneVM
+from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
 from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
 from pyrigaud.application.use_cases.disks import ExportDisk
@@ -69,16 +69,18 @@ def request(name: str = "vm-1", cpu: int = 2, memory: int = 1024, **extra: objec
     return CreateRequest(name=name, vm_class=VMClass(cpu=cpu, memory_mib=memory), **extra)  # type: ignore[arg-type]
 
 
-def new_vm_names(fake: FakeHypervisor, clock: ManualClock | None = None) -> NewVMNames:
-    return NewVMNames(fake, OWNER, clock or ManualClock(), LeftoverPolicy(owner=OWNER))
+def ownership(fake: FakeHypervisor, clock: ManualClock | None = None) -> OwnershipRule:
+    return OwnershipRule(
+        fake, OWNER, clock or ManualClock(), LeftoverPolicy(owner=OWNER), KeyedLock()
+    )
 
 
 def create_vm(fake: FakeHypervisor, clock: ManualClock | None = None) -> CreateVM:
-    return CreateVM(fake, OWNER, KeyedLock(), new_vm_names(fake, clock))
+    return CreateVM(fake, ownership(fake, clock))
 
 
 def clone_vm(fake: FakeHypervisor) -> CloneVM:
-    return CloneVM(fake, fake, OWNER, KeyedLock(), new_vm_names(fake))
+    return CloneVM(fake, fake, ownership(fake))
 
 
 def create(fake: FakeHypervisor, name: str = "vm-1", **extra: object) -> str:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
-from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import CapabilitySource, Cloning
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.capabilities import require
-from pyrigaud.application.use_cases.create_vm import NewVMNames
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import CloneRequest, OwnerMark
+from pyrigaud.domain.models import CloneRequest
 
 
 class CloneVM:
@@ -18,15 +17,11 @@ class CloneVM:
         self,
         cloning: Cloning,
         capabilities: CapabilitySource,
-        owner: OwnerMark,
-        names: KeyedLock,
-        existing: NewVMNames,
+        ownership: OwnershipRule,
     ) -> None:
         self._cloning = cloning
-        self._existing = existing
         self._capabilities = capabilities
-        self._owner = owner
-        self._names = names
+        self._ownership = ownership
 
     def __call__(self, request: CloneRequest) -> Result[CreatedVM, ProviderError]:
         capabilities = self._capabilities.capabilities()
@@ -38,10 +33,6 @@ class CloneVM:
         return gate.bind(lambda _: self._clone(request))
 
     def _clone(self, request: CloneRequest) -> Result[CreatedVM, ProviderError]:
-        with self._names.hold(request.target_name):
-            match self._existing.resolve(request.target_name):
-                case Failure(error):
-                    return Failure(error)
-                case Success(CreatedVM() as found):
-                    return Success(found)
-            return self._cloning.start_clone(request, self._owner)
+        return self._ownership.make_unless_exists(
+            request.target_name, lambda owner: self._cloning.start_clone(request, owner)
+        )

@@ -2,95 +2,22 @@
 
 from __future__ import annotations
 
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
-from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.ports import Clock, VMLifecycle
+from pyrigaud.application.ownership import OwnershipRule
+from pyrigaud.application.ports import VMLifecycle
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
-from pyrigaud.domain.errors import ErrorKind, ProviderError
-from pyrigaud.domain.leftovers import LeftoverPolicy
-from pyrigaud.domain.models import CreateRequest, OwnerMark, VMRecord
-
-# How long a Create waits for another replica's Create of the same name to finish.
-WAIT_FOR_OTHER_CREATE_SECONDS = 120.0
-POLL_SECONDS = 1.0
-
-
-def adopt_existing(record: VMRecord, owner: OwnerMark) -> Result[CreatedVM, ProviderError]:
-    """An existing VM of the requested name is ours to return only if it carries our mark."""
-    if record.owner == owner:
-        return Success(CreatedVM(id=record.id))
-    whose = "another provider" if record.owner else "no pyrigaud provider"
-    return Failure(
-        ProviderError.already_exists(
-            f"a VM named {record.name!r} already exists (id {record.id!r}) and was made by "
-            f"{whose}; pick another name or delete that VM"
-        )
-    )
-
-
-class NewVMNames:
-    """What a VM-making request finds under its name: Create and Clone share these rules.
-
-    A same-named VM of ours that is still building is either another replica's request in
-    progress (wait for it, then return it) or a crash leftover (remove it, then make anew).
-    """
-
-    def __init__(
-        self, lifecycle: VMLifecycle, owner: OwnerMark, clock: Clock, leftovers: LeftoverPolicy
-    ) -> None:
-        self._lifecycle = lifecycle
-        self._owner = owner
-        self._clock = clock
-        self._leftovers = leftovers
-
-    def resolve(self, name: str) -> Result[CreatedVM | None, ProviderError]:
-        """The existing VM to return, or None when the name is free to make a VM under."""
-        give_up_at = self._clock.now() + WAIT_FOR_OTHER_CREATE_SECONDS
-        while True:
-            match self._lifecycle.find_by_name(name):
-                case Failure(ProviderError(kind=ErrorKind.NOT_FOUND)) as vanished:
-                    # The VM of that name went between finding and reading it (a racing
-                    # replica removed its losing copy): look again.
-                    if self._clock.now() >= give_up_at:
-                        return vanished
-                    self._clock.sleep(POLL_SECONDS)
-                    continue
-                case Failure(error):
-                    return Failure(error)
-                case Success(None):
-                    return Success(None)
-                case Success(VMRecord() as existing):
-                    pass
-            if not self._leftovers.is_ours_unfinished(existing):
-                return adopt_existing(existing, self._owner)
-            if self._leftovers.is_abandoned(existing, self._clock.now()):
-                return self._lifecycle.delete(existing.id).map(lambda _: None)
-            if self._clock.now() >= give_up_at:
-                return Failure(
-                    ProviderError.unavailable(
-                        f"VM {name!r} (id {existing.id!r}) is still being created by another "
-                        "request; retry shortly"
-                    )
-                )
-            self._clock.sleep(POLL_SECONDS)
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import CreateRequest
 
 
 class CreateVM:
-    def __init__(
-        self, lifecycle: VMLifecycle, owner: OwnerMark, names: KeyedLock, existing: NewVMNames
-    ) -> None:
+    def __init__(self, lifecycle: VMLifecycle, ownership: OwnershipRule) -> None:
         self._lifecycle = lifecycle
-        self._owner = owner
-        self._names = names
-        self._existing = existing
+        self._ownership = ownership
 
     def __call__(self, request: CreateRequest) -> Result[CreatedVM, ProviderError]:
         """Differences between the request and an existing VM are Reconfigure's job, not ours."""
-        with self._names.hold(request.name):
-            match self._existing.resolve(request.name):
-                case Failure(error):
-                    return Failure(error)
-                case Success(CreatedVM() as found):
-                    return Success(found)
-            return self._lifecycle.start_create(request, self._owner)
+        return self._ownership.make_unless_exists(
+            request.name, lambda owner: self._lifecycle.start_create(request, owner)
+        )

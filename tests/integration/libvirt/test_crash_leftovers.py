@@ -20,7 +20,8 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.use_cases.create_vm import CreateVM, NewVMNames
+from pyrigaud.application.ownership import OwnershipRule
+from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
@@ -70,8 +71,8 @@ class Host:
             self.crashing.create(seeded_request(name), OWNER)
 
     def create_vm(self, policy: LeftoverPolicy = POLICY) -> CreateVM:
-        names = NewVMNames(self.adapter, OWNER, self.clock, policy)
-        return CreateVM(self.adapter, OWNER, KeyedLock(), names)
+        ownership = OwnershipRule(self.adapter, OWNER, self.clock, policy, KeyedLock())
+        return CreateVM(self.adapter, ownership)
 
 
 @pytest.fixture

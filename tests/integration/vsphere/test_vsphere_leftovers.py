@@ -18,7 +18,8 @@ from pyrigaud.adapters.hypervisors.vsphere.inventory import (
     retrieve_all_vms,
 )
 from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.use_cases.create_vm import CreateVM, NewVMNames
+from pyrigaud.application.ownership import OwnershipRule
+from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, OwnerMark
@@ -76,7 +77,7 @@ def building_mark(simulator: Simulator, vm_id: str) -> str:
 
 
 def create_use_case(adapter: VSphereHypervisor, clock: ManualClock) -> CreateVM:
-    return CreateVM(adapter, OWNER, KeyedLock(), NewVMNames(adapter, OWNER, clock, POLICY))
+    return CreateVM(adapter, OwnershipRule(adapter, OWNER, clock, POLICY, KeyedLock()))
 
 
 def test_a_completed_create_or_clone_leaves_no_building_mark(

@@ -1,0 +1,42 @@
+"""The manager's name for each request field that a backend may refuse, in one place.
+
+Every backend names a bad field the way the manager sent it (`image_json.URL`,
+`networks_json[1].NetworkName`), so a user reads the same message whatever the hypervisor.
+Create and Clone send Go struct field names (capitalised); ImagePrepare sends camelCase keys.
+"""
+
+from __future__ import annotations
+
+# Create's image_json (Go's contracts.VMImage: every key present, capitalised).
+IMAGE = "image_json"
+IMAGE_TEMPLATE_NAME = "image_json.TemplateName"
+IMAGE_PATH = "image_json.Path"
+IMAGE_URL = "image_json.URL"
+IMAGE_FORMAT = "image_json.Format"
+IMAGE_CHECKSUM = "image_json.Checksum"
+IMAGE_CHECKSUM_TYPE = "image_json.ChecksumType"
+
+# Create's placement_json.
+PLACEMENT_DATASTORE = "placement_json.Datastore"
+PLACEMENT_STORAGE_POD = "placement_json.StoragePod"
+PLACEMENT_CLUSTER = "placement_json.Cluster"
+PLACEMENT_HOST = "placement_json.Host"
+PLACEMENT_FOLDER = "placement_json.Folder"
+
+# ImagePrepare's image_json (camelCase keys) and its storage hint.
+PREPARE_TEMPLATE_NAME = "image_json.templateName"
+PREPARE_PATH = "image_json.path"
+PREPARE_URL = "image_json.url"
+PREPARE_FORMAT = "image_json.format"
+PREPARE_CHECKSUM = "image_json.checksum"
+PREPARE_CHECKSUM_TYPE = "image_json.checksumType"
+PREPARE_STORAGE_POOL = "image_json.storagePool"
+STORAGE_HINT = "storage_hint"
+
+
+def network_name(index: int) -> str:
+    return f"networks_json[{index}].NetworkName"
+
+
+def disk_type(index: int) -> str:
+    return f"disks_json[{index}].Type"
