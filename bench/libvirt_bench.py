@@ -57,7 +57,7 @@ import grpc
 import libvirt
 from describe_bench import HOST, Processes, free_port, machine, percentile, wait_ready
 
-from pyrigaud.adapters.clocks import ManualClock
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.entrypoints.grpc import translate
@@ -326,7 +326,7 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
     list_vms() on a `size`-domain host."""
     node, uuids = write_host(directory, size)
     connection = LibvirtConnection(f"test://{node}", opener=libvirt.open)
-    hypervisor = LibvirtHypervisor(connection, ManualClock(), domain_type="test")
+    hypervisor = LibvirtHypervisor(connection, SystemClock(), domain_type="test")
     hypervisor.check()  # opens the connection (parses the host) outside the measurements
     rng = random.Random(size)
     lines = [f"In-process LibvirtHypervisor on {size:,} domains (no gRPC):"]

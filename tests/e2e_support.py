@@ -9,13 +9,14 @@ from dataclasses import dataclass
 import grpc
 from dependency_injector import providers
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.entrypoints.container import Container, build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.server import ProviderServer
 from pyrigaud.entrypoints.settings import load_settings
+
+from support import ManualClock
 
 
 @dataclass

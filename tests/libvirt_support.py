@@ -13,10 +13,11 @@ from typing import Any
 
 import libvirt
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, Opener
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_volume
+
+from support import ManualClock
 
 BASE_IMAGE_NAME = "base.qcow2"
 GIB = 1024**3

@@ -23,7 +23,6 @@ from typing import Any
 import libvirt
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import (
     LibvirtConnection,
     VirConnect,
@@ -35,6 +34,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.domain.models import VMImage
 
 from contract.harness import Harness
+from support import ManualClock
 
 QEMU_URI = "qemu:///system"
 ENABLE_VARIABLE = "PYRIGAUD_TEST_QEMU"

@@ -1,7 +1,8 @@
-"""Small assertions shared by the test suites."""
+"""Small pieces shared by the test suites: assertions on Results, and a manual clock."""
 
 from __future__ import annotations
 
+import threading
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
@@ -25,3 +26,22 @@ def error_kind(result: Result[object, ProviderError]) -> ErrorKind:
 def error_of(result: Result[object, ProviderError]) -> ProviderError:
     assert isinstance(result, Failure), result
     return result.failure()
+
+
+class ManualClock:
+    """Time that moves only when told to, so deadline logic is tested without sleeping."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds

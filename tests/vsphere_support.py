@@ -13,13 +13,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID, VSphereHypervisor
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
 from contract.harness import Harness
+from support import ManualClock
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"

@@ -1,8 +1,7 @@
-"""Clocks: the system's, and a manual one for tests and the fake's guest behaviour."""
+"""The system's clock: the Clock port as production uses it."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 
@@ -12,22 +11,3 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
-
-
-class ManualClock:
-    """Time that moves only when told to, so deadline logic is tested without sleeping."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def now(self) -> float:
-        with self._lock:
-            return self._now
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += seconds

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.models import OwnerMark, VMImage
 
 from contract.harness import Harness
 from libvirt_support import add_base_image, isolated_host_uri, make_adapter
 from qemu_support import qemu_enabled, qemu_harness
+from support import ManualClock
 from vsphere_support import contract_harness as vsphere_simulator_harness
 
 

@@ -8,7 +8,6 @@ from typing import Protocol
 
 from returns.result import Result
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.application.ports import (
     CapabilitySource,
     Cloning,
@@ -26,7 +25,7 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
-from support import ok
+from support import ManualClock, ok
 
 SETTLE_READS = 600
 SETTLE_PAUSE_SECONDS = 0.1

@@ -15,7 +15,6 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.container import build_container
@@ -29,6 +28,7 @@ from pyrigaud.entrypoints.metrics import Metrics
 from pyrigaud.entrypoints.settings import load_settings
 
 from e2e_support import create_vm
+from support import ManualClock
 
 
 @dataclass

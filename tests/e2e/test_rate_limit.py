@@ -10,7 +10,6 @@ import grpc
 import pytest
 from dependency_injector import providers
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
@@ -20,6 +19,7 @@ from pyrigaud.entrypoints.grpc.server import ProviderServer
 from pyrigaud.entrypoints.settings import load_settings
 
 from e2e_support import CLASS_JSON, create_vm
+from support import ManualClock
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import pytest
 from dependency_injector import providers
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.container import build_container
@@ -19,6 +18,7 @@ from pyrigaud.entrypoints.metrics import LATENCY_BUCKETS_SECONDS, Metrics
 from pyrigaud.entrypoints.settings import load_settings
 
 from e2e_support import CLASS_JSON
+from support import ManualClock
 
 
 class Context:

@@ -7,7 +7,6 @@ import threading
 import pytest
 from returns.result import Result
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import (
@@ -50,7 +49,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
-from support import error_kind, error_of, ok
+from support import ManualClock, error_kind, error_of, ok
 
 OWNER = OwnerMark(provider="ns/provider")
 

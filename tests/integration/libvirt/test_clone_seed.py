@@ -18,7 +18,6 @@ import libvirt
 import pytest
 from returns.result import Result
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor, read_metadata
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
@@ -34,7 +33,7 @@ from pyrigaud.domain.models import (
 
 from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
 from seed_support import seed_files, seed_path
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-clone-seed")
 NS = {"p": NAMESPACE_URI}

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
@@ -28,7 +27,7 @@ from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, CreateRequest, DiskSpec, OwnerMark, VMClass
 
 from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-crash")
 POLICY = LeftoverPolicy(owner=OWNER)

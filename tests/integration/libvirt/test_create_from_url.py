@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.domain.errors import ErrorKind
@@ -21,7 +20,7 @@ from pyrigaud.domain.models import CreateRequest, DiskQuery, OwnerMark, VMClass,
 
 from image_server_support import ImageServer, raw_image, serving
 from libvirt_support import add_base_image, isolated_host_uri, make_adapter
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-url")
 

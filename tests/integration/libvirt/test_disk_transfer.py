@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_volume
@@ -33,7 +32,7 @@ from pyrigaud.domain.models import (
 )
 
 from libvirt_support import add_base_image, isolated_host_uri, write_pool_file
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-transfer")
 CONTENT = bytes(range(256)) * 8192  # 2 MiB: more than one chunk

@@ -17,7 +17,6 @@ from typing import Any
 import libvirt
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import (
     LibvirtConnection,
     prepare_libvirt_for_process,
@@ -36,7 +35,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from support import ok
+from support import ManualClock, ok
 
 URI = "test:///default"
 OWNER = OwnerMark(provider="tests/domain-cache")

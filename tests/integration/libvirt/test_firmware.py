@@ -14,7 +14,6 @@ import libvirt
 import pytest
 from returns.result import Result
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
@@ -22,7 +21,7 @@ from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
 
 from libvirt_support import isolated_host_uri, make_adapter
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/firmware")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.download import DownloadError, open_download
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
@@ -34,7 +33,7 @@ from pyrigaud.domain.models import (
 )
 
 from libvirt_support import add_base_image, isolated_host_uri, make_adapter, write_pool_file
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-images")
 QCOW2_HEADER = b"QFI\xfb" + struct.pack(">IQ", 3, 0) + bytes(68)  # v3, no backing file

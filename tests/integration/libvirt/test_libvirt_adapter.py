@@ -11,7 +11,6 @@ from typing import Any
 import libvirt
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.errors import provider_error
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
@@ -36,7 +35,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerState
 
 from libvirt_support import add_base_image, isolated_host_uri, make_adapter
-from support import error_kind, error_of, ok
+from support import ManualClock, error_kind, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt")
 NS = {"p": NAMESPACE_URI}

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.domain.models import CreateRequest, DiskSpec, OwnerMark, VMClass
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from libvirt_support import make_adapter, node_xml
-from support import ok
+from support import ManualClock, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-listing-size")
 VMS = 200

@@ -12,12 +12,11 @@ from typing import Any
 
 import libvirt
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.domain.models import CreateRequest, DiskSpec, OwnerMark, VMChanges, VMClass
 from pyrigaud.domain.power import PowerState
 
 from libvirt_support import isolated_host_uri, make_adapter
-from support import ok
+from support import ManualClock, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-listing")
 DOMAINS = 6

@@ -16,7 +16,6 @@ from typing import Any
 import libvirt
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
@@ -32,7 +31,7 @@ from pyrigaud.domain.models import (
 
 from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
 from seed_support import seed_files, seed_path
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-seed")
 NS = {"p": NAMESPACE_URI}

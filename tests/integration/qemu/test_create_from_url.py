@@ -21,7 +21,6 @@ import libvirt
 import pytest
 from returns.result import Result
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor, read_metadata
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
@@ -39,7 +38,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from image_server_support import ImageServer, qcow2_backed_by, qcow2_of, raw_image, serving
 from qemu_support import QEMU_URI, open_qemu, remove_pool_leftovers
 from replica_support import Replica
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/qemu-url")
 GIB = 1024**3

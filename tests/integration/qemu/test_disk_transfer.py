@@ -21,7 +21,6 @@ from typing import Any
 import grpc
 import pytest
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -45,7 +44,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from e2e_support import create_vm
 from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
 from replica_support import Replica
-from support import error_of, ok
+from support import ManualClock, error_of, ok
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")

@@ -6,7 +6,6 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (
     BUILDING_KEY,
     OWNER_KEY,
@@ -25,7 +24,7 @@ from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 from contract.harness import made
-from support import ok
+from support import ManualClock, ok
 from vsphere_support import TEMPLATE_VM, Simulator, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-leftovers")

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask
@@ -28,7 +27,7 @@ from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
 from contract.harness import made
-from support import error_kind, ok
+from support import ManualClock, error_kind, ok
 from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-tasks")
