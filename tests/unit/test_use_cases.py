@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import pytest
 from returns.result import Result
 
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
+from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
+from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
+from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import (
     POLL_SECONDS,
     WAIT_FOR_OTHER_CREATE_SECONDS,
     OwnershipRule,
 )
+from pyrigaud.application.ports import VMLifecycle
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -52,6 +59,7 @@ from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 from support import ManualClock, error_kind, error_of, ok
 
 OWNER = OwnerMark(provider="ns/provider")
+P = TypeVar("P")
 
 
 @pytest.fixture
@@ -64,53 +72,67 @@ def fake(clock: ManualClock) -> FakeHypervisor:
     return FakeHypervisor(clock)
 
 
+@pytest.fixture
+def backend(fake: FakeHypervisor) -> Backend:
+    return fake_backend(fake)
+
+
+def served(port: P | None) -> P:
+    """An optional port, which the fake backend always serves."""
+    assert port is not None
+    return port
+
+
 def request(name: str = "vm-1", cpu: int = 2, memory: int = 1024, **extra: object) -> CreateRequest:
     return CreateRequest(name=name, vm_class=VMClass(cpu=cpu, memory_mib=memory), **extra)  # type: ignore[arg-type]
 
 
-def ownership(fake: FakeHypervisor, clock: ManualClock | None = None) -> OwnershipRule:
+def ownership(lifecycle: VMLifecycle, clock: ManualClock | None = None) -> OwnershipRule:
+    """One replica's rule: its own name locks, shared with no other replica."""
     return OwnershipRule(
-        fake, OWNER, clock or ManualClock(), LeftoverPolicy(owner=OWNER), KeyedLock()
+        lifecycle, OWNER, clock or ManualClock(), LeftoverPolicy(owner=OWNER), KeyedLock()
     )
 
 
-def create_vm(fake: FakeHypervisor, clock: ManualClock | None = None) -> CreateVM:
-    return CreateVM(fake, ownership(fake, clock))
+def create_vm(backend: Backend, clock: ManualClock | None = None) -> CreateVM:
+    return CreateVM(backend.lifecycle, ownership(backend.lifecycle, clock))
 
 
-def clone_vm(fake: FakeHypervisor) -> CloneVM:
-    return CloneVM(fake, fake, ownership(fake))
+def clone_vm(backend: Backend) -> CloneVM:
+    return CloneVM(served(backend.cloning), backend.capabilities, ownership(backend.lifecycle))
 
 
-def create(fake: FakeHypervisor, name: str = "vm-1", **extra: object) -> str:
-    return ok(create_vm(fake)(request(name, **extra))).id
+def create(backend: Backend, name: str = "vm-1", **extra: object) -> str:
+    return ok(create_vm(backend)(request(name, **extra))).id
 
 
 # --- Create / Delete / Describe ---------------------------------------------------------------
 
 
-def test_create_is_idempotent_by_name(fake: FakeHypervisor) -> None:
-    use_case = create_vm(fake)
+def test_create_is_idempotent_by_name(backend: Backend) -> None:
+    use_case = create_vm(backend)
     first = ok(use_case(request()))
     second = ok(use_case(request(cpu=8)))  # spec differences are Reconfigure's job
     assert first.id == second.id
     assert first.task is None
-    assert len(ok(fake.list_vms())) == 1
+    assert len(ok(backend.inventory.list_vms())) == 1
 
 
 @pytest.mark.parametrize("foreign_owner", [None, OwnerMark(provider="other/provider")])
 def test_a_name_this_provider_does_not_own_is_already_exists(
-    fake: FakeHypervisor, foreign_owner: OwnerMark | None
+    fake: FakeHypervisor, backend: Backend, foreign_owner: OwnerMark | None
 ) -> None:
     fake.add_foreign_vm("taken", owner=foreign_owner)
-    error = error_of(create_vm(fake)(request("taken")))
+    error = error_of(create_vm(backend)(request("taken")))
     assert error.kind is ErrorKind.ALREADY_EXISTS
     assert "taken" in error.message
 
 
-def test_concurrent_creates_of_one_name_make_exactly_one_vm(fake: FakeHypervisor) -> None:
+def test_concurrent_creates_of_one_name_make_exactly_one_vm(
+    fake: FakeHypervisor, backend: Backend
+) -> None:
     fake.faults.slow("create", 0.05)
-    use_case = create_vm(fake)
+    use_case = create_vm(backend)
     ids: list[str] = []
     barrier = threading.Barrier(8)
 
@@ -125,16 +147,22 @@ def test_concurrent_creates_of_one_name_make_exactly_one_vm(fake: FakeHypervisor
         thread.join()
     assert len(set(ids)) == 1
     assert len(ids) == 8
-    assert len(ok(fake.list_vms())) == 1
+    assert len(ok(backend.inventory.list_vms())) == 1
 
 
-class TaskingFake(FakeHypervisor):
-    """A backend whose Create and Clone go on in a task after the call, as vSphere's do."""
+@dataclass(frozen=True)
+class TaskingLifecycle(FakeVMLifecycle):
+    """A Create that goes on in a task after the call, as vSphere's does."""
 
     def start_create(
         self, request: CreateRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
         return super().start_create(request, owner).map(_in_a_task)
+
+
+@dataclass(frozen=True)
+class TaskingCloning(FakeCloning):
+    """A Clone that goes on in a task after the call, as vSphere's does."""
 
     def start_clone(
         self, request: CloneRequest, owner: OwnerMark
@@ -146,8 +174,10 @@ def _in_a_task(vm: CreatedVM) -> CreatedVM:
     return vm.model_copy(update={"task": TaskRef(id=f"making:{vm.id}")})
 
 
-def test_create_and_clone_hand_back_the_task_making_the_vm(clock: ManualClock) -> None:
-    backend = TaskingFake(clock)
+def test_create_and_clone_hand_back_the_task_making_the_vm(fake: FakeHypervisor) -> None:
+    backend = replace(
+        fake_backend(fake), lifecycle=TaskingLifecycle(fake), cloning=TaskingCloning(fake)
+    )
     created = ok(create_vm(backend)(request("tasked")))
     assert created.task == TaskRef(id=f"making:{created.id}")
     copy = ok(clone_vm(backend)(CloneRequest(source_vm_id=created.id, target_name="tasked-2")))
@@ -156,29 +186,67 @@ def test_create_and_clone_hand_back_the_task_making_the_vm(clock: ManualClock) -
     assert ok(create_vm(backend)(request("tasked"))) == CreatedVM(id=created.id)
 
 
-def test_a_second_replica_adopts_a_vm_it_did_not_see_being_made(fake: FakeHypervisor) -> None:
-    """Two replicas share no lock: the adapter's own check decides."""
-    replica_a = create_vm(fake)
+def test_a_second_replica_adopts_a_vm_it_did_not_see_being_made(backend: Backend) -> None:
+    """Two replicas share no lock: each looks at the hypervisor, where the owner mark decides."""
+    replica_a, replica_b = create_vm(backend), create_vm(backend)
     vm_id = ok(replica_a(request("shared"))).id
-    assert ok(fake.create(request("shared"), OWNER)) == vm_id
+    assert ok(replica_b(request("shared"))).id == vm_id
+    assert len(ok(backend.inventory.list_vms())) == 1
+
+
+@dataclass(frozen=True)
+class RacedLifecycle(FakeVMLifecycle):
+    """Another replica, marking its VMs `racer`, makes a VM of the requested name between this
+    replica's look at the name and its own start_create (the two share no lock)."""
+
+    racer: OwnerMark
+
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        ok(FakeVMLifecycle(self.hypervisor).start_create(request, self.racer))
+        return super().start_create(request, owner)
+
+
+def test_a_create_that_loses_a_race_to_another_replica_of_ours_answers_its_vm(
+    fake: FakeHypervisor, backend: Backend
+) -> None:
+    lifecycle = RacedLifecycle(fake, racer=OWNER)
+    made = ok(CreateVM(lifecycle, ownership(lifecycle))(request("raced")))
+    winner = ok(lifecycle.find_by_name("raced"))
+    assert winner is not None
+    assert made == CreatedVM(id=winner.id)
+    assert len(ok(backend.inventory.list_vms())) == 1
+
+
+def test_a_create_that_loses_a_race_to_another_provider_is_already_exists(
+    fake: FakeHypervisor, backend: Backend
+) -> None:
+    lifecycle = RacedLifecycle(fake, racer=OwnerMark(provider="other/provider"))
+    error = error_of(CreateVM(lifecycle, ownership(lifecycle))(request("raced")))
+    assert error.kind is ErrorKind.ALREADY_EXISTS
+    assert "another provider" in error.message
+    assert len(ok(backend.inventory.list_vms())) == 1
 
 
 # --- Crash leftovers ---------------------------------------------------------------------------
 
 
 def test_create_replaces_its_own_abandoned_leftover(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     began = clock.now() - CREATE_DEADLINE_SECONDS
     leftover = fake.add_unfinished_vm("crashed", OWNER, building_since=began)
-    made = ok(create_vm(fake, clock)(request("crashed")))
+    made = ok(create_vm(backend, clock)(request("crashed")))
     assert made.id != leftover
-    assert ok(fake.find_by_name("crashed")) == VMRecord(id=made.id, name="crashed", owner=OWNER)
-    assert len(ok(fake.list_vms())) == 1
+    assert ok(backend.lifecycle.find_by_name("crashed")) == VMRecord(
+        id=made.id, name="crashed", owner=OWNER
+    )
+    assert len(ok(backend.inventory.list_vms())) == 1
 
 
 def test_create_waits_for_another_replicas_create_of_the_same_name(
-    fake: FakeHypervisor,
+    fake: FakeHypervisor, backend: Backend
 ) -> None:
     in_progress = fake.add_unfinished_vm("shared", OWNER, building_since=1_800_000_000.0)
 
@@ -187,16 +255,16 @@ def test_create_waits_for_another_replicas_create_of_the_same_name(
             super().sleep(seconds)
             fake.finish_building(in_progress)
 
-    made = ok(create_vm(fake, OtherReplicaFinishes())(request("shared")))
+    made = ok(create_vm(backend, OtherReplicaFinishes())(request("shared")))
     assert made.id == in_progress
-    assert len(ok(fake.list_vms())) == 1
+    assert len(ok(backend.inventory.list_vms())) == 1
 
 
 def test_create_gives_up_on_a_create_that_never_finishes_with_a_retryable_error(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     fake.add_unfinished_vm("stuck", OWNER, building_since=clock.now())
-    error = error_of(create_vm(fake, clock)(request("stuck")))
+    error = error_of(create_vm(backend, clock)(request("stuck")))
     assert error.kind is ErrorKind.UNAVAILABLE
     assert "still being created" in error.message
     waited = WAIT_FOR_OTHER_CREATE_SECONDS
@@ -204,83 +272,81 @@ def test_create_gives_up_on_a_create_that_never_finishes_with_a_retryable_error(
 
 
 def test_a_same_named_vm_vanishing_while_it_is_read_is_looked_up_again(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     fake.faults.fail("find_by_name", ProviderError.vm_not_found("vm-92"), times=1)
-    made = ok(create_vm(fake, clock)(request("racing")))
-    assert ok(fake.find_by_name("racing")) == VMRecord(id=made.id, name="racing", owner=OWNER)
-
-
-def test_another_providers_unfinished_vm_is_a_name_clash(
-    fake: FakeHypervisor, clock: ManualClock
-) -> None:
-    other = OwnerMark(provider="other/provider")
-    fake.add_unfinished_vm("theirs", other, building_since=0.0)
-    assert error_kind(create_vm(fake, clock)(request("theirs"))) is ErrorKind.ALREADY_EXISTS
-    assert (
-        error_kind(clone_vm(fake)(CloneRequest(source_vm_id=create(fake), target_name="theirs")))
-        is ErrorKind.ALREADY_EXISTS
+    made = ok(create_vm(backend, clock)(request("racing")))
+    assert ok(backend.lifecycle.find_by_name("racing")) == VMRecord(
+        id=made.id, name="racing", owner=OWNER
     )
 
 
-def test_clone_replaces_its_own_abandoned_leftover(fake: FakeHypervisor) -> None:
-    source = create(fake)
+def test_another_providers_unfinished_vm_is_a_name_clash(
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
+) -> None:
+    other = OwnerMark(provider="other/provider")
+    fake.add_unfinished_vm("theirs", other, building_since=0.0)
+    assert error_kind(create_vm(backend, clock)(request("theirs"))) is ErrorKind.ALREADY_EXISTS
+    clone = clone_vm(backend)(CloneRequest(source_vm_id=create(backend), target_name="theirs"))
+    assert error_kind(clone) is ErrorKind.ALREADY_EXISTS
+
+
+def test_clone_replaces_its_own_abandoned_leftover(fake: FakeHypervisor, backend: Backend) -> None:
+    source = create(backend)
     leftover = fake.add_unfinished_vm("copy", OWNER, building_since=0.0)
-    made = ok(clone_vm(fake)(CloneRequest(source_vm_id=source, target_name="copy")))
+    made = ok(clone_vm(backend)(CloneRequest(source_vm_id=source, target_name="copy")))
     assert made.id != leftover
-    assert ok(fake.find_unfinished()) == []
+    assert ok(backend.lifecycle.find_unfinished()) == []
 
 
 def test_the_sweep_removes_only_this_providers_abandoned_leftovers(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     old = clock.now() - CREATE_DEADLINE_SECONDS - 1
     fake.add_unfinished_vm("ours-old", OWNER, building_since=old)
     young = fake.add_unfinished_vm("ours-young", OWNER, building_since=clock.now() - 10)
     theirs = fake.add_unfinished_vm("theirs-old", OwnerMark(provider="o/p"), building_since=old)
-    finished = create(fake, "finished")
-    report = ok(SweepLeftovers(fake, clock, LeftoverPolicy(owner=OWNER))())
+    finished = create(backend, "finished")
+    report = ok(SweepLeftovers(backend.lifecycle, clock, LeftoverPolicy(owner=OWNER))())
     assert report.removed == ("ours-old",)
     assert report.failures == ()
-    assert {vm.id for vm in ok(fake.list_vms())} == {young, theirs, finished}
+    assert {vm.id for vm in ok(backend.inventory.list_vms())} == {young, theirs, finished}
 
 
 def test_the_sweep_reports_a_leftover_it_could_not_remove(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     fake.add_unfinished_vm("stuck", OWNER, building_since=0.0)
     fake.faults.fail("delete", ProviderError.unavailable("host went away"))
-    report = ok(SweepLeftovers(fake, clock, LeftoverPolicy(owner=OWNER))())
+    report = ok(SweepLeftovers(backend.lifecycle, clock, LeftoverPolicy(owner=OWNER))())
     assert report.removed == ()
     assert [failure.message for failure in report.failures] == ["host went away"]
 
 
-def test_delete_is_idempotent(fake: FakeHypervisor) -> None:
-    vm_id = create(fake)
-    delete = DeleteVM(fake)
+def test_delete_is_idempotent(backend: Backend) -> None:
+    vm_id = create(backend)
+    delete = DeleteVM(backend.lifecycle)
     ok(delete(vm_id))
     ok(delete(vm_id))
     ok(delete("never-existed"))
 
 
-def test_delete_reports_real_failures(fake: FakeHypervisor) -> None:
-    vm_id = create(fake)
+def test_delete_reports_real_failures(fake: FakeHypervisor, backend: Backend) -> None:
+    vm_id = create(backend)
     fake.faults.fail("delete", ProviderError.unavailable("hypervisor gone"))
-    assert error_kind(DeleteVM(fake)(vm_id)) is ErrorKind.UNAVAILABLE
+    assert error_kind(DeleteVM(backend.lifecycle)(vm_id)) is ErrorKind.UNAVAILABLE
 
 
-def test_describe_of_a_missing_vm_is_none_and_addresses_are_filtered(
-    fake: FakeHypervisor,
-) -> None:
-    describe = DescribeVM(fake)
+def test_describe_of_a_missing_vm_is_none_and_addresses_are_filtered(backend: Backend) -> None:
+    describe = DescribeVM(backend.inventory)
     assert ok(describe("missing")) is None
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
     description = ok(describe(vm_id))
     assert description is not None
     assert description.ips
     assert not any(ip.startswith(("127.", "fe80", "::1")) for ip in description.ips)
-    listed = ok(ListVMs(fake)())
+    listed = ok(ListVMs(backend.inventory)())
     assert listed[0].ips == description.ips
 
 
@@ -288,148 +354,149 @@ def test_describe_of_a_missing_vm_is_none_and_addresses_are_filtered(
 
 
 def test_power_on_of_a_running_vm_and_off_of_a_stopped_vm_do_nothing(
-    fake: FakeHypervisor, clock: ManualClock
+    backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
-    power = PowerVM(fake, clock)
+    vm_id = create(backend)
+    power = PowerVM(backend.power, clock)
     assert ok(power(vm_id, PowerOp.OFF, 0)) is None
     assert ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60)) is None
     assert ok(power(vm_id, PowerOp.ON, 0)) is None
     assert ok(power(vm_id, PowerOp.ON, 0)) is None
-    assert ok(fake.power_state(vm_id)) is PowerState.ON
+    assert ok(backend.power.power_state(vm_id)) is PowerState.ON
 
 
 def test_on_off_and_reboot_finish_within_the_call_and_clear_a_recorded_deadline(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
-    power = PowerVM(fake, clock)
-    ok(fake.request_shutdown(vm_id, int(clock.now()) + 60))  # left over while the VM was off
+    vm_id = create(backend)
+    power = PowerVM(backend.power, clock)
+    # A deadline left over while the VM was off.
+    ok(backend.power.request_shutdown(vm_id, int(clock.now()) + 60))
     assert ok(power(vm_id, PowerOp.ON, 0)) is None
-    assert ok(fake.shutdown_deadline(vm_id)) is None
+    assert ok(backend.power.shutdown_deadline(vm_id)) is None
     assert ok(power(vm_id, PowerOp.REBOOT, 0)) is None
     fake.guest_honors_shutdown = False
-    ok(fake.request_shutdown(vm_id, int(clock.now()) + 60))
+    ok(backend.power.request_shutdown(vm_id, int(clock.now()) + 60))
     assert ok(power(vm_id, PowerOp.OFF, 0)) is None
-    assert ok(fake.shutdown_deadline(vm_id)) is None
-    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+    assert ok(backend.power.shutdown_deadline(vm_id)) is None
+    assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
 
 
 def test_power_on_starts_nothing_when_the_recorded_deadline_cannot_be_cleared(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
+    vm_id = create(backend)
     fake.faults.fail("clear_shutdown_deadline", ProviderError.unavailable("host went away"))
-    assert error_kind(PowerVM(fake, clock)(vm_id, PowerOp.ON, 0)) is ErrorKind.UNAVAILABLE
-    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+    assert error_kind(PowerVM(backend.power, clock)(vm_id, PowerOp.ON, 0)) is ErrorKind.UNAVAILABLE
+    assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
 
 
 def test_a_paused_vm_is_off_and_power_on_resumes_it(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
     fake.pause(vm_id)
-    assert ok(fake.power_state(vm_id)) is PowerState.OFF
-    ok(PowerVM(fake, clock)(vm_id, PowerOp.ON, 0))
-    assert ok(fake.power_state(vm_id)) is PowerState.ON
+    assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
+    ok(PowerVM(backend.power, clock)(vm_id, PowerOp.ON, 0))
+    assert ok(backend.power.power_state(vm_id)) is PowerState.ON
 
 
 def test_reboot_of_a_stopped_vm_is_a_failed_precondition(
-    fake: FakeHypervisor, clock: ManualClock
+    backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
-    assert error_kind(PowerVM(fake, clock)(vm_id, PowerOp.REBOOT, 0)) is (
+    vm_id = create(backend)
+    assert error_kind(PowerVM(backend.power, clock)(vm_id, PowerOp.REBOOT, 0)) is (
         ErrorKind.FAILED_PRECONDITION
     )
 
 
-def test_power_of_a_missing_vm_is_not_found(fake: FakeHypervisor, clock: ManualClock) -> None:
-    assert error_kind(PowerVM(fake, clock)("missing", PowerOp.ON, 0)) is ErrorKind.NOT_FOUND
+def test_power_of_a_missing_vm_is_not_found(backend: Backend, clock: ManualClock) -> None:
+    assert (
+        error_kind(PowerVM(backend.power, clock)("missing", PowerOp.ON, 0)) is ErrorKind.NOT_FOUND
+    )
 
 
-def test_graceful_shutdown_completes_when_the_guest_honours_it(
-    clock: ManualClock,
-) -> None:
-    fake = FakeHypervisor(clock, guest_shutdown_seconds=5)
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
-    power, status = PowerVM(fake, clock), TaskStatus(fake, fake, clock)
+def test_graceful_shutdown_completes_when_the_guest_honours_it(clock: ManualClock) -> None:
+    backend = fake_backend(FakeHypervisor(clock, guest_shutdown_seconds=5))
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
+    power, status = PowerVM(backend.power, clock), TaskStatus(backend.power, backend.tasks, clock)
     task = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60))
     assert task is not None
     assert not status(task.id).done
     clock.advance(6)
     assert status(task.id).done
     assert status(task.id).error == ""
-    assert ok(fake.shutdown_deadline(vm_id)) is None
+    assert ok(backend.power.shutdown_deadline(vm_id)) is None
 
 
 def test_graceful_shutdown_falls_back_to_power_off_after_the_timeout(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     fake.guest_honors_shutdown = False
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
-    power, status = PowerVM(fake, clock), TaskStatus(fake, fake, clock)
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
+    power, status = PowerVM(backend.power, clock), TaskStatus(backend.power, backend.tasks, clock)
     task = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 30))
     assert task is not None
     clock.advance(10)
     repeated = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 30))
     assert repeated == task  # the manager repeats every 5 s: same task, no second request
     assert status(task.id).done is False
-    assert ok(fake.power_state(vm_id)) is PowerState.ON
+    assert ok(backend.power.power_state(vm_id)) is PowerState.ON
     clock.advance(21)
     state = status(task.id)
     assert state.done
     assert state.error == ""
-    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+    assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
 
 
 def test_a_repeated_shutdown_past_the_deadline_forces_the_power_off(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     fake.guest_honors_shutdown = False
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
-    power = PowerVM(fake, clock)
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
+    power = PowerVM(backend.power, clock)
     ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 10))
     clock.advance(11)
     assert ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 10)) is None
-    assert ok(fake.power_state(vm_id)) is PowerState.OFF
+    assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
 
 
 def test_an_old_shutdown_task_never_stops_a_vm_started_again(
-    fake: FakeHypervisor, clock: ManualClock
+    backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
-    power, status = PowerVM(fake, clock), TaskStatus(fake, fake, clock)
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
+    power, status = PowerVM(backend.power, clock), TaskStatus(backend.power, backend.tasks, clock)
     task = ok(power(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 10))
     assert task is not None
     assert status(task.id).done  # the guest shut down at once
     ok(power(vm_id, PowerOp.ON, 0))
     clock.advance(3600)
     assert status(task.id).done
-    assert ok(fake.power_state(vm_id)) is PowerState.ON
+    assert ok(backend.power.power_state(vm_id)) is PowerState.ON
 
 
 def test_a_stale_recorded_deadline_starts_a_fresh_shutdown(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
     fake.guest_honors_shutdown = False
-    vm_id = create(fake)
-    ok(fake.power_on(vm_id))
-    ok(fake.request_shutdown(vm_id, int(clock.now()) - STALE_SHUTDOWN_SECONDS - 1))
-    task = ok(PowerVM(fake, clock)(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60))
+    vm_id = create(backend)
+    ok(backend.power.power_on(vm_id))
+    ok(backend.power.request_shutdown(vm_id, int(clock.now()) - STALE_SHUTDOWN_SECONDS - 1))
+    task = ok(PowerVM(backend.power, clock)(vm_id, PowerOp.SHUTDOWN_GRACEFUL, 60))
     assert task is not None
     assert ShutdownTask.parse(task.id) == ShutdownTask(vm_id=vm_id, deadline=int(clock.now()) + 60)
-    assert ok(fake.power_state(vm_id)) is PowerState.ON
+    assert ok(backend.power.power_state(vm_id)) is PowerState.ON
 
 
 def test_task_status_of_unknown_ids_is_done_with_an_error(
-    fake: FakeHypervisor, clock: ManualClock
+    backend: Backend, clock: ManualClock
 ) -> None:
-    status = TaskStatus(fake, fake, clock)
+    status = TaskStatus(backend.power, backend.tasks, clock)
     for task_id in ["garbage", "shutdown:", "shutdown:x:vm", "shutdown:²:vm"]:
         state = status(task_id)
         assert state.done
@@ -439,11 +506,13 @@ def test_task_status_of_unknown_ids_is_done_with_an_error(
 
 
 def test_task_status_while_the_hypervisor_is_down_is_still_running(
-    fake: FakeHypervisor, clock: ManualClock
+    fake: FakeHypervisor, backend: Backend, clock: ManualClock
 ) -> None:
-    vm_id = create(fake)
+    vm_id = create(backend)
     fake.faults.fail("power_state", ProviderError.unavailable("connection lost"))
-    state = TaskStatus(fake, fake, clock)(ShutdownTask(vm_id=vm_id, deadline=1).task_ref().id)
+    state = TaskStatus(backend.power, backend.tasks, clock)(
+        ShutdownTask(vm_id=vm_id, deadline=1).task_ref().id
+    )
     assert not state.done
     assert "connection lost" in state.error
 
@@ -451,12 +520,12 @@ def test_task_status_while_the_hypervisor_is_down_is_still_running(
 # --- Reconfigure ------------------------------------------------------------------------------
 
 
-def test_reconfigure_applies_growth_and_refuses_shrinking_disks(fake: FakeHypervisor) -> None:
-    vm_id = create(fake, disks=(DiskSpec(size_gib=10),))
-    reconfigure = ReconfigureVM(fake, fake)
+def test_reconfigure_applies_growth_and_refuses_shrinking_disks(backend: Backend) -> None:
+    vm_id = create(backend, disks=(DiskSpec(size_gib=10),))
+    reconfigure = ReconfigureVM(backend.lifecycle, backend.inventory)
     grown = reconfigure(vm_id, VMChanges(cpu=4, memory_mib=4096, disks=(DiskSpec(size_gib=15),)))
     assert ok(grown) is None  # done within the call: no task
-    info = ok(fake.vm_info(vm_id))
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert (info.cpu, info.memory_mib, info.disks[1].size_gib) == (4, 4096, 15)
     error = error_of(reconfigure(vm_id, VMChanges(disks=(DiskSpec(size_gib=5),))))
@@ -466,85 +535,100 @@ def test_reconfigure_applies_growth_and_refuses_shrinking_disks(fake: FakeHyperv
     assert "root disk" in error.message
 
 
-def test_cpu_and_memory_shrink_only_while_off(fake: FakeHypervisor) -> None:
-    vm_id = create(fake)
-    reconfigure = ReconfigureVM(fake, fake)
-    ok(fake.power_on(vm_id))
+def test_cpu_and_memory_shrink_only_while_off(backend: Backend) -> None:
+    vm_id = create(backend)
+    reconfigure = ReconfigureVM(backend.lifecycle, backend.inventory)
+    ok(backend.power.power_on(vm_id))
     assert "CPU" in error_of(reconfigure(vm_id, VMChanges(cpu=1))).message
     assert "memory" in error_of(reconfigure(vm_id, VMChanges(memory_mib=512))).message
-    ok(fake.power_off(vm_id))
+    ok(backend.power.power_off(vm_id))
     ok(reconfigure(vm_id, VMChanges(cpu=1, memory_mib=512)))
-    info = ok(fake.vm_info(vm_id))
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert (info.cpu, info.memory_mib) == (1, 512)
 
 
-def test_reconfigure_of_a_missing_vm_is_not_found(fake: FakeHypervisor) -> None:
-    assert error_kind(ReconfigureVM(fake, fake)("missing", VMChanges())) is ErrorKind.NOT_FOUND
+def test_reconfigure_of_a_missing_vm_is_not_found(backend: Backend) -> None:
+    assert (
+        error_kind(ReconfigureVM(backend.lifecycle, backend.inventory)("missing", VMChanges()))
+        is ErrorKind.NOT_FOUND
+    )
 
 
-def test_hardware_upgrade_rules(fake: FakeHypervisor) -> None:
-    vm_id = create(fake)
-    upgrade = UpgradeHardware(fake, fake)
+def test_hardware_upgrade_rules(backend: Backend) -> None:
+    vm_id = create(backend)
+    upgrade = UpgradeHardware(backend.lifecycle, backend.capabilities)
     assert ok(upgrade(vm_id, 20)) is None  # done within the call: no task
     assert error_kind(upgrade(vm_id, 15)) is ErrorKind.FAILED_PRECONDITION
-    ok(fake.power_on(vm_id))
+    ok(backend.power.power_on(vm_id))
     assert error_kind(upgrade(vm_id, 0)) is ErrorKind.FAILED_PRECONDITION
 
 
-def test_snapshot_delete_and_revert_finish_within_the_call(fake: FakeHypervisor) -> None:
-    vm_id = create(fake)
-    snapshot = ok(fake.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
-    ok(ReconfigureVM(fake, fake)(vm_id, VMChanges(cpu=4)))
-    assert ok(RevertSnapshot(fake, fake)(vm_id, snapshot.id)) is None
-    info = ok(fake.vm_info(vm_id))
+def test_snapshot_delete_and_revert_finish_within_the_call(backend: Backend) -> None:
+    vm_id = create(backend)
+    snapshots = served(backend.snapshots)
+    snapshot = ok(snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
+    ok(ReconfigureVM(backend.lifecycle, backend.inventory)(vm_id, VMChanges(cpu=4)))
+    revert = RevertSnapshot(snapshots, backend.capabilities)
+    assert ok(revert(vm_id, snapshot.id)) is None
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert info.cpu == 2
-    assert ok(DeleteSnapshot(fake, fake)(vm_id, snapshot.id)) is None
-    assert error_kind(RevertSnapshot(fake, fake)(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
+    assert ok(DeleteSnapshot(snapshots, backend.capabilities)(vm_id, snapshot.id)) is None
+    assert error_kind(revert(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
 
 
 # --- Capability gating ------------------------------------------------------------------------
 
 
 def test_operations_the_backend_lacks_are_unsupported(clock: ManualClock) -> None:
-    limited = FakeHypervisor(
-        clock,
-        capabilities=FAKE_CAPABILITIES.model_copy(
-            update={
-                "supports_snapshots": False,
-                "supports_linked_clones": False,
-                "supports_image_import": False,
-                "supports_disk_export": False,
-                "supports_hardware_upgrade": False,
-            }
-        ),
+    limited = fake_backend(
+        FakeHypervisor(
+            clock,
+            capabilities=FAKE_CAPABILITIES.model_copy(
+                update={
+                    "supports_snapshots": False,
+                    "supports_linked_clones": False,
+                    "supports_image_import": False,
+                    "supports_disk_export": False,
+                    "supports_hardware_upgrade": False,
+                }
+            ),
+        )
     )
+    capabilities = limited.capabilities
     vm_id = create(limited)
-    snapshot = CreateSnapshot(limited, limited)(SnapshotRequest(vm_id=vm_id, name="s"))
+    snapshot = CreateSnapshot(served(limited.snapshots), capabilities)(
+        SnapshotRequest(vm_id=vm_id, name="s")
+    )
     assert error_kind(snapshot) is ErrorKind.UNSUPPORTED
     clone = clone_vm(limited)
     linked = clone(CloneRequest(source_vm_id=vm_id, target_name="c", linked=True))
     assert error_kind(linked) is ErrorKind.UNSUPPORTED
     ok(clone(CloneRequest(source_vm_id=vm_id, target_name="c")))
-    prepare = PrepareImage(limited, limited)(
+    prepare = PrepareImage(served(limited.images), capabilities)(
         PrepareImageRequest(source=ImageSource(url="http://127.0.0.1/x"), target_name="x")
     )
     assert error_kind(prepare) is ErrorKind.UNSUPPORTED
-    export = ExportDisk(limited, limited)(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))
+    export = ExportDisk(served(limited.disk_transfer), capabilities)(
+        ExportRequest(vm_id=vm_id, destination_url="pvc://m/x")
+    )
     assert error_kind(export) is ErrorKind.UNSUPPORTED
-    assert error_kind(UpgradeHardware(limited, limited)(vm_id, 0)) is ErrorKind.UNSUPPORTED
+    upgrade = UpgradeHardware(limited.lifecycle, capabilities)(vm_id, 0)
+    assert error_kind(upgrade) is ErrorKind.UNSUPPORTED
 
 
 def test_memory_snapshots_downgrade_to_disk_only_where_unsupported(clock: ManualClock) -> None:
-    disk_only = FakeHypervisor(
-        clock,
-        capabilities=FAKE_CAPABILITIES.model_copy(update={"supports_memory_snapshots": False}),
+    disk_only = fake_backend(
+        FakeHypervisor(
+            clock,
+            capabilities=FAKE_CAPABILITIES.model_copy(update={"supports_memory_snapshots": False}),
+        )
     )
     vm_id = create(disk_only)
-    ok(disk_only.power_on(vm_id))
+    ok(disk_only.power.power_on(vm_id))
     snapshot = ok(
-        CreateSnapshot(disk_only, disk_only)(
+        CreateSnapshot(served(disk_only.snapshots), disk_only.capabilities)(
             SnapshotRequest(vm_id=vm_id, name="s", include_memory=True)
         )
     )
@@ -552,12 +636,16 @@ def test_memory_snapshots_downgrade_to_disk_only_where_unsupported(clock: Manual
 
 
 def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> None:
-    fake = FakeHypervisor(
-        clock,
-        capabilities=FAKE_CAPABILITIES.model_copy(update={"supports_export_compression": False}),
+    backend = fake_backend(
+        FakeHypervisor(
+            clock,
+            capabilities=FAKE_CAPABILITIES.model_copy(
+                update={"supports_export_compression": False}
+            ),
+        )
     )
-    vm_id = create(fake)
-    export = ExportDisk(fake, fake)
+    vm_id = create(backend)
+    export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
     relay = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", mode=TransferMode.RELAY))
     assert "relay" in error_of(relay).message
     compressed = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", compress=True))
@@ -565,9 +653,9 @@ def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> No
     assert ok(export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))).export_id
 
 
-def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor) -> None:
-    source = create(fake)
-    clone = clone_vm(fake)
+def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor, backend: Backend) -> None:
+    source = create(backend)
+    clone = clone_vm(backend)
     first = ok(clone(CloneRequest(source_vm_id=source, target_name="copy")))
     assert ok(clone(CloneRequest(source_vm_id=source, target_name="copy"))) == first
     fake.add_foreign_vm("theirs")

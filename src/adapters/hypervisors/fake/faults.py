@@ -20,7 +20,12 @@ class _Failure:
 
 
 class FakeFaults:
-    """Per-operation failures and latency; operation names are the fake's method names."""
+    """Per-operation failures and latency.
+
+    Operations are named by their port method (`describe`, `power_on`, `check`, ...), except
+    that `start_create` and `start_clone` are `create` and `clone`, the names
+    PYRIGAUD_FAKE_LATENCY documents.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

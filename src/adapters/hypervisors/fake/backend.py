@@ -1,0 +1,41 @@
+"""The fake backend: each port served by its own module over one in-memory hypervisor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
+from pyrigaud.adapters.hypervisors.fake.disk_transfer import FakeDiskTransfer
+from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities, FakeHealth
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.adapters.hypervisors.fake.images import FakeImages
+from pyrigaud.adapters.hypervisors.fake.inventory import FakeInventory
+from pyrigaud.adapters.hypervisors.fake.power import FakePowerControl
+from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
+from pyrigaud.adapters.hypervisors.fake.snapshots import FakeSnapshots
+from pyrigaud.adapters.hypervisors.fake.tasks import FakeTaskTracker
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.ports import Clock
+
+
+def fake_backend(hypervisor: FakeHypervisor) -> Backend:
+    """Every port over `hypervisor`, whose test hooks stay with the caller."""
+    return Backend(
+        lifecycle=FakeVMLifecycle(hypervisor),
+        power=FakePowerControl(hypervisor),
+        inventory=FakeInventory(hypervisor),
+        health=FakeHealth(hypervisor),
+        capabilities=FakeCapabilities(hypervisor),
+        tasks=FakeTaskTracker(),
+        snapshots=FakeSnapshots(hypervisor),
+        cloning=FakeCloning(hypervisor),
+        images=FakeImages(hypervisor),
+        disk_transfer=FakeDiskTransfer(hypervisor),
+    )
+
+
+def build_fake_backend(
+    clock: Clock, *, datastores: tuple[str, ...], latency: Mapping[str, float]
+) -> Backend:
+    """The demo server's fake: a fresh hypervisor with these datastores and injected latency."""
+    return fake_backend(FakeHypervisor(clock, datastores=datastores, latency=latency))

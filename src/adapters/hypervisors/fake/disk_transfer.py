@@ -1,0 +1,92 @@
+"""DiskTransfer on the fake hypervisor: exports and imports are recorded, no bytes move."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass
+
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.fake.hypervisor import DISK_DIR, FakeDisk, FakeHypervisor
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import (
+    DiskDetails,
+    DiskQuery,
+    ExportRequest,
+    ExportResult,
+    ImportRequest,
+    ImportResult,
+)
+
+GIB = 1024**3
+IMPORTED_DISK_GIB = 1
+
+
+@dataclass(frozen=True)
+class FakeDiskTransfer:
+    hypervisor: FakeHypervisor
+
+    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+        def export() -> ExportResult:
+            disk = self._disk(request.vm_id, request.disk_id, request.snapshot_id)
+            export_id = f"export-{uuid.uuid4().hex[:12]}"
+            self.hypervisor.exports.add(export_id)
+            return ExportResult(export_id=export_id, estimated_size_bytes=disk.size_gib * GIB)
+
+        return self.hypervisor.serve("export_disk", export)
+
+    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
+        def import_() -> ImportResult:
+            name = request.target_name or f"imported-{self.hypervisor.next_serial()}"
+            disk = FakeDisk(
+                id=name,
+                path=f"{DISK_DIR}/{name}.{request.format}",
+                size_gib=IMPORTED_DISK_GIB,
+                format=request.format,
+            )
+            self.hypervisor.loose_disks[disk.id] = disk
+            return ImportResult(
+                disk_id=disk.id,
+                path=disk.path,
+                actual_size_bytes=disk.size_gib * GIB,
+                checksum=request.expected_checksum,
+            )
+
+        return self.hypervisor.serve("import_disk", import_)
+
+    def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
+        def details() -> DiskDetails:
+            disk = self._disk(query.vm_id, query.disk_id, query.snapshot_id)
+            vm = self.hypervisor.vms[query.vm_id]
+            return DiskDetails(
+                disk_id=disk.id,
+                format=disk.format,
+                virtual_size_bytes=disk.size_gib * GIB,
+                actual_size_bytes=disk.size_gib * GIB // 10,
+                path=disk.path,
+                is_bootable=disk.id == vm.disks[0].id,
+                snapshots=tuple(vm.snapshots),
+                backing_file=disk.backing_file,
+                metadata={"vm": vm.name},
+            )
+
+        return self.hypervisor.serve("disk_details", details)
+
+    def _disk(self, vm_id: str, disk_id: str, snapshot_id: str) -> FakeDisk:
+        """A copy of the VM's disk by id or path (the root disk when none is named)."""
+        vm = self.hypervisor.vm(vm_id)
+        if snapshot_id and snapshot_id not in vm.snapshots:
+            raise _not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}")
+        if not disk_id:
+            if not vm.disks:
+                raise _not_found(f"VM {vm.name!r} has no disks")
+            return copy.copy(vm.disks[0])
+        for disk in vm.disks:
+            if disk_id in (disk.id, disk.path):
+                return copy.copy(disk)
+        raise _not_found(f"VM {vm.name!r} has no disk {disk_id!r}")
+
+
+def _not_found(message: str) -> ExpectedError:
+    return ExpectedError(ProviderError.not_found(message))

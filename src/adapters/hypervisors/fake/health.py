@@ -1,0 +1,30 @@
+"""Health and CapabilitySource on the fake hypervisor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from returns.result import Failure
+
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.domain.models import Capabilities, HealthReport
+
+
+@dataclass(frozen=True)
+class FakeHealth:
+    hypervisor: FakeHypervisor
+
+    def check(self) -> HealthReport:
+        """Unreachable only when a failure is injected for "check"."""
+        failure = self.hypervisor.faults.before("check")
+        if isinstance(failure, Failure):
+            return HealthReport(ok=False, message=failure.failure().message)
+        return HealthReport(ok=True, message="fake hypervisor reachable")
+
+
+@dataclass(frozen=True)
+class FakeCapabilities:
+    hypervisor: FakeHypervisor
+
+    def capabilities(self) -> Capabilities:
+        return self.hypervisor.capabilities

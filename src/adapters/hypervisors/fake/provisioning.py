@@ -1,0 +1,163 @@
+"""VMLifecycle on the fake hypervisor: making, changing and removing VMs within the call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.fake.hypervisor import (
+    DISK_DIR,
+    FakeDisk,
+    FakeHypervisor,
+    FakeVM,
+    not_on_this_host,
+)
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain import fields
+from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
+
+LATEST_HARDWARE_VERSION = 21
+
+
+@dataclass(frozen=True)
+class FakeVMLifecycle:
+    hypervisor: FakeHypervisor
+
+    def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
+        def find() -> VMRecord | None:
+            vm_id = self.hypervisor.ids_by_name.get(name)
+            return None if vm_id is None else _record(self.hypervisor.vms[vm_id])
+
+        return self.hypervisor.serve("find_by_name", find)
+
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        return self.hypervisor.serve(
+            "find_unfinished",
+            lambda: [
+                _record(vm) for vm in self.hypervisor.vms.values() if vm.building_since is not None
+            ],
+        )
+
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        """Made within the call: no task. A name in use is ALREADY_EXISTS, whoever holds it."""
+        return self.hypervisor.serve("create", lambda: CreatedVM(id=self._create(request, owner)))
+
+    def delete(self, vm_id: str) -> Result[None, ProviderError]:
+        def delete() -> None:
+            vm = self.hypervisor.vm(vm_id)
+            del self.hypervisor.vms[vm.id]
+            del self.hypervisor.ids_by_name[vm.name]
+
+        return self.hypervisor.serve("delete", delete)
+
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+        return self.hypervisor.serve(
+            "reconfigure", lambda: self._reconfigure(self.hypervisor.vm(vm_id), changes)
+        )
+
+    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
+        return self.hypervisor.serve(
+            "upgrade_hardware",
+            lambda: self._upgrade_hardware(self.hypervisor.vm(vm_id), target_version),
+        )
+
+    def _create(self, request: CreateRequest, owner: OwnerMark) -> str:
+        self.hypervisor.name_is_free(request.name)
+        datastore = request.placement.datastore or self.hypervisor.datastores[0]
+        if datastore not in self.hypervisor.datastores:
+            raise ExpectedError(
+                ProviderError.invalid_spec(
+                    fields.PLACEMENT_DATASTORE, f"no datastore named {datastore!r}"
+                )
+            )
+        disks = [self._root_disk(request)] + [
+            _blank_disk(request.name, index, spec.size_gib)
+            for index, spec in enumerate(request.disks, start=1)
+        ]
+        vm = self.hypervisor.new_vm(
+            request.name,
+            owner,
+            cpu=request.vm_class.cpu,
+            memory_mib=request.vm_class.memory_mib,
+            disks=disks,
+            nics=[self.hypervisor.nic(attachment) for attachment in request.networks],
+        )
+        vm.cpu_hot_add = request.vm_class.performance.cpu_hot_add
+        vm.memory_hot_add = request.vm_class.performance.memory_hot_add
+        vm.firmware = request.vm_class.firmware.value
+        vm.tags = request.tags
+        return vm.id
+
+    def _root_disk(self, request: CreateRequest) -> FakeDisk:
+        image = request.image
+        wanted = request.vm_class.disk_defaults.size_gib
+        path = f"{DISK_DIR}/{request.name}-disk0.qcow2"
+        if image.is_blank:
+            return FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB)
+        if image.template_name:
+            raise ExpectedError(
+                ProviderError.invalid_spec(
+                    fields.IMAGE_TEMPLATE_NAME,
+                    "the fake hypervisor has no templates; give a Path or URL",
+                )
+            )
+        if image.path:
+            base = self.hypervisor.images.get(image.path)
+            if base is None:
+                raise not_on_this_host(fields.IMAGE_PATH, image.path)
+            size = max(wanted, base.size_gib)
+            return FakeDisk(id="disk0", path=path, size_gib=size, backing_file=base.path)
+        if not image.url.startswith(("http://", "https://")):
+            raise ExpectedError(
+                ProviderError.invalid_spec(fields.IMAGE_URL, "must be an http(s) URL")
+            )
+        return FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB)
+
+    def _reconfigure(self, vm: FakeVM, changes: VMChanges) -> None:
+        running = self.hypervisor.running(vm)
+        if changes.cpu is not None:
+            vm.pending_restart |= running and not vm.cpu_hot_add
+            vm.cpu = changes.cpu
+        if changes.memory_mib is not None:
+            vm.pending_restart |= running and not vm.memory_hot_add
+            vm.memory_mib = changes.memory_mib
+        if changes.root_disk_gib is not None and vm.disks:
+            vm.disks[0].size_gib = max(vm.disks[0].size_gib, changes.root_disk_gib)
+        for position, spec in enumerate(changes.disks, start=1):
+            if position < len(vm.disks):
+                vm.disks[position].size_gib = max(vm.disks[position].size_gib, spec.size_gib)
+            elif spec.size_gib:
+                vm.disks.append(_blank_disk(vm.name, position, spec.size_gib))
+
+    def _upgrade_hardware(self, vm: FakeVM, target_version: int) -> None:
+        target = target_version or LATEST_HARDWARE_VERSION
+        if self.hypervisor.running(vm):
+            raise _precondition("power the VM off to upgrade its hardware")
+        if target > LATEST_HARDWARE_VERSION:
+            raise _precondition(
+                f"the host supports hardware versions up to {LATEST_HARDWARE_VERSION}"
+            )
+        if target < vm.hardware_version:
+            raise _precondition(
+                f"hardware version {vm.hardware_version} cannot go down to {target}"
+            )
+        vm.hardware_version = target
+
+
+def _record(vm: FakeVM) -> VMRecord:
+    return VMRecord(id=vm.id, name=vm.name, owner=vm.owner, building_since=vm.building_since)
+
+
+def _blank_disk(vm_name: str, index: int, size_gib: int) -> FakeDisk:
+    return FakeDisk(
+        id=f"disk{index}", path=f"{DISK_DIR}/{vm_name}-disk{index}.qcow2", size_gib=size_gib
+    )
+
+
+def _precondition(message: str) -> ExpectedError:
+    return ExpectedError(ProviderError.failed_precondition(message))

@@ -1,0 +1,70 @@
+"""Snapshots on the fake hypervisor: a revert restores CPU, memory, disk sizes and power."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeSnapshot
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import Snapshot, SnapshotRequest
+
+
+@dataclass(frozen=True)
+class FakeSnapshots:
+    hypervisor: FakeHypervisor
+
+    def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
+        return self.hypervisor.serve("create_snapshot", lambda: self._create(request))
+
+    def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+        def delete() -> None:
+            self._snapshot(vm_id, snapshot_id)
+            del self.hypervisor.vms[vm_id].snapshots[snapshot_id]
+
+        return self.hypervisor.serve("delete_snapshot", delete)
+
+    def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
+        return self.hypervisor.serve("revert_snapshot", lambda: self._revert(vm_id, snapshot_id))
+
+    def _create(self, request: SnapshotRequest) -> Snapshot:
+        vm = self.hypervisor.vm(request.vm_id)
+        existing = vm.snapshots.get(request.name)
+        if existing is not None:
+            return existing.snapshot  # a retried request: the same snapshot
+        snapshot = Snapshot(
+            id=request.name,
+            name=request.name,
+            description=request.description,
+            include_memory=request.include_memory and self.hypervisor.running(vm),
+        )
+        vm.snapshots[snapshot.id] = FakeSnapshot(
+            snapshot=snapshot,
+            cpu=vm.cpu,
+            memory_mib=vm.memory_mib,
+            disk_sizes=[disk.size_gib for disk in vm.disks],
+            running=snapshot.include_memory,
+        )
+        return snapshot
+
+    def _revert(self, vm_id: str, snapshot_id: str) -> None:
+        found = self._snapshot(vm_id, snapshot_id)
+        vm = self.hypervisor.vms[vm_id]
+        vm.cpu, vm.memory_mib = found.cpu, found.memory_mib
+        for disk, size in zip(vm.disks, found.disk_sizes, strict=False):
+            disk.size_gib = size
+        del vm.disks[len(found.disk_sizes) :]
+        if found.running:
+            self.hypervisor.start(vm)
+        else:
+            self.hypervisor.stop(vm)
+
+    def _snapshot(self, vm_id: str, snapshot_id: str) -> FakeSnapshot:
+        vm = self.hypervisor.vm(vm_id)
+        found = vm.snapshots.get(snapshot_id)
+        if found is None:
+            raise ExpectedError(
+                ProviderError.not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}")
+            )
+        return found

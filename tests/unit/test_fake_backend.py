@@ -1,0 +1,89 @@
+"""What the fake backend itself answers, below the use cases' rules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pyrigaud.adapters.hypervisors.fake.backend import build_fake_backend, fake_backend
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.application.backend import Backend
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CloneRequest,
+    CreateRequest,
+    ImageSource,
+    OwnerMark,
+    Placement,
+    PrepareImageRequest,
+    VMClass,
+    VMImage,
+)
+
+from support import ManualClock, error_kind, error_of, ok
+
+OWNER = OwnerMark(provider="ns/provider")
+
+
+@pytest.fixture
+def backend() -> Backend:
+    return fake_backend(FakeHypervisor(ManualClock()))
+
+
+def request(name: str, **changes: object) -> CreateRequest:
+    base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256))
+    return base.model_copy(update=changes)
+
+
+def test_the_fake_serves_every_port(backend: Backend) -> None:
+    missing = [
+        port.name for port in dataclasses.fields(backend) if getattr(backend, port.name) is None
+    ]
+    assert missing == []
+
+
+def test_a_second_vm_of_one_name_is_refused_whoever_made_the_first(backend: Backend) -> None:
+    """The adapter reports the name in use; whether that VM is ours is the ownership rule's."""
+    source = ok(backend.lifecycle.start_create(request("source"), OWNER)).id
+    ok(backend.lifecycle.start_create(request("once"), OWNER))
+    assert error_kind(backend.lifecycle.start_create(request("once"), OWNER)) is (
+        ErrorKind.ALREADY_EXISTS
+    )
+    assert backend.cloning is not None
+    clone = backend.cloning.start_clone(
+        CloneRequest(source_vm_id=source, target_name="once"), OWNER
+    )
+    assert error_kind(clone) is ErrorKind.ALREADY_EXISTS
+
+
+def test_the_fake_has_no_templates(backend: Backend) -> None:
+    create = backend.lifecycle.start_create(
+        request("from-template", image=VMImage(template_name="ubuntu")), OWNER
+    )
+    error = error_of(create)
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(fields.IMAGE_TEMPLATE_NAME)
+    assert ok(backend.lifecycle.find_by_name("from-template")) is None
+    assert backend.images is not None
+    prepare = backend.images.prepare_image(
+        PrepareImageRequest(source=ImageSource(template_name="ubuntu"), target_name="ubuntu")
+    )
+    error = error_of(prepare)
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(fields.PREPARE_TEMPLATE_NAME)
+
+
+def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
+    backend = build_fake_backend(ManualClock(), datastores=("fast", "slow"), latency={})
+    ok(backend.lifecycle.start_create(request("on-default"), OWNER))
+    ok(
+        backend.lifecycle.start_create(
+            request("on-slow", placement=Placement(datastore="slow")), OWNER
+        )
+    )
+    elsewhere = request("elsewhere", placement=Placement(datastore="default"))
+    error = error_of(backend.lifecycle.start_create(elsewhere, OWNER))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(fields.PLACEMENT_DATASTORE)
