@@ -29,7 +29,7 @@ class FakeCloning:
 
     def _clone(self, request: CloneRequest, owner: OwnerMark) -> str:
         source = self.hypervisor.vm(request.source_vm_id)
-        self.hypervisor.name_is_free(request.target_name)
+        self.hypervisor.require_free_name(request.target_name)
         disks = [
             FakeDisk(
                 id=f"disk{index}",

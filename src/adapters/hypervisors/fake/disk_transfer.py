@@ -1,4 +1,5 @@
-"""DiskTransfer on the fake hypervisor: exports and imports are recorded, no bytes move."""
+"""DiskTransfer on the fake hypervisor: exports and imports answer as a host would; no bytes
+move and an imported disk is attached to nothing."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ class FakeDiskTransfer:
         def export() -> ExportResult:
             disk = self._disk(request.vm_id, request.disk_id, request.snapshot_id)
             export_id = f"export-{uuid.uuid4().hex[:12]}"
-            self.hypervisor.exports.add(export_id)
             return ExportResult(export_id=export_id, estimated_size_bytes=disk.size_gib * GIB)
 
         return self.hypervisor.serve("export_disk", export)
@@ -39,17 +39,10 @@ class FakeDiskTransfer:
     def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         def import_() -> ImportResult:
             name = request.target_name or f"imported-{self.hypervisor.next_serial()}"
-            disk = FakeDisk(
-                id=name,
-                path=f"{DISK_DIR}/{name}.{request.format}",
-                size_gib=IMPORTED_DISK_GIB,
-                format=request.format,
-            )
-            self.hypervisor.loose_disks[disk.id] = disk
             return ImportResult(
-                disk_id=disk.id,
-                path=disk.path,
-                actual_size_bytes=disk.size_gib * GIB,
+                disk_id=name,
+                path=f"{DISK_DIR}/{name}.{request.format}",
+                actual_size_bytes=IMPORTED_DISK_GIB * GIB,
                 checksum=request.expected_checksum,
             )
 

@@ -123,13 +123,12 @@ class FakeHypervisor:
         self,
         clock: Clock,
         *,
-        faults: FakeFaults | None = None,
         capabilities: Capabilities = FAKE_CAPABILITIES,
         datastores: tuple[str, ...] = ("default",),
         guest_shutdown_seconds: float = 0.0,
         latency: Mapping[str, float] | None = None,
     ) -> None:
-        self.faults = faults or FakeFaults()
+        self.faults = FakeFaults()
         for operation, seconds in (latency or {}).items():
             self.faults.slow(operation, seconds)
         self.guest_honors_shutdown = True
@@ -140,8 +139,6 @@ class FakeHypervisor:
         self.vms: dict[str, FakeVM] = {}
         self.ids_by_name: dict[str, str] = {}
         self.images: dict[str, FakeImage] = {}  # by path
-        self.loose_disks: dict[str, FakeDisk] = {}  # imported, not attached
-        self.exports: set[str] = set()
         self._lock = threading.RLock()
         self._serials = itertools.count(1)
 
@@ -217,7 +214,7 @@ class FakeHypervisor:
         self.ids_by_name[name] = vm.id
         return vm
 
-    def name_is_free(self, name: str) -> None:
+    def require_free_name(self, name: str) -> None:
         """A hypervisor refuses a second VM of one name, whoever made the first."""
         if name in self.ids_by_name:
             raise ExpectedError(ProviderError.already_exists(f"a VM named {name!r} already exists"))

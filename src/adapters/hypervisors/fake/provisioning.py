@@ -67,7 +67,7 @@ class FakeVMLifecycle:
         )
 
     def _create(self, request: CreateRequest, owner: OwnerMark) -> str:
-        self.hypervisor.name_is_free(request.name)
+        self.hypervisor.require_free_name(request.name)
         datastore = request.placement.datastore or self.hypervisor.datastores[0]
         if datastore not in self.hypervisor.datastores:
             raise ExpectedError(
