@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyrigaud.adapters.clocks import SystemClock
-from pyrigaud.adapters.hypervisors.vsphere.clones import CloneMaker
+from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
 from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import VSphereDiskTransfer
 from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
@@ -40,15 +40,15 @@ def vsphere_backend(session: VSphereSession, *, defaults: Placement, clock: Cloc
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
     (the wall clock that every replica shares). vSphere imports no images: no Images port."""
     vcenter = VCenter(session)
-    clones = CloneMaker(vcenter, defaults, clock)
+    clone_maker = CloneMaker(vcenter, defaults, clock)
     return Backend(
-        lifecycle=VSphereVMLifecycle(vcenter, clones),
+        lifecycle=VSphereVMLifecycle(vcenter, clone_maker),
         power=VSpherePowerControl(vcenter),
         inventory=VSphereInventory(vcenter),
         health=VSphereHealth(session),
         capabilities=VSphereCapabilities(),
         tasks=VSphereTaskTracker(session),
         snapshots=VSphereSnapshots(vcenter),
-        cloning=VSphereCloning(vcenter, clones),
+        cloning=VSphereCloning(vcenter, clone_maker),
         disk_transfer=VSphereDiskTransfer(vcenter),
     )

@@ -10,7 +10,7 @@ from pyVmomi import vim as untyped_vim
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import guestinfo
-from pyrigaud.adapters.hypervisors.vsphere.clones import CloneMaker, CloneOrder
+from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker, CloneOrder
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
 from pyrigaud.adapters.hypervisors.vsphere.errors import run
 from pyrigaud.adapters.hypervisors.vsphere.networks import CLONE_ATTACHMENTS, nic_changes
@@ -26,9 +26,9 @@ vim: Any = untyped_vim
 
 
 class VSphereCloning:
-    def __init__(self, vcenter: VCenter, clones: CloneMaker) -> None:
+    def __init__(self, vcenter: VCenter, clone_maker: CloneMaker) -> None:
         self._vcenter = vcenter
-        self._clones = clones
+        self._clone_maker = clone_maker
 
     def start_clone(
         self, request: CloneRequest, owner: OwnerMark
@@ -72,7 +72,7 @@ class VSphereCloning:
                 snapshot=snapshot,
                 guest=guest,
             )
-            return self._clones.clone(instance, order)
+            return self._clone_maker.clone(instance, order)
 
         return run(self._vcenter.session, f"cloning VM {request.source_vm_id!r}", make)
 

@@ -51,7 +51,8 @@ CREATE_ATTACHMENTS = AttachmentFields(
 CLONE_ATTACHMENTS = AttachmentFields(
     fields.customize_network_field,
     {
-        "portgroup": "networkName",  # Clone's customization names a network one way only
+        # Clone's customization has neither a portgroup nor a model key: both stay empty.
+        "portgroup": "networkName",
         "network_name": "networkName",
         "name": "name",
         "model": "model",

@@ -18,7 +18,7 @@ from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_devices,
     hardware_version,
 )
-from pyrigaud.adapters.hypervisors.vsphere.clones import CloneMaker, CloneOrder
+from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker, CloneOrder
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks
 from pyrigaud.adapters.hypervisors.vsphere.errors import run
@@ -53,9 +53,9 @@ RECONFIGURE_PROPERTIES = (
 
 
 class VSphereVMLifecycle:
-    def __init__(self, vcenter: VCenter, clones: CloneMaker) -> None:
+    def __init__(self, vcenter: VCenter, clone_maker: CloneMaker) -> None:
         self._vcenter = vcenter
-        self._clones = clones
+        self._clone_maker = clone_maker
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
         return run(
@@ -135,7 +135,7 @@ class VSphereVMLifecycle:
                 version=version,
                 guest=guest,
             )
-            return self._clones.clone(instance, order)
+            return self._clone_maker.clone(instance, order)
 
         return run(self._vcenter.session, f"creating VM {request.name!r}", make)
 

@@ -52,6 +52,8 @@ class CloneOrder:
 
 
 class CloneMaker:
+    """Create's and Clone's shared last step: the clone that makes the VM."""
+
     def __init__(self, vcenter: VCenter, defaults: Placement, clock: Clock) -> None:
         """`defaults` are the PROVIDER_DEFAULT_* placement settings; `clock` dates the
         building mark (the wall clock that every replica shares)."""
