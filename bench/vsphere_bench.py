@@ -19,11 +19,11 @@ same run and with the same properties pyrigaud reads:
                         (vm.name, vm.runtime..., vm.config..., vm.guest...: one property fetch,
                         one round trip, per attribute read); timed on the first --naive-sample
                         VMs and extrapolated linearly (said so in the note)
-              adapter   VSphereHypervisor.list_vms() in this process
+              adapter   VSphereInventory.list_vms() in this process
               gRPC      ListVMs through `pyrigaud serve`
     Describe  floor     one raw RetrievePropertiesEx of the VM's properties
               naive     pyvmomi attribute access of the same properties, one fetch each
-              adapter   VSphereHypervisor.describe()
+              adapter   VSphereInventory.describe()
               gRPC      Describe through `pyrigaud serve`
 
 The listings are interleaved round by round, so drift and other load hit every way alike.
@@ -62,8 +62,8 @@ from pyVim import connect as untyped_connect
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
 
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
-from pyrigaud.adapters.hypervisors.vsphere.inventory import VM_PROPERTIES
+from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES
+from pyrigaud.application.ports import Inventory
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -256,7 +256,7 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
     with running_simulator("-vm", str(size // 2)) as simulator:
         built = time.perf_counter() - started
         content = connect_raw(simulator).content
-        adapter = simulator.adapter()
+        adapter = simulator.backend().inventory
         server = start_pyrigaud(processes, simulator)
         stub = pb_grpc.ProviderStub(server.channel)
         answers: list[pb.ListVMsResponse] = []
@@ -343,7 +343,7 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
     return report
 
 
-def profile_listing(adapter: VSphereHypervisor, size: int, top: int) -> str:
+def profile_listing(adapter: Inventory, size: int, top: int) -> str:
     """Where list_vms() spends its time, in this process: its wall time and the cyclic GC's
     share of it, what the servicer adds, then a cProfile (the simulator's share shows up as
     reading the socket)."""

@@ -13,10 +13,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID, VSphereHypervisor
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
-from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
+from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.domain.leftovers import LeftoverPolicy
+from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
 
 from contract.harness import Harness
 from support import ManualClock
@@ -38,6 +45,27 @@ def template_request(
     return base.model_copy(update=changes)
 
 
+def backend_over(
+    session: VSphereSession, clock: Clock | None = None, defaults: Placement | None = None
+) -> Backend:
+    """Every port over `session`, as one replica of the provider has them."""
+    return vsphere_backend(session, defaults=defaults or Placement(), clock=clock or SystemClock())
+
+
+def create_use_case(
+    backend: Backend,
+    owner: OwnerMark,
+    clock: Clock | None = None,
+    policy: LeftoverPolicy | None = None,
+) -> CreateVM:
+    """Create as the provider serves it: the backend's VMLifecycle under the ownership rule."""
+    clock = clock or SystemClock()
+    rule = OwnershipRule(
+        backend.lifecycle, owner, clock, policy or LeftoverPolicy(owner=owner), KeyedLock()
+    )
+    return CreateVM(backend.lifecycle, rule)
+
+
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
 
@@ -48,8 +76,9 @@ class Simulator:
     password: str
     held_task: str = ""  # with -held-task: the MoRef of a task that stays running
 
-    def adapter(self, clock: Clock | None = None) -> VSphereHypervisor:
-        return VSphereHypervisor(self.session(), clock=clock)
+    def backend(self, clock: Clock | None = None) -> Backend:
+        """Every port over a session of its own, as one replica of the provider has them."""
+        return backend_over(self.session(), clock)
 
     def serve_environ(self, **extra: str) -> dict[str, str]:
         """The settings that point `pyrigaud serve` at this simulator."""
@@ -125,15 +154,15 @@ def vm_ref(instance: Any, vm_id: str) -> Any:
 def contract_harness() -> Iterator[Harness]:
     """The contract suite's harness on the shared simulator; a test's VMs are deleted after it."""
     clock = ManualClock()
-    adapter = shared_simulator().adapter(clock)
-    before = {vm.id for vm in adapter.list_vms().unwrap()}
+    backend = shared_simulator().backend(clock)
+    before = {vm.id for vm in backend.inventory.list_vms().unwrap()}
     yield Harness(
-        adapter=adapter,
+        backend=backend,
         clock=clock,
         image=VMImage(template_name=TEMPLATE_VM),
         guest_reports_addresses=False,  # simulated VMs have no guest unless a test sets one
         blank_images=False,
     )
-    for vm in adapter.list_vms().unwrap():
+    for vm in backend.inventory.list_vms().unwrap():
         if vm.id not in before:
-            adapter.delete(vm.id).unwrap()
+            backend.lifecycle.delete(vm.id).unwrap()

@@ -40,3 +40,24 @@ def network_name(index: int) -> str:
 
 def disk_type(index: int) -> str:
     return f"disks_json[{index}].Type"
+
+
+# Create's class_json (Go's contracts.VMClass) and Reconfigure's desired_json.
+CLASS_SECURE_BOOT = "class_json.SecurityProfile.SecureBoot"
+CLASS_TPM_ENABLED = "class_json.SecurityProfile.TPMEnabled"
+CLASS_TPM_VERSION = "class_json.SecurityProfile.TPMVersion"
+DESIRED_DISKS = "desired_json.Disks"
+
+
+def class_extra_config(key: str) -> str:
+    return f'class_json.ExtraConfig["{key}"]'
+
+
+def network_field(index: int, key: str) -> str:
+    """A field of Create's networks_json[index], by its Go name (Portgroup, Model, StaticIP)."""
+    return f"networks_json[{index}].{key}"
+
+
+def customize_network_field(index: int, key: str) -> str:
+    """A field of Clone's customize_json.networks[index], by its key (networkName, ipAddress)."""
+    return f"customize_json.networks[{index}].{key}"

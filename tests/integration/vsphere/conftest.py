@@ -1,4 +1,4 @@
-"""One simulator per test session (shared with the contract suite); a fresh adapter per test."""
+"""One simulator per test session (shared with the contract suite); a fresh backend per test."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
+from pyrigaud.application.backend import Backend
 
 from vsphere_support import Simulator, shared_simulator
 
@@ -17,11 +17,11 @@ def simulator() -> Simulator:
 
 
 @pytest.fixture
-def adapter(simulator: Simulator) -> Iterator[VSphereHypervisor]:
-    """The adapter; VMs a test made are deleted after it so names can be reused."""
-    hypervisor = simulator.adapter()
-    before = {vm.id for vm in hypervisor.list_vms().unwrap()}
-    yield hypervisor
-    for vm in hypervisor.list_vms().unwrap():
+def backend(simulator: Simulator) -> Iterator[Backend]:
+    """The backend's ports; VMs a test made are deleted after it so names can be reused."""
+    ports = simulator.backend()
+    before = {vm.id for vm in ports.inventory.list_vms().unwrap()}
+    yield ports
+    for vm in ports.inventory.list_vms().unwrap():
         if vm.id not in before:
-            hypervisor.delete(vm.id).unwrap()
+            ports.lifecycle.delete(vm.id).unwrap()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, start_provider

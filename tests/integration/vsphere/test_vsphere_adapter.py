@@ -12,13 +12,13 @@ import pytest
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (
-    INSTANCE_UUID,
-    VSphereHypervisor,
-    vsphere_hypervisor,
-)
-from pyrigaud.adapters.hypervisors.vsphere.inventory import extra_config, retrieve
+from pyrigaud.adapters.hypervisors.vsphere.backend import build_vsphere_backend
+from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config, retrieve
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CloneRequest,
@@ -40,7 +40,15 @@ from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, template_request, vm_ref
+from vsphere_support import (
+    TEMPLATE_VM,
+    Simulator,
+    backend_over,
+    create_use_case,
+    running_simulator,
+    template_request,
+    vm_ref,
+)
 
 OWNER = OwnerMark(provider="tests/vsphere")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
@@ -50,26 +58,26 @@ request = template_request
 
 
 def test_validate_answers_and_an_unreachable_endpoint_is_not_ok(simulator: Simulator) -> None:
-    assert simulator.adapter().check().ok
+    assert simulator.backend().health.check().ok
     closed = VSphereSession("https://127.0.0.1:1/sdk", lambda: ("u", "p"), insecure=True)
-    report = VSphereHypervisor(closed).check()
+    report = backend_over(closed).health.check()
     assert not report.ok
     assert "unavailable" in report.message
     not_vsphere = VSphereSession(
         simulator.endpoint.replace("/sdk", "/elsewhere"), lambda: ("u", "p"), insecure=True
     )
-    report = VSphereHypervisor(not_vsphere).check()
+    report = backend_over(not_vsphere).health.check()
     assert not report.ok
     assert "not a VIM server" in report.message
 
 
 def test_wrong_credentials_are_unavailable_not_internal(simulator: Simulator) -> None:
     session = VSphereSession(simulator.endpoint, lambda: ("nobody", "wrong"), insecure=True)
-    assert error_kind(VSphereHypervisor(session).list_vms()) is ErrorKind.UNAVAILABLE
+    assert error_kind(backend_over(session).inventory.list_vms()) is ErrorKind.UNAVAILABLE
 
 
-def test_list_vms_reports_the_inventory_in_one_listing(adapter: VSphereHypervisor) -> None:
-    vms = ok(adapter.list_vms())
+def test_list_vms_reports_the_inventory_in_one_listing(backend: Backend) -> None:
+    vms = ok(backend.inventory.list_vms())
     template = next(vm for vm in vms if vm.name == TEMPLATE_VM)
     assert INSTANCE_UUID.fullmatch(template.id)
     assert template.cpu >= 1
@@ -81,12 +89,13 @@ def test_list_vms_reports_the_inventory_in_one_listing(adapter: VSphereHyperviso
 
 
 def test_create_clones_the_template_applies_the_class_and_marks_ownership(
-    adapter: VSphereHypervisor,
+    backend: Backend,
 ) -> None:
     vm_id = made(
-        adapter, adapter.start_create(request("vs-create", disks=(DiskSpec(size_gib=3),)), OWNER)
+        backend.tasks,
+        backend.lifecycle.start_create(request("vs-create", disks=(DiskSpec(size_gib=3),)), OWNER),
     )
-    info = ok(adapter.vm_info(vm_id))
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert (info.name, info.cpu, info.memory_mib, info.power_state) == (
         "vs-create",
@@ -95,25 +104,31 @@ def test_create_clones_the_template_applies_the_class_and_marks_ownership(
         PowerState.OFF,
     )
     assert [disk.size_gib for disk in info.disks][1:] == [3]
-    record = ok(adapter.find_by_name("vs-create"))
+    record = ok(backend.lifecycle.find_by_name("vs-create"))
     assert record is not None
     assert record.owner == OWNER
-    assert made(adapter, adapter.start_create(request("vs-create"), OWNER)) == vm_id
-    clash = adapter.start_create(request("vs-create"), OwnerMark(provider="someone/else"))
+    someone_else = OwnerMark(provider="someone/else")
+    # The backend reports a name in use, whoever made the VM; the ownership rule decides.
+    for owner in (OWNER, someone_else):
+        again = backend.lifecycle.start_create(request("vs-create"), owner)
+        assert error_kind(again) is ErrorKind.ALREADY_EXISTS
+    again = create_use_case(backend, OWNER)(request("vs-create"))
+    assert ok(again) == CreatedVM(id=vm_id)
+    clash = create_use_case(backend, someone_else)(request("vs-create"))
     assert error_kind(clash) is ErrorKind.ALREADY_EXISTS
 
 
 def test_a_create_failing_after_the_clone_leaves_nothing_behind(
-    adapter: VSphereHypervisor,
+    backend: Backend,
 ) -> None:
     too_many = tuple(DiskSpec(size_gib=1) for _ in range(16))  # more than one SCSI bus holds
-    result = adapter.start_create(request("vs-half", disks=too_many), OWNER)
+    result = backend.lifecycle.start_create(request("vs-half", disks=too_many), OWNER)
     assert error_kind(result) is ErrorKind.RESOURCE_EXHAUSTED
-    assert ok(adapter.find_by_name("vs-half")) is None
+    assert ok(backend.lifecycle.find_by_name("vs-half")) is None
 
 
-def test_a_vm_not_made_by_pyrigaud_is_a_name_clash(adapter: VSphereHypervisor) -> None:
-    result = adapter.start_create(request(TEMPLATE_VM), OWNER)
+def test_a_vm_not_made_by_pyrigaud_is_a_name_clash(backend: Backend) -> None:
+    result = backend.lifecycle.start_create(request(TEMPLATE_VM), OWNER)
     assert error_kind(result) is ErrorKind.ALREADY_EXISTS
 
 
@@ -121,131 +136,134 @@ def test_a_vm_not_made_by_pyrigaud_is_a_name_clash(adapter: VSphereHypervisor) -
     "image",
     [VMImage(), VMImage(template_name="no-such-template"), VMImage(path="/images/x.qcow2")],
 )
-def test_images_vsphere_cannot_use_are_invalid_specs(
-    adapter: VSphereHypervisor, image: VMImage
-) -> None:
+def test_images_vsphere_cannot_use_are_invalid_specs(backend: Backend, image: VMImage) -> None:
     assert (
-        error_kind(adapter.start_create(request("vs-bad", image=image), OWNER))
+        error_kind(backend.lifecycle.start_create(request("vs-bad", image=image), OWNER))
         is ErrorKind.INVALID_SPEC
     )
-    assert ok(adapter.find_by_name("vs-bad")) is None
+    assert ok(backend.lifecycle.find_by_name("vs-bad")) is None
 
 
 @pytest.mark.parametrize("vm_id", ["", "vm-999999", "\x00x", "../../etc"])
-def test_ids_that_name_nothing_are_missing(adapter: VSphereHypervisor, vm_id: str) -> None:
-    assert ok(adapter.describe(vm_id)) is None
-    assert ok(adapter.vm_info(vm_id)) is None
-    assert error_kind(adapter.delete(vm_id)) is ErrorKind.NOT_FOUND
-    assert error_kind(adapter.power_on(vm_id)) is ErrorKind.NOT_FOUND
+def test_ids_that_name_nothing_are_missing(backend: Backend, vm_id: str) -> None:
+    assert ok(backend.inventory.describe(vm_id)) is None
+    assert ok(backend.inventory.vm_info(vm_id)) is None
+    assert error_kind(backend.lifecycle.delete(vm_id)) is ErrorKind.NOT_FOUND
+    assert error_kind(backend.power.power_on(vm_id)) is ErrorKind.NOT_FOUND
 
 
-def test_power_is_idempotent_and_reboot_falls_back_to_reset(adapter: VSphereHypervisor) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-power"), OWNER))
-    ok(adapter.power_on(vm_id))
-    ok(adapter.power_on(vm_id))
-    ok(adapter.reboot(vm_id))  # the simulator has no RebootGuest: this is the reset path
-    description = ok(adapter.describe(vm_id))
+def test_power_is_idempotent_and_reboot_falls_back_to_reset(backend: Backend) -> None:
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-power"), OWNER))
+    ok(backend.power.power_on(vm_id))
+    ok(backend.power.power_on(vm_id))
+    ok(backend.power.reboot(vm_id))  # the simulator has no RebootGuest: this is the reset path
+    description = ok(backend.inventory.describe(vm_id))
     assert description is not None
     assert description.power_state is PowerState.ON
     assert description.raw["name"] == "vs-power"
-    ok(adapter.power_off(vm_id))
-    ok(adapter.power_off(vm_id))
-    assert ok(adapter.power_state(vm_id)) is PowerState.OFF
+    ok(backend.power.power_off(vm_id))
+    ok(backend.power.power_off(vm_id))
+    assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
 
 
-def test_a_graceful_shutdown_records_and_clears_its_deadline(adapter: VSphereHypervisor) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-shutdown"), OWNER))
-    ok(adapter.power_on(vm_id))
-    assert ok(adapter.shutdown_deadline(vm_id)) is None
-    ok(adapter.request_shutdown(vm_id, 1_900_000_000))
-    assert ok(adapter.shutdown_deadline(vm_id)) == 1_900_000_000
-    ok(adapter.clear_shutdown_deadline(vm_id))
-    assert ok(adapter.shutdown_deadline(vm_id)) is None
+def test_a_graceful_shutdown_records_and_clears_its_deadline(backend: Backend) -> None:
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-shutdown"), OWNER))
+    ok(backend.power.power_on(vm_id))
+    assert ok(backend.power.shutdown_deadline(vm_id)) is None
+    ok(backend.power.request_shutdown(vm_id, 1_900_000_000))
+    assert ok(backend.power.shutdown_deadline(vm_id)) == 1_900_000_000
+    ok(backend.power.clear_shutdown_deadline(vm_id))
+    assert ok(backend.power.shutdown_deadline(vm_id)) is None
 
 
-def test_reconfigure_changes_cpu_memory_and_grows_disks(adapter: VSphereHypervisor) -> None:
+def test_reconfigure_changes_cpu_memory_and_grows_disks(backend: Backend) -> None:
     vm_id = made(
-        adapter, adapter.start_create(request("vs-reconf", disks=(DiskSpec(size_gib=2),)), OWNER)
+        backend.tasks,
+        backend.lifecycle.start_create(request("vs-reconf", disks=(DiskSpec(size_gib=2),)), OWNER),
     )
     changes = VMChanges(cpu=3, memory_mib=1024, root_disk_gib=30, disks=(DiskSpec(size_gib=5),))
-    ok(adapter.reconfigure(vm_id, changes))
-    listed = next(vm for vm in ok(adapter.list_vms()) if vm.id == vm_id)
+    ok(backend.lifecycle.reconfigure(vm_id, changes))
+    listed = next(vm for vm in ok(backend.inventory.list_vms()) if vm.id == vm_id)
     assert (listed.cpu, listed.memory_mib) == (3, 1024)
     assert [disk.size_gib for disk in listed.disks] == [30, 5]
-    shrink = adapter.reconfigure(vm_id, VMChanges(root_disk_gib=1))
+    shrink = backend.lifecycle.reconfigure(vm_id, VMChanges(root_disk_gib=1))
     assert error_kind(shrink) is ErrorKind.FAILED_PRECONDITION
 
 
 def test_a_running_vm_without_hot_add_refuses_cpu_and_memory_changes(
-    adapter: VSphereHypervisor,
+    backend: Backend,
 ) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-hot"), OWNER))
-    ok(adapter.power_on(vm_id))
-    refused = adapter.reconfigure(vm_id, VMChanges(cpu=4))
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-hot"), OWNER))
+    ok(backend.power.power_on(vm_id))
+    refused = backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=4))
     assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
     assert "CPU hot-add disabled" in error_of(refused).message
-    refused = adapter.reconfigure(vm_id, VMChanges(memory_mib=2048))
+    refused = backend.lifecycle.reconfigure(vm_id, VMChanges(memory_mib=2048))
     assert "memory hot-add disabled" in error_of(refused).message
-    ok(adapter.reconfigure(vm_id, VMChanges(cpu=2, memory_mib=512)))  # unchanged values: fine
-    info = ok(adapter.vm_info(vm_id))
+    ok(
+        backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=2, memory_mib=512))
+    )  # unchanged values: fine
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert (info.cpu, info.memory_mib) == (2, 512)
-    ok(adapter.power_off(vm_id))
-    ok(adapter.reconfigure(vm_id, VMChanges(cpu=4)))
-    ok(adapter.upgrade_hardware(vm_id, 0))
-    assert error_kind(adapter.upgrade_hardware("vm-999999", 0)) is ErrorKind.NOT_FOUND
+    ok(backend.power.power_off(vm_id))
+    ok(backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=4)))
+    ok(backend.lifecycle.upgrade_hardware(vm_id, 0))
+    assert error_kind(backend.lifecycle.upgrade_hardware("vm-999999", 0)) is ErrorKind.NOT_FOUND
 
 
-def test_snapshots_are_found_by_their_id_and_gone_after_delete(adapter: VSphereHypervisor) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-snap"), OWNER))
-    snapshot = ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
+def test_snapshots_are_found_by_their_id_and_gone_after_delete(backend: Backend) -> None:
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-snap"), OWNER))
+    snapshot = ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
     assert snapshot.id.startswith("snapshot-")
-    ok(adapter.revert_snapshot(vm_id, snapshot.id))
-    ok(adapter.delete_snapshot(vm_id, snapshot.id))
-    assert error_kind(adapter.revert_snapshot(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
-    assert error_kind(adapter.delete_snapshot(vm_id, "nope")) is ErrorKind.NOT_FOUND
+    ok(backend.snapshots.revert_snapshot(vm_id, snapshot.id))
+    ok(backend.snapshots.delete_snapshot(vm_id, snapshot.id))
+    assert error_kind(backend.snapshots.revert_snapshot(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
+    assert error_kind(backend.snapshots.delete_snapshot(vm_id, "nope")) is ErrorKind.NOT_FOUND
 
 
-def test_full_clone_applies_cpu(adapter: VSphereHypervisor) -> None:
-    source = made(adapter, adapter.start_create(request("vs-src"), OWNER))
+def test_full_clone_applies_cpu(backend: Backend) -> None:
+    source = made(backend.tasks, backend.lifecycle.start_create(request("vs-src"), OWNER))
     target = made(
-        adapter,
-        adapter.start_clone(CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER),
+        backend.tasks,
+        backend.cloning.start_clone(
+            CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER
+        ),
     )
-    info = ok(adapter.vm_info(target))
+    info = ok(backend.inventory.vm_info(target))
     assert info is not None
     assert (info.name, info.cpu) == ("vs-copy", 4)
-    assert ok(adapter.disk_details(DiskQuery(vm_id=target))).backing_file == ""
+    assert ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=target))).backing_file == ""
     missing = CloneRequest(source_vm_id="vm-999999", target_name="vs-none")
-    assert error_kind(adapter.start_clone(missing, OWNER)) is ErrorKind.NOT_FOUND
+    assert error_kind(backend.cloning.start_clone(missing, OWNER)) is ErrorKind.NOT_FOUND
 
 
 def test_a_linked_clone_has_child_disks_of_the_newest_snapshot(
-    adapter: VSphereHypervisor,
+    backend: Backend,
 ) -> None:
-    assert adapter.capabilities().supports_linked_clones
-    source = made(adapter, adapter.start_create(request("vs-linked-src"), OWNER))
+    assert backend.capabilities.capabilities().supports_linked_clones
+    source = made(backend.tasks, backend.lifecycle.start_create(request("vs-linked-src"), OWNER))
     linked = CloneRequest(source_vm_id=source, target_name="vs-linked", linked=True, cpu=3)
-    refused = adapter.start_clone(linked, OWNER)
+    refused = backend.cloning.start_clone(linked, OWNER)
     assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
     assert "SnapshotCreate" in error_of(refused).message
-    assert ok(adapter.find_by_name("vs-linked")) is None
-    ok(adapter.create_snapshot(SnapshotRequest(vm_id=source, name="older")))
-    ok(adapter.create_snapshot(SnapshotRequest(vm_id=source, name="newest")))
-    target = made(adapter, adapter.start_clone(linked, OWNER))
-    source_disk = ok(adapter.disk_details(DiskQuery(vm_id=source)))
-    clone_disk = ok(adapter.disk_details(DiskQuery(vm_id=target)))
+    assert ok(backend.lifecycle.find_by_name("vs-linked")) is None
+    ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="older")))
+    ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="newest")))
+    target = made(backend.tasks, backend.cloning.start_clone(linked, OWNER))
+    source_disk = ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=source)))
+    clone_disk = ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=target)))
     assert clone_disk.backing_file == source_disk.path
     assert clone_disk.path != source_disk.path
-    info = ok(adapter.vm_info(target))
+    info = ok(backend.inventory.vm_info(target))
     assert info is not None
     assert (info.name, info.cpu) == ("vs-linked", 3)
 
 
 def test_clone_customization_sets_networks_user_data_and_host_name(
-    adapter: VSphereHypervisor, simulator: Simulator
+    backend: Backend, simulator: Simulator
 ) -> None:
-    source = made(adapter, adapter.start_create(request("vs-custom-src"), OWNER))
+    source = made(backend.tasks, backend.lifecycle.start_create(request("vs-custom-src"), OWNER))
     customization = Customization(
         hostname="web-1",
         domain="example.test",
@@ -256,23 +274,23 @@ def test_clone_customization_sets_networks_user_data_and_host_name(
         ),
     )
     clone = CloneRequest(source_vm_id=source, target_name="vs-custom", customization=customization)
-    target = made(adapter, adapter.start_clone(clone, OWNER))
+    target = made(backend.tasks, backend.cloning.start_clone(clone, OWNER))
     extra = extra_config(read_vm(simulator, target, ("config.extraConfig",)))
     assert json.loads(base64.b64decode(extra["guestinfo.metadata"])) == {
         "local-hostname": "web-1.example.test"
     }
     assert base64.b64decode(extra["guestinfo.userdata"]) == b"#cloud-config\n"
-    info = ok(adapter.vm_info(target))
+    info = ok(backend.inventory.vm_info(target))
     assert info is not None
     assert len(info.networks) == 2
 
 
-def test_delete_removes_the_vm(adapter: VSphereHypervisor) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-delete"), OWNER))
-    ok(adapter.power_on(vm_id))
-    ok(adapter.delete(vm_id))
-    assert ok(adapter.describe(vm_id)) is None
-    assert ok(adapter.find_by_name("vs-delete")) is None
+def test_delete_removes_the_vm(backend: Backend) -> None:
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-delete"), OWNER))
+    ok(backend.power.power_on(vm_id))
+    ok(backend.lifecycle.delete(vm_id))
+    assert ok(backend.inventory.describe(vm_id)) is None
+    assert ok(backend.lifecycle.find_by_name("vs-delete")) is None
 
 
 def test_an_expired_session_is_renewed_once_with_fresh_credentials(simulator: Simulator) -> None:
@@ -286,10 +304,10 @@ def test_an_expired_session_is_renewed_once_with_fresh_credentials(simulator: Si
     session = VSphereSession(
         simulator.endpoint, credentials, insecure=True, on_relogin=lambda: relogins.append(1)
     )
-    adapter = VSphereHypervisor(session)
-    assert ok(adapter.list_vms())
+    backend = backend_over(session)
+    assert ok(backend.inventory.list_vms())
     session.call(lambda instance: instance.content.sessionManager.Logout())
-    assert ok(adapter.list_vms())  # NotAuthenticated, then a new login, then the answer
+    assert ok(backend.inventory.list_vms())  # NotAuthenticated, then a new login, then the answer
     assert len(logins) == 2
     assert len(relogins) == 1  # the first login is not a re-login
     session.close()
@@ -304,20 +322,18 @@ def test_a_session_the_server_expired_for_idleness_is_renewed() -> None:
             logins.append(1)
             return short_lived.username, short_lived.password
 
-        adapter = VSphereHypervisor(
-            VSphereSession(short_lived.endpoint, credentials, insecure=True)
-        )
-        assert adapter.check().ok
+        backend = backend_over(VSphereSession(short_lived.endpoint, credentials, insecure=True))
+        assert backend.health.check().ok
         time.sleep(3)
-        assert ok(adapter.list_vms())
+        assert ok(backend.inventory.list_vms())
         assert len(logins) == 2
 
 
 def test_describe_reports_guest_addresses_set_through_the_simulator_hook(
-    adapter: VSphereHypervisor, simulator: Simulator
+    backend: Backend, simulator: Simulator
 ) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-ips"), OWNER))
-    ok(adapter.power_on(vm_id))
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-ips"), OWNER))
+    ok(backend.power.power_on(vm_id))
     session = VSphereSession(
         simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
     )
@@ -326,7 +342,7 @@ def test_describe_reports_guest_addresses_set_through_the_simulator_hook(
         extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="192.0.2.10")]
     )
     session.call(lambda _: vm.ReconfigVM_Task(spec))
-    description = ok(adapter.describe(vm_id))
+    description = ok(backend.inventory.describe(vm_id))
     assert description is not None
     assert description.ips == ("192.0.2.10",)
     session.close()
@@ -338,32 +354,41 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
     (tmp_path / "username").write_text(f"{simulator.username}\n")
     (tmp_path / "password").write_text(simulator.password)
     secret = MountedSecretCredentials(directory=tmp_path)
-    assert vsphere_hypervisor(simulator.endpoint, secret, insecure=True).check().ok
+
+    def build() -> Backend:
+        return build_vsphere_backend(
+            simulator.endpoint, secret, insecure=True, defaults=Placement(), on_relogin=lambda: None
+        )
+
+    assert build().health.check().ok
     (tmp_path / "password").unlink()
-    report = vsphere_hypervisor(simulator.endpoint, secret, insecure=True).check()
+    report = build().health.check()
     assert not report.ok
     assert "lack password" in report.message
 
 
 def test_placement_by_name_and_unknown_names_are_invalid_specs(
-    adapter: VSphereHypervisor,
+    backend: Backend,
 ) -> None:
     placement = Placement(datastore="LocalDS_0", cluster="DC0_C0", host="DC0_C0_H1")
-    vm_id = made(adapter, adapter.start_create(request("vs-placed", placement=placement), OWNER))
-    info = ok(adapter.vm_info(vm_id))
+    vm_id = made(
+        backend.tasks,
+        backend.lifecycle.start_create(request("vs-placed", placement=placement), OWNER),
+    )
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert info.disks[0].path.startswith("[LocalDS_0] vs-placed/")
     for field, wrong in [
-        ("datastore", Placement(datastore="nope")),
-        ("cluster", Placement(cluster="nope")),
-        ("folder", Placement(folder="nope")),
-        ("host", Placement(host="nope")),
-        ("storagePod", Placement(storage_pod="nope")),
+        (fields.PLACEMENT_DATASTORE, Placement(datastore="nope")),
+        (fields.PLACEMENT_CLUSTER, Placement(cluster="nope")),
+        (fields.PLACEMENT_FOLDER, Placement(folder="nope")),
+        (fields.PLACEMENT_HOST, Placement(host="nope")),
+        (fields.PLACEMENT_STORAGE_POD, Placement(storage_pod="nope")),
     ]:
-        result = adapter.start_create(request("vs-misplaced", placement=wrong), OWNER)
+        result = backend.lifecycle.start_create(request("vs-misplaced", placement=wrong), OWNER)
         assert error_kind(result) is ErrorKind.INVALID_SPEC
-        assert error_of(result).message.startswith(f"placement.{field}:")
-    assert ok(adapter.find_by_name("vs-misplaced")) is None
+        assert error_of(result).message.startswith(f"{field}:")
+    assert ok(backend.lifecycle.find_by_name("vs-misplaced")) is None
 
 
 def test_provider_default_placement_applies_when_the_request_has_none(
@@ -372,9 +397,9 @@ def test_provider_default_placement_applies_when_the_request_has_none(
     session = VSphereSession(
         simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
     )
-    adapter = VSphereHypervisor(session, defaults=Placement(datastore="no-such-default"))
-    result = adapter.start_create(request("vs-defaulted"), OWNER)
-    assert error_of(result).message.startswith("placement.datastore:")
+    backend = backend_over(session, defaults=Placement(datastore="no-such-default"))
+    result = backend.lifecycle.start_create(request("vs-defaulted"), OWNER)
+    assert error_of(result).message.startswith(f"{fields.PLACEMENT_DATASTORE}:")
 
 
 def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> dict[str, Any]:
@@ -391,7 +416,7 @@ def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> di
 
 
 def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
-    adapter: VSphereHypervisor, simulator: Simulator
+    backend: Backend, simulator: Simulator
 ) -> None:
     vm_class = VMClass(
         cpu=2,
@@ -405,7 +430,7 @@ def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
         ),
     )
     wanted = request("vs-class", vm_class=vm_class, user_data=b"#cloud-config\n", meta_data=b"{}")
-    vm_id = made(adapter, adapter.start_create(wanted, OWNER))
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(wanted, OWNER))
     row = read_vm(
         simulator,
         vm_id,
@@ -428,9 +453,9 @@ def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
     assert extra["custom.key"] == "x"
     assert extra["pyrigaud.owner"] == OWNER.provider
     assert "vsphere.hardwareVersion" not in extra
-    ok(adapter.power_on(vm_id))
-    ok(adapter.reconfigure(vm_id, VMChanges(cpu=4, memory_mib=2048)))  # hot-add: online
-    info = ok(adapter.vm_info(vm_id))
+    ok(backend.power.power_on(vm_id))
+    ok(backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=4, memory_mib=2048)))  # hot-add: online
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert (info.cpu, info.memory_mib) == (4, 2048)
 
@@ -438,31 +463,34 @@ def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
 @pytest.mark.parametrize(
     ("vm_class", "field"),
     [
-        (VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True)), "security"),
+        (
+            VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True)),
+            fields.CLASS_SECURE_BOOT,
+        ),
         (
             VMClass(cpu=1, memory_mib=256, extra_config={"vsphere.hardwareVersion": "new"}),
-            "extraConfig",
+            fields.class_extra_config("vsphere.hardwareVersion"),
         ),
     ],
 )
 def test_a_class_vsphere_cannot_apply_is_an_invalid_spec(
-    adapter: VSphereHypervisor, vm_class: VMClass, field: str
+    backend: Backend, vm_class: VMClass, field: str
 ) -> None:
-    result = adapter.start_create(request("vs-badclass", vm_class=vm_class), OWNER)
+    result = backend.lifecycle.start_create(request("vs-badclass", vm_class=vm_class), OWNER)
     assert error_kind(result) is ErrorKind.INVALID_SPEC
-    assert error_of(result).message.startswith(f"{field}.")
-    assert ok(adapter.find_by_name("vs-badclass")) is None
+    assert error_of(result).message.startswith(f"{field}:")
+    assert ok(backend.lifecycle.find_by_name("vs-badclass")) is None
 
 
-def test_extra_disks_are_provisioned_as_asked(
-    adapter: VSphereHypervisor, simulator: Simulator
-) -> None:
+def test_extra_disks_are_provisioned_as_asked(backend: Backend, simulator: Simulator) -> None:
     disks = (
         DiskSpec(size_gib=1),
         DiskSpec(size_gib=1, type="thick"),
         DiskSpec(size_gib=1, type="eagerZeroedThick"),
     )
-    vm_id = made(adapter, adapter.start_create(request("vs-provisioned", disks=disks), OWNER))
+    vm_id = made(
+        backend.tasks, backend.lifecycle.start_create(request("vs-provisioned", disks=disks), OWNER)
+    )
     devices = read_vm(simulator, vm_id, ("config.hardware.device",))["config.hardware.device"]
     backings = [d.backing for d in devices if isinstance(d, vim.vm.device.VirtualDisk)][1:]
     assert [(b.thinProvisioned, bool(b.eagerlyScrub)) for b in backings] == [
@@ -471,24 +499,26 @@ def test_extra_disks_are_provisioned_as_asked(
         (False, True),
     ]
     sparse = (DiskSpec(size_gib=1, type="sparse"),)
-    wrong = adapter.start_create(request("vs-badtype", disks=sparse), OWNER)
-    assert error_of(wrong).message.startswith("disks[0].type:")
-    assert ok(adapter.find_by_name("vs-badtype")) is None
+    wrong = backend.lifecycle.start_create(request("vs-badtype", disks=sparse), OWNER)
+    assert error_of(wrong).message.startswith(f"{fields.disk_type(0)}:")
+    assert ok(backend.lifecycle.find_by_name("vs-badtype")) is None
 
 
 def test_every_network_attachment_replaces_the_template_nics(
-    adapter: VSphereHypervisor,
+    backend: Backend,
 ) -> None:
     networks = (
         NetworkAttachment(portgroup="VM Network", model="e1000", mac_address="00:50:56:aa:bb:01"),
         NetworkAttachment(portgroup="DC0_DVPG0"),
     )
-    vm_id = made(adapter, adapter.start_create(request("vs-nics", networks=networks), OWNER))
-    info = ok(adapter.vm_info(vm_id))
+    vm_id = made(
+        backend.tasks, backend.lifecycle.start_create(request("vs-nics", networks=networks), OWNER)
+    )
+    info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert len(info.networks) == 2
     assert info.networks[0].mac == "00:50:56:aa:bb:01"
     wrong = (NetworkAttachment(portgroup="no-such-net"),)
-    result = adapter.start_create(request("vs-nonet", networks=wrong), OWNER)
-    assert error_of(result).message.startswith("networks[0].portgroup:")
-    assert ok(adapter.find_by_name("vs-nonet")) is None
+    result = backend.lifecycle.start_create(request("vs-nonet", networks=wrong), OWNER)
+    assert error_of(result).message.startswith("networks_json[0].Portgroup:")
+    assert ok(backend.lifecycle.find_by_name("vs-nonet")) is None

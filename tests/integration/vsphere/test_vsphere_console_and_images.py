@@ -1,11 +1,13 @@
-"""Describe's console link, and ImagePrepare as the verification of an existing template."""
+"""Describe's console link; ImagePrepare is unsupported (VMs come from existing templates)."""
 
 from __future__ import annotations
 
 import pytest
+from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
-from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.use_cases.prepare_image import PrepareImage
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import (
     ContentLibraryItem,
     CreateRequest,
@@ -26,15 +28,15 @@ SIMULATOR_INSTANCE_UUID = "dbed6e0c-bd88-4ef6-b594-21283e1c677f"  # govmomi's VP
 
 
 def test_describe_links_the_vm_page_of_the_vsphere_client(
-    adapter: VSphereHypervisor, simulator: Simulator
+    backend: Backend, simulator: Simulator
 ) -> None:
     request = CreateRequest(
         name="vs-console",
         vm_class=VMClass(cpu=1, memory_mib=256),
         image=VMImage(template_name=TEMPLATE_VM),
     )
-    vm_id = made(adapter, adapter.start_create(request, OWNER))
-    description = ok(adapter.describe(vm_id))
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request, OWNER))
+    description = ok(backend.inventory.describe(vm_id))
     assert description is not None
     moref = description.raw["moref"]
     origin = simulator.endpoint.removesuffix("/sdk")
@@ -44,32 +46,28 @@ def test_describe_links_the_vm_page_of_the_vsphere_client(
     )
 
 
-def test_prepare_image_verifies_an_existing_template_by_name(adapter: VSphereHypervisor) -> None:
-    assert not adapter.capabilities().supports_image_import  # nothing is imported
-    found = PrepareImageRequest(source=ImageSource(origin="vsphere", template_name=TEMPLATE_VM))
-    assert ok(adapter.prepare_image(found)) == PreparedImage(id=TEMPLATE_VM)
-    missing = PrepareImageRequest(source=ImageSource(origin="vsphere", template_name="no-such"))
-    result = adapter.prepare_image(missing)
-    assert error_kind(result) is ErrorKind.NOT_FOUND
-    assert "'no-such'" in error_of(result).message
+class UnreachableImages:
+    """An Images port that must never be asked: the capabilities gate ImagePrepare first."""
+
+    def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
+        raise AssertionError(f"ImagePrepare reached the images port with {request!r}")
 
 
 @pytest.mark.parametrize(
-    ("source", "says"),
+    "source",
     [
-        (ImageSource(origin="vsphere", url="https://images.example/x.ova"), "OVA/OVF"),
-        (
-            ImageSource(
-                origin="vsphere", content_library=ContentLibraryItem(library="l", item="i")
-            ),
-            "content library",
-        ),
-        (ImageSource(origin="libvirt", path="/images/base.qcow2"), "templateName"),
+        ImageSource(origin="vsphere", template_name=TEMPLATE_VM),
+        ImageSource(origin="vsphere", url="https://images.example/x.ova"),
+        ImageSource(origin="vsphere", content_library=ContentLibraryItem(library="l", item="i")),
+        ImageSource(origin="libvirt", path="/images/base.qcow2"),
     ],
 )
-def test_image_imports_are_unsupported_with_a_reason(
-    adapter: VSphereHypervisor, source: ImageSource, says: str
+def test_image_prepare_is_unsupported_as_vsphere_imports_no_images(
+    backend: Backend, source: ImageSource
 ) -> None:
-    result = adapter.prepare_image(PrepareImageRequest(source=source))
+    assert backend.images is None
+    assert not backend.capabilities.capabilities().supports_image_import
+    prepare = PrepareImage(images=UnreachableImages(), capabilities=backend.capabilities)
+    result = prepare(PrepareImageRequest(source=source))
     assert error_kind(result) is ErrorKind.UNSUPPORTED
-    assert says in error_of(result).message
+    assert "image import" in error_of(result).message

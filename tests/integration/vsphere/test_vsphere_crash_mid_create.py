@@ -47,7 +47,7 @@ def environ(simulator: Simulator, **extra: str) -> dict[str, str]:
 def test_a_create_killed_part_way_is_swept_by_the_next_process(
     slow_upgrades: Simulator, tmp_path: Path
 ) -> None:
-    watcher = slow_upgrades.adapter()
+    watcher = slow_upgrades.backend()
     replica = Replica(environ(slow_upgrades), tmp_path / "killed")
     request = pb.CreateRequest(
         name=NAME,
@@ -59,11 +59,11 @@ def test_a_create_killed_part_way_is_swept_by_the_next_process(
 
     def clone_exists() -> None:  # the held upgrade keeps the Create from finishing
         deadline = time.monotonic() + SETTLE_SECONDS
-        while time.monotonic() < deadline and watcher.find_by_name(NAME).unwrap() is None:
+        while time.monotonic() < deadline and watcher.lifecycle.find_by_name(NAME).unwrap() is None:
             time.sleep(0.05)
 
     kill_during_create(replica, request, clone_exists)
-    leftover = watcher.find_by_name(NAME).unwrap()
+    leftover = watcher.lifecycle.find_by_name(NAME).unwrap()
     assert leftover is not None
     assert leftover.building_since is not None
 
@@ -73,7 +73,7 @@ def test_a_create_killed_part_way_is_swept_by_the_next_process(
     try:
         swept = f"leftover of a Create killed part-way: VM {NAME!r}"
         assert survivor.logged(swept, SETTLE_SECONDS)  # the start-up sweep has run
-        assert watcher.find_by_name(NAME).unwrap() is None
+        assert watcher.lifecycle.find_by_name(NAME).unwrap() is None
     finally:
         survivor.stop()
 
@@ -83,7 +83,7 @@ def test_a_create_killed_while_its_clone_runs_leaves_a_complete_vm_the_next_crea
 ) -> None:
     delay = f"CloneVM_Task={HELD_CLONE_MILLISECONDS}"
     with running_simulator("-method-delay", delay) as simulator:
-        watcher = simulator.adapter()
+        watcher = simulator.backend()
         replica = Replica(environ(simulator), tmp_path / "killed")
         request = pb.CreateRequest(
             name=NAME,
@@ -93,13 +93,13 @@ def test_a_create_killed_while_its_clone_runs_leaves_a_complete_vm_the_next_crea
         # The clone was asked for and is still held by the simulator.
         kill_during_create(replica, request, lambda: time.sleep(KILL_AFTER_SECONDS))
         deadline = time.monotonic() + SETTLE_SECONDS
-        while time.monotonic() < deadline and watcher.find_by_name(NAME).unwrap() is None:
+        while time.monotonic() < deadline and watcher.lifecycle.find_by_name(NAME).unwrap() is None:
             time.sleep(0.2)
-        record = watcher.find_by_name(NAME).unwrap()
+        record = watcher.lifecycle.find_by_name(NAME).unwrap()
         assert record is not None, "vCenter finishes a clone whoever asked for it"
         assert record.building_since is None
-        assert watcher.find_unfinished().unwrap() == []
-        info = watcher.vm_info(record.id).unwrap()
+        assert watcher.lifecycle.find_unfinished().unwrap() == []
+        info = watcher.inventory.vm_info(record.id).unwrap()
         assert info is not None
         assert (info.cpu, info.memory_mib) == (2, 512)
 
@@ -109,7 +109,9 @@ def test_a_create_killed_while_its_clone_runs_leaves_a_complete_vm_the_next_crea
         finally:
             survivor.stop()
         assert (again.id, again.task.id) == (record.id, "")
-        assert [vm.id for vm in watcher.list_vms().unwrap() if vm.name == NAME] == [record.id]
+        assert [vm.id for vm in watcher.inventory.list_vms().unwrap() if vm.name == NAME] == [
+            record.id
+        ]
 
 
 def kill_during_create(

@@ -9,8 +9,10 @@ import pytest
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import VSphereHypervisor
-from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve
+from pyrigaud.adapters.hypervisors.vsphere.networks import CLONE_ATTACHMENTS
+from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
+from pyrigaud.application.backend import Backend
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CloneRequest,
@@ -44,28 +46,31 @@ def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> di
 
 
 def test_create_gives_each_nic_its_fixed_ip_or_dhcp_at_first_boot(
-    adapter: VSphereHypervisor, simulator: Simulator
+    backend: Backend, simulator: Simulator
 ) -> None:
     networks = (
         NetworkAttachment(portgroup="VM Network", static_ip="192.0.2.30/24", gateway="192.0.2.1"),
         NetworkAttachment(portgroup="DC0_DVPG0"),
     )
-    vm_id = made(adapter, adapter.start_create(request("vs-fixed-ip", networks=networks), OWNER))
+    vm_id = made(
+        backend.tasks,
+        backend.lifecycle.start_create(request("vs-fixed-ip", networks=networks), OWNER),
+    )
     pending = read_vm(simulator, vm_id, ("config.tools.pendingCustomization",))
     assert pending.get("config.tools.pendingCustomization")  # applied at the next boot
-    ok(adapter.power_on(vm_id))
-    description = ok(adapter.describe(vm_id))
+    ok(backend.power.power_on(vm_id))
+    description = ok(backend.inventory.describe(vm_id))
     assert description is not None
     assert description.ips == ("192.0.2.30",)
-    record = ok(adapter.find_by_name("vs-fixed-ip"))
+    record = ok(backend.lifecycle.find_by_name("vs-fixed-ip"))
     assert record is not None
     assert record.building_since is None  # the mark is cleared after the customization
 
 
 def test_clone_customization_sets_fixed_ip_dns_and_host_name(
-    adapter: VSphereHypervisor, simulator: Simulator
+    backend: Backend, simulator: Simulator
 ) -> None:
-    source = made(adapter, adapter.start_create(request("vs-cust-src"), OWNER))
+    source = made(backend.tasks, backend.lifecycle.start_create(request("vs-cust-src"), OWNER))
     customization = Customization(
         hostname="web-2",
         domain="example.test",
@@ -81,8 +86,8 @@ def test_clone_customization_sets_fixed_ip_dns_and_host_name(
         ),
     )
     clone = CloneRequest(source_vm_id=source, target_name="vs-cust", customization=customization)
-    target = made(adapter, adapter.start_clone(clone, OWNER))
-    ok(adapter.power_on(target))
+    target = made(backend.tasks, backend.cloning.start_clone(clone, OWNER))
+    ok(backend.power.power_on(target))
     row = read_vm(simulator, target, ("guest.hostName", "guest.net"))
     assert row["guest.hostName"] == "web-2"
     (nic,) = row["guest.net"]
@@ -98,7 +103,7 @@ def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None
         host_name="db-1",
         domain="",
         time_zone="America/New_York",
-        field="customization",
+        named=CLONE_ATTACHMENTS,
     )
     assert guest is not None
     spec = guest.spec(nic_count=2)
@@ -108,7 +113,10 @@ def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None
     assert (fixed.ip.ipAddress, fixed.subnetMask) == ("198.51.100.7", "255.255.255.128")
     assert isinstance(dhcp.ip, vim.vm.customization.DhcpIpGenerator)
     no_ip = (NetworkAttachment(network_name="VM Network"),)
-    assert guest_customization(no_ip, host_name="", domain="", time_zone="", field="x") is None
+    none_needed = guest_customization(
+        no_ip, host_name="", domain="", time_zone="", named=CLONE_ATTACHMENTS
+    )
+    assert none_needed is None
 
 
 @pytest.mark.parametrize(
@@ -119,7 +127,7 @@ def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None
                 networks=(NetworkAttachment(network_name="VM Network", static_ip="192.0.2.5"),)
             ),
             ErrorKind.INVALID_SPEC,
-            "customization.networks[0].prefix:",
+            f"{fields.customize_network_field(0, 'prefix')}:",
         ),
         (
             Customization(
@@ -131,31 +139,31 @@ def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None
     ],
 )
 def test_customization_vsphere_cannot_apply_is_refused_before_cloning(
-    adapter: VSphereHypervisor, customization: Customization, kind: ErrorKind, field: str
+    backend: Backend, customization: Customization, kind: ErrorKind, field: str
 ) -> None:
-    source = made(adapter, adapter.start_create(request("vs-refused-src"), OWNER))
+    source = made(backend.tasks, backend.lifecycle.start_create(request("vs-refused-src"), OWNER))
     clone = CloneRequest(source_vm_id=source, target_name="vs-refused", customization=customization)
-    result = adapter.start_clone(clone, OWNER)
+    result = backend.cloning.start_clone(clone, OWNER)
     assert error_kind(result) is kind
     assert error_of(result).message.startswith(field)
-    assert ok(adapter.find_by_name("vs-refused")) is None
+    assert ok(backend.lifecycle.find_by_name("vs-refused")) is None
 
 
-def test_a_virtual_tpm_needs_efi_and_an_api_that_has_one(adapter: VSphereHypervisor) -> None:
+def test_a_virtual_tpm_needs_efi_and_an_api_that_has_one(backend: Backend) -> None:
     """The simulator speaks API 6.5, older than vTPM (6.7): it is refused, not half-made."""
     with_tpm = SecurityProfile(tpm_enabled=True, tpm_version="2.0")
     efi = VMClass(cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=with_tpm)
-    refused = adapter.start_create(request("vs-tpm", vm_class=efi), OWNER)
+    refused = backend.lifecycle.start_create(request("vs-tpm", vm_class=efi), OWNER)
     assert error_kind(refused) is ErrorKind.UNSUPPORTED
     assert "needs vSphere 6.7" in error_of(refused).message
     bios = VMClass(cpu=1, memory_mib=256, security=with_tpm)
-    refused = adapter.start_create(request("vs-tpm-bios", vm_class=bios), OWNER)
+    refused = backend.lifecycle.start_create(request("vs-tpm-bios", vm_class=bios), OWNER)
     assert error_kind(refused) is ErrorKind.INVALID_SPEC
-    assert error_of(refused).message.startswith("security.tpmEnabled:")
+    assert error_of(refused).message.startswith(f"{fields.CLASS_TPM_ENABLED}:")
     tpm_1 = efi.model_copy(
         update={"security": SecurityProfile(tpm_enabled=True, tpm_version="1.2")}
     )
-    refused = adapter.start_create(request("vs-tpm-old", vm_class=tpm_1), OWNER)
-    assert error_of(refused).message.startswith("security.tpmVersion:")
+    refused = backend.lifecycle.start_create(request("vs-tpm-old", vm_class=tpm_1), OWNER)
+    assert error_of(refused).message.startswith(f"{fields.CLASS_TPM_VERSION}:")
     for name in ("vs-tpm", "vs-tpm-bios", "vs-tpm-old"):
-        assert ok(adapter.find_by_name(name)) is None
+        assert ok(backend.lifecycle.find_by_name(name)) is None

@@ -6,26 +6,20 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.hypervisors.vsphere.hypervisor import (
-    BUILDING_KEY,
-    OWNER_KEY,
-    VSphereHypervisor,
-)
-from pyrigaud.adapters.hypervisors.vsphere.inventory import (
+from pyrigaud.adapters.hypervisors.vsphere.properties import (
     extra_config,
     retrieve,
     retrieve_all_vms,
 )
-from pyrigaud.application.keyed_lock import KeyedLock
-from pyrigaud.application.ownership import OwnershipRule
-from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
+from pyrigaud.application.backend import Backend
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 from contract.harness import made
 from support import ManualClock, ok
-from vsphere_support import TEMPLATE_VM, Simulator, template_request, vm_ref
+from vsphere_support import TEMPLATE_VM, Simulator, create_use_case, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-leftovers")
 POLICY = LeftoverPolicy(owner=OWNER, abandoned_after_seconds=60)
@@ -75,61 +69,59 @@ def building_mark(simulator: Simulator, vm_id: str) -> str:
     return extra_config(row).get(BUILDING_KEY, "")
 
 
-def create_use_case(adapter: VSphereHypervisor, clock: ManualClock) -> CreateVM:
-    return CreateVM(adapter, OwnershipRule(adapter, OWNER, clock, POLICY, KeyedLock()))
-
-
 def test_a_completed_create_or_clone_leaves_no_building_mark(
-    simulator: Simulator, adapter: VSphereHypervisor
+    simulator: Simulator, backend: Backend
 ) -> None:
-    vm_id = made(adapter, adapter.start_create(request("vs-finished"), OWNER))
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-finished"), OWNER))
     assert building_mark(simulator, vm_id) == ""
-    record = ok(adapter.find_by_name("vs-finished"))
+    record = ok(backend.lifecycle.find_by_name("vs-finished"))
     assert record is not None
     assert (record.owner, record.building_since) == (OWNER, None)
     copy = made(
-        adapter,
-        adapter.start_clone(CloneRequest(source_vm_id=vm_id, target_name="vs-finished-2"), OWNER),
+        backend.tasks,
+        backend.cloning.start_clone(
+            CloneRequest(source_vm_id=vm_id, target_name="vs-finished-2"), OWNER
+        ),
     )
     assert building_mark(simulator, copy) == ""
-    assert ok(adapter.find_unfinished()) == []
+    assert ok(backend.lifecycle.find_unfinished()) == []
 
 
 def test_a_killed_create_is_reported_and_replaced_once_abandoned(
     simulator: Simulator,
-    adapter: VSphereHypervisor,  # the fixture removes the VMs made
+    backend: Backend,  # the fixture removes the VMs made
 ) -> None:
     clock = ManualClock()
-    dated = simulator.adapter(clock)
+    dated = simulator.backend(clock)
     leftover = killed_create(simulator, "vs-killed", started=clock.now() - 120)
-    unfinished = ok(dated.find_unfinished())
+    unfinished = ok(dated.lifecycle.find_unfinished())
     assert [(r.id, r.name, r.owner) for r in unfinished] == [(leftover, "vs-killed", OWNER)]
     assert unfinished[0].building_since == clock.now() - 120
-    record = ok(dated.find_by_name("vs-killed"))
+    record = ok(dated.lifecycle.find_by_name("vs-killed"))
     assert record is not None
     assert record.building_since == clock.now() - 120
 
-    created = ok(create_use_case(dated, clock)(request("vs-killed")))
+    created = ok(create_use_case(dated, OWNER, clock, POLICY)(request("vs-killed")))
     assert created.id != leftover
-    assert ok(dated.describe(leftover)) is None
-    assert ok(dated.find_unfinished()) == []
-    info = ok(dated.vm_info(created.id))
+    assert ok(dated.inventory.describe(leftover)) is None
+    assert ok(dated.lifecycle.find_unfinished()) == []
+    info = ok(dated.inventory.vm_info(created.id))
     assert info is not None
     assert (info.name, info.cpu, info.memory_mib) == ("vs-killed", 2, 512)
 
 
 def test_the_sweep_removes_abandoned_leftovers_only(
     simulator: Simulator,
-    adapter: VSphereHypervisor,  # the fixture removes the VMs made
+    backend: Backend,  # the fixture removes the VMs made
 ) -> None:
     clock = ManualClock()
-    dated = simulator.adapter(clock)
+    dated = simulator.backend(clock)
     old = killed_create(simulator, "vs-swept", started=clock.now() - 120)
     young = killed_create(simulator, "vs-in-progress", started=clock.now() - 10)
-    report = ok(SweepLeftovers(dated, clock, POLICY)())
+    report = ok(SweepLeftovers(dated.lifecycle, clock, POLICY)())
     assert report.removed == ("vs-swept",)
     assert report.failures == ()
-    assert ok(dated.describe(old)) is None
-    assert [record.id for record in ok(dated.find_unfinished())] == [young]
-    ok(dated.delete(young))  # an unfinished VM is removed whole
-    assert ok(dated.find_by_name("vs-in-progress")) is None
+    assert ok(dated.inventory.describe(old)) is None
+    assert [record.id for record in ok(dated.lifecycle.find_unfinished())] == [young]
+    ok(dated.lifecycle.delete(young))  # an unfinished VM is removed whole
+    assert ok(dated.lifecycle.find_by_name("vs-in-progress")) is None

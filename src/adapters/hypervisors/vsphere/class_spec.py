@@ -13,8 +13,8 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -30,13 +30,17 @@ def class_config(
 ) -> Any:
     """The ConfigSpec for CPU, memory, firmware, hot-add, nesting and extraConfig."""
     if vm_class.security.secure_boot and vm_class.firmware is not Firmware.UEFI:
-        raise AdapterError(ProviderError.invalid_spec("security.secureBoot", "needs firmware UEFI"))
+        raise ExpectedError(
+            ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI")
+        )
     if vm_class.security.tpm_enabled and vm_class.firmware is not Firmware.UEFI:
-        raise AdapterError(ProviderError.invalid_spec("security.tpmEnabled", "needs firmware UEFI"))
+        raise ExpectedError(
+            ProviderError.invalid_spec(fields.CLASS_TPM_ENABLED, "needs firmware UEFI")
+        )
     if vm_class.security.tpm_enabled and vm_class.security.tpm_version not in TPM_VERSIONS:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.invalid_spec(
-                "security.tpmVersion",
+                fields.CLASS_TPM_VERSION,
                 f"vSphere's virtual TPM is TPM 2.0, got {vm_class.security.tpm_version!r}",
             )
         )
@@ -67,9 +71,9 @@ def class_devices(vm_class: VMClass, devices: Sequence[Any], api_version: str) -
     if not vm_class.security.tpm_enabled or has_tpm:
         return []
     if _version(api_version) < FIRST_TPM_API:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.unsupported(
-                "security.tpmEnabled: a virtual TPM needs vSphere 6.7 or later, and this "
+                f"{fields.CLASS_TPM_ENABLED}: a virtual TPM needs vSphere 6.7 or later, and this "
                 f"endpoint speaks API {api_version}"
             )
         )
@@ -100,9 +104,10 @@ def hardware_version(vm_class: VMClass) -> str | None:
         return None
     number = value.removeprefix("vmx-")
     if not number.isdigit():
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.invalid_spec(
-                f"extraConfig.{HARDWARE_VERSION_KEY}", f"not a hardware version: {value!r}"
+                fields.class_extra_config(HARDWARE_VERSION_KEY),
+                f"not a hardware version: {value!r}",
             )
         )
     return f"vmx-{int(number):02d}"

@@ -14,8 +14,8 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.networks import AttachmentFields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import NetworkAttachment
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -55,19 +55,15 @@ def guest_customization(
     host_name: str,
     domain: str,
     time_zone: str,
-    field: str,
+    named: AttachmentFields,
 ) -> GuestCustomization | None:
     """None when nothing needs a customization (no static IP, no time zone).
 
-    `field` prefixes the names of the request fields in error messages ("networks" for
-    Create, "customization" for Clone).
+    `named` names the request's fields in error messages (Create's or Clone's networks).
     """
     if not time_zone and not any(network.static_ip for network in networks):
         return None
-    networks_field = field if field == "networks" else f"{field}.networks"
-    adapters = tuple(
-        _adapter(network, f"{networks_field}[{index}]") for index, network in enumerate(networks)
-    )
+    adapters = tuple(_adapter(network, index, named) for index, network in enumerate(networks))
     identity = vim.vm.customization.LinuxPrep(
         hostName=(
             vim.vm.customization.FixedName(name=host_name)
@@ -82,26 +78,28 @@ def guest_customization(
     return GuestCustomization(adapters=adapters, identity=identity, dns_servers=dns, domain=domain)
 
 
-def _adapter(network: NetworkAttachment, field: str) -> Any:
+def _adapter(network: NetworkAttachment, index: int, named: AttachmentFields) -> Any:
     if not network.static_ip:
         return _dhcp()
     address = network.static_ip
     if "/" not in address:
         if not network.prefix:
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.invalid_spec(
-                    f"{field}.prefix", "a static IP needs its prefix length (e.g. 24)"
+                    named.name(index, "prefix"), "a static IP needs its prefix length (e.g. 24)"
                 )
             )
         address = f"{address}/{network.prefix}"
     try:
         interface = ipaddress.ip_interface(address)
     except ValueError:
-        raise AdapterError(
-            ProviderError.invalid_spec(f"{field}.staticIP", f"{address!r} is not an IP/prefix")
+        raise ExpectedError(
+            ProviderError.invalid_spec(
+                named.name(index, "static_ip"), f"{address!r} is not an IP/prefix"
+            )
         ) from None
     if interface.version != 4:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.unsupported("IPv6 static addresses are not implemented for vSphere")
         )
     return vim.vm.customization.IPSettings(

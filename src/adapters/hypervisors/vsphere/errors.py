@@ -1,20 +1,25 @@
-"""vSphere faults -> ProviderError kinds, in one table keyed by the fault's class."""
+"""vSphere faults -> ProviderError kinds, in one table keyed by the fault's class, and `run`,
+the edge where a call into vCenter becomes a Result."""
 
 from __future__ import annotations
 
 import http.client
 import ssl
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
+from returns.result import Failure, Result, Success
 
-from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
 vmodl: Any = untyped_vmodl
+
+T = TypeVar("T")
 
 # First match wins, so subclasses come before their parents.
 KIND_BY_FAULT: Sequence[tuple[type[BaseException], ErrorKind]] = (
@@ -47,12 +52,18 @@ EXPECTED_FAILURES: tuple[type[BaseException], ...] = (
 )
 
 
-class AdapterError(Exception):
-    """An expected failure raised inside the adapter and turned back into a value at its edge."""
-
-    def __init__(self, error: ProviderError) -> None:
-        super().__init__(str(error))
-        self.error = error
+def run(
+    session: VSphereSession, doing: str, operation: Callable[[Any], T]
+) -> Result[T, ProviderError]:
+    """`operation(instance)` through the session, its expected failures as values: an
+    ExpectedError raised inside stands as it is, a fault becomes the ProviderError of its kind
+    while `doing` something (for the message: "deleting VM 'vm-42'")."""
+    try:
+        return Success(session.call(operation))
+    except ExpectedError as error:
+        return Failure(error.error)
+    except EXPECTED_FAILURES as error:
+        return Failure(provider_error(error, doing))
 
 
 def fault_kind(error: BaseException) -> ErrorKind:
@@ -69,3 +80,10 @@ def provider_error(error: BaseException, doing: str) -> ProviderError:
     """The ProviderError for a failure while `doing` something (unknown faults: INTERNAL)."""
     message = getattr(error, "msg", "") or str(error) or type(error).__name__
     return ProviderError(kind=fault_kind(error), message=f"{doing}: {message}")
+
+
+def fault_message(fault: Any) -> str:
+    """A failed task's fault as ProviderError text (kind and message, never a traceback)."""
+    if isinstance(fault, BaseException):
+        return str(provider_error(fault, "vSphere task failed"))
+    return f"vSphere task failed: {fault}"

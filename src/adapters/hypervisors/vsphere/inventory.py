@@ -1,102 +1,69 @@
-"""Property-collector reads: one round trip per question, never one per VM."""
+"""Inventory on vSphere: Describe in one property read, ListVMs in one listing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyVmomi import vim as untyped_vim
-from pyVmomi import vmodl as untyped_vmodl
+from returns.result import Result
 
-# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
-vim: Any = untyped_vim
-vmodl: Any = untyped_vmodl
-
-VM_PROPERTIES = (
-    "name",
-    "runtime.powerState",
-    "config.hardware.numCPU",
-    "config.hardware.memoryMB",
-    "config.hardware.device",
-    "guest.net",
-    "config.instanceUuid",
-)
+from pyrigaud.adapters.hypervisors.vsphere.errors import run
+from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve_all_vms
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ips, power_state, vm_info
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import VMDescription, VMInfo
 
 
-def retrieve(
-    instance: Any, objects: Sequence[Any], properties: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Each object's requested properties (plus "_ref"), in one RetrievePropertiesEx."""
-    collector = instance.content.propertyCollector
-    spec = vmodl.query.PropertyCollector.FilterSpec(
-        objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=obj) for obj in objects],
-        propSet=[
-            vmodl.query.PropertyCollector.PropertySpec(type=kind, pathSet=list(properties))
-            for kind in {type(obj) for obj in objects}
-        ],
-    )
-    return _all_pages(collector, collector.RetrievePropertiesEx([spec], _options()))
+class VSphereInventory:
+    def __init__(self, vcenter: VCenter) -> None:
+        self._vcenter = vcenter
 
+    def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        def read(instance: Any) -> VMDescription | None:
+            row = self._vcenter.vm_row(
+                instance, vm_id, ("name", "runtime.powerState", "guest.net", "config.hardware")
+            )
+            if row is None:
+                return None
+            hardware = row.get("config.hardware")
+            moref = str(row["_ref"]._moId)
+            raw = {"name": str(row.get("name", "")), "moref": moref}
+            if hardware is not None:
+                raw |= {"numCPU": str(hardware.numCPU), "memoryMB": str(hardware.memoryMB)}
+            return VMDescription(
+                power_state=power_state(row),
+                ips=ips(row),
+                console_url=self._console_url(instance, moref),
+                raw=raw,
+            )
 
-def retrieve_all_vms(instance: Any, properties: Sequence[str]) -> list[dict[str, Any]]:
-    """Every VM's properties (see retrieve_all)."""
-    return retrieve_all(instance, vim.VirtualMachine, properties)
+        return run(self._vcenter.session, f"describing VM {vm_id!r}", read)
 
+    def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
+        def read(instance: Any) -> VMInfo | None:
+            row = self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)
+            return None if row is None else vm_info(row)
 
-def retrieve_all(instance: Any, kind: Any, properties: Sequence[str]) -> list[dict[str, Any]]:
-    """Every object of `kind` with its properties, through one container view, paging on the
-    returned token.
+        return run(self._vcenter.session, f"reading VM {vm_id!r}", read)
 
-    The simulator returns everything at once (it ignores maxObjects and has no
-    ContinueRetrievePropertiesEx), so the token path is not exercised by the tests.
-    """
-    content = instance.content
-    view = content.viewManager.CreateContainerView(content.rootFolder, [kind], True)
-    try:
-        collector = content.propertyCollector
-        spec = vmodl.query.PropertyCollector.FilterSpec(
-            objectSet=[
-                vmodl.query.PropertyCollector.ObjectSpec(
-                    obj=view,
-                    skip=True,
-                    selectSet=[
-                        vmodl.query.PropertyCollector.TraversalSpec(
-                            name="view", path="view", skip=False, type=vim.view.ContainerView
-                        )
-                    ],
-                )
-            ],
-            propSet=[
-                vmodl.query.PropertyCollector.PropertySpec(type=kind, pathSet=list(properties))
-            ],
-        )
-        return _all_pages(collector, collector.RetrievePropertiesEx([spec], _options()))
-    finally:
-        view.DestroyView()
+    def list_vms(self) -> Result[list[VMInfo], ProviderError]:
+        """Each VM by its instanceUuid, as Create names it; the MoRefs read on the way are
+        remembered, so that Describe of a listed VM needs no lookup."""
 
+        def read(instance: Any) -> list[VMInfo]:
+            rows = retrieve_all_vms(instance, VM_PROPERTIES)
+            for row in rows:
+                self._vcenter.remember_moref(row)
+            return [vm_info(row) for row in rows]
 
-def _options() -> Any:
-    return vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=1000)
+        return run(self._vcenter.session, "listing VMs", read)
 
-
-def _all_pages(collector: Any, page: Any) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for _ in range(1_000_000):
-        if page is None:
-            break
-        rows.extend(_row(content) for content in page.objects)
-        if not page.token:
-            break
-        page = collector.ContinueRetrievePropertiesEx(page.token)
-    return rows
-
-
-def _row(content: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {prop.name: prop.val for prop in content.propSet or ()}
-    row["_ref"] = content.obj
-    return row
-
-
-def extra_config(row: Mapping[str, Any]) -> dict[str, str]:
-    """The VM's extraConfig; a key set twice keeps its last value (the simulator appends)."""
-    return {str(option.key): str(option.value) for option in row.get("config.extraConfig") or ()}
+    def _console_url(self, instance: Any, vm_id: str) -> str:
+        """The VM's page in the vSphere Client (or the ESXi Host Client), from the login's
+        ServiceContent: no round trip."""
+        about = instance.content.about
+        origin = self._vcenter.session.web_origin
+        if about.apiType == "HostAgent":
+            return f"{origin}/ui/#/host/vms/{vm_id}"
+        urn = f"urn:vmomi:VirtualMachine:{vm_id}:{about.instanceUuid}"
+        return f"{origin}/ui/#?extensionId=vsphere.core.vm.summary&objectId={urn}"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
-from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve, retrieve_all
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import NetworkAttachment
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -23,8 +24,49 @@ NIC_MODELS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class AttachmentFields:
+    """How the request names a network attachment's fields, so that an error names the field
+    as the manager sent it: Create's networks_json uses Go names, Clone's customize_json
+    camelCase keys."""
+
+    field: Callable[[int, str], str]  # (index, key) -> the wire name
+    keys: Mapping[str, str]  # NetworkAttachment attribute -> the key that carries it
+
+    def name(self, index: int, attribute: str) -> str:
+        return self.field(index, self.keys[attribute])
+
+
+CREATE_ATTACHMENTS = AttachmentFields(
+    fields.network_field,
+    {
+        "portgroup": "Portgroup",
+        "network_name": "NetworkName",
+        "name": "Name",
+        "model": "Model",
+        "static_ip": "StaticIP",
+        "prefix": "Prefix",
+    },
+)
+CLONE_ATTACHMENTS = AttachmentFields(
+    fields.customize_network_field,
+    {
+        # Clone's customization has neither a portgroup nor a model key: both stay empty.
+        "portgroup": "networkName",
+        "network_name": "networkName",
+        "name": "name",
+        "model": "model",
+        "static_ip": "ipAddress",
+        "prefix": "prefix",
+    },
+)
+
+
 def nic_changes(
-    instance: Any, devices: Sequence[Any], attachments: Sequence[NetworkAttachment]
+    instance: Any,
+    devices: Sequence[Any],
+    attachments: Sequence[NetworkAttachment],
+    named: AttachmentFields,
 ) -> list[Any]:
     """Remove every existing NIC and add one per attachment (nothing when none are asked)."""
     if not attachments:
@@ -38,25 +80,32 @@ def nic_changes(
         if isinstance(device, vim.vm.device.VirtualEthernetCard)
     ]
     additions = [
-        _new_nic(instance, networks, attachment, index)
+        _new_nic(instance, networks, attachment, index, named)
         for index, attachment in enumerate(attachments)
     ]
     return removals + additions
 
 
 def _new_nic(
-    instance: Any, networks: dict[str, Any], attachment: NetworkAttachment, index: int
+    instance: Any,
+    networks: dict[str, Any],
+    attachment: NetworkAttachment,
+    index: int,
+    named: AttachmentFields,
 ) -> Any:
-    field = f"networks[{index}]"
-    name = attachment.portgroup or attachment.network_name or attachment.name
+    given = [key for key in ("portgroup", "network_name", "name") if getattr(attachment, key)]
+    source = given[0] if given else "portgroup"
+    name = str(getattr(attachment, source))
     if name not in networks:
-        raise AdapterError(ProviderError.invalid_spec(f"{field}.portgroup", f"no network {name!r}"))
+        raise ExpectedError(
+            ProviderError.invalid_spec(named.name(index, source), f"no network {name!r}")
+        )
     model = NIC_MODELS.get(attachment.model.lower())
     if model is None:
         known = ", ".join(sorted(key for key in NIC_MODELS if key))
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.invalid_spec(
-                f"{field}.model", f"one of {known}, got {attachment.model!r}"
+                named.name(index, "model"), f"one of {known}, got {attachment.model!r}"
             )
         )
     nic = model(key=-200 - index, backing=_backing(instance, networks[name], name))

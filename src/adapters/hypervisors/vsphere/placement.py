@@ -11,9 +11,9 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import AdapterError
-from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve, retrieve_all
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import Placement
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -43,11 +43,11 @@ def merged(requested: Placement, defaults: Placement) -> Placement:
 
 def resolve(instance: Any, placement: Placement, source: Any) -> Location:
     own = _source_location(instance, source)
-    host = _named(instance, vim.HostSystem, placement.host, "placement.host")
+    host = _named(instance, vim.HostSystem, placement.host, fields.PLACEMENT_HOST)
     pool = own.pool
     if placement.cluster:
         cluster = _named(
-            instance, vim.ClusterComputeResource, placement.cluster, "placement.cluster"
+            instance, vim.ClusterComputeResource, placement.cluster, fields.PLACEMENT_CLUSTER
         )
         pool = retrieve(instance, [cluster], ("resourcePool",))[0]["resourcePool"]
     elif host is not None:
@@ -55,13 +55,13 @@ def resolve(instance: Any, placement: Placement, source: Any) -> Location:
         pool = retrieve(instance, [compute], ("resourcePool",))[0]["resourcePool"]
     datastore = own.datastore
     if placement.datastore:
-        datastore = _named(instance, vim.Datastore, placement.datastore, "placement.datastore")
+        datastore = _named(instance, vim.Datastore, placement.datastore, fields.PLACEMENT_DATASTORE)
     elif placement.storage_pod:
-        pod = _named(instance, vim.StoragePod, placement.storage_pod, "placement.storagePod")
+        pod = _named(instance, vim.StoragePod, placement.storage_pod, fields.PLACEMENT_STORAGE_POD)
         datastore = _roomiest_member(instance, pod, placement.storage_pod)
     folder = own.folder
     if placement.folder:
-        folder = _named(instance, vim.Folder, placement.folder, "placement.folder")
+        folder = _named(instance, vim.Folder, placement.folder, fields.PLACEMENT_FOLDER)
     return Location(folder=folder, pool=pool, datastore=datastore, host=host)
 
 
@@ -72,7 +72,7 @@ def _named(instance: Any, kind: Any, name: str, field: str) -> Any:
         row["_ref"] for row in retrieve_all(instance, kind, ("name",)) if row.get("name") == name
     ]
     if not found:
-        raise AdapterError(ProviderError.invalid_spec(field, f"nothing named {name!r}"))
+        raise ExpectedError(ProviderError.invalid_spec(field, f"nothing named {name!r}"))
     return found[0]
 
 
@@ -80,8 +80,8 @@ def _roomiest_member(instance: Any, pod: Any, name: str) -> Any:
     members = list(retrieve(instance, [pod], ("childEntity",))[0].get("childEntity") or ())
     datastores = [member for member in members if isinstance(member, vim.Datastore)]
     if not datastores:
-        raise AdapterError(
-            ProviderError.invalid_spec("placement.storagePod", f"{name!r} has no datastore")
+        raise ExpectedError(
+            ProviderError.invalid_spec(fields.PLACEMENT_STORAGE_POD, f"{name!r} has no datastore")
         )
     rows = retrieve(instance, datastores, ("summary.freeSpace",))
     return max(rows, key=lambda row: int(row.get("summary.freeSpace") or 0))["_ref"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -10,6 +9,7 @@ from urllib.parse import urlsplit
 from pyVim import connect as untyped_connect
 from pyVmomi import vim, vmodl
 
+from pyrigaud.adapters.hypervisors.reopening import Reopening
 from pyrigaud.application.ports import Credentials
 
 # pyVim is untyped: call it dynamically.
@@ -52,7 +52,8 @@ class Connection:
 
 
 class VSphereSession:
-    """Thread-safe lazy login; a call that hits NotAuthenticated logs in again and retries once."""
+    """Lazy login shared by every thread; a call that hits NotAuthenticated logs in again (once,
+    however many calls noticed) and is retried once."""
 
     def __init__(
         self,
@@ -72,37 +73,24 @@ class VSphereSession:
         self._path = parts.path or "/sdk"
         self._credentials = credentials
         self._insecure = insecure
-        self._lock = threading.Lock()
-        self._instance: Connection | None = None
+        self._connection: Reopening[Connection] = Reopening(self._login)
 
     def call(self, operation: Callable[[Any], T]) -> T:
         """Run `operation(connection)` (a Connection: the service instance with its content
         at hand); pyvmomi faults propagate to the caller."""
-        instance = self._connected()
+        connection = self._connection.current()
         try:
-            return operation(instance)
+            return operation(connection)
         except vim.fault.NotAuthenticated:
-            return operation(self._relogin(instance))
+            fresh, replaced = self._connection.replace(connection)
+            if replaced:
+                self._on_relogin()
+            return operation(fresh)
 
     def close(self) -> None:
-        with self._lock:
-            instance, self._instance = self._instance, None
-        if instance is not None:
-            connect.Disconnect(instance.instance)
-
-    def _connected(self) -> Connection:
-        with self._lock:
-            if self._instance is None:
-                self._instance = self._login()
-            return self._instance
-
-    def _relogin(self, stale: Connection) -> Connection:
-        with self._lock:
-            current = self._instance
-            if current is stale or current is None:
-                current = self._instance = self._login()
-                self._on_relogin()
-            return current
+        connection = self._connection.take()
+        if connection is not None:
+            connect.Disconnect(connection.instance)
 
     def _login(self) -> Connection:
         username, password = self._credentials()

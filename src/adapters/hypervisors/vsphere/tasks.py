@@ -9,19 +9,30 @@ colons included, round-trips.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, is_missing
-from pyrigaud.adapters.hypervisors.vsphere.inventory import retrieve
-from pyrigaud.domain.tasks import TaskRef, id_parts, self_describing_id
+from pyrigaud.adapters.hypervisors.vsphere.errors import (
+    EXPECTED_FAILURES,
+    fault_message,
+    is_missing,
+    run,
+)
+from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.tasks import TaskRef, TaskState, id_parts, self_describing_id
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
 
 TASK_MOREF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+TASK_DEADLINE_SECONDS = 240.0
 
 
 @dataclass(frozen=True)
@@ -67,3 +78,79 @@ def progress(instance: Any, task: Any) -> Progress | None:
     if not rows:
         return None
     return Progress(state=rows[0].get("info.state"), error=rows[0].get("info.error"))
+
+
+def wait(instance: Any, task: Any) -> Any:
+    """The task's result once it ends, reading only info.state/error/result (bounded wait)."""
+    deadline = time.monotonic() + TASK_DEADLINE_SECONDS
+    delay = 0.05
+    while True:
+        found = progress(instance, task)
+        if found is None:
+            raise ExpectedError(ProviderError.unavailable(f"vSphere task {task._moId} vanished"))
+        if found.succeeded:
+            return retrieve(instance, [task], ("info.result",))[0].get("info.result")
+        if found.failed:
+            raise (
+                found.error
+                if isinstance(found.error, BaseException)
+                else ExpectedError(ProviderError.internal(fault_message(found.error)))
+            )
+        if time.monotonic() > deadline:
+            raise ExpectedError(ProviderError.unavailable("vSphere task did not finish in time"))
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+@dataclass(frozen=True)
+class TaskOperation:
+    """An operation that is one vSphere Task: `start` returns it (None: nothing to do)."""
+
+    doing: str  # for error messages: "reconfiguring VM 'vm-42'"
+    vm_id: str
+    start: Callable[[Any], Any]
+
+
+def begin(
+    session: VSphereSession, operation: TaskOperation
+) -> Result[TaskRef | None, ProviderError]:
+    """Start the operation's Task and hand back its id at once; None when no Task was needed
+    (already in the state asked for, or a guest reboot)."""
+
+    def start(instance: Any) -> TaskRef | None:
+        task = operation.start(instance)
+        if task is None:
+            return None
+        return VSphereTask(task=str(task._moId), vm_id=operation.vm_id).task_ref()
+
+    return run(session, operation.doing, start)
+
+
+class VSphereTaskTracker:
+    """TaskStatus for `vsphere-task:` ids, from vCenter alone."""
+
+    def __init__(self, session: VSphereSession) -> None:
+        self._session = session
+
+    def task_state(self, task_id: str) -> TaskState | None:
+        """A `vsphere-task:` id's state in one round trip; an unreadable one is still running
+        with the reason as its error (the caller asks again)."""
+        task = VSphereTask.parse(task_id)
+        if task is None:
+            return None
+
+        def read(instance: Any) -> TaskState:
+            found = progress(instance, vim.Task(task.task, instance._stub))
+            if found is None:
+                return TaskState.failed(
+                    f"vSphere task {task.task!r} (VM {task.vm_id!r}) is unknown or expired; "
+                    "vCenter keeps finished tasks for a limited time only"
+                )
+            if found.succeeded:
+                return TaskState.succeeded()
+            if found.failed:
+                return TaskState.failed(fault_message(found.error))
+            return TaskState.running()
+
+        answer = run(self._session, f"reading vSphere task {task.task!r}", read)
+        return answer.lash(lambda error: Success(TaskState(done=False, error=str(error)))).unwrap()

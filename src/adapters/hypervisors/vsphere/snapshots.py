@@ -1,0 +1,87 @@
+"""Snapshots on vSphere: SnapshotCreate waits for its Task (the response carries the
+snapshot), removal and revert hand back their Task's id. A snapshot is named by its MoRef
+(snapshot-42) or by its name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.vsphere.errors import run
+from pyrigaud.adapters.hypervisors.vsphere.tasks import TaskOperation, begin, wait
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import Snapshot, SnapshotRequest
+from pyrigaud.domain.tasks import TaskRef
+
+
+class VSphereSnapshots:
+    def __init__(self, vcenter: VCenter) -> None:
+        self._vcenter = vcenter
+
+    def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
+        def take(instance: Any) -> Snapshot:
+            vm = self._vcenter.vm(instance, request.vm_id)
+            task = vm.CreateSnapshot_Task(
+                name=request.name,
+                description=request.description,
+                memory=request.include_memory,
+                quiesce=False,
+            )
+            snapshot = wait(instance, task)
+            return Snapshot(
+                id=str(snapshot._moId),
+                name=request.name,
+                description=request.description,
+                include_memory=request.include_memory,
+            )
+
+        return run(self._vcenter.session, f"snapshotting VM {request.vm_id!r}", take)
+
+    def delete_snapshot(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        operation = TaskOperation(
+            f"deleting snapshot {snapshot_id!r}",
+            vm_id,
+            lambda instance: self._snapshot(instance, vm_id, snapshot_id).RemoveSnapshot_Task(
+                False
+            ),
+        )
+        return begin(self._vcenter.session, operation)
+
+    def revert_snapshot(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        operation = TaskOperation(
+            f"reverting to snapshot {snapshot_id!r}",
+            vm_id,
+            lambda instance: self._snapshot(instance, vm_id, snapshot_id).RevertToSnapshot_Task(),
+        )
+        return begin(self._vcenter.session, operation)
+
+    def _snapshot(self, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+        for tree in snapshot_trees(self._vcenter, instance, vm_id):
+            if snapshot_id in (tree.snapshot._moId, tree.name):
+                return tree.snapshot
+        raise ExpectedError(
+            ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
+        )
+
+
+def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> list[Any]:
+    """Every snapshot of the VM (one round trip), flattened from the snapshot tree."""
+    row = vcenter.vm_row(instance, vm_id, ("snapshot",))
+    if row is None:
+        raise ExpectedError(ProviderError.vm_not_found(vm_id))
+    info = row.get("snapshot")
+    pending = list(info.rootSnapshotList) if info is not None else []
+    trees = []
+    for _ in range(100_000):
+        if not pending:
+            break
+        tree = pending.pop()
+        trees.append(tree)
+        pending.extend(tree.childSnapshotList or ())
+    return trees
