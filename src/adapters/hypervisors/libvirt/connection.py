@@ -18,11 +18,7 @@ from urllib.parse import urlsplit
 
 import libvirt
 
-from pyrigaud.adapters.hypervisors.libvirt.errors import (
-    CONNECTION_LOSS_CODES,
-    AdapterError,
-    error_code,
-)
+from pyrigaud.adapters.hypervisors.libvirt.errors import CONNECTION_LOSS_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
     PASSWORD,
     USERNAME,
@@ -31,7 +27,7 @@ from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
 )
 from pyrigaud.adapters.hypervisors.reopening import Reopening
 from pyrigaud.application.ports import Credentials
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 
 T = TypeVar("T")
 
@@ -128,7 +124,7 @@ class LibvirtConnection:
         At most `max_concurrent_calls` run at once; the others wait for a slot.
         """
         if not self._slots.acquire(timeout=self._slot_wait_seconds):
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.resource_exhausted(
                     f"all {self._max_concurrent_calls} libvirt call slots for {self.uri} stayed "
                     f"busy for {self._slot_wait_seconds:g}s; retry later"
@@ -205,9 +201,9 @@ class LibvirtConnection:
             return self._opener(uri)
         return libvirt.openAuth(uri, [_ANSWERED_CREDENTIALS, credential_answerer(values), None], 0)
 
-    def _unreachable(self, error: libvirt.libvirtError) -> AdapterError:
+    def _unreachable(self, error: libvirt.libvirtError) -> ExpectedError:
         # Whatever libvirt's code, a host we cannot reach is "unavailable", not bad input.
-        return AdapterError(
+        return ExpectedError(
             ProviderError.unavailable(f"cannot connect to {self.uri}: {_one_line(error)}")
         )
 
