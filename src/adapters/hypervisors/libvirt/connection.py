@@ -145,7 +145,7 @@ class LibvirtConnection:
         """Call the bound method `hook` with each raw connection before it is let go: just
         before `close()` closes it, and when a dead one is replaced. Event callbacks must be
         deregistered then: libvirt-python forgets them on close, and while they are registered
-        libvirt keeps the connection alive. Held weakly, so an adapter nobody uses still goes."""
+        libvirt keeps the connection alive. Held weakly, so a backend nobody uses still goes."""
         with self._hooks_lock:
             self._close_hooks.append(weakref.WeakMethod(hook))
 
