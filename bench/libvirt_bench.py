@@ -58,8 +58,10 @@ import libvirt
 from describe_bench import HOST, Processes, free_port, machine, percentile, wait_ready
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import MIGRATION_STORAGE_ROOT
+from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -326,18 +328,25 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
     list_vms() on a `size`-domain host."""
     node, uuids = write_host(directory, size)
     connection = LibvirtConnection(f"test://{node}", opener=libvirt.open)
-    hypervisor = LibvirtHypervisor(connection, SystemClock(), domain_type="test")
-    hypervisor.check()  # opens the connection (parses the host) outside the measurements
+    backend = build_libvirt_backend(
+        connection,
+        SystemClock(),
+        domain_type="test",
+        pools=PoolSettings(),
+        allow_loopback_urls=False,
+        migration_storage_root=MIGRATION_STORAGE_ROOT,
+    )
+    backend.health.check()  # opens the connection (parses the host) outside the measurements
     rng = random.Random(size)
-    lines = [f"In-process LibvirtHypervisor on {size:,} domains (no gRPC):"]
+    lines = [f"In-process libvirt backend on {size:,} domains (no gRPC):"]
     for parity, state in ((0, "running"), (1, "shut off")):
         some = uuids[parity::2]
-        took = timed(lambda: hypervisor.describe(rng.choice(some)).unwrap(), 2000)  # noqa: B023
+        took = timed(lambda: backend.inventory.describe(rng.choice(some)).unwrap(), 2000)  # noqa: B023
         lines.append(f"- describe(), {state}: p50 {milliseconds(percentile(took, 0.5))} ms")
-    took = timed(hypervisor.check, 2000)
+    took = timed(backend.health.check, 2000)
     lines.append(f"- check() (Validate's work): p50 {milliseconds(percentile(took, 0.5))} ms")
     listed: list[Any] = []
-    took = timed(lambda: listed.extend(hypervisor.list_vms().unwrap()), 1)
+    took = timed(lambda: listed.extend(backend.inventory.list_vms().unwrap()), 1)
     lines.append(f"- list_vms(): {took[0]:.2f} s unprofiled")
     took = timed(
         lambda: pb.ListVMsResponse(
@@ -348,7 +357,7 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
     lines.append(f"- its answer to protobuf (translate + serialize): {took[0]:.2f} s")
     profiler = cProfile.Profile()
     profiler.enable()
-    hypervisor.list_vms().unwrap()
+    backend.inventory.list_vms().unwrap()
     profiler.disable()
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)

@@ -1,4 +1,5 @@
-"""The libvirt adapter on a real libvirtd + QEMU (`qemu:///system`), for the contract suite.
+"""The libvirt backend on a real libvirtd + QEMU (`qemu:///system`), for the qemu and contract
+suites.
 
 Opt-in: harnesses register only when PYRIGAUD_TEST_QEMU=1 (the test command sets it after
 scripts/libvirtd.sh has started the daemon), so developer runs without root still work. Once
@@ -17,6 +18,7 @@ import os
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,13 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     VirConnect,
     prepare_libvirt_for_process,
 )
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
-from pyrigaud.domain.models import VMImage
+from pyrigaud.application.backend import Backend
+from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
 from contract.harness import Harness
+from libvirt_support import AllPorts, libvirt_test_backend
 from support import ManualClock
 
 QEMU_URI = "qemu:///system"
@@ -144,24 +147,49 @@ def _paths_in_use(dom: Any) -> list[str]:
     return disks + [volume.get("path", "") for volume in recorded]
 
 
-def qemu_harness() -> Iterator[Harness]:
-    """The adapter on qemu:///system and a base image; everything made is removed after."""
+@dataclass
+class QemuHost:
+    """The libvirt backend on qemu:///system, and a base image to create VMs from."""
+
+    backend: Backend
+    clock: ManualClock
+    image: VMImage
+
+    def request(self, name: str, **changes: object) -> CreateRequest:
+        """A small blank VM, changed by `changes`."""
+        base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage())
+        return base.model_copy(update=changes)
+
+
+def qemu_host() -> Iterator[QemuHost]:
+    """The backend on qemu:///system and a base image; everything made is removed after."""
     conn = open_qemu()
     try:
         remove_test_leftovers(conn)
         image = VMImage(path=add_base_image(conn), format="qcow2")
         clock = ManualClock()
         connection = LibvirtConnection(QEMU_URI)
-        adapter = LibvirtHypervisor(
+        backend = libvirt_test_backend(
             connection,
             clock,
             domain_type="qemu",
             pools=PoolSettings(default_pool=TEST_POOL, default_pool_path=str(TEST_POOL_PATH)),
         )
         try:
-            yield Harness(adapter=adapter, clock=clock, image=image, guest_reports_addresses=False)
+            yield QemuHost(backend=backend, clock=clock, image=image)
         finally:
             connection.close()
             remove_test_leftovers(conn)
     finally:
         conn.close()
+
+
+def qemu_harness() -> Iterator[Harness]:
+    """`qemu_host` for the contract suite (running VMs there have no guest OS to report)."""
+    for host in qemu_host():
+        yield Harness(
+            adapter=AllPorts(host.backend),
+            clock=host.clock,
+            image=host.image,
+            guest_reports_addresses=False,
+        )

@@ -1,6 +1,6 @@
 """Clone with customization: the clone's own cloud-init seed, on the test driver.
 
-The test driver cannot upload volumes, so these tests give the adapter a writer that puts the
+The test driver cannot upload volumes, so these tests give the backend a writer that puts the
 bytes straight into the pool directory's file (one test shows the real stream's refusal and
 that the clone then leaves nothing behind). tests/integration/qemu/test_clone_customization.py
 shows the same on real QEMU, through libvirt's own upload and download streams.
@@ -19,8 +19,9 @@ import pytest
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor, read_metadata
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import (
     CloneRequest,
@@ -31,7 +32,7 @@ from pyrigaud.domain.models import (
     VMClass,
 )
 
-from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
+from libvirt_support import clone_vm, create_vm, isolated_host_uri, make_backend, write_pool_file
 from seed_support import seed_files, seed_path
 from support import ManualClock, error_of, ok
 
@@ -51,25 +52,25 @@ CUSTOMIZATION = Customization(
     ),
 )
 
-Host = tuple[LibvirtHypervisor, LibvirtConnection]
+Host = tuple[Backend, LibvirtConnection]
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path), ManualClock(), volume_writer=write_pool_file
     )
-    yield adapter, connection
+    yield backend, connection
     connection.close()
 
 
-def create(adapter: LibvirtHypervisor, name: str, **changes: object) -> str:
+def create(backend: Backend, name: str, **changes: object) -> str:
     request = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256))
-    return made(adapter.create(request.model_copy(update=changes), OWNER))
+    return made(create_vm(backend, request.model_copy(update=changes), OWNER))
 
 
 def made(result: Result[Any, ProviderError]) -> str:
-    """The new VM's id, whether the adapter answers with the id or with its CreatedVM."""
+    """The new VM's id, whether the backend answers with the id or with its CreatedVM."""
     value = ok(result)
     return value if isinstance(value, str) else str(value.id)
 
@@ -95,10 +96,10 @@ def pool_volumes(connection: LibvirtConnection) -> set[str]:
 
 @pytest.mark.parametrize("linked", [False, True])
 def test_a_customized_clone_gets_its_own_seed_naming_it(host: Host, linked: bool) -> None:
-    adapter, connection = host
-    source = create(adapter, "source")
+    backend, connection = host
+    source = create(backend, "source")
     target = made(
-        adapter.clone(clone("copy", source, linked=linked, customization=CUSTOMIZATION), OWNER)
+        clone_vm(backend, clone("copy", source, linked=linked, customization=CUSTOMIZATION), OWNER)
     )
     root = domain_xml(connection, target)
     path = seed_path(root)
@@ -125,11 +126,11 @@ def test_a_customized_clone_gets_its_own_seed_naming_it(host: Host, linked: bool
 
 
 def test_a_clone_of_a_seeded_source_gets_a_fresh_seed_and_the_sources_stays(host: Host) -> None:
-    adapter, connection = host
-    source = create(adapter, "source", user_data=SOURCE_USER_DATA)
+    backend, connection = host
+    source = create(backend, "source", user_data=SOURCE_USER_DATA)
     source_seed = seed_path(domain_xml(connection, source))
     source_bytes = Path(source_seed).read_bytes()
-    target = made(adapter.clone(clone("copy", source), OWNER))
+    target = made(clone_vm(backend, clone("copy", source), OWNER))
     root = domain_xml(connection, target)
     files = seed_files(Path(seed_path(root)).read_bytes())
     assert seed_path(root) != source_seed
@@ -138,16 +139,16 @@ def test_a_clone_of_a_seeded_source_gets_a_fresh_seed_and_the_sources_stays(host
     assert files["user-data"] == b"#cloud-config\n"
     assert "network-config" not in files
     assert "vendor-data" not in files
-    ok(adapter.delete(target))
+    ok(backend.lifecycle.delete(target))
     assert not any(name.startswith("copy-") for name in pool_volumes(connection))
     assert Path(source_seed).read_bytes() == source_bytes
     assert seed_path(domain_xml(connection, source)) == source_seed
 
 
 def test_a_clone_without_customization_of_an_unseeded_source_has_no_seed(host: Host) -> None:
-    adapter, connection = host
-    source = create(adapter, "source")
-    target = made(adapter.clone(clone("copy", source, customization=Customization()), OWNER))
+    backend, connection = host
+    source = create(backend, "source")
+    target = made(clone_vm(backend, clone("copy", source, customization=Customization()), OWNER))
     assert domain_xml(connection, target).findall("devices/disk[@device='cdrom']") == []
     assert not any(name.endswith(".iso") for name in pool_volumes(connection))
 
@@ -157,17 +158,17 @@ def test_the_building_clone_records_the_seed_before_it_is_written(tmp_path: Path
     seen: list[tuple[str, tuple[str, ...], bool]] = []
 
     def recording_writer(conn: Any, volume: Any, chunks: Iterable[bytes]) -> None:
-        metadata = read_metadata(conn.lookupByName("copy"))
+        metadata = Guest(conn.lookupByName("copy")).metadata()
         assert metadata is not None
         seen.append((str(volume.path()), metadata.volumes, metadata.building))
         write_pool_file(conn, volume, chunks)
 
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path), ManualClock(), volume_writer=recording_writer
     )
     try:
-        source = create(adapter, "source")
-        made(adapter.clone(clone("copy", source, customization=CUSTOMIZATION), OWNER))
+        source = create(backend, "source")
+        made(clone_vm(backend, clone("copy", source, customization=CUSTOMIZATION), OWNER))
         ((written, planned, building),) = seen
         assert building
         assert written in planned
@@ -187,28 +188,30 @@ def test_the_building_clone_records_the_seed_before_it_is_written(tmp_path: Path
 def test_customization_the_clone_cannot_apply_is_refused_before_anything_is_made(
     host: Host, customization: Customization, field: str
 ) -> None:
-    adapter, connection = host
-    source = create(adapter, "source")
+    backend, connection = host
+    source = create(backend, "source")
     before = pool_volumes(connection)
-    error = error_of(adapter.clone(clone("copy", source, customization=customization), OWNER))
+    error = error_of(clone_vm(backend, clone("copy", source, customization=customization), OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith(f"{field}:")
     assert pool_volumes(connection) == before
-    assert ok(adapter.find_by_name("copy")) is None
+    assert ok(backend.lifecycle.find_by_name("copy")) is None
 
 
 def test_the_test_drivers_missing_upload_refuses_customization_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:
-    adapter, connection = make_adapter(isolated_host_uri(tmp_path), ManualClock())
+    backend, connection = make_backend(isolated_host_uri(tmp_path), ManualClock())
     try:
-        source = create(adapter, "source")
+        source = create(backend, "source")
         before = pool_volumes(connection)
-        error = error_of(adapter.clone(clone("copy", source, customization=CUSTOMIZATION), OWNER))
+        error = error_of(
+            clone_vm(backend, clone("copy", source, customization=CUSTOMIZATION), OWNER)
+        )
         assert error.kind is ErrorKind.UNSUPPORTED
         assert "virStorageVolUpload" in error.message
         assert pool_volumes(connection) == before
-        assert ok(adapter.find_by_name("copy")) is None
-        made(adapter.clone(clone("plain", source), OWNER))  # without customization Clone works
+        assert ok(backend.lifecycle.find_by_name("copy")) is None
+        made(clone_vm(backend, clone("plain", source), OWNER))  # without customization Clone works
     finally:
         connection.close()

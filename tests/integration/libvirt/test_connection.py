@@ -15,9 +15,8 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     LibvirtConnection,
     credential_answerer,
 )
-from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import SshAccess, display_uri
-from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.errors import ErrorKind, ExpectedError
 
 SECRET = {
     "username": "ops admin",
@@ -118,7 +117,7 @@ def test_calls_beyond_the_bound_wait_and_then_are_resource_exhausted() -> None:
     holder = threading.Thread(target=connection.call, args=(hold,))
     holder.start()
     inside.wait()
-    with pytest.raises(AdapterError) as refused:
+    with pytest.raises(ExpectedError) as refused:
         connection.call(lambda conn: conn.getURI())
     assert refused.value.error.kind is ErrorKind.RESOURCE_EXHAUSTED
     assert "1 libvirt call slots" in refused.value.error.message

@@ -1,6 +1,6 @@
 """A Create killed part-way, on the test driver: what it leaves, and who removes it.
 
-The process "dies" inside the seed upload (the adapter's volume-writer seam raises a
+The process "dies" inside the seed upload (the backend's volume-writer seam raises a
 BaseException, which no cleanup path catches, as a SIGKILL would skip them all): by then the
 building domain is defined and the root volume made. The process-level SIGKILL test on real
 libvirtd is in tests/integration/replicas/test_crash.py.
@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
@@ -26,7 +25,14 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, CreateRequest, DiskSpec, OwnerMark, VMClass
 
-from libvirt_support import isolated_host_uri, make_adapter, write_pool_file
+from libvirt_support import (
+    clone_vm,
+    create_vm,
+    isolated_host_uri,
+    libvirt_test_backend,
+    make_backend,
+    write_pool_file,
+)
 from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-crash")
@@ -45,12 +51,12 @@ class Host:
     def __init__(self, tmp_path: Path, clock: ManualClock) -> None:
         uri = isolated_host_uri(tmp_path)
         self.clock = clock
-        self.crashing, self._crashing_connection = make_adapter(
+        self.crashing, self._crashing_connection = make_backend(
             uri, clock, volume_writer=killed_mid_upload
         )
         # A restarted process: a fresh connection to the same host file's state is a fresh
         # copy of the node XML on the test driver, so both adapters share one connection.
-        self.adapter = LibvirtHypervisor(
+        self.backend = libvirt_test_backend(
             self._crashing_connection, clock, domain_type="test", volume_writer=write_pool_file
         )
         self.connection: LibvirtConnection = self._crashing_connection
@@ -67,11 +73,11 @@ class Host:
 
     def crash_a_create(self, name: str) -> None:
         with pytest.raises(ProcessKilled):
-            self.crashing.create(seeded_request(name), OWNER)
+            create_vm(self.crashing, seeded_request(name), OWNER)
 
     def create_vm(self, policy: LeftoverPolicy = POLICY) -> CreateVM:
-        ownership = OwnershipRule(self.adapter, OWNER, self.clock, policy, KeyedLock())
-        return CreateVM(self.adapter, ownership)
+        ownership = OwnershipRule(self.backend.lifecycle, OWNER, self.clock, policy, KeyedLock())
+        return CreateVM(self.backend.lifecycle, ownership)
 
 
 @pytest.fixture
@@ -98,11 +104,11 @@ def kinds(volume_names: list[str]) -> list[str]:
 def test_a_killed_create_leaves_one_marked_domain_that_records_every_volume(host: Host) -> None:
     began = host.clock.now()
     host.crash_a_create("crashed")
-    record = ok(host.adapter.find_by_name("crashed"))
+    record = ok(host.backend.lifecycle.find_by_name("crashed"))
     assert record is not None
     assert record.owner == OWNER
     assert record.building_since == began
-    assert ok(host.adapter.find_unfinished()) == [record]
+    assert ok(host.backend.lifecycle.find_unfinished()) == [record]
     xml = host.connection.call(lambda conn: conn.lookupByName("crashed").XMLDesc(0))
     recorded = ET.fromstring(xml).findall(f".//{{{NAMESPACE_URI}}}volume")
     recorded_names = sorted(Path(element.get("path", "")).name for element in recorded)
@@ -112,10 +118,10 @@ def test_a_killed_create_leaves_one_marked_domain_that_records_every_volume(host
 
 def test_delete_removes_a_leftover_whole(host: Host) -> None:
     host.crash_a_create("crashed")
-    record = ok(host.adapter.find_by_name("crashed"))
+    record = ok(host.backend.lifecycle.find_by_name("crashed"))
     assert record is not None
-    ok(host.adapter.delete(record.id))
-    assert ok(host.adapter.find_by_name("crashed")) is None
+    ok(host.backend.lifecycle.delete(record.id))
+    assert ok(host.backend.lifecycle.find_by_name("crashed")) is None
     assert host.volumes() == []
 
 
@@ -123,11 +129,11 @@ def test_the_next_create_of_the_name_replaces_an_abandoned_leftover(host: Host) 
     host.crash_a_create("crashed")
     host.clock.advance(CREATE_DEADLINE_SECONDS)
     made = ok(host.create_vm()(seeded_request("crashed")))
-    record = ok(host.adapter.find_by_name("crashed"))
+    record = ok(host.backend.lifecycle.find_by_name("crashed"))
     assert record is not None
     assert record.id == made.id
     assert record.building_since is None
-    assert ok(host.adapter.find_unfinished()) == []
+    assert ok(host.backend.lifecycle.find_unfinished()) == []
     assert kinds(host.volumes()) == ["cidata", "disk0", "disk1"]
 
 
@@ -136,25 +142,25 @@ def test_a_young_leftover_is_waited_for_not_removed(host: Host) -> None:
     error = error_of(host.create_vm()(seeded_request("crashed")))
     assert error.kind is ErrorKind.UNAVAILABLE
     assert "still being created" in error.message
-    assert len(ok(host.adapter.find_unfinished())) == 1
+    assert len(ok(host.backend.lifecycle.find_unfinished())) == 1
 
 
 def test_the_sweep_removes_abandoned_leftovers_and_leaves_finished_vms(host: Host) -> None:
     host.crash_a_create("crashed")
     finished = ok(host.create_vm()(seeded_request("finished"))).id
     host.clock.advance(CREATE_DEADLINE_SECONDS)
-    report = ok(SweepLeftovers(host.adapter, host.clock, POLICY)())
+    report = ok(SweepLeftovers(host.backend.lifecycle, host.clock, POLICY)())
     assert report.removed == ("crashed",)
-    assert [vm.id for vm in ok(host.adapter.list_vms())] == [finished]
+    assert [vm.id for vm in ok(host.backend.inventory.list_vms())] == [finished]
     assert all(name.startswith("finished-") for name in host.volumes())
     assert kinds(host.volumes()) == ["cidata", "disk0", "disk1"]
 
 
 def test_a_finished_clone_carries_no_building_mark(host: Host) -> None:
     source = ok(host.create_vm()(seeded_request("source"))).id
-    copy = ok(host.adapter.clone(CloneRequest(source_vm_id=source, target_name="copy"), OWNER))
-    record = ok(host.adapter.find_by_name("copy"))
+    copy = ok(clone_vm(host.backend, CloneRequest(source_vm_id=source, target_name="copy"), OWNER))
+    record = ok(host.backend.lifecycle.find_by_name("copy"))
     assert record is not None
     assert record.id == copy
     assert record.building_since is None
-    assert ok(host.adapter.find_unfinished()) == []
+    assert ok(host.backend.lifecycle.find_unfinished()) == []

@@ -14,25 +14,25 @@ from typing import Any
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import CreateRequest, DiskQuery, OwnerMark, VMClass, VMImage
 
 from image_server_support import ImageServer, raw_image, serving
-from libvirt_support import add_base_image, isolated_host_uri, make_adapter
+from libvirt_support import add_base_image, create_vm, isolated_host_uri, make_backend
 from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-url")
 
-Host = tuple[LibvirtHypervisor, LibvirtConnection]
+Host = tuple[Backend, LibvirtConnection]
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path), ManualClock(), allow_loopback_urls=True
     )
-    yield adapter, connection
+    yield backend, connection
     connection.close()
 
 
@@ -56,8 +56,8 @@ def assert_nothing_left(connection: LibvirtConnection) -> None:
 def test_a_url_create_is_unsupported_where_volumes_cannot_be_uploaded(
     host: Host, images: ImageServer
 ) -> None:
-    adapter, connection = host
-    error = error_of(adapter.create(request(VMImage(url=images.url("/disk.raw"))), OWNER))
+    backend, connection = host
+    error = error_of(create_vm(backend, request(VMImage(url=images.url("/disk.raw"))), OWNER))
     assert error.kind is ErrorKind.UNSUPPORTED
     assert "virStorageVolUpload" in error.message
     assert_nothing_left(connection)
@@ -78,9 +78,9 @@ def test_a_url_create_is_unsupported_where_volumes_cannot_be_uploaded(
 def test_a_url_spec_that_cannot_work_is_refused_before_any_traffic(
     host: Host, images: ImageServer, image: VMImage, field: str
 ) -> None:
-    adapter, connection = host
+    backend, connection = host
     image = image.model_copy(update={"url": image.url.format(base=images.base)})
-    error = error_of(adapter.create(request(image), OWNER))
+    error = error_of(create_vm(backend, request(image), OWNER))
     assert (error.kind, error.message.split(":")[0]) == (ErrorKind.INVALID_SPEC, field)
     assert images.requests == []
     assert_nothing_left(connection)
@@ -89,19 +89,19 @@ def test_a_url_spec_that_cannot_work_is_refused_before_any_traffic(
 def test_a_path_wins_over_a_url_and_is_overlaid_not_downloaded(
     host: Host, images: ImageServer
 ) -> None:
-    adapter, connection = host
+    backend, connection = host
     base = add_base_image(connection)
     image = VMImage(path=base, url=images.url("/disk.raw"))
-    vm_id = ok(adapter.create(request(image), OWNER))
-    assert ok(adapter.disk_details(DiskQuery(vm_id=vm_id))).backing_file == base
+    vm_id = ok(create_vm(backend, request(image), OWNER))
+    assert ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).backing_file == base
     assert images.requests == []
 
 
 def test_an_image_the_server_does_not_give_is_unavailable_and_leaves_nothing(
     host: Host, images: ImageServer
 ) -> None:
-    adapter, connection = host
-    error = error_of(adapter.create(request(VMImage(url=images.url("/missing.qcow2"))), OWNER))
+    backend, connection = host
+    error = error_of(create_vm(backend, request(VMImage(url=images.url("/missing.qcow2"))), OWNER))
     assert error.kind is ErrorKind.UNAVAILABLE
     assert "404" in error.message
     assert images.requests == ["/missing.qcow2"]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_volume
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CreateRequest,
@@ -31,7 +31,13 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from libvirt_support import add_base_image, isolated_host_uri, write_pool_file
+from libvirt_support import (
+    add_base_image,
+    create_vm,
+    isolated_host_uri,
+    libvirt_test_backend,
+    write_pool_file,
+)
 from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-transfer")
@@ -40,7 +46,7 @@ CONTENT = bytes(range(256)) * 8192  # 2 MiB: more than one chunk
 
 @dataclass
 class Host:
-    adapter: LibvirtHypervisor
+    backend: Backend
     connection: LibvirtConnection
     root: Path
 
@@ -58,14 +64,14 @@ class Host:
     def vm(self) -> str:
         image = VMImage(path=add_base_image(self.connection), format="qcow2")
         request = CreateRequest(name="moving", vm_class=VMClass(cpu=1, memory_mib=256), image=image)
-        return ok(self.adapter.create(request, OWNER))
+        return ok(create_vm(self.backend, request, OWNER))
 
 
 def _host(tmp_path: Path, writer: VolumeWriter) -> Iterator[Host]:
     root = tmp_path / "migration"
     (root / "mig").mkdir(parents=True)
     connection = LibvirtConnection(isolated_host_uri(tmp_path))
-    adapter = LibvirtHypervisor(
+    backend = libvirt_test_backend(
         connection,
         ManualClock(),
         domain_type="test",
@@ -73,25 +79,25 @@ def _host(tmp_path: Path, writer: VolumeWriter) -> Iterator[Host]:
         migration_storage_root=str(root),
     )
     try:
-        yield Host(adapter, connection, root)
+        yield Host(backend, connection, root)
     finally:
         connection.close()
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    """The adapter with libvirt's own stream upload, which the test driver refuses."""
+    """The backend with libvirt's own stream upload, which the test driver refuses."""
     yield from _host(tmp_path, upload_volume)
 
 
 @pytest.fixture
 def writing_host(tmp_path: Path) -> Iterator[Host]:
-    """The adapter writing imported bytes straight into the pool's files."""
+    """The backend writing imported bytes straight into the pool's files."""
     yield from _host(tmp_path, write_pool_file)
 
 
 def test_capabilities_tell_what_moves_and_how(host: Host) -> None:
-    caps = host.adapter.capabilities()
+    caps = host.backend.capabilities.capabilities()
 
     assert caps.supports_disk_export
     assert caps.supports_disk_import
@@ -105,7 +111,9 @@ def test_an_export_without_volume_streams_is_refused_and_leaves_nothing(host: Ho
     vm_id = host.vm()
     before = host.volume_names()
 
-    refused = host.adapter.export_disk(ExportRequest(vm_id=vm_id, destination_url="pvc://mig/x"))
+    refused = host.backend.disk_transfer.export_disk(
+        ExportRequest(vm_id=vm_id, destination_url="pvc://mig/x")
+    )
 
     assert error_of(refused).kind is ErrorKind.UNSUPPORTED
     assert "cannot download" in error_of(refused).message
@@ -117,7 +125,9 @@ def test_an_import_without_volume_streams_is_refused_and_leaves_nothing(host: Ho
     (host.mig / "disk.raw").write_bytes(CONTENT)
     before = host.volume_names()
 
-    refused = host.adapter.import_disk(ImportRequest(source_url="pvc://mig/disk.raw", format="raw"))
+    refused = host.backend.disk_transfer.import_disk(
+        ImportRequest(source_url="pvc://mig/disk.raw", format="raw")
+    )
 
     assert error_of(refused).kind is ErrorKind.UNSUPPORTED
     assert "cannot upload" in error_of(refused).message
@@ -129,8 +139,10 @@ def test_a_missing_vm_or_disk_is_not_found(host: Host) -> None:
     missing_vm = ExportRequest(vm_id="no-such-vm", destination_url="pvc://mig/x")
     missing_disk = ExportRequest(vm_id=vm_id, disk_id="vdz", destination_url="pvc://mig/x")
 
-    assert error_of(host.adapter.export_disk(missing_vm)).kind is ErrorKind.NOT_FOUND
-    assert error_of(host.adapter.export_disk(missing_disk)).kind is ErrorKind.NOT_FOUND
+    assert error_of(host.backend.disk_transfer.export_disk(missing_vm)).kind is ErrorKind.NOT_FOUND
+    assert (
+        error_of(host.backend.disk_transfer.export_disk(missing_disk)).kind is ErrorKind.NOT_FOUND
+    )
 
 
 @pytest.mark.parametrize(
@@ -152,8 +164,10 @@ def test_a_path_that_leaves_its_pvc_is_an_invalid_spec(host: Host, url: str) -> 
     (host.mig / "outside").symlink_to(host.root.parent)
     vm_id = host.vm()
 
-    exported = host.adapter.export_disk(ExportRequest(vm_id=vm_id, destination_url=url))
-    imported = host.adapter.import_disk(ImportRequest(source_url=url, format="raw"))
+    exported = host.backend.disk_transfer.export_disk(
+        ExportRequest(vm_id=vm_id, destination_url=url)
+    )
+    imported = host.backend.disk_transfer.import_disk(ImportRequest(source_url=url, format="raw"))
 
     assert error_of(exported).kind is ErrorKind.INVALID_SPEC
     assert "destination_url" in error_of(exported).message
@@ -168,14 +182,18 @@ def test_a_file_linked_from_outside_is_refused(host: Host) -> None:
     outside.write_bytes(CONTENT)
     (host.mig / "linked.raw").symlink_to(outside)
 
-    imported = host.adapter.import_disk(ImportRequest(source_url="pvc://mig/linked.raw"))
+    imported = host.backend.disk_transfer.import_disk(
+        ImportRequest(source_url="pvc://mig/linked.raw")
+    )
 
     assert error_of(imported).kind is ErrorKind.INVALID_SPEC
     assert "source_url" in error_of(imported).message
 
 
 def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(host: Host) -> None:
-    imported = host.adapter.import_disk(ImportRequest(source_url="pvc://elsewhere/disk.qcow2"))
+    imported = host.backend.disk_transfer.import_disk(
+        ImportRequest(source_url="pvc://elsewhere/disk.qcow2")
+    )
 
     assert error_of(imported).kind is ErrorKind.FAILED_PRECONDITION
     assert "elsewhere" in error_of(imported).message
@@ -199,10 +217,13 @@ def test_what_libvirt_cannot_transfer_is_unsupported(
     vm_id = host.vm()
     request = ExportRequest(vm_id=vm_id, destination_url="pvc://mig/x").model_copy(update=changes)
 
-    assert error_of(host.adapter.export_disk(request)).kind is ErrorKind.UNSUPPORTED
+    assert error_of(host.backend.disk_transfer.export_disk(request)).kind is ErrorKind.UNSUPPORTED
     if "compress" not in changes and "snapshot_id" not in changes:
         importing = ImportRequest(source_url="pvc://mig/x").model_copy(update=changes)
-        assert error_of(host.adapter.import_disk(importing)).kind is ErrorKind.UNSUPPORTED
+        assert (
+            error_of(host.backend.disk_transfer.import_disk(importing)).kind
+            is ErrorKind.UNSUPPORTED
+        )
 
 
 def test_a_raw_import_lands_checked_and_a_wrong_checksum_leaves_nothing(
@@ -213,7 +234,7 @@ def test_a_raw_import_lands_checked_and_a_wrong_checksum_leaves_nothing(
     digest = "sha256:" + hashlib.sha256(CONTENT).hexdigest()
     before = host.volume_names()
 
-    wrong = host.adapter.import_disk(
+    wrong = host.backend.disk_transfer.import_disk(
         ImportRequest(
             source_url="pvc://mig/disk.raw",
             format="raw",
@@ -226,7 +247,7 @@ def test_a_raw_import_lands_checked_and_a_wrong_checksum_leaves_nothing(
     assert host.volume_names() == before
 
     imported = ok(
-        host.adapter.import_disk(
+        host.backend.disk_transfer.import_disk(
             ImportRequest(
                 source_url="pvc://mig/disk.raw",
                 format="raw",
@@ -240,7 +261,9 @@ def test_a_raw_import_lands_checked_and_a_wrong_checksum_leaves_nothing(
     assert Path(imported.path).read_bytes() == CONTENT
     assert host.volume_names() == before | {"disk.raw"}
 
-    again = host.adapter.import_disk(ImportRequest(source_url="pvc://mig/disk.raw", format="raw"))
+    again = host.backend.disk_transfer.import_disk(
+        ImportRequest(source_url="pvc://mig/disk.raw", format="raw")
+    )
     assert error_of(again).kind is ErrorKind.ALREADY_EXISTS
 
 
@@ -250,12 +273,16 @@ def test_an_image_that_is_not_what_it_claims_is_refused(writing_host: Host) -> N
     header = struct.pack(">4sIQ", b"QFI\xfb", 3, 512)  # a backing file name at offset 512
     (host.mig / "overlay.qcow2").write_bytes(header + CONTENT)
 
-    plain = host.adapter.import_disk(ImportRequest(source_url="pvc://mig/plain.qcow2"))
-    overlay = host.adapter.import_disk(ImportRequest(source_url="pvc://mig/overlay.qcow2"))
-    disguised = host.adapter.import_disk(
+    plain = host.backend.disk_transfer.import_disk(
+        ImportRequest(source_url="pvc://mig/plain.qcow2")
+    )
+    overlay = host.backend.disk_transfer.import_disk(
+        ImportRequest(source_url="pvc://mig/overlay.qcow2")
+    )
+    disguised = host.backend.disk_transfer.import_disk(
         ImportRequest(source_url="pvc://mig/overlay.qcow2", target_name="disguised", format="raw")
     )
-    bad_digest = host.adapter.import_disk(
+    bad_digest = host.backend.disk_transfer.import_disk(
         ImportRequest(
             source_url="pvc://mig/plain.qcow2", verify_checksum=True, expected_checksum="md5:00"
         )

@@ -1,7 +1,7 @@
 """The event-kept domain cache behind Describe and ListVMs, on libvirt's test driver.
 
 All `test:///default` connections of one process share one host, so a second connection is
-another replica (or virsh) writing to the same libvirt. Events reach the adapter on libvirt's
+another replica (or virsh) writing to the same libvirt. Events reach the backend on libvirt's
 event thread; a test that waits for one polls Describe until it changes (bounded, never timed).
 """
 
@@ -22,8 +22,8 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     prepare_libvirt_for_process,
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache, read_view
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
@@ -35,6 +35,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
+from libvirt_support import clone_vm, create_vm, libvirt_test_backend
 from support import ManualClock, ok
 
 URI = "test:///default"
@@ -55,10 +56,10 @@ ALL_EVENTS = (
 class EventGate:
     """Holds libvirt's (single) event thread inside a callback while closed.
 
-    Registered before the adapter subscribes, its callbacks run first for every event, so
-    while the gate is closed no event reaches the adapter: what it then shows of its own
+    Registered before the backend subscribes, its callbacks run first for every event, so
+    while the gate is closed no event reaches the backend: what it then shows of its own
     writes can only come from the writes themselves. Events are delivered in order, so once
-    the gate sees a marker event, the adapter has heard every event before it (`settle`).
+    the gate sees a marker event, the backend has heard every event before it (`settle`).
     """
 
     def __init__(self, conn: Any) -> None:
@@ -75,7 +76,7 @@ class EventGate:
         self._open.wait(EVENT_WAIT_SECONDS)  # bounded: a failed test never hangs the loop
 
     def settle(self) -> None:
-        """Until every event so far has reached the adapter."""
+        """Until every event so far has reached the backend."""
         marker = self._conn.lookupByName(MARKER_DOMAIN)
         marker.setMetadata(libvirt.VIR_DOMAIN_METADATA_DESCRIPTION, "marker", None, None, 0)
         assert self._markers.acquire(timeout=EVENT_WAIT_SECONDS), "no event came"
@@ -113,46 +114,46 @@ def gate(other: Any) -> Iterator[EventGate]:
 
 
 @pytest.fixture
-def adapter_and_connection(
+def backend_and_connection(
     other: Any, gate: EventGate
-) -> Iterator[tuple[LibvirtHypervisor, LibvirtConnection]]:
+) -> Iterator[tuple[Backend, LibvirtConnection]]:
     connection = LibvirtConnection(URI)
-    adapter = LibvirtHypervisor(
+    backend = libvirt_test_backend(
         connection,
         ManualClock(),
         domain_type="test",
         pools=PoolSettings(default_pool="default-pool"),
     )
-    ok(adapter.list_vms())  # subscribes, after the gate
-    yield adapter, connection
+    ok(backend.inventory.list_vms())  # subscribes, after the gate
+    yield backend, connection
     connection.close()
 
 
 @pytest.fixture
-def adapter(adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection]) -> Any:
-    return adapter_and_connection[0]
+def backend(backend_and_connection: tuple[Backend, LibvirtConnection]) -> Any:
+    return backend_and_connection[0]
 
 
-def create(adapter: LibvirtHypervisor, name: str, cpu: int = 1) -> str:
+def create(backend: Backend, name: str, cpu: int = 1) -> str:
     request = CreateRequest(name=PREFIX + name, vm_class=VMClass(cpu=cpu, memory_mib=256))
-    return ok(adapter.create(request, OWNER))
+    return ok(create_vm(backend, request, OWNER))
 
 
-def described(adapter: LibvirtHypervisor, vm_id: str) -> VMDescription:
-    description = ok(adapter.describe(vm_id))
+def described(backend: Backend, vm_id: str) -> VMDescription:
+    description = ok(backend.inventory.describe(vm_id))
     assert description is not None
     return description
 
 
-def listed_power(adapter: LibvirtHypervisor, vm_id: str) -> PowerState | None:
-    return next((vm.power_state for vm in ok(adapter.list_vms()) if vm.id == vm_id), None)
+def listed_power(backend: Backend, vm_id: str) -> PowerState | None:
+    return next((vm.power_state for vm in ok(backend.inventory.list_vms()) if vm.id == vm_id), None)
 
 
 def eventually(check: Callable[[], bool]) -> None:
     """Until `check` holds: libvirt's events or the background refresh got there (bounded)."""
     deadline = time.monotonic() + EVENT_WAIT_SECONDS
     while not check():
-        assert time.monotonic() < deadline, "the adapter never showed it"
+        assert time.monotonic() < deadline, "the backend never showed it"
         time.sleep(0.01)
 
 
@@ -160,125 +161,119 @@ def live_cpu(description: VMDescription) -> str:
     return dict(description.raw)["cpu"]
 
 
-def test_describe_answers_from_the_cache(
-    adapter: LibvirtHypervisor, other: Any, gate: EventGate
-) -> None:
-    vm_id = create(adapter, "cached", cpu=2)
-    ok(adapter.power_on(vm_id))
+def test_describe_answers_from_the_cache(backend: Backend, other: Any, gate: EventGate) -> None:
+    vm_id = create(backend, "cached", cpu=2)
+    ok(backend.power.power_on(vm_id))
     gate.settle()  # the "started" event, which drops the view, is behind us
-    assert live_cpu(described(adapter, vm_id)) == "2"
+    assert live_cpu(described(backend, vm_id)) == "2"
     # A live vCPU change is one the test driver announces with no event: a cached answer
     # cannot know of it, a read from libvirt would.
     other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-    assert live_cpu(described(adapter, vm_id)) == "2"
-    ok(adapter.reboot(vm_id))  # our own write: read afresh
-    assert live_cpu(described(adapter, vm_id)) == "1"
+    assert live_cpu(described(backend, vm_id)) == "2"
+    ok(backend.power.reboot(vm_id))  # our own write: read afresh
+    assert live_cpu(described(backend, vm_id)) == "1"
 
 
-def test_another_writers_changes_arrive_by_events(adapter: LibvirtHypervisor, other: Any) -> None:
-    vm_id = create(adapter, "events")
-    assert described(adapter, vm_id).power_state is PowerState.OFF
+def test_another_writers_changes_arrive_by_events(backend: Backend, other: Any) -> None:
+    vm_id = create(backend, "events")
+    assert described(backend, vm_id).power_state is PowerState.OFF
     dom = other.lookupByUUIDString(vm_id)
     dom.create()
-    eventually(lambda: described(adapter, vm_id).power_state is PowerState.ON)
-    assert listed_power(adapter, vm_id) is PowerState.ON
+    eventually(lambda: described(backend, vm_id).power_state is PowerState.ON)
+    assert listed_power(backend, vm_id) is PowerState.ON
     dom.destroy()
-    eventually(lambda: described(adapter, vm_id).power_state is PowerState.OFF)
+    eventually(lambda: described(backend, vm_id).power_state is PowerState.OFF)
     # A redefinition (another replica's Reconfigure) comes as a "defined" event.
     xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE).replace(
         "<vcpu placement='static'>1</vcpu>", "<vcpu placement='static'>3</vcpu>"
     )
     other.defineXML(xml)
-    eventually(lambda: live_cpu(described(adapter, vm_id)) == "3")
-    vms = {vm.id: vm for vm in ok(adapter.list_vms())}
+    eventually(lambda: live_cpu(described(backend, vm_id)) == "3")
+    vms = {vm.id: vm for vm in ok(backend.inventory.list_vms())}
     assert vms[vm_id].cpu == 3
 
 
-def test_own_writes_are_read_back_before_any_event(
-    adapter: LibvirtHypervisor, gate: EventGate
-) -> None:
-    vm_id = create(adapter, "writes")
-    ok(adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="off")))
-    assert described(adapter, vm_id).power_state is PowerState.OFF
-    gate.close()  # from here on the adapter hears no event
-    ok(adapter.power_on(vm_id))
-    assert described(adapter, vm_id).power_state is PowerState.ON
-    assert listed_power(adapter, vm_id) is PowerState.ON
-    ok(adapter.power_off(vm_id))
-    assert described(adapter, vm_id).power_state is PowerState.OFF
-    assert listed_power(adapter, vm_id) is PowerState.OFF
-    ok(adapter.reconfigure(vm_id, VMChanges(cpu=2)))
-    assert live_cpu(described(adapter, vm_id)) == "2"
-    assert next(vm.cpu for vm in ok(adapter.list_vms()) if vm.id == vm_id) == 2
-    ok(adapter.power_on(vm_id))
-    ok(adapter.revert_snapshot(vm_id, "off"))
-    assert described(adapter, vm_id).power_state is PowerState.OFF
-    assert live_cpu(described(adapter, vm_id)) == "1"
+def test_own_writes_are_read_back_before_any_event(backend: Backend, gate: EventGate) -> None:
+    vm_id = create(backend, "writes")
+    ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="off")))
+    assert described(backend, vm_id).power_state is PowerState.OFF
+    gate.close()  # from here on the backend hears no event
+    ok(backend.power.power_on(vm_id))
+    assert described(backend, vm_id).power_state is PowerState.ON
+    assert listed_power(backend, vm_id) is PowerState.ON
+    ok(backend.power.power_off(vm_id))
+    assert described(backend, vm_id).power_state is PowerState.OFF
+    assert listed_power(backend, vm_id) is PowerState.OFF
+    ok(backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=2)))
+    assert live_cpu(described(backend, vm_id)) == "2"
+    assert next(vm.cpu for vm in ok(backend.inventory.list_vms()) if vm.id == vm_id) == 2
+    ok(backend.power.power_on(vm_id))
+    ok(backend.snapshots.revert_snapshot(vm_id, "off"))
+    assert described(backend, vm_id).power_state is PowerState.OFF
+    assert live_cpu(described(backend, vm_id)) == "1"
     clone_id = ok(
-        adapter.clone(CloneRequest(source_vm_id=vm_id, target_name=PREFIX + "clone"), OWNER)
+        clone_vm(backend, CloneRequest(source_vm_id=vm_id, target_name=PREFIX + "clone"), OWNER)
     )
-    assert described(adapter, clone_id).power_state is PowerState.OFF
-    assert listed_power(adapter, clone_id) is PowerState.OFF
-    ok(adapter.delete(clone_id))
-    assert ok(adapter.describe(clone_id)) is None
-    assert listed_power(adapter, clone_id) is None
+    assert described(backend, clone_id).power_state is PowerState.OFF
+    assert listed_power(backend, clone_id) is PowerState.OFF
+    ok(backend.lifecycle.delete(clone_id))
+    assert ok(backend.inventory.describe(clone_id)) is None
+    assert listed_power(backend, clone_id) is None
     gate.open()
 
 
-def test_a_vm_deleted_behind_our_back_reads_as_missing(
-    adapter: LibvirtHypervisor, other: Any
-) -> None:
-    vm_id = create(adapter, "deleted")
-    described(adapter, vm_id)
+def test_a_vm_deleted_behind_our_back_reads_as_missing(backend: Backend, other: Any) -> None:
+    vm_id = create(backend, "deleted")
+    described(backend, vm_id)
     other.lookupByUUIDString(vm_id).undefineFlags(0)
-    assert listed_power(adapter, vm_id) is None  # the listing asks libvirt which domains exist
-    eventually(lambda: ok(adapter.describe(vm_id)) is None)
+    assert listed_power(backend, vm_id) is None  # the listing asks libvirt which domains exist
+    eventually(lambda: ok(backend.inventory.describe(vm_id)) is None)
 
 
 def test_a_new_connection_starts_afresh_and_hears_events(
-    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection], other: Any
+    backend_and_connection: tuple[Backend, LibvirtConnection], other: Any
 ) -> None:
-    adapter, connection = adapter_and_connection
-    vm_id = create(adapter, "reconnect", cpu=2)
-    ok(adapter.power_on(vm_id))
-    assert live_cpu(described(adapter, vm_id)) == "2"
+    backend, connection = backend_and_connection
+    vm_id = create(backend, "reconnect", cpu=2)
+    ok(backend.power.power_on(vm_id))
+    assert live_cpu(described(backend, vm_id)) == "2"
     connection.close()  # as a dropped daemon connection would be replaced
     other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-    assert live_cpu(described(adapter, vm_id)) == "1"  # nothing from before survives
+    assert live_cpu(described(backend, vm_id)) == "1"  # nothing from before survives
     other.lookupByUUIDString(vm_id).destroy()
-    eventually(lambda: described(adapter, vm_id).power_state is PowerState.OFF)
+    eventually(lambda: described(backend, vm_id).power_state is PowerState.OFF)
 
 
 def test_a_connection_closed_under_the_adapter_is_replaced(
-    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection], other: Any
+    backend_and_connection: tuple[Backend, LibvirtConnection], other: Any
 ) -> None:
-    adapter, connection = adapter_and_connection
-    vm_id = create(adapter, "closed", cpu=2)
-    ok(adapter.power_on(vm_id))
-    assert live_cpu(described(adapter, vm_id)) == "2"
+    backend, connection = backend_and_connection
+    vm_id = create(backend, "closed", cpu=2)
+    ok(backend.power.power_on(vm_id))
+    assert live_cpu(described(backend, vm_id)) == "2"
     connection.call(lambda conn: conn).close()  # the connection object itself, not the wrapper
     other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-    assert live_cpu(described(adapter, vm_id)) == "1"
+    assert live_cpu(described(backend, vm_id)) == "1"
     other.lookupByUUIDString(vm_id).destroy()
-    eventually(lambda: described(adapter, vm_id).power_state is PowerState.OFF)
+    eventually(lambda: described(backend, vm_id).power_state is PowerState.OFF)
 
 
-def test_addresses_come_from_the_background_once_known(
-    adapter: LibvirtHypervisor, other: Any
-) -> None:
-    vm_id = create(adapter, "addresses")
-    ok(adapter.power_on(vm_id))
-    first = described(adapter, vm_id).ips
+def test_addresses_come_from_the_background_once_known(backend: Backend, other: Any) -> None:
+    vm_id = create(backend, "addresses")
+    ok(backend.power.power_on(vm_id))
+    first = described(backend, vm_id).ips
     assert first  # the test driver answers with made-up addresses
     # The power-on's own event may land after that read and drop it: the background refresh
     # brings the addresses back.
-    eventually(lambda: next(vm.ips for vm in ok(adapter.list_vms()) if vm.id == vm_id) == first)
+    eventually(
+        lambda: next(vm.ips for vm in ok(backend.inventory.list_vms()) if vm.id == vm_id) == first
+    )
     other.lookupByUUIDString(vm_id).destroy()
-    eventually(lambda: described(adapter, vm_id).ips == ())
+    eventually(lambda: described(backend, vm_id).ips == ())
 
 
-def test_a_read_that_raced_with_a_drop_is_not_kept(adapter: LibvirtHypervisor, other: Any) -> None:
-    vm_id = create(adapter, "race")
+def test_a_read_that_raced_with_a_drop_is_not_kept(backend: Backend, other: Any) -> None:
+    vm_id = create(backend, "race")
     own = libvirt.open(URI)  # libvirt takes one callback per event and connection
     cache = DomainCache(lambda _dom: ())
     cache.attach(own)
@@ -295,22 +290,22 @@ def test_a_read_that_raced_with_a_drop_is_not_kept(adapter: LibvirtHypervisor, o
 
 
 def test_without_events_every_read_asks_libvirt(
-    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection], other: Any
+    backend_and_connection: tuple[Backend, LibvirtConnection], other: Any
 ) -> None:
-    adapter, connection = adapter_and_connection
-    # libvirt takes one callback per event and connection: this second adapter gets none.
-    unsubscribed = LibvirtHypervisor(connection, ManualClock(), domain_type="test")
-    vm_id = create(adapter, "no-events", cpu=2)
-    ok(adapter.power_on(vm_id))
+    backend, connection = backend_and_connection
+    # libvirt takes one callback per event and connection: this second backend gets none.
+    unsubscribed = libvirt_test_backend(connection, ManualClock(), domain_type="test")
+    vm_id = create(backend, "no-events", cpu=2)
+    ok(backend.power.power_on(vm_id))
     assert live_cpu(described(unsubscribed, vm_id)) == "2"
     other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
     assert live_cpu(described(unsubscribed, vm_id)) == "1"  # no event, yet seen at once
 
 
 def test_closing_the_connection_first_deregisters_the_callbacks_so_it_is_freed(
-    adapter_and_connection: tuple[LibvirtHypervisor, LibvirtConnection],
+    backend_and_connection: tuple[Backend, LibvirtConnection],
 ) -> None:
-    _, connection = adapter_and_connection
+    _, connection = backend_and_connection
     closed = weakref.ref(connection.call(lambda conn: conn))
     connection.close()
     # Registered callbacks would hold it for good; the refresher may still be listing on it.

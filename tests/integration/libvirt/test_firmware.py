@@ -15,57 +15,57 @@ import pytest
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
 
-from libvirt_support import isolated_host_uri, make_adapter
+from libvirt_support import create_vm, isolated_host_uri, make_backend
 from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/firmware")
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Iterator[tuple[LibvirtHypervisor, LibvirtConnection]]:
-    adapter, connection = make_adapter(isolated_host_uri(tmp_path), ManualClock())
-    yield adapter, connection
+def host(tmp_path: Path) -> Iterator[tuple[Backend, LibvirtConnection]]:
+    backend, connection = make_backend(isolated_host_uri(tmp_path), ManualClock())
+    yield backend, connection
     connection.close()
 
 
-def create(adapter: LibvirtHypervisor, name: str, vm_class: VMClass) -> Result[str, ProviderError]:
-    return adapter.create(CreateRequest(name=name, vm_class=vm_class), OWNER)
+def create(backend: Backend, name: str, vm_class: VMClass) -> Result[str, ProviderError]:
+    return create_vm(backend, CreateRequest(name=name, vm_class=vm_class), OWNER)
 
 
 def test_secure_boot_without_uefi_is_an_invalid_spec(
-    host: tuple[LibvirtHypervisor, LibvirtConnection],
+    host: tuple[Backend, LibvirtConnection],
 ) -> None:
-    adapter, _ = host
+    backend, _ = host
     vm_class = VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True))
-    error = error_of(create(adapter, "bios-secure", vm_class))
+    error = error_of(create(backend, "bios-secure", vm_class))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert "security.secureBoot" in error.message
-    assert ok(adapter.find_by_name("bios-secure")) is None
+    assert ok(backend.lifecycle.find_by_name("bios-secure")) is None
 
 
 def test_an_unknown_tpm_version_is_an_invalid_spec(
-    host: tuple[LibvirtHypervisor, LibvirtConnection],
+    host: tuple[Backend, LibvirtConnection],
 ) -> None:
-    adapter, _ = host
+    backend, _ = host
     security = SecurityProfile(tpm_enabled=True, tpm_version="3.0")
-    error = error_of(create(adapter, "tpm-3", VMClass(cpu=1, memory_mib=256, security=security)))
+    error = error_of(create(backend, "tpm-3", VMClass(cpu=1, memory_mib=256, security=security)))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert "security.tpmVersion" in error.message
 
 
 @pytest.mark.parametrize(("version", "model"), [("", "tpm-crb"), ("1.2", "tpm-tis")])
 def test_a_vtpm_is_an_emulated_tpm_device(
-    host: tuple[LibvirtHypervisor, LibvirtConnection], version: str, model: str
+    host: tuple[Backend, LibvirtConnection], version: str, model: str
 ) -> None:
-    adapter, connection = host
+    backend, connection = host
     security = SecurityProfile(tpm_enabled=True, tpm_version=version)
     vm_class = VMClass(cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=security)
-    vm_id = ok(create(adapter, "with-tpm", vm_class))
+    vm_id = ok(create(backend, "with-tpm", vm_class))
     xml = connection.call(
         lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
     )

@@ -19,7 +19,7 @@ import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.download import DownloadError, open_download
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.image_urls import UnsafeImageURLError
 from pyrigaud.domain.models import (
@@ -32,7 +32,13 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from libvirt_support import add_base_image, isolated_host_uri, make_adapter, write_pool_file
+from libvirt_support import (
+    add_base_image,
+    create_vm,
+    isolated_host_uri,
+    make_backend,
+    write_pool_file,
+)
 from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-images")
@@ -41,7 +47,7 @@ IMAGE = QCOW2_HEADER + bytes(range(256)) * 4096  # a little over 1 MiB: more tha
 # The same, naming a host file as its backing file: a VM on it would read that file.
 BACKED_IMAGE = b"QFI\xfb" + struct.pack(">IQI", 3, 80, 11) + bytes(64) + b"/etc/shadow"
 
-Host = tuple[LibvirtHypervisor, LibvirtConnection]
+Host = tuple[Backend, LibvirtConnection]
 
 
 @dataclass
@@ -85,13 +91,13 @@ def server() -> Iterator[ImageServer]:
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path),
         ManualClock(),
         volume_writer=write_pool_file,
         allow_loopback_urls=True,
     )
-    yield adapter, connection
+    yield backend, connection
     connection.close()
 
 
@@ -107,30 +113,32 @@ def from_url(url: str, **source: str) -> PrepareImageRequest:
 def test_a_url_image_is_downloaded_verified_and_stored_once(
     host: Host, server: ImageServer, algorithm: str
 ) -> None:
-    adapter, connection = host
+    backend, connection = host
     checksum = hashlib.new(algorithm, IMAGE).hexdigest()
     request = from_url(f"{server.base}/image.qcow2", checksum=checksum, checksum_type=algorithm)
-    prepared = ok(adapter.prepare_image(request))
+    prepared = ok(backend.images.prepare_image(request))
     assert prepared.id == "fetched"
     assert Path(prepared.path).name == "fetched.qcow2"
     assert Path(prepared.path).read_bytes() == IMAGE
-    assert ok(adapter.prepare_image(request)) == prepared  # idempotent: no second download
+    assert ok(backend.images.prepare_image(request)) == prepared  # idempotent: no second download
     assert server.requests == ["/image.qcow2"]
     assert pool_volumes(connection) == {"fetched.qcow2"}
 
 
 def test_sha256_is_the_default_checksum_type(host: Host, server: ImageServer) -> None:
-    adapter, _ = host
+    backend, _ = host
     checksum = hashlib.sha256(IMAGE).hexdigest().upper()
-    ok(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=checksum)))
+    ok(backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=checksum)))
 
 
 def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
     host: Host, server: ImageServer
 ) -> None:
-    adapter, connection = host
+    backend, connection = host
     wrong = hashlib.sha256(b"another image").hexdigest()
-    error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=wrong)))
+    error = error_of(
+        backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=wrong))
+    )
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("image_json.checksum:")
     assert pool_volumes(connection) == set()
@@ -139,8 +147,8 @@ def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
 def test_a_qcow2_naming_a_backing_file_is_refused_before_anything_is_stored(
     host: Host, server: ImageServer
 ) -> None:
-    adapter, connection = host
-    error = error_of(adapter.prepare_image(from_url(f"{server.base}/backed.qcow2")))
+    backend, connection = host
+    error = error_of(backend.images.prepare_image(from_url(f"{server.base}/backed.qcow2")))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("image_json.url:")
     assert "backing file" in error.message
@@ -150,8 +158,10 @@ def test_a_qcow2_naming_a_backing_file_is_refused_before_anything_is_stored(
 def test_an_image_that_is_not_the_format_the_spec_says_is_refused(
     host: Host, server: ImageServer
 ) -> None:
-    adapter, connection = host
-    error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2", format="raw")))
+    backend, connection = host
+    error = error_of(
+        backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", format="raw"))
+    )
     assert error.kind is ErrorKind.INVALID_SPEC
     assert "the image at the URL is qcow2, not raw" in error.message
     assert pool_volumes(connection) == set()
@@ -160,9 +170,9 @@ def test_an_image_that_is_not_the_format_the_spec_says_is_refused(
 def test_an_unknown_checksum_type_is_refused_before_any_request(
     host: Host, server: ImageServer
 ) -> None:
-    adapter, _ = host
+    backend, _ = host
     request = from_url(f"{server.base}/image.qcow2", checksum="ab", checksum_type="crc32")
-    error = error_of(adapter.prepare_image(request))
+    error = error_of(backend.images.prepare_image(request))
     assert (error.kind, error.message.split(":")[0]) == (
         ErrorKind.INVALID_SPEC,
         "image_json.checksumType",
@@ -171,20 +181,20 @@ def test_an_unknown_checksum_type_is_refused_before_any_request(
 
 
 def test_an_http_error_is_unavailable_and_leaves_no_volume(host: Host, server: ImageServer) -> None:
-    adapter, connection = host
-    error = error_of(adapter.prepare_image(from_url(f"{server.base}/missing.qcow2")))
+    backend, connection = host
+    error = error_of(backend.images.prepare_image(from_url(f"{server.base}/missing.qcow2")))
     assert error.kind is ErrorKind.UNAVAILABLE
     assert "404" in error.message
     assert pool_volumes(connection) == set()
 
 
 def test_loopback_is_refused_without_the_setting(tmp_path: Path, server: ImageServer) -> None:
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path), ManualClock(), volume_writer=write_pool_file
     )
     try:
         for base in (server.base, server.base.replace("127.0.0.1", "localhost")):
-            error = error_of(adapter.prepare_image(from_url(f"{base}/image.qcow2")))
+            error = error_of(backend.images.prepare_image(from_url(f"{base}/image.qcow2")))
             assert error.kind is ErrorKind.INVALID_SPEC
             assert error.message.startswith("image_json.url:")
             assert "loopback" in error.message
@@ -200,8 +210,8 @@ def test_loopback_is_refused_without_the_setting(tmp_path: Path, server: ImageSe
 def test_link_local_metadata_and_non_http_urls_are_refused_even_with_loopback_allowed(
     host: Host, url: str
 ) -> None:
-    adapter, _ = host
-    error = error_of(adapter.prepare_image(from_url(url)))
+    backend, _ = host
+    error = error_of(backend.images.prepare_image(from_url(url)))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("image_json.url:")
 
@@ -231,11 +241,11 @@ def test_a_closed_port_is_a_download_error() -> None:
 def test_the_stream_upload_is_unsupported_on_the_test_driver(
     tmp_path: Path, server: ImageServer
 ) -> None:
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path), ManualClock(), allow_loopback_urls=True
     )
     try:
-        error = error_of(adapter.prepare_image(from_url(f"{server.base}/image.qcow2")))
+        error = error_of(backend.images.prepare_image(from_url(f"{server.base}/image.qcow2")))
         assert error.kind is ErrorKind.UNSUPPORTED
         assert "virStorageVolUpload" in error.message
         assert pool_volumes(connection) == set()
@@ -244,30 +254,30 @@ def test_the_stream_upload_is_unsupported_on_the_test_driver(
 
 
 def test_a_host_file_is_imported_into_the_pool(host: Host, tmp_path: Path) -> None:
-    adapter, _ = host
+    backend, _ = host
     image = tmp_path / "disk.raw"
     image.write_bytes(IMAGE)
     request = PrepareImageRequest(
         source=ImageSource(path=str(image), format="raw"), target_name="from-file"
     )
-    prepared = ok(adapter.prepare_image(request))
+    prepared = ok(backend.images.prepare_image(request))
     assert Path(prepared.path).name == "from-file.raw"
     assert Path(prepared.path).read_bytes() == IMAGE
 
 
 def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -> None:
-    adapter, connection = host
+    backend, connection = host
     base = add_base_image(connection)
     request = PrepareImageRequest(source=ImageSource(path=base), target_name="golden")
-    prepared = ok(adapter.prepare_image(request))
+    prepared = ok(backend.images.prepare_image(request))
     assert (prepared.id, Path(prepared.path).name) == ("golden", "golden.qcow2")
     disks = []
     for name in ("vm-a", "vm-b"):
         create = CreateRequest(
             name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage(path=prepared.path)
         )
-        vm_id = ok(adapter.create(create, OWNER))
-        disks.append(ok(adapter.disk_details(DiskQuery(vm_id=vm_id))))
+        vm_id = ok(create_vm(backend, create, OWNER))
+        disks.append(ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))))
     assert disks[0].path != disks[1].path
     assert {disk.backing_file for disk in disks} == {prepared.path}
 
@@ -290,8 +300,8 @@ def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -
 def test_bad_sources_are_invalid_specs_naming_the_field(
     host: Host, source: ImageSource, storage_hint: str, field: str
 ) -> None:
-    adapter, _ = host
+    backend, _ = host
     request = PrepareImageRequest(source=source, target_name="bad", storage_hint=storage_hint)
-    error = error_of(adapter.prepare_image(request))
+    error = error_of(backend.images.prepare_image(request))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith(f"{field}:")

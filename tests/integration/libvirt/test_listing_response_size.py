@@ -10,7 +10,7 @@ from pyrigaud.domain.models import CreateRequest, DiskSpec, OwnerMark, VMClass
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from libvirt_support import make_adapter, node_xml
+from libvirt_support import create_vm, make_backend, node_xml
 from support import ManualClock, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-listing-size")
@@ -25,7 +25,7 @@ TARGET_VMS = 10_000
 def test_ten_thousand_listed_vms_would_fit_the_managers_message_limit(tmp_path: Path) -> None:
     node = tmp_path / "node.xml"
     node.write_text(node_xml(PRODUCTION_POOL))
-    adapter, connection = make_adapter(f"test://{node}", ManualClock())
+    backend, connection = make_backend(f"test://{node}", ManualClock())
     try:
         for index in range(VMS):
             request = CreateRequest(
@@ -33,8 +33,8 @@ def test_ten_thousand_listed_vms_would_fit_the_managers_message_limit(tmp_path: 
                 vm_class=VMClass(cpu=2, memory_mib=2048),
                 disks=(DiskSpec(size_gib=10),),
             )
-            ok(adapter.create(request, OWNER))
-        listed = ok(adapter.list_vms())
+            ok(create_vm(backend, request, OWNER))
+        listed = ok(backend.inventory.list_vms())
         assert len(listed) == VMS
         answer = pb.ListVMsResponse(vms=[translate.vm_info(vm) for vm in listed])
         per_vm = answer.ByteSize() / VMS

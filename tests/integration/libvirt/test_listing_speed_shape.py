@@ -15,7 +15,7 @@ import libvirt
 from pyrigaud.domain.models import CreateRequest, DiskSpec, OwnerMark, VMChanges, VMClass
 from pyrigaud.domain.power import PowerState
 
-from libvirt_support import isolated_host_uri, make_adapter
+from libvirt_support import create_vm, isolated_host_uri, make_backend
 from support import ManualClock, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-listing")
@@ -69,11 +69,11 @@ def counting_host(tmp_path: Path) -> tuple[Any, Any, CountingConnection]:
         opened.append(CountingConnection(libvirt.open(uri)))
         return opened[-1]
 
-    adapter, connection = make_adapter(
+    backend, connection = make_backend(
         isolated_host_uri(tmp_path), ManualClock(), opener=open_counting
     )
-    assert adapter.check().ok  # opens the connection
-    return adapter, connection, opened[0]
+    assert backend.health.check().ok  # opens the connection
+    return backend, connection, opened[0]
 
 
 def define_foreign_domain(connection: Any) -> None:
@@ -89,10 +89,11 @@ def define_foreign_domain(connection: Any) -> None:
 
 
 def test_list_vms_makes_bulk_calls_only(tmp_path: Path) -> None:
-    adapter, connection, counting = counting_host(tmp_path)
+    backend, connection, counting = counting_host(tmp_path)
     ids = [
         ok(
-            adapter.create(
+            create_vm(
+                backend,
                 CreateRequest(
                     name=f"shape-{index}",
                     vm_class=VMClass(cpu=1, memory_mib=256),
@@ -104,11 +105,11 @@ def test_list_vms_makes_bulk_calls_only(tmp_path: Path) -> None:
         for index in range(DOMAINS)
     ]
     for vm_id in ids[::2]:
-        ok(adapter.power_on(vm_id))
+        ok(backend.power.power_on(vm_id))
     define_foreign_domain(connection)
     counting.calls.clear()
 
-    listed = ok(adapter.list_vms())
+    listed = ok(backend.inventory.list_vms())
 
     calls = counting.calls
     assert len(listed) == DOMAINS + 1
@@ -130,9 +131,10 @@ def test_list_vms_makes_bulk_calls_only(tmp_path: Path) -> None:
 
 def test_list_vms_reports_what_reading_each_vm_reports(tmp_path: Path) -> None:
     """The bulk volume map and states give the same rows as the per-VM path (vm_info)."""
-    adapter, connection, _ = counting_host(tmp_path)
+    backend, connection, _ = counting_host(tmp_path)
     vm_id = ok(
-        adapter.create(
+        create_vm(
+            backend,
             CreateRequest(
                 name="same-row",
                 vm_class=VMClass(cpu=2, memory_mib=512),
@@ -143,11 +145,11 @@ def test_list_vms_reports_what_reading_each_vm_reports(tmp_path: Path) -> None:
     )
     define_foreign_domain(connection)
 
-    listed = {vm.id: vm for vm in ok(adapter.list_vms())}
+    listed = {vm.id: vm for vm in ok(backend.inventory.list_vms())}
 
     assert set(listed) >= {vm_id}
     for listed_id, row in listed.items():
-        single = ok(adapter.vm_info(listed_id))
+        single = ok(backend.inventory.vm_info(listed_id))
         assert single is not None
         assert row == single
     ours = listed[vm_id]
@@ -162,23 +164,25 @@ def test_list_vms_reports_what_reading_each_vm_reports(tmp_path: Path) -> None:
 
 def test_a_repeated_listing_sees_every_change(tmp_path: Path) -> None:
     """Parsed XML is remembered by its exact text: a changed domain is parsed afresh."""
-    adapter, _, _ = counting_host(tmp_path)
+    backend, _, _ = counting_host(tmp_path)
     kept = ok(
-        adapter.create(CreateRequest(name="kept", vm_class=VMClass(cpu=1, memory_mib=256)), OWNER)
-    )
-    changed = ok(
-        adapter.create(
-            CreateRequest(name="changed", vm_class=VMClass(cpu=1, memory_mib=256)), OWNER
+        create_vm(
+            backend, CreateRequest(name="kept", vm_class=VMClass(cpu=1, memory_mib=256)), OWNER
         )
     )
-    first = {vm.id: vm for vm in ok(adapter.list_vms())}
+    changed = ok(
+        create_vm(
+            backend, CreateRequest(name="changed", vm_class=VMClass(cpu=1, memory_mib=256)), OWNER
+        )
+    )
+    first = {vm.id: vm for vm in ok(backend.inventory.list_vms())}
 
-    ok(adapter.reconfigure(changed, VMChanges(cpu=2, memory_mib=512)))
-    ok(adapter.power_on(kept))
-    second = {vm.id: vm for vm in ok(adapter.list_vms())}
+    ok(backend.lifecycle.reconfigure(changed, VMChanges(cpu=2, memory_mib=512)))
+    ok(backend.power.power_on(kept))
+    second = {vm.id: vm for vm in ok(backend.inventory.list_vms())}
 
     assert (first[changed].cpu, first[changed].memory_mib) == (1, 256)
     assert (second[changed].cpu, second[changed].memory_mib) == (2, 512)
     assert (first[kept].power_state, second[kept].power_state) == (PowerState.OFF, PowerState.ON)
-    ok(adapter.delete(changed))
-    assert [vm.id for vm in ok(adapter.list_vms())] == [kept]
+    ok(backend.lifecycle.delete(changed))
+    assert [vm.id for vm in ok(backend.inventory.list_vms())] == [kept]

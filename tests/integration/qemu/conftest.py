@@ -7,21 +7,20 @@ from typing import Any
 
 import pytest
 
-from contract.harness import Harness
-from qemu_support import open_qemu, qemu_enabled, qemu_harness
+from qemu_support import QemuHost, open_qemu, qemu_enabled, qemu_host
 
 # Without the daemon (a developer run without root) these are not collected, never skipped.
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
 
 @pytest.fixture
-def qemu() -> Iterator[Harness]:
-    yield from qemu_harness()
+def qemu() -> Iterator[QemuHost]:
+    yield from qemu_host()
 
 
 @pytest.fixture
-def conn(qemu: Harness) -> Iterator[Any]:
-    """A raw connection to look at what the adapter made, opened after the harness's cleanup."""
+def conn(qemu: QemuHost) -> Iterator[Any]:
+    """A raw connection to look at what the backend made, opened after the harness's cleanup."""
     connection = open_qemu()
     yield connection
     connection.close()

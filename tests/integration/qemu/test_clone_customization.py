@@ -25,9 +25,9 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from contract.harness import Harness
 from guest_support import SEED, console, guest_image
-from qemu_support import TEST_POOL, TEST_POOL_PATH
+from libvirt_support import clone_vm, create_vm
+from qemu_support import TEST_POOL, TEST_POOL_PATH, QemuHost
 from seed_support import downloaded_volume, seed_files, seed_path
 from support import ok
 
@@ -38,7 +38,7 @@ BOOT_SECONDS = 120  # a bound for a loaded 2-core machine, not a speed check
 
 
 def made(result: Result[Any, ProviderError]) -> str:
-    """The new VM's id, whether the adapter answers with the id or with its CreatedVM."""
+    """The new VM's id, whether the backend answers with the id or with its CreatedVM."""
     value = ok(result)
     return value if isinstance(value, str) else str(value.id)
 
@@ -49,10 +49,10 @@ def inactive_xml(conn: Any, vm_id: str) -> ET.Element:
 
 
 def test_a_customized_clone_carries_its_own_seed_and_delete_removes_only_it(
-    qemu: Harness, conn: Any
+    qemu: QemuHost, conn: Any
 ) -> None:
     request = qemu.request("qemu-seeded", image=qemu.image, user_data=SOURCE_USER_DATA)
-    source = made(qemu.adapter.create(request, OWNER))
+    source = made(create_vm(qemu.backend, request, OWNER))
     source_seed = seed_path(inactive_xml(conn, source))
     source_bytes = downloaded_volume(conn, source_seed)
     customization = Customization(
@@ -65,7 +65,7 @@ def test_a_customized_clone_carries_its_own_seed_and_delete_removes_only_it(
     clone = CloneRequest(
         source_vm_id=source, target_name="qemu-seeded-copy", customization=customization
     )
-    target = made(qemu.adapter.clone(clone, OWNER))
+    target = made(clone_vm(qemu.backend, clone, OWNER))
 
     root = inactive_xml(conn, target)
     clone_seed = seed_path(root)
@@ -88,7 +88,7 @@ def test_a_customized_clone_carries_its_own_seed_and_delete_removes_only_it(
     }
     assert b'"timezone": "Etc/UTC"' in files["vendor-data"]
 
-    ok(qemu.adapter.delete(target))
+    ok(qemu.backend.lifecycle.delete(target))
     assert os.path.basename(clone_seed) not in os.listdir(TEST_POOL_PATH)
     assert not any(name.startswith("qemu-seeded-copy-") for name in os.listdir(TEST_POOL_PATH))
     assert seed_path(inactive_xml(conn, source)) == source_seed
@@ -96,27 +96,27 @@ def test_a_customized_clone_carries_its_own_seed_and_delete_removes_only_it(
 
 
 @pytest.mark.timeout(300)
-def test_the_real_guest_booted_as_a_clone_reads_the_clones_seed(qemu: Harness, conn: Any) -> None:
+def test_the_real_guest_booted_as_a_clone_reads_the_clones_seed(qemu: QemuHost, conn: Any) -> None:
     prepare = PrepareImageRequest(
         source=ImageSource(path=str(guest_image()), format="qcow2"),
         target_name="clone-guest-base",
         storage_hint=TEST_POOL,
     )
-    prepared = ok(qemu.adapter.prepare_image(prepare))
+    prepared = ok(qemu.backend.images.prepare_image(prepare))
     image = VMImage(path=prepared.path, format="qcow2")
     request = qemu.request("clone-guest-source", image=image, user_data=SOURCE_USER_DATA)
-    source = made(qemu.adapter.create(request, OWNER))
+    source = made(create_vm(qemu.backend, request, OWNER))
     clone = CloneRequest(
         source_vm_id=source,
         target_name="clone-guest",
         linked=True,
         customization=Customization(hostname="guest", user_data=CLONE_USER_DATA),
     )
-    target = made(qemu.adapter.clone(clone, OWNER))
+    target = made(clone_vm(qemu.backend, clone, OWNER))
     meta_data = seed_files(downloaded_volume(conn, seed_path(inactive_xml(conn, target))))[
         "meta-data"
     ]
-    ok(qemu.adapter.power_on(target))
+    ok(qemu.backend.power.power_on(target))
     with console(conn, conn.lookupByUUIDString(target)) as serial:
         seed = serial.wait_for(SEED, BOOT_SECONDS)
     assert seed["user"] == hashlib.sha256(CLONE_USER_DATA).hexdigest(), seed.group(0)

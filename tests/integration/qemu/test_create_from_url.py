@@ -1,7 +1,7 @@
 """Create from an image URL on real libvirtd: the image lands in the VM's own root volume.
 
-A loopback HTTP server (allowed through the adapter's `allow_loopback_urls`) serves images
-made with qemu-img; what the adapter made is read back with libvirt and qemu-img. The tests
+A loopback HTTP server (allowed through the backend's `allow_loopback_urls`) serves images
+made with qemu-img; what the backend made is read back with libvirt and qemu-img. The tests
 use a pool of their own, emptied before and after each.
 """
 
@@ -22,8 +22,9 @@ import pytest
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor, read_metadata
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import (
     CreateRequest,
@@ -36,6 +37,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from image_server_support import ImageServer, qcow2_backed_by, qcow2_of, raw_image, serving
+from libvirt_support import create_vm, libvirt_test_backend
 from qemu_support import QEMU_URI, open_qemu, remove_pool_leftovers
 from replica_support import Replica
 from support import ManualClock, error_of, ok
@@ -57,23 +59,23 @@ def conn() -> Iterator[Any]:
     connection.close()
 
 
-def url_adapter(*, allow_loopback_urls: bool) -> tuple[LibvirtHypervisor, LibvirtConnection]:
+def url_backend(*, allow_loopback_urls: bool) -> tuple[Backend, LibvirtConnection]:
     connection = LibvirtConnection(QEMU_URI)
-    adapter = LibvirtHypervisor(
+    backend = libvirt_test_backend(
         connection,
         ManualClock(),
         domain_type="qemu",
         pools=PoolSettings(default_pool=URL_POOL, default_pool_path=str(URL_POOL_PATH)),
         allow_loopback_urls=allow_loopback_urls,
     )
-    return adapter, connection
+    return backend, connection
 
 
 @pytest.fixture
-def adapter(conn: Any) -> Iterator[LibvirtHypervisor]:
-    """The adapter on the module's pool, loopback URLs allowed (the server is on 127.0.0.1)."""
-    adapter, connection = url_adapter(allow_loopback_urls=True)
-    yield adapter
+def backend(conn: Any) -> Iterator[Backend]:
+    """The backend on the module's pool, loopback URLs allowed (the server is on 127.0.0.1)."""
+    backend, connection = url_backend(allow_loopback_urls=True)
+    yield backend
     connection.close()
 
 
@@ -127,13 +129,13 @@ def same_content(raw: bytes, path: str, tmp_path: Path) -> bool:
 
 @pytest.mark.parametrize("path", ["/disk.qcow2", "/disk.raw"])
 def test_a_url_image_becomes_the_vms_own_grown_qcow2_root_and_delete_removes_it(
-    adapter: LibvirtHypervisor, images: ImageServer, conn: Any, tmp_path: Path, path: str
+    backend: Backend, images: ImageServer, conn: Any, tmp_path: Path, path: str
 ) -> None:
     body = images.images[path]
     image = VMImage(url=images.url(path), checksum=sha256(body))
-    vm_id = ok(adapter.create(request("url-vm", image, size_gib=1), OWNER))
+    vm_id = ok(create_vm(backend, request("url-vm", image, size_gib=1), OWNER))
 
-    disk = ok(adapter.disk_details(DiskQuery(vm_id=vm_id)))
+    disk = ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id)))
     sources = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0)).iterfind(
         "devices/disk[@device='disk']/source"
     )
@@ -146,27 +148,27 @@ def test_a_url_image_becomes_the_vms_own_grown_qcow2_root_and_delete_removes_it(
     assert same_content(RAW, disk.path, tmp_path)
     assert own_files() == {Path(disk.path).name}  # a raw image's scratch volume is gone
     assert images.requests == [path]
-    ok(adapter.power_on(vm_id))  # QEMU opens the root as the qcow2 the domain says it is
+    ok(backend.power.power_on(vm_id))  # QEMU opens the root as the qcow2 the domain says it is
     assert conn.lookupByUUIDString(vm_id).state()[0] == libvirt.VIR_DOMAIN_RUNNING
 
-    ok(adapter.delete(vm_id))
+    ok(backend.lifecycle.delete(vm_id))
     assert own_files() == set()
 
 
 def test_the_building_vm_records_the_volumes_of_a_download_in_flight(
-    adapter: LibvirtHypervisor, images: ImageServer, conn: Any
+    backend: Backend, images: ImageServer, conn: Any
 ) -> None:
     """What a provider killed mid-download leaves is named by its building VM, for the sweep."""
     images.held.set()
     created: list[Result[str, ProviderError]] = []
     image = VMImage(url=images.url("/disk.raw"))
     creating = threading.Thread(
-        target=lambda: created.append(adapter.create(request("url-held", image), OWNER))
+        target=lambda: created.append(create_vm(backend, request("url-held", image), OWNER))
     )
     creating.start()
     try:
         assert images.arrived.wait(60), "the Create never asked for the image"
-        building = read_metadata(conn.lookupByName("url-held"))
+        building = Guest(conn.lookupByName("url-held")).metadata()
         assert building is not None
         assert building.building
         planned = [Path(path) for path in building.volumes]
@@ -176,24 +178,30 @@ def test_the_building_vm_records_the_volumes_of_a_download_in_flight(
         images.release.set()
         creating.join(120)
     vm_id = ok(created[0])
-    finished = read_metadata(conn.lookupByUUIDString(vm_id))
+    finished = Guest(conn.lookupByUUIDString(vm_id)).metadata()
     assert finished is not None
     assert not finished.building
-    assert finished.volumes == (ok(adapter.disk_details(DiskQuery(vm_id=vm_id))).path,)
+    assert finished.volumes == (
+        ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).path,
+    )
 
 
 def test_an_image_larger_than_the_class_disk_keeps_its_size(
-    adapter: LibvirtHypervisor, images: ImageServer
+    backend: Backend, images: ImageServer
 ) -> None:
-    vm_id = ok(adapter.create(request("url-vm", VMImage(url=images.url("/disk.qcow2")), 0), OWNER))
-    assert ok(adapter.disk_details(DiskQuery(vm_id=vm_id))).virtual_size_bytes == len(RAW)
+    vm_id = ok(
+        create_vm(backend, request("url-vm", VMImage(url=images.url("/disk.qcow2")), 0), OWNER)
+    )
+    assert ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).virtual_size_bytes == len(
+        RAW
+    )
 
 
 def test_a_wrong_checksum_is_an_invalid_spec_and_leaves_nothing(
-    adapter: LibvirtHypervisor, images: ImageServer, conn: Any
+    backend: Backend, images: ImageServer, conn: Any
 ) -> None:
     image = VMImage(url=images.url("/disk.raw"), checksum=sha256(b"another image"))
-    error = error_of(adapter.create(request("url-bad-sum", image), OWNER))
+    error = error_of(create_vm(backend, request("url-bad-sum", image), OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("image_json.Checksum:")
     assert images.requests == ["/disk.raw"]
@@ -209,7 +217,7 @@ def test_a_wrong_checksum_is_an_invalid_spec_and_leaves_nothing(
     ],
 )
 def test_an_image_that_cannot_be_a_disk_is_refused_before_anything_is_stored(
-    adapter: LibvirtHypervisor,
+    backend: Backend,
     images: ImageServer,
     conn: Any,
     path: str,
@@ -218,7 +226,7 @@ def test_an_image_that_cannot_be_a_disk_is_refused_before_anything_is_stored(
     reason: str,
 ) -> None:
     image = VMImage(url=images.url(path), format=image_format)
-    error = error_of(adapter.create(request("url-unusable", image), OWNER))
+    error = error_of(create_vm(backend, request("url-unusable", image), OWNER))
     assert (error.kind, error.message.split(":")[0]) == (ErrorKind.INVALID_SPEC, field)
     assert reason in error.message
     assert_nothing_left(conn, "url-unusable")
@@ -228,19 +236,19 @@ def test_an_image_that_cannot_be_a_disk_is_refused_before_anything_is_stored(
     "url", ["http://169.254.169.254/latest/meta-data/disk.qcow2", "http://[fe80::1]/disk.raw"]
 )
 def test_link_local_and_metadata_urls_are_refused_before_any_traffic_or_domain(
-    adapter: LibvirtHypervisor, conn: Any, url: str
+    backend: Backend, conn: Any, url: str
 ) -> None:
-    error = error_of(adapter.create(request("url-metadata", VMImage(url=url)), OWNER))
+    error = error_of(create_vm(backend, request("url-metadata", VMImage(url=url)), OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("image_json.URL:")
     assert_nothing_left(conn, "url-metadata")
 
 
 def test_loopback_is_refused_unless_the_operator_allows_it(images: ImageServer, conn: Any) -> None:
-    adapter, connection = url_adapter(allow_loopback_urls=False)
+    backend, connection = url_backend(allow_loopback_urls=False)
     try:
         image = VMImage(url=images.url("/disk.raw"))
-        error = error_of(adapter.create(request("url-loop", image), OWNER))
+        error = error_of(create_vm(backend, request("url-loop", image), OWNER))
     finally:
         connection.close()
     assert error.kind is ErrorKind.INVALID_SPEC

@@ -22,13 +22,13 @@ import grpc
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     PoolSettings,
     upload_volume,
     volume_facts,
     volume_xml,
 )
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CreateRequest,
@@ -42,6 +42,7 @@ from pyrigaud.domain.power import PowerState
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import create_vm
+from libvirt_support import libvirt_test_backend
 from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
 from replica_support import Replica
 from support import ManualClock, error_of, ok
@@ -56,7 +57,7 @@ SMALL = VMClass(cpu=1, memory_mib=256)
 
 @dataclass
 class Site:
-    adapter: LibvirtHypervisor
+    backend: Backend
     conn: Any
     root: Path  # the migration storage root; the PVC "mig" is mounted at root/mig
     base: str  # a raw volume of random bytes
@@ -84,7 +85,7 @@ def site() -> Iterator[Site]:
     base = pool.createXML(volume_xml("xfer-base.raw", BASE_BYTES, volume_format="raw"), 0)
     upload_volume(conn, base, [content])
     connection = LibvirtConnection(QEMU_URI)
-    adapter = LibvirtHypervisor(
+    backend = libvirt_test_backend(
         connection,
         ManualClock(),
         domain_type="qemu",
@@ -92,7 +93,7 @@ def site() -> Iterator[Site]:
         migration_storage_root=str(root),
     )
     try:
-        yield Site(adapter, conn, root, str(base.path()), content)
+        yield Site(backend, conn, root, str(base.path()), content)
     finally:
         connection.close()
         remove_pool_leftovers(conn, POOL, POOL_PATH)
@@ -106,7 +107,8 @@ def _sha256(path: Path) -> str:
 
 def _vm_from(site: Site, name: str, path: str, image_format: str) -> str:
     image = VMImage(path=path, format=image_format)
-    return ok(site.adapter.create(CreateRequest(name=name, vm_class=SMALL, image=image), OWNER))
+    request = CreateRequest(name=name, vm_class=SMALL, image=image)
+    return ok(site.backend.lifecycle.start_create(request, OWNER)).id
 
 
 def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site) -> None:
@@ -114,7 +116,9 @@ def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site)
     before = site.volume_names()
 
     exported = ok(
-        site.adapter.export_disk(ExportRequest(vm_id=source, destination_url="pvc://mig/x.qcow2"))
+        site.backend.disk_transfer.export_disk(
+            ExportRequest(vm_id=source, destination_url="pvc://mig/x.qcow2")
+        )
     )
     file = site.mig / "x.qcow2"
     assert exported.checksum == _sha256(file)
@@ -125,7 +129,7 @@ def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site)
     assert site.volume_names() == before, "the flattened copy made for the export was kept"
 
     imported = ok(
-        site.adapter.import_disk(
+        site.backend.disk_transfer.import_disk(
             ImportRequest(
                 source_url="pvc://mig/x.qcow2",
                 target_name="xfer-restored",
@@ -144,28 +148,30 @@ def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site)
 
     copy = _vm_from(site, "xfer-copy", imported.path, "qcow2")
     raw = ok(
-        site.adapter.export_disk(
+        site.backend.disk_transfer.export_disk(
             ExportRequest(vm_id=copy, destination_url="pvc://mig/deep/copy.raw", format="raw")
         )
     )
     assert (site.mig / "deep" / "copy.raw").read_bytes() == site.content
     assert raw.checksum == "sha256:" + hashlib.sha256(site.content).hexdigest()
-    ok(site.adapter.power_on(copy))  # QEMU opens the imported volume as the disk's backing file
-    assert ok(site.adapter.power_state(copy)) is PowerState.ON
+    ok(
+        site.backend.power.power_on(copy)
+    )  # QEMU opens the imported volume as the disk's backing file
+    assert ok(site.backend.power.power_state(copy)) is PowerState.ON
 
 
 def test_an_import_retried_after_it_succeeded_answers_the_same_volume(site: Site) -> None:
     source = _vm_from(site, "xfer-retried", site.base, "raw")
     ok(
-        site.adapter.export_disk(
+        site.backend.disk_transfer.export_disk(
             ExportRequest(vm_id=source, destination_url="pvc://mig/r.raw", format="raw")
         )
     )
     request = ImportRequest(source_url="pvc://mig/r.raw", target_name="xfer-again", format="raw")
-    first = ok(site.adapter.import_disk(request))
-    assert ok(site.adapter.import_disk(request)) == first  # its first answer was lost
+    first = ok(site.backend.disk_transfer.import_disk(request))
+    assert ok(site.backend.disk_transfer.import_disk(request)) == first  # its first answer was lost
     (site.mig / "other.raw").write_bytes(os.urandom(4096))
-    clash = site.adapter.import_disk(
+    clash = site.backend.disk_transfer.import_disk(
         ImportRequest(source_url="pvc://mig/other.raw", target_name="xfer-again", format="raw")
     )
     assert error_of(clash).kind is ErrorKind.ALREADY_EXISTS
@@ -174,10 +180,14 @@ def test_an_import_retried_after_it_succeeded_answers_the_same_volume(site: Site
 
 def test_a_wrong_checksum_imports_nothing(site: Site) -> None:
     source = _vm_from(site, "xfer-checked", site.base, "raw")
-    ok(site.adapter.export_disk(ExportRequest(vm_id=source, destination_url="pvc://mig/c.qcow2")))
+    ok(
+        site.backend.disk_transfer.export_disk(
+            ExportRequest(vm_id=source, destination_url="pvc://mig/c.qcow2")
+        )
+    )
     before = site.volume_names()
 
-    wrong = site.adapter.import_disk(
+    wrong = site.backend.disk_transfer.import_disk(
         ImportRequest(
             source_url="pvc://mig/c.qcow2",
             target_name="xfer-wrong",
@@ -193,12 +203,12 @@ def test_a_wrong_checksum_imports_nothing(site: Site) -> None:
 
 def test_a_running_vm_is_refused_and_a_path_out_of_the_pvc_too(site: Site) -> None:
     source = _vm_from(site, "xfer-running", site.base, "raw")
-    ok(site.adapter.power_on(source))
+    ok(site.backend.power.power_on(source))
 
-    running = site.adapter.export_disk(
+    running = site.backend.disk_transfer.export_disk(
         ExportRequest(vm_id=source, destination_url="pvc://mig/r.qcow2")
     )
-    escape = site.adapter.export_disk(
+    escape = site.backend.disk_transfer.export_disk(
         ExportRequest(vm_id=source, destination_url="pvc://mig/../outside.qcow2")
     )
 

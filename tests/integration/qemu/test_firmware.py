@@ -25,8 +25,8 @@ from pyrigaud.domain.models import (
     VMClass,
 )
 
-from contract.harness import Harness
-from qemu_support import ensure_test_pool
+from libvirt_support import create_vm
+from qemu_support import QemuHost, ensure_test_pool
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/firmware")
@@ -44,33 +44,35 @@ def uefi_class(**security: bool) -> VMClass:
     )
 
 
-def test_uefi_is_offered_and_honoured(qemu: Harness, conn: Any) -> None:
+def test_uefi_is_offered_and_honoured(qemu: QemuHost, conn: Any) -> None:
     assert "efi" in offered(conn, "os/enum[@name='firmware']"), "install ovmf on the host"
-    vm_id = ok(qemu.adapter.create(CreateRequest(name="uefi-guest", vm_class=uefi_class()), OWNER))
+    vm_id = ok(
+        create_vm(qemu.backend, CreateRequest(name="uefi-guest", vm_class=uefi_class()), OWNER)
+    )
     root = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
     assert root.find("os").get("firmware") == "efi"  # type: ignore[union-attr]
-    ok(qemu.adapter.delete(vm_id))
+    ok(qemu.backend.lifecycle.delete(vm_id))
 
 
-def test_secure_boot_follows_the_host(qemu: Harness, conn: Any) -> None:
+def test_secure_boot_follows_the_host(qemu: QemuHost, conn: Any) -> None:
     request = CreateRequest(name="secure-guest", vm_class=uefi_class(secure_boot=True))
-    result = qemu.adapter.create(request, OWNER)
+    result = create_vm(qemu.backend, request, OWNER)
     if "yes" in offered(conn, "os/loader/enum[@name='secure']", "q35"):
-        ok(qemu.adapter.delete(ok(result)))
+        ok(qemu.backend.lifecycle.delete(ok(result)))
     else:
         error = error_of(result)
         assert error.kind is ErrorKind.FAILED_PRECONDITION
         assert "security.secureBoot" in error.message
-        assert ok(qemu.adapter.find_by_name("secure-guest")) is None
+        assert ok(qemu.backend.lifecycle.find_by_name("secure-guest")) is None
 
 
-def test_a_secure_boot_guest_starts_on_q35_with_a_secure_loader(qemu: Harness, conn: Any) -> None:
+def test_a_secure_boot_guest_starts_on_q35_with_a_secure_loader(qemu: QemuHost, conn: Any) -> None:
     assert "yes" in offered(conn, "os/loader/enum[@name='secure']", "q35"), "install ovmf"
     request = CreateRequest(
         name="secure-running", image=qemu.image, vm_class=uefi_class(secure_boot=True)
     )
-    vm_id = ok(qemu.adapter.create(request, OWNER))
-    ok(qemu.adapter.power_on(vm_id))
+    vm_id = ok(create_vm(qemu.backend, request, OWNER))
+    ok(qemu.backend.power.power_on(vm_id))
     dom = conn.lookupByUUIDString(vm_id)
     assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
     root = ET.fromstring(dom.XMLDesc(0))
@@ -79,38 +81,38 @@ def test_a_secure_boot_guest_starts_on_q35_with_a_secure_loader(qemu: Harness, c
     assert loader is not None
     assert loader.get("secure") == "yes"
     assert root.find("features/smm").get("state") == "on"  # type: ignore[union-attr]
-    ok(qemu.adapter.delete(vm_id))
+    ok(qemu.backend.lifecycle.delete(vm_id))
 
 
-def test_a_running_q35_guest_takes_a_hot_plugged_disk(qemu: Harness, conn: Any) -> None:
+def test_a_running_q35_guest_takes_a_hot_plugged_disk(qemu: QemuHost, conn: Any) -> None:
     """q35 is PCI Express: a hot-plugged device needs a free root port, which the domain keeps."""
     request = CreateRequest(
         name="secure-hotplug", image=qemu.image, vm_class=uefi_class(secure_boot=True)
     )
-    vm_id = ok(qemu.adapter.create(request, OWNER))
-    ok(qemu.adapter.power_on(vm_id))
+    vm_id = ok(create_vm(qemu.backend, request, OWNER))
+    ok(qemu.backend.power.power_on(vm_id))
     extra = tuple(DiskSpec(size_gib=1) for _ in range(HOT_PLUGGED_DISKS))
-    ok(qemu.adapter.reconfigure(vm_id, VMChanges(disks=extra)))
+    ok(qemu.backend.lifecycle.reconfigure(vm_id, VMChanges(disks=extra)))
     live = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
     targets = [disk.get("dev") for disk in live.iterfind("devices/disk/target")]
     assert targets == ["vda", "vdb", "vdc", "vdd", "vde"]
     volumes = {str(volume.name()) for volume in ensure_test_pool(conn).listAllVolumes(0)}
     beyond = tuple(DiskSpec(size_gib=1) for _ in range(HOT_PLUGGED_DISKS + HOTPLUG_ROOT_PORTS))
-    refused = error_of(qemu.adapter.reconfigure(vm_id, VMChanges(disks=beyond)))
+    refused = error_of(qemu.backend.lifecycle.reconfigure(vm_id, VMChanges(disks=beyond)))
     assert refused.kind is ErrorKind.FAILED_PRECONDITION  # the ports ran out: power off first
     assert "power it off to add the disk" in refused.message
     after = {str(volume.name()) for volume in ensure_test_pool(conn).listAllVolumes(0)}
     assert len(after) == len(volumes) + HOTPLUG_ROOT_PORTS - HOT_PLUGGED_DISKS  # no stray
-    ok(qemu.adapter.delete(vm_id))
+    ok(qemu.backend.lifecycle.delete(vm_id))
 
 
-def test_a_vtpm_follows_the_host(qemu: Harness, conn: Any) -> None:
+def test_a_vtpm_follows_the_host(qemu: QemuHost, conn: Any) -> None:
     request = CreateRequest(name="tpm-guest", vm_class=uefi_class(tpm_enabled=True))
-    result = qemu.adapter.create(request, OWNER)
+    result = create_vm(qemu.backend, request, OWNER)
     if "emulator" in offered(conn, "devices/tpm/enum[@name='backendModel']"):
         root = ET.fromstring(conn.lookupByUUIDString(ok(result)).XMLDesc(0))
         assert root.find("devices/tpm/backend").get("type") == "emulator"  # type: ignore[union-attr]
-        ok(qemu.adapter.delete(ok(result)))
+        ok(qemu.backend.lifecycle.delete(ok(result)))
     else:
         error = error_of(result)
         assert error.kind is ErrorKind.FAILED_PRECONDITION

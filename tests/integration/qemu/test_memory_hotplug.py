@@ -19,23 +19,25 @@ from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import OwnerMark, PerformanceProfile, VMChanges, VMClass
 
-from contract.harness import Harness
+from libvirt_support import create_vm
+from qemu_support import QemuHost
 from support import error_of, ok
 
 OWNER = OwnerMark(provider="tests/memory-hotplug")
 KIB_PER_MIB = 1024
 
 
-def running_vm(qemu: Harness, name: str, *, hot_add: bool) -> str:
+def running_vm(qemu: QemuHost, name: str, *, hot_add: bool) -> str:
     performance = PerformanceProfile(cpu_hot_add=hot_add, memory_hot_add=hot_add)
     vm_class = VMClass(cpu=1, memory_mib=256, performance=performance)
-    vm_id = ok(qemu.adapter.create(qemu.request(name, vm_class=vm_class), OWNER))
-    ok(qemu.adapter.power_on(vm_id))
+    vm_id = ok(create_vm(qemu.backend, qemu.request(name, vm_class=vm_class), OWNER))
+    ok(qemu.backend.power.power_on(vm_id))
     return vm_id
 
 
-def reconfigure(qemu: Harness, vm_id: str, **changes: int) -> Result[object, ProviderError]:
-    return ReconfigureVM(qemu.adapter, qemu.adapter)(vm_id, VMChanges(**changes))
+def reconfigure(qemu: QemuHost, vm_id: str, **changes: int) -> Result[object, ProviderError]:
+    reconfigure_vm = ReconfigureVM(qemu.backend.lifecycle, qemu.backend.inventory)
+    return reconfigure_vm(vm_id, VMChanges(**changes))
 
 
 def xml_of(conn: Any, vm_id: str, *, persistent: bool = False) -> ET.Element:
@@ -60,19 +62,19 @@ def current_vcpus(root: ET.Element) -> int:
     return int(vcpu.get("current", vcpu.text or 0))
 
 
-def waiting(qemu: Harness, vm_id: str) -> str:
-    description = ok(qemu.adapter.describe(vm_id))
+def waiting(qemu: QemuHost, vm_id: str) -> str:
+    description = ok(qemu.backend.inventory.describe(vm_id))
     assert description is not None
     return description.raw["pendingPowerCycle"]
 
 
-def power_cycle(qemu: Harness, vm_id: str) -> None:
-    ok(qemu.adapter.power_off(vm_id))
-    ok(qemu.adapter.power_on(vm_id))
+def power_cycle(qemu: QemuHost, vm_id: str) -> None:
+    ok(qemu.backend.power.power_off(vm_id))
+    ok(qemu.backend.power.power_on(vm_id))
 
 
 def test_memory_is_hot_added_as_a_dimm_and_the_next_boot_has_the_same_total(
-    qemu: Harness, conn: Any
+    qemu: QemuHost, conn: Any
 ) -> None:
     vm_id = running_vm(qemu, "hotplug-dimm", hot_add=True)
     ok(reconfigure(qemu, vm_id, memory_mib=512, cpu=2))
@@ -87,7 +89,7 @@ def test_memory_is_hot_added_as_a_dimm_and_the_next_boot_has_the_same_total(
     assert dimm_sizes_kib(persistent) == []  # the boot cell holds it: no DIMM counted twice
     assert current_vcpus(persistent) == 2
     assert waiting(qemu, vm_id) == ""
-    description = ok(qemu.adapter.describe(vm_id))
+    description = ok(qemu.backend.inventory.describe(vm_id))
     assert description is not None
     assert (description.raw["memory_mib"], description.raw["cpu"]) == ("512", "2")
 
@@ -104,7 +106,7 @@ def test_memory_is_hot_added_as_a_dimm_and_the_next_boot_has_the_same_total(
 
 
 def test_a_change_without_hot_add_waits_for_a_power_cycle_and_says_so(
-    qemu: Harness, conn: Any, caplog: pytest.LogCaptureFixture
+    qemu: QemuHost, conn: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     vm_id = running_vm(qemu, "hotplug-waits", hot_add=False)
     assert waiting(qemu, vm_id) == ""
@@ -122,16 +124,16 @@ def test_a_change_without_hot_add_waits_for_a_power_cycle_and_says_so(
     assert memory_kib(xml_of(conn, vm_id)) == 256 * KIB_PER_MIB
     assert memory_kib(xml_of(conn, vm_id, persistent=True)) == 512 * KIB_PER_MIB
 
-    ok(qemu.adapter.power_off(vm_id))
+    ok(qemu.backend.power.power_off(vm_id))
     assert waiting(qemu, vm_id) == ""
-    ok(qemu.adapter.power_on(vm_id))
+    ok(qemu.backend.power.power_on(vm_id))
     assert waiting(qemu, vm_id) == ""
     live = xml_of(conn, vm_id)
     assert (memory_kib(live), current_vcpus(live)) == (512 * KIB_PER_MIB, 2)
 
 
 def test_a_change_possible_neither_live_nor_for_the_next_boot_is_refused_by_name(
-    qemu: Harness, conn: Any
+    qemu: QemuHost, conn: Any
 ) -> None:
     vm_id = running_vm(qemu, "hotplug-refused", hot_add=False)
     error = error_of(reconfigure(qemu, vm_id, cpu=300))

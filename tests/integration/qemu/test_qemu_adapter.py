@@ -1,4 +1,4 @@
-"""What only a real libvirtd + QEMU shows about the libvirt adapter (blank disks, no guest OS)."""
+"""What only a real libvirtd + QEMU shows about the libvirt backend (blank disks, no guest OS)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from contract.harness import Harness
-from qemu_support import TEST_POOL_PATH
+from libvirt_support import clone_vm, create_vm
+from qemu_support import TEST_POOL_PATH, QemuHost
 from support import error_kind, ok
 
 OWNER = OwnerMark(provider="tests/qemu")
 GIB = 1024**3
 
 
-def create(qemu: Harness, name: str, **changes: object) -> str:
-    return ok(qemu.adapter.create(qemu.request(name, image=qemu.image, **changes), OWNER))
+def create(qemu: QemuHost, name: str, **changes: object) -> str:
+    return ok(create_vm(qemu.backend, qemu.request(name, image=qemu.image, **changes), OWNER))
 
 
 def live_xml(conn: Any, vm_id: str) -> ET.Element:
@@ -40,10 +40,10 @@ def pool_files() -> set[str]:
 
 
 def test_a_vm_runs_under_tcg_with_acpi_user_networking_and_an_agent_port(
-    qemu: Harness, conn: Any
+    qemu: QemuHost, conn: Any
 ) -> None:
     vm_id = create(qemu, "qemu-xml")
-    ok(qemu.adapter.power_on(vm_id))
+    ok(qemu.backend.power.power_on(vm_id))
     assert conn.lookupByUUIDString(vm_id).state()[0] == libvirt.VIR_DOMAIN_RUNNING
     root = live_xml(conn, vm_id)
     assert root.get("type") == "qemu"
@@ -57,15 +57,15 @@ def test_a_vm_runs_under_tcg_with_acpi_user_networking_and_an_agent_port(
     assert conn.listAllNetworks(0) == []  # scripts/libvirtd.sh leaves no NAT network
 
 
-def test_disks_of_a_running_vm_grow_and_new_ones_are_hot_plugged(qemu: Harness, conn: Any) -> None:
+def test_disks_of_a_running_vm_grow_and_new_ones_are_hot_plugged(qemu: QemuHost, conn: Any) -> None:
     vm_id = create(qemu, "qemu-grow", disks=(DiskSpec(size_gib=1),))
-    ok(qemu.adapter.power_on(vm_id))
+    ok(qemu.backend.power.power_on(vm_id))
     ok(
-        qemu.adapter.reconfigure(
+        qemu.backend.lifecycle.reconfigure(
             vm_id, VMChanges(root_disk_gib=3, disks=(DiskSpec(size_gib=2), DiskSpec(size_gib=1)))
         )
     )
-    info = ok(qemu.adapter.vm_info(vm_id))
+    info = ok(qemu.backend.inventory.vm_info(vm_id))
     assert info is not None
     assert [disk.size_gib for disk in info.disks] == [3, 2, 1]
     # The guest sees the new sizes now (block resize, hot-plug), not only after a reboot.
@@ -76,59 +76,63 @@ def test_disks_of_a_running_vm_grow_and_new_ones_are_hot_plugged(qemu: Harness, 
 
 
 def test_snapshots_of_a_running_vm_are_internal_with_memory_and_revert_to_running(
-    qemu: Harness,
+    qemu: QemuHost,
 ) -> None:
     vm_id = create(qemu, "qemu-snap")
-    ok(qemu.adapter.power_on(vm_id))
+    ok(qemu.backend.power.power_on(vm_id))
     files_before = pool_files()
-    asked = ok(qemu.adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="live")))
+    asked = ok(qemu.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="live")))
     # Asked without memory it still holds memory, and says so: a disk-only snapshot of a running
     # VM would be an external overlay file that libvirt 9 cannot revert to.
     assert asked.include_memory
     assert pool_files() == files_before
-    ok(qemu.adapter.power_off(vm_id))
-    ok(qemu.adapter.revert_snapshot(vm_id, "live"))
-    assert ok(qemu.adapter.power_state(vm_id)) is PowerState.ON
-    details = ok(qemu.adapter.disk_details(DiskQuery(vm_id=vm_id)))
+    ok(qemu.backend.power.power_off(vm_id))
+    ok(qemu.backend.snapshots.revert_snapshot(vm_id, "live"))
+    assert ok(qemu.backend.power.power_state(vm_id)) is PowerState.ON
+    details = ok(qemu.backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id)))
     assert details.snapshots == ("live",)
-    ok(qemu.adapter.delete_snapshot(vm_id, "live"))
-    assert ok(qemu.adapter.disk_details(DiskQuery(vm_id=vm_id))).snapshots == ()
+    ok(qemu.backend.snapshots.delete_snapshot(vm_id, "live"))
+    assert ok(qemu.backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).snapshots == ()
 
 
 def test_a_running_source_is_fully_cloned_from_one_point_and_never_linked(
-    qemu: Harness,
+    qemu: QemuHost,
 ) -> None:
     source = create(qemu, "qemu-src", disks=(DiskSpec(size_gib=1),))
-    ok(qemu.adapter.power_on(source))
+    ok(qemu.backend.power.power_on(source))
     files_before = pool_files()
-    linked = qemu.adapter.clone(
-        CloneRequest(source_vm_id=source, target_name="qemu-lnk", linked=True), OWNER
+    linked = clone_vm(
+        qemu.backend, CloneRequest(source_vm_id=source, target_name="qemu-lnk", linked=True), OWNER
     )
     assert error_kind(linked) is ErrorKind.FAILED_PRECONDITION
     assert pool_files() == files_before
     target = ok(
-        qemu.adapter.clone(CloneRequest(source_vm_id=source, target_name="qemu-full"), OWNER)
+        clone_vm(qemu.backend, CloneRequest(source_vm_id=source, target_name="qemu-full"), OWNER)
     )
-    assert ok(qemu.adapter.power_state(source)) is PowerState.ON
-    source_info = ok(qemu.adapter.vm_info(source))
-    target_info = ok(qemu.adapter.vm_info(target))
+    assert ok(qemu.backend.power.power_state(source)) is PowerState.ON
+    source_info = ok(qemu.backend.inventory.vm_info(source))
+    target_info = ok(qemu.backend.inventory.vm_info(target))
     assert source_info is not None
     assert target_info is not None
     assert [d.size_gib for d in target_info.disks] == [d.size_gib for d in source_info.disks]
     assert not {d.path for d in target_info.disks} & {d.path for d in source_info.disks}
-    assert ok(qemu.adapter.disk_details(DiskQuery(vm_id=target))).backing_file == ""
-    ok(qemu.adapter.power_on(target))  # the copy is a whole, usable disk set
-    assert ok(qemu.adapter.power_state(target)) is PowerState.ON
+    assert ok(qemu.backend.disk_transfer.disk_details(DiskQuery(vm_id=target))).backing_file == ""
+    ok(qemu.backend.power.power_on(target))  # the copy is a whole, usable disk set
+    assert ok(qemu.backend.power.power_state(target)) is PowerState.ON
 
 
 def test_delete_of_a_running_vm_with_a_snapshot_leaves_only_the_base_image(
-    qemu: Harness,
+    qemu: QemuHost,
 ) -> None:
     files_before = pool_files()
     vm_id = create(qemu, "qemu-gone", disks=(DiskSpec(size_gib=1),))
-    ok(qemu.adapter.power_on(vm_id))
-    ok(qemu.adapter.create_snapshot(SnapshotRequest(vm_id=vm_id, name="s", include_memory=True)))
+    ok(qemu.backend.power.power_on(vm_id))
+    ok(
+        qemu.backend.snapshots.create_snapshot(
+            SnapshotRequest(vm_id=vm_id, name="s", include_memory=True)
+        )
+    )
     assert len(pool_files() - files_before) == 2
-    ok(qemu.adapter.delete(vm_id))
+    ok(qemu.backend.lifecycle.delete(vm_id))
     assert pool_files() == files_before
-    assert ok(qemu.adapter.find_by_name("qemu-gone")) is None
+    assert ok(qemu.backend.lifecycle.find_by_name("qemu-gone")) is None

@@ -1,6 +1,7 @@
 """One persistent libvirt connection per process, shared by threads, reopened when it dies.
 
-libvirt connections are thread-safe for calls; only replacing a dead one needs the lock.
+libvirt connections are thread-safe for calls; only replacing a dead one takes a lock (the
+shared Reopening handle).
 The default event loop runs on a daemon thread so that keepalive and close callbacks work.
 Remote URIs get their SSH key, known_hosts and password from the credentials port (see
 ssh_access); a failed open re-reads the credentials once, in case they were rotated.
@@ -17,19 +18,16 @@ from urllib.parse import urlsplit
 
 import libvirt
 
-from pyrigaud.adapters.hypervisors.libvirt.errors import (
-    CONNECTION_LOSS_CODES,
-    AdapterError,
-    error_code,
-)
+from pyrigaud.adapters.hypervisors.libvirt.errors import CONNECTION_LOSS_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
     PASSWORD,
     USERNAME,
     SshAccess,
     display_uri,
 )
+from pyrigaud.adapters.hypervisors.reopening import Reopening
 from pyrigaud.application.ports import Credentials
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 
 T = TypeVar("T")
 
@@ -115,9 +113,9 @@ class LibvirtConnection:
         self._max_concurrent_calls = max_concurrent_calls
         self._slot_wait_seconds = slot_wait_seconds
         self._on_reconnect = on_reconnect
-        self._lock = threading.Lock()
-        self._conn: VirConnect | None = None
+        self._handle: Reopening[VirConnect] = Reopening(self._open)
         self._opened_before = False
+        self._hooks_lock = threading.Lock()
         self._close_hooks: list[weakref.WeakMethod[CloseHook]] = []
 
     def call(self, action: Callable[[VirConnect], T]) -> T:
@@ -126,14 +124,14 @@ class LibvirtConnection:
         At most `max_concurrent_calls` run at once; the others wait for a slot.
         """
         if not self._slots.acquire(timeout=self._slot_wait_seconds):
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.resource_exhausted(
                     f"all {self._max_concurrent_calls} libvirt call slots for {self.uri} stayed "
                     f"busy for {self._slot_wait_seconds:g}s; retry later"
                 )
             )
         try:
-            conn = self._current()
+            conn = self._handle.current()
             try:
                 return action(conn)
             except libvirt.libvirtError as error:
@@ -147,38 +145,27 @@ class LibvirtConnection:
         """Call the bound method `hook` with each raw connection before it is let go: just
         before `close()` closes it, and when a dead one is replaced. Event callbacks must be
         deregistered then: libvirt-python forgets them on close, and while they are registered
-        libvirt keeps the connection alive. Held weakly, so an adapter nobody uses still goes."""
-        with self._lock:
+        libvirt keeps the connection alive. Held weakly, so a backend nobody uses still goes."""
+        with self._hooks_lock:
             self._close_hooks.append(weakref.WeakMethod(hook))
 
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            self._access.close()
+        conn = self._handle.take()
+        self._access.close()
         if conn is not None:
             self._run_close_hooks(conn)
             with contextlib.suppress(libvirt.libvirtError):  # a dead one has nothing to release
                 conn.close()
 
     def _run_close_hooks(self, conn: VirConnect) -> None:
-        with self._lock:
+        with self._hooks_lock:
             self._close_hooks = [ref for ref in self._close_hooks if ref() is not None]
             hooks = [hook for ref in self._close_hooks if (hook := ref()) is not None]
         for hook in hooks:
             hook(conn)
 
-    def _current(self) -> VirConnect:
-        with self._lock:
-            if self._conn is None:
-                self._conn = self._open()
-            return self._conn
-
     def _reopen(self, dead: VirConnect) -> VirConnect:
-        with self._lock:
-            replaced = self._conn is dead
-            if replaced or self._conn is None:
-                self._conn = self._open()
-            conn = self._conn
+        conn, replaced = self._handle.replace(dead)
         if replaced:
             # Calls in flight may still hold it: libvirt-python closes it once they let go,
             # which the callbacks would otherwise prevent.
@@ -186,7 +173,9 @@ class LibvirtConnection:
         return conn
 
     def _open(self) -> VirConnect:
-        """Open with the current credentials, and once more if re-reading them changed them."""
+        """Open with the current credentials, and once more if re-reading them changed them.
+
+        Run by the Reopening under its lock, so never twice at once."""
         prepare_libvirt_for_process()
         values = self._credentials.current()
         try:
@@ -212,9 +201,9 @@ class LibvirtConnection:
             return self._opener(uri)
         return libvirt.openAuth(uri, [_ANSWERED_CREDENTIALS, credential_answerer(values), None], 0)
 
-    def _unreachable(self, error: libvirt.libvirtError) -> AdapterError:
+    def _unreachable(self, error: libvirt.libvirtError) -> ExpectedError:
         # Whatever libvirt's code, a host we cannot reach is "unavailable", not bad input.
-        return AdapterError(
+        return ExpectedError(
             ProviderError.unavailable(f"cannot connect to {self.uri}: {_one_line(error)}")
         )
 

@@ -1,4 +1,4 @@
-"""ExportDisk and ImportDisk: a VM's volume streamed into a file on a mounted PVC, and back.
+"""DiskTransfer on libvirt: a VM's volume streamed into a file on a mounted PVC, and back.
 
 The manager mounts each migration PVC at `<root>/<pvc>` in the provider's pod, and a
 `pvc://<pvc>/<path>` URL names `<root>/<pvc>/<path>` there. The bytes travel on libvirt
@@ -29,10 +29,13 @@ from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit
 
 import libvirt
+from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError, error_code
+from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     PoolSettings,
     VolumeWriter,
@@ -43,9 +46,12 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_xml,
     write_new_volume,
 )
+from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import (
+    DiskDetails,
+    DiskQuery,
     ExportRequest,
     ExportResult,
     ImportRequest,
@@ -68,6 +74,58 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
+class LibvirtDiskTransfer:
+    """ExportDisk, ImportDisk, and the facts of one disk the manager reads around them."""
+
+    def __init__(self, host: LibvirtHost, migration_storage_root: str) -> None:
+        """`migration_storage_root` is where the PVCs of pvc:// URLs are mounted."""
+        self._host = host
+        self._transfers = PvcTransfers(migration_storage_root, host.pools, host.write_volume)
+
+    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+        return self._host.run(
+            f"export disk of {request.vm_id!r}",
+            lambda conn: self._transfers.export_disk(
+                conn, Guest.by_id(conn, request.vm_id).dom, request
+            ),
+        )
+
+    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
+        return self._host.run(
+            "import disk",  # the URL is not echoed before it is checked
+            lambda conn: self._transfers.import_disk(conn, request),
+        )
+
+    def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
+        return self._host.run(
+            f"read disk of {query.vm_id!r}", lambda conn: _disk_details(conn, query)
+        )
+
+
+def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:
+    guest = Guest.by_id(conn, query.vm_id)
+    facts = guest.facts()
+    snapshots = tuple(str(snapshot.getName()) for snapshot in guest.dom.listAllSnapshots(0))
+    if query.snapshot_id and query.snapshot_id not in snapshots:
+        raise ExpectedError(
+            ProviderError.not_found(f"VM {facts.name!r} has no snapshot {query.snapshot_id!r}")
+        )
+    # A VM with no disks has "no disks", whichever disk was asked for.
+    chosen = _chosen_disk(facts.name, facts.disks, query.disk_id if facts.disks else "")
+    volume = volume_facts(conn, chosen.path)
+    return DiskDetails(
+        disk_id=chosen.target,
+        format=volume.format if volume else chosen.format,
+        virtual_size_bytes=volume.capacity_bytes if volume else 0,
+        actual_size_bytes=volume.allocation_bytes if volume else 0,
+        path=chosen.path,
+        is_bootable=chosen == facts.disks[0],
+        snapshots=snapshots,
+        backing_file=volume.backing_path if volume else "",
+        metadata={"vm": facts.name, "target": chosen.target},
+    )
+
+
 @dataclass(frozen=True)
 class PvcTransfers:
     """Export and import between libvirt volumes and files under the migration storage root."""
@@ -79,10 +137,10 @@ class PvcTransfers:
     def export_disk(self, conn: VirConnect, dom: VirDomain, request: ExportRequest) -> ExportResult:
         _refuse_other_transports(request.backend, request.mode)
         if request.compress:
-            raise AdapterError(ProviderError.unsupported("compressed export is not supported"))
+            raise ExpectedError(ProviderError.unsupported("compressed export is not supported"))
         _check_format(request.format)
         if request.snapshot_id:
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.unsupported(
                     "exporting a snapshot is not supported: revert to it, then export the disk"
                 )
@@ -91,7 +149,7 @@ class PvcTransfers:
         facts = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         disk = _chosen_disk(facts.name, facts.disks, request.disk_id)
         if dom.isActive():
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.failed_precondition(
                     f"VM {facts.name!r} is running (QEMU is writing to its disk): "
                     "power it off first, then export"
@@ -115,7 +173,7 @@ class PvcTransfers:
         name = f"{_target_name(request.target_name, source)}.{request.format}"
         size = _check_image(source, request.format)
         pool_name = request.storage_hint or self.pools.default_pool
-        pool = find_pool(conn, pool_name, self.pools, "storage_hint")
+        pool = find_pool(conn, pool_name, self.pools, fields.STORAGE_HINT)
         hashed = _HashedFile(source, request.source_url)
         existing = find_volume(pool, name)
         if existing is not None:
@@ -133,7 +191,7 @@ class PvcTransfers:
         landed = volume_facts(conn, path)
         if landed is None or landed.format != request.format:
             delete_volume(conn, path)
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.unsupported(
                     f"storage pool {pool_name!r} does not keep {request.format} images "
                     "(it took the upload as raw): import into a directory pool"
@@ -169,9 +227,9 @@ class PvcTransfers:
             for chunk in _volume_chunks(conn, volume):
                 stored.update(chunk)
         except libvirt.libvirtError as error:  # a driver that cannot download: cannot tell
-            raise AdapterError(clash) from error
+            raise ExpectedError(clash) from error
         if stored.hexdigest() != hashed.hexdigest:
-            raise AdapterError(clash)
+            raise ExpectedError(clash)
         return ImportResult(
             disk_id=name, path=path, actual_size_bytes=size, checksum=f"sha256:{hashed.hexdigest}"
         )
@@ -189,7 +247,7 @@ class PvcTransfers:
             raise _invalid(field, "the path must be relative, without '.', '..' or empty parts")
         mount = Path(self.root, pvc)
         if not mount.is_dir():
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.failed_precondition(f"PVC {pvc!r} is not mounted at {mount}")
             )
         real_mount = Path(os.path.realpath(mount))
@@ -207,13 +265,13 @@ class PvcTransfers:
 
 def _refuse_other_transports(backend: TransferBackend, mode: TransferMode) -> None:
     if backend is not TransferBackend.PVC:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.unsupported(
                 f"backend_type {backend.value!r}: libvirt transfers disks to pvc:// only"
             )
         )
     if mode is not TransferMode.AUTO:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.unsupported(
                 f"transfer_mode {mode.value!r}: libvirt streams through the provider ('auto')"
             )
@@ -222,13 +280,13 @@ def _refuse_other_transports(backend: TransferBackend, mode: TransferMode) -> No
 
 def _check_format(disk_format: str) -> None:
     if disk_format not in TRANSFER_FORMATS:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.unsupported(f"format {disk_format!r}: libvirt transfers qcow2 or raw")
         )
 
 
-def _invalid(field: str, problem: str) -> AdapterError:
-    return AdapterError(ProviderError.invalid_spec(field, problem))
+def _invalid(field: str, problem: str) -> ExpectedError:
+    return ExpectedError(ProviderError.invalid_spec(field, problem))
 
 
 def _chosen_disk(vm_name: str, disks: tuple[DiskDevice, ...], disk_id: str) -> DiskDevice:
@@ -238,7 +296,7 @@ def _chosen_disk(vm_name: str, disks: tuple[DiskDevice, ...], disk_id: str) -> D
     )
     if chosen is None:
         missing = f"no disk {disk_id!r}" if disk_id else "no disks"
-        raise AdapterError(ProviderError.not_found(f"VM {vm_name!r} has {missing}"))
+        raise ExpectedError(ProviderError.not_found(f"VM {vm_name!r} has {missing}"))
     return chosen
 
 
@@ -338,7 +396,7 @@ def _refusing_unsupported(direction: str, transfer: Callable[[], T]) -> T:
     except libvirt.libvirtError as error:
         if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
             raise
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.unsupported(
                 f"this libvirt driver cannot {direction} volumes (virStorageVol"
                 f"{direction.capitalize()}): disk transfer needs a real hypervisor"

@@ -230,7 +230,7 @@ class DomainCache:
         """libvirt passes (conn, dom, *details, opaque); only the lifecycle kind matters here.
 
         It holds the cache weakly: libvirt keeps callbacks of a connection closed without
-        deregistering them, and they must not keep a forgotten adapter alive.
+        deregistering them, and they must not keep a forgotten backend alive.
         """
         cache_ref = weakref.ref(self)
 
@@ -430,7 +430,7 @@ class Load:
 def _refresh_while_used(
     cache_ref: weakref.ref[DomainCache], wake: threading.Event, tick_seconds: float
 ) -> None:
-    """The refresher holds its cache weakly, so an adapter nobody uses takes its thread along."""
+    """The refresher holds its cache weakly, so a backend nobody uses takes its thread along."""
     while True:
         wake.wait(tick_seconds)
         wake.clear()

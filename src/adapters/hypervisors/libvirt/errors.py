@@ -57,12 +57,17 @@ CONNECTION_LOSS_CODES = frozenset(
 )
 
 
-class AdapterError(Exception):
-    """An expected failure raised inside the adapter and turned back into a value at its edge."""
-
-    def __init__(self, error: ProviderError) -> None:
-        super().__init__(str(error))
-        self.error = error
+# A driver that cannot do the asked variant of a call answers with one of these.
+REFUSED_VARIANT_CODES = frozenset(
+    {
+        libvirt.VIR_ERR_INVALID_ARG,
+        libvirt.VIR_ERR_NO_SUPPORT,
+        libvirt.VIR_ERR_OPERATION_UNSUPPORTED,
+        libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
+        libvirt.VIR_ERR_CONFIG_UNSUPPORTED,
+        libvirt.VIR_ERR_OPERATION_INVALID,
+    }
+)
 
 
 def error_code(error: libvirt.libvirtError) -> int:

@@ -18,8 +18,8 @@ import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SECURE_BOOT_MACHINE
-from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError, error_code
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
 
 TPM_VERSIONS = ("2.0", "1.2")
@@ -43,14 +43,16 @@ def tpm_version_of(vm_class: VMClass) -> str:
 
 
 def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> None:
-    """Raises AdapterError naming the field the host cannot honour; BIOS-only costs nothing."""
+    """Raises ExpectedError naming the field the host cannot honour; BIOS-only costs nothing."""
     security = vm_class.security
     uefi = vm_class.firmware is Firmware.UEFI
     tpm_version = tpm_version_of(vm_class)
     if security.secure_boot and not uefi:
-        raise AdapterError(ProviderError.invalid_spec("security.secureBoot", "needs firmware UEFI"))
+        raise ExpectedError(
+            ProviderError.invalid_spec("security.secureBoot", "needs firmware UEFI")
+        )
     if tpm_version and tpm_version not in TPM_VERSIONS:
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.invalid_spec(
                 "security.tpmVersion", f"must be one of {', '.join(TPM_VERSIONS)}"
             )
@@ -64,13 +66,13 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
     machine = capabilities.findtext("machine", "the default machine")
     where = f"this host ({domain_type} on {machine})"
     if uefi and "efi" not in _values(capabilities, "os[@supported='yes']/enum[@name='firmware']"):
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.failed_precondition(f"firmware UEFI: {where} has no UEFI firmware")
         )
     if security.secure_boot and "yes" not in _values(
         capabilities, "os/loader[@supported='yes']/enum[@name='secure']"
     ):
-        raise AdapterError(
+        raise ExpectedError(
             ProviderError.failed_precondition(
                 f"security.secureBoot: {where} has no secure-boot firmware"
             )
@@ -83,7 +85,7 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
             or TPM_MODEL_BY_VERSION[tpm_version]
             not in _values(capabilities, f"{tpm}/enum[@name='model']")
         ):
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.failed_precondition(
                     f"security.tpmEnabled: {where} cannot emulate a TPM {tpm_version} "
                     "(it needs swtpm)"

@@ -27,8 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 
 # The libvirt provider Secret's keys (deploy/libvirt/credentials-secret.yaml).
 PRIVATE_KEY = "ssh-privatekey"
@@ -121,7 +120,7 @@ class SshAccess:
     ) -> dict[str, str]:
         client = shutil.which("ssh")
         if client is None:
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.unavailable(
                     f"{display_uri(self.uri)} needs the ssh client, which is not installed"
                 )

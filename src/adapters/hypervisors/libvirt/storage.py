@@ -16,8 +16,9 @@ from typing import Any
 import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.errors import AdapterError, is_missing
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.adapters.hypervisors.libvirt.errors import is_missing
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 
 GIB = 1024**3
 VirStoragePool = Any
@@ -44,7 +45,7 @@ class PoolSettings:
 
 
 def find_pool(
-    conn: VirConnect, name: str, settings: PoolSettings, field: str = "placement_json.Datastore"
+    conn: VirConnect, name: str, settings: PoolSettings, field: str = fields.PLACEMENT_DATASTORE
 ) -> VirStoragePool:
     """The named pool, active; only the default pool is created when it does not exist.
 
@@ -56,7 +57,7 @@ def find_pool(
         if not is_missing(error):
             raise
         if name != settings.default_pool:
-            raise AdapterError(
+            raise ExpectedError(
                 ProviderError.invalid_spec(field, f"no storage pool named {name!r}")
             ) from error
         pool = conn.storagePoolDefineXML(_dir_pool_xml(name, settings.default_pool_path), 0)
@@ -185,7 +186,7 @@ def copy_volume_into(conn: VirConnect, pool: VirStoragePool, source_path: str, n
     """A full copy of the volume at `source_path` in `pool`, keeping its format."""
     source = volume_facts(conn, source_path)
     if source is None:
-        raise AdapterError(ProviderError.not_found(f"no volume at {source_path!r}"))
+        raise ExpectedError(ProviderError.not_found(f"no volume at {source_path!r}"))
     xml = volume_xml(name, source.capacity_bytes, volume_format=source.format)
     origin = conn.storageVolLookupByPath(source_path)
     return str(pool.createXMLFrom(xml, origin, 0).path())

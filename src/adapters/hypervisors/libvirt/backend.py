@@ -1,0 +1,74 @@
+"""The libvirt backend: each port from its own module, over one shared LibvirtHost."""
+
+from __future__ import annotations
+
+from pyrigaud.adapters.hypervisors.libvirt.cloning import LibvirtCloning
+from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
+from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import LibvirtDiskTransfer
+from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
+from pyrigaud.adapters.hypervisors.libvirt.health import (
+    LibvirtCapabilities,
+    LibvirtHealth,
+    LibvirtTasks,
+)
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.images import LibvirtImages
+from pyrigaud.adapters.hypervisors.libvirt.inventory import LibvirtInventory, guest_addresses
+from pyrigaud.adapters.hypervisors.libvirt.power import LibvirtPowerControl
+from pyrigaud.adapters.hypervisors.libvirt.provisioning import LibvirtVMLifecycle
+from pyrigaud.adapters.hypervisors.libvirt.snapshots import LibvirtSnapshots
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    PoolSettings,
+    VolumeWriter,
+    upload_volume,
+)
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.ports import Clock
+
+
+def build_libvirt_backend(
+    connection: LibvirtConnection,
+    clock: Clock,
+    *,
+    domain_type: str,
+    pools: PoolSettings,
+    allow_loopback_urls: bool,
+    migration_storage_root: str,
+    volume_writer: VolumeWriter = upload_volume,
+) -> Backend:
+    """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
+    says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
+
+    `migration_storage_root` is where the PVCs of pvc:// URLs are mounted; `volume_writer`
+    puts bytes into a volume (a libvirt stream unless a test's driver cannot stream).
+    """
+    inventory: LibvirtInventory
+    # The cache fills itself by the inventory's listing, which reads through the cache: the
+    # lambda finds the inventory made below.
+    domains = DomainCache(
+        guest_addresses,
+        warm_up=lambda conn: inventory.warm_up(conn),  # noqa: PLW0108
+    )
+    connection.on_close(domains.detach)
+    host = LibvirtHost(
+        connection=connection,
+        clock=clock,
+        domains=domains,
+        domain_type=domain_type,
+        pools=pools,
+        allow_loopback_urls=allow_loopback_urls,
+        write_volume=volume_writer,
+    )
+    inventory = LibvirtInventory(host)
+    return Backend(
+        lifecycle=LibvirtVMLifecycle(host),
+        power=LibvirtPowerControl(host),
+        inventory=inventory,
+        health=LibvirtHealth(host),
+        capabilities=LibvirtCapabilities(),
+        tasks=LibvirtTasks(),
+        snapshots=LibvirtSnapshots(host),
+        cloning=LibvirtCloning(host),
+        images=LibvirtImages(host),
+        disk_transfer=LibvirtDiskTransfer(host, migration_storage_root),
+    )

@@ -1,0 +1,88 @@
+"""How Create and Clone make a VM that a crash cannot leave half-known.
+
+A placeholder domain marked as building, recording every volume it is about to get, is
+defined first; then the volumes are made; then the finished definition replaces it. A name
+already in use fails with ALREADY_EXISTS: whether that VM is ours to return is the
+application's OwnershipRule's call, made on what find_by_name reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from typing import Any
+
+import libvirt
+
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainDefinition, render_domain
+from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    VolumeWriter,
+    volume_xml,
+    write_new_volume,
+)
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import NetworkAttachment
+
+QEMU_MAC_PREFIX = "52:54:00"
+
+
+def refuse_taken_name(conn: VirConnect, name: str) -> None:
+    """A VM already under `name` (whoever made it, finished or not) stops the making."""
+    if Guest.by_name(conn, name) is not None:
+        raise ExpectedError(_name_taken(name))
+
+
+def begin_building(conn: VirConnect, building: DomainDefinition) -> Guest:
+    """Define the placeholder of a VM being made; a racing replica's of that name refuses it."""
+    try:
+        return Guest(conn.defineXML(render_domain(building)))
+    except libvirt.libvirtError as error:
+        if Guest.by_name(conn, building.name) is not None:
+            raise ExpectedError(_name_taken(building.name)) from error
+        raise
+
+
+def abandon_building(guest: Guest) -> None:
+    """Undo `begin_building` after a failure (its volumes are the caller's to remove)."""
+    with contextlib.suppress(libvirt.libvirtError):
+        guest.undefine()
+
+
+def _name_taken(name: str) -> ProviderError:
+    return ProviderError.already_exists(f"a VM named {name!r} already exists")
+
+
+def write_seed(
+    conn: VirConnect, pool: Any, name: str, iso: bytes, write_volume: VolumeWriter
+) -> str:
+    """The cloud-init seed ISO as a new raw volume `name`."""
+    xml = volume_xml(name, len(iso), volume_format="raw")
+    try:
+        return write_new_volume(conn, pool, xml, (iso,), write_volume)
+    except libvirt.libvirtError as error:
+        if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
+            raise
+        raise ExpectedError(
+            ProviderError.unsupported(
+                "this libvirt driver cannot upload volumes (virStorageVolUpload), so it "
+                "cannot carry the cloud-init seed that user_data, meta_data or static "
+                "addressing need"
+            )
+        ) from error
+
+
+def with_macs(attachments: tuple[NetworkAttachment, ...]) -> tuple[NetworkAttachment, ...]:
+    """Every NIC with a MAC (a random one under QEMU's prefix if none given), for network-config."""
+    return tuple(
+        attachment
+        if attachment.mac_address
+        else attachment.model_copy(update={"mac_address": random_mac()})
+        for attachment in attachments
+    )
+
+
+def random_mac() -> str:
+    return ":".join((QEMU_MAC_PREFIX, *(f"{byte:02x}" for byte in secrets.token_bytes(3))))

@@ -1,0 +1,300 @@
+"""Cloning on libvirt: a full or linked copy of a VM's disks under a new domain.
+
+Made as Create makes a VM (building.py): a placeholder marked as building and recording the
+volumes it is about to get, then the copies, then the finished definition. A running source's
+disks are copied from one point in time by libvirt's backup job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+import libvirt
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.libvirt.building import (
+    abandon_building,
+    begin_building,
+    random_mac,
+    refuse_taken_name,
+    write_seed,
+)
+from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
+    SeedInput,
+    build_seed,
+    time_zone_vendor_data,
+)
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
+    DomainDefinition,
+    DomainFacts,
+    cloned_domain,
+    parse_domain,
+)
+from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    copy_volume,
+    create_volume,
+    delete_volume,
+    find_pool,
+    planned_volume_path,
+    seed_volume_name,
+    volume_facts,
+    volume_name,
+)
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import (
+    CloneRequest,
+    Customization,
+    Firmware,
+    NetworkAttachment,
+    OwnerMark,
+)
+
+BACKUP_POLL_SECONDS = 0.05
+BACKUP_TIMEOUT_SECONDS = 3600  # bounded, yet room for copying a large disk
+
+
+class LibvirtCloning:
+    """Made within the call: Clone returns no task."""
+
+    def __init__(self, host: LibvirtHost) -> None:
+        self._host = host
+
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        return self._host.make(
+            f"clone {request.source_vm_id!r} to {request.target_name!r}",
+            lambda conn: self._clone(conn, request, owner),
+        )
+
+    def _clone(self, conn: VirConnect, request: CloneRequest, owner: OwnerMark) -> str:
+        host = self._host
+        source = Guest.by_id(conn, request.source_vm_id)
+        refuse_taken_name(conn, request.target_name)
+        running = bool(source.dom.isActive())
+        if request.linked and running:
+            raise ExpectedError(
+                ProviderError.failed_precondition(
+                    "power the source off for a linked clone: its disks become backing files"
+                )
+            )
+        source_xml = source.inactive_xml()
+        facts = parse_domain(source_xml)
+        own_media = frozenset(facts.metadata.volumes if facts.metadata else ())
+        clone_uuid = str(uuid.uuid4())
+        seed = _clone_seed(request, facts, clone_uuid, _carries_own_seed(source_xml, own_media))
+        pools = [
+            conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
+            for disk in facts.disks
+        ]
+        planned = [
+            planned_volume_path(pool, volume_name(request.target_name, index))
+            for index, pool in enumerate(pools)
+        ]
+        # The seed sits beside the root disk, as Create's does.
+        seed_pool = pools[0] if pools else find_pool(conn, host.pools.default_pool, host.pools)
+        seed_name = seed_volume_name(request.target_name)
+        if seed is not None:
+            planned.append(planned_volume_path(seed_pool, seed_name))
+        metadata = VMMetadata(owner=owner, created_at=host.clock.now())
+        building = DomainDefinition(
+            name=request.target_name,
+            domain_type=host.domain_type,
+            vcpus=facts.vcpus,
+            max_vcpus=facts.vcpus,
+            memory_mib=facts.memory_mib,
+            max_memory_mib=0,
+            firmware=Firmware.BIOS,  # a placeholder: the finished clone takes the source's
+            secure_boot=False,
+            disks=(),
+            nics=(),
+            metadata=replace(metadata, volumes=tuple(planned), building=True),
+            uuid=clone_uuid,
+        )
+        placeholder = begin_building(conn, building)
+        copies: dict[str, str] = {}
+        seed_path = ""
+        try:
+            if running:
+                copies = _copy_running_disks(conn, source, facts, request.target_name)
+                for path in copies.values():
+                    metadata = metadata.with_volume(path)
+            for index, disk in enumerate(facts.disks if not copies else ()):
+                name = volume_name(request.target_name, index)
+                if request.linked:
+                    backing = volume_facts(conn, disk.path)
+                    if backing is None:
+                        raise ExpectedError(
+                            ProviderError.failed_precondition(
+                                f"disk {disk.path!r} is not a storage-pool volume"
+                            )
+                        )
+                    pool = conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
+                    path = create_volume(pool, name, backing.capacity_bytes, backing)
+                elif running:
+                    path = _copy_unlocked_disk(conn, disk.path, name)
+                else:
+                    path = copy_volume(conn, disk.path, name)
+                copies[disk.path] = path
+                metadata = metadata.with_volume(path)
+            if seed is not None:
+                iso = build_seed(seed)
+                seed_path = write_seed(conn, seed_pool, seed_name, iso, host.write_volume)
+                metadata = metadata.with_volume(seed_path)
+            xml = cloned_domain(
+                source_xml,
+                name=request.target_name,
+                vcpus=request.cpu,
+                memory_mib=request.memory_mib,
+                disk_paths=copies,
+                metadata=metadata,
+                dropped_media=own_media,
+                uuid=building.uuid,
+                macs=tuple(nic.mac_address for nic in seed.networks) if seed else (),
+                seed_path=seed_path,
+            )
+            return str(conn.defineXML(xml).UUIDString())
+        except (libvirt.libvirtError, ExpectedError):
+            for path in (*copies.values(), seed_path):
+                if path:
+                    delete_volume(conn, path)
+            abandon_building(placeholder)
+            raise
+
+
+def _carries_own_seed(xml: str, own_media: frozenset[str]) -> bool:
+    """Whether a cdrom of the domain is one of its own volumes: the seed Create gave it."""
+    root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
+    return any(
+        source.get("file", "") in own_media
+        for source in root.iterfind("devices/disk[@device='cdrom']/source")
+    )
+
+
+def _clone_seed(
+    request: CloneRequest, source: DomainFacts, clone_uuid: str, source_seeded: bool
+) -> SeedInput | None:
+    """The clone's own NoCloud seed, or None when neither the request nor the source has one.
+
+    Its instance-id is the clone's UUID, so cloud-init runs again in the copied guest. The
+    source's own seed is not carried over: its cloud-init already ran on the copied disk, and
+    its static addresses and host name belong to the source. Customization networks address
+    the clone's NICs by position (NICs keep their source's networks), each under a MAC chosen
+    here that network-config matches; NICs past the list use DHCP.
+    """
+    wanted = request.customization or Customization()
+    if not source_seeded and wanted == Customization():
+        return None
+    if len(wanted.networks) > len(source.nics):
+        raise ExpectedError(
+            ProviderError.invalid_spec(
+                f"customization.networks[{len(source.nics)}]",
+                f"the source has {len(source.nics)} NIC(s), and a clone keeps its source's NICs",
+            )
+        )
+    host = wanted.hostname or request.target_name
+    padding = (NetworkAttachment(),) * (len(source.nics) - len(wanted.networks))
+    return SeedInput(
+        # cloud-init takes the host name from the first label and the FQDN from the whole.
+        name=f"{host}.{wanted.domain}" if wanted.domain else host,
+        instance_id=clone_uuid,
+        user_data=wanted.user_data,
+        networks=tuple(
+            attachment.model_copy(update={"mac_address": random_mac()})
+            for attachment in (*wanted.networks, *padding)
+        ),
+        vendor_data=time_zone_vendor_data(wanted.time_zone) if wanted.time_zone else b"",
+    )
+
+
+def _copy_running_disks(
+    conn: VirConnect, source: Guest, facts: DomainFacts, target_name: str
+) -> dict[str, str]:
+    """Copies of a running VM's disks from one point in time, by libvirt's backup job.
+
+    QEMU holds a write lock on a running disk, so a plain volume copy cannot even open it.
+    An empty answer means the driver has no backup job but no lock either (libvirt's test
+    driver runs no guest): a plain copy is then consistent.
+    """
+    copies: dict[str, str] = {}
+    try:
+        for index, disk in enumerate(facts.disks):
+            volume = conn.storageVolLookupByPath(disk.path)
+            copies[disk.path] = create_volume(
+                volume.storagePoolLookupByVolume(),
+                volume_name(target_name, index),
+                int(volume.info()[1]),
+            )
+        source.dom.backupBegin(
+            _backup_xml(facts, copies), None, libvirt.VIR_DOMAIN_BACKUP_BEGIN_REUSE_EXTERNAL
+        )
+        _wait_for_backup(source)
+    except libvirt.libvirtError as error:
+        for path in copies.values():
+            delete_volume(conn, path)
+        if error_code(error) == libvirt.VIR_ERR_NO_SUPPORT:
+            return {}
+        raise
+    except BaseException:
+        for path in copies.values():
+            delete_volume(conn, path)
+        raise
+    return copies
+
+
+def _copy_unlocked_disk(conn: VirConnect, path: str, name: str) -> str:
+    """A running VM's disk copied as is, for drivers with no backup job; refused if locked."""
+    try:
+        return copy_volume(conn, path, name)
+    except libvirt.libvirtError as error:
+        raise ExpectedError(
+            ProviderError.failed_precondition(
+                f"cannot copy disk {path!r} of the running source (this host has no backup job "
+                f"and the disk is in use: {error.get_error_message()}); power the source off"
+            )
+        ) from error
+
+
+def _backup_xml(facts: DomainFacts, copies: dict[str, str]) -> str:
+    root = ET.Element("domainbackup")
+    disks = ET.SubElement(root, "disks")
+    for disk in facts.disks:
+        element = ET.SubElement(disks, "disk", {"name": disk.target, "type": "file"})
+        ET.SubElement(element, "target", {"file": copies[disk.path]})
+        ET.SubElement(element, "driver", {"type": "qcow2"})
+    return ET.tostring(root, encoding="unicode")
+
+
+def _wait_for_backup(source: Guest) -> None:
+    """Until the backup job ends (bounded); a job that fails or overruns leaves an error."""
+    dom = source.dom
+    deadline = time.monotonic() + BACKUP_TIMEOUT_SECONDS
+    while dom.jobInfo()[0] != libvirt.VIR_DOMAIN_JOB_NONE:
+        if time.monotonic() > deadline:
+            with contextlib.suppress(libvirt.libvirtError):
+                dom.abortJob()
+            raise ExpectedError(
+                ProviderError.unavailable(
+                    f"copying the disks of running VM {source.name!r} took over "
+                    f"{BACKUP_TIMEOUT_SECONDS}s; aborted"
+                )
+            )
+        time.sleep(BACKUP_POLL_SECONDS)
+    stats = dom.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
+    if not stats.get("success", False):
+        message = stats.get("errmsg", "the backup job failed")
+        raise ExpectedError(
+            ProviderError.failed_precondition(
+                f"could not copy the disks of running VM {source.name!r}: {message}"
+            )
+        )

@@ -1,0 +1,62 @@
+"""Health, CapabilitySource and TaskTracker on libvirt: what the backend can do, and whether
+its host answers. libvirt has no native tasks: every operation here completes in its call."""
+
+from __future__ import annotations
+
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import TRANSFER_FORMATS
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.domain.models import Capabilities, HealthReport
+from pyrigaud.domain.tasks import TaskState
+
+LIBVIRT_CAPABILITIES = Capabilities(
+    supports_reconfigure_online=True,
+    supports_disk_expansion_online=True,
+    supports_snapshots=True,
+    supports_memory_snapshots=True,
+    supports_linked_clones=True,
+    supports_image_import=True,  # from a pool volume, a local file, or an http(s) URL
+    supported_disk_types=("qcow2",),
+    supported_network_types=("network", "bridge", "user"),
+    supports_clone=True,
+    supports_hardware_upgrade=False,  # a machine-type bump is not a meaningful upgrade
+    # Streamed between libvirt and files on a mounted PVC (disk_transfer.py); a powered-off VM.
+    supports_disk_export=True,
+    supports_disk_import=True,
+    supported_export_formats=TRANSFER_FORMATS,
+    supported_import_formats=TRANSFER_FORMATS,
+    supported_export_backends=("pvc",),
+    supported_import_backends=("pvc",),
+    supported_transfer_modes=("auto",),
+)
+
+
+class LibvirtHealth:
+    def __init__(self, host: LibvirtHost) -> None:
+        self._host = host
+
+    def check(self) -> HealthReport:
+        """One local call; it also subscribes to the events on a new connection."""
+        connection = self._host.connection
+
+        def version_of(conn: VirConnect) -> int:
+            self._host.domains.attach(conn)
+            return int(conn.getLibVersion())
+
+        try:
+            version = connection.call(version_of)
+        except Exception as error:
+            return HealthReport(ok=False, message=f"libvirt at {connection.uri}: {error}")
+        major, minor = version // 1_000_000, version // 1000 % 1000
+        return HealthReport(ok=True, message=f"libvirt {major}.{minor} at {connection.uri}")
+
+
+class LibvirtCapabilities:
+    def capabilities(self) -> Capabilities:
+        return LIBVIRT_CAPABILITIES
+
+
+class LibvirtTasks:
+    def task_state(self, task_id: str) -> TaskState | None:
+        """No task of libvirt's ever outlives its call: none to answer."""
+        return None

@@ -1,0 +1,65 @@
+"""PowerControl on libvirt: power state, on, off, reboot, and the graceful shutdown's deadline.
+
+A graceful shutdown asks the guest and records its deadline in the domain's metadata, so a
+repeated request and the forced power-off after the deadline work from any replica.
+"""
+
+from __future__ import annotations
+
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.power import PowerState
+
+
+class LibvirtPowerControl:
+    def __init__(self, host: LibvirtHost) -> None:
+        self._host = host
+
+    def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
+        return self._host.run(
+            f"read power state of {vm_id!r}",
+            lambda conn: power_of(Guest.by_id(conn, vm_id).state()),
+        )
+
+    def power_on(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._host.mutate(
+            vm_id, f"power on {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).start()
+        )
+
+    def power_off(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._host.mutate(
+            vm_id, f"power off {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).stop()
+        )
+
+    def reboot(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._host.mutate(
+            vm_id, f"reboot {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).reboot()
+        )
+
+    def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
+        def request(conn: VirConnect) -> None:
+            guest = Guest.by_id(conn, vm_id)
+            guest.ask_to_shut_down()
+            guest.write_metadata(guest.own_metadata().with_shutdown_deadline(deadline))
+
+        return self._host.mutate(vm_id, f"shut down {vm_id!r}", request)
+
+    def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
+        def deadline(conn: VirConnect) -> int | None:
+            metadata = Guest.by_id(conn, vm_id).metadata()
+            return metadata.shutdown_deadline if metadata else None
+
+        return self._host.run(f"read shutdown deadline of {vm_id!r}", deadline)
+
+    def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
+        def clear(conn: VirConnect) -> None:
+            guest = Guest.by_id(conn, vm_id)
+            metadata = guest.facts().metadata
+            if metadata is not None and metadata.shutdown_deadline is not None:
+                guest.write_metadata(metadata.with_shutdown_deadline(None))
+
+        return self._host.mutate(vm_id, f"clear shutdown deadline of {vm_id!r}", clear)

@@ -1,0 +1,308 @@
+"""VMLifecycle on libvirt: find, create, delete and reconfigure persistent domains.
+
+A VM is a persistent domain whose id is its UUID; what pyrigaud remembers about it (owner,
+creation time, building mark, its volumes) sits in the domain's <metadata>. Create defines a
+placeholder marked as building before it makes any volume (building.py), so a crash at any
+point leaves one owner-marked, time-stamped domain that Delete removes whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+import libvirt
+from returns.result import Failure, Result
+
+from pyrigaud.adapters.hypervisors.libvirt.building import (
+    abandon_building,
+    begin_building,
+    refuse_taken_name,
+    with_macs,
+    write_seed,
+)
+from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
+    HOT_ADD_FACTOR,
+    DiskDevice,
+    DomainDefinition,
+    DomainFacts,
+    NicDevice,
+    disk_element,
+    disk_target,
+    render_domain,
+    with_resources,
+)
+from pyrigaud.adapters.hypervisors.libvirt.errors import (
+    REFUSED_VARIANT_CODES,
+    error_code,
+    is_missing,
+)
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, blockers
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import (
+    check_firmware,
+    default_machine_is_pcie,
+    tpm_version_of,
+)
+from pyrigaud.adapters.hypervisors.libvirt.image_sources import ImageDownloads, plan_root_disk
+from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    GIB,
+    create_volume,
+    delete_volume,
+    find_pool,
+    grow_volume,
+    planned_volume_path,
+    seed_volume_name,
+    volume_facts,
+    volume_name,
+)
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain import fields
+from pyrigaud.domain.bounds import MAX_CPU, MAX_MEMORY_MIB
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import (
+    CreateRequest,
+    NetworkAttachment,
+    OwnerMark,
+    VMChanges,
+    VMRecord,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class LibvirtVMLifecycle:
+    """Made within the call: Create returns no task."""
+
+    def __init__(self, host: LibvirtHost) -> None:
+        self._host = host
+        self._downloads = ImageDownloads(host.allow_loopback_urls, host.write_volume)
+
+    def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
+        def find(conn: VirConnect) -> VMRecord | None:
+            guest = Guest.by_name(conn, name)
+            return None if guest is None else guest.record()
+
+        return self._host.run(f"find VM {name!r}", find)
+
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        def unfinished(conn: VirConnect) -> list[VMRecord]:
+            found = []
+            for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT):
+                record = Guest(dom).record()
+                if record.building_since is not None:
+                    found.append(record)
+            return found
+
+        return self._host.run("find unfinished VMs", unfinished)
+
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        return self._host.make(
+            f"create VM {request.name!r}", lambda conn: self._create(conn, request, owner)
+        )
+
+    def delete(self, vm_id: str) -> Result[None, ProviderError]:
+        def delete(conn: VirConnect) -> None:
+            guest = Guest.by_id(conn, vm_id)
+            metadata = guest.facts().metadata
+            guest.stop()
+            guest.undefine()
+            for path in metadata.volumes if metadata else ():
+                delete_volume(conn, path)
+
+        return self._host.mutate(vm_id, f"delete VM {vm_id!r}", delete)
+
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
+        return self._host.mutate(
+            vm_id,
+            f"reconfigure VM {vm_id!r}",
+            lambda conn: self._reconfigure(conn, vm_id, changes),
+        )
+
+    def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
+        return Failure(
+            ProviderError.unsupported("libvirt VMs have no virtual hardware version to raise")
+        )
+
+    def _create(self, conn: VirConnect, request: CreateRequest, owner: OwnerMark) -> str:
+        """Define the domain marked as building first, then make its volumes, then finish it.
+
+        The building domain records every volume it is about to get, so a process killed at
+        any point leaves one owner-marked, time-stamped domain that Delete removes whole.
+        """
+        host = self._host
+        refuse_taken_name(conn, request.name)
+        check_firmware(conn, request.vm_class, host.domain_type)
+        pool = find_pool(conn, request.placement.datastore or host.pools.default_pool, host.pools)
+        # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
+        attachments = request.networks or (NetworkAttachment(),)
+        seeded = needs_seed(request.user_data, request.meta_data, attachments)
+        if seeded:
+            attachments = with_macs(attachments)  # network-config matches NICs by MAC
+        nics = tuple(_nic(conn, index, attachment) for index, attachment in enumerate(attachments))
+        root = plan_root_disk(conn, request)
+        sizes = [root.capacity_bytes] + [spec.size_gib * GIB for spec in request.disks]
+        names = [volume_name(request.name, index) for index in range(len(sizes))]
+        seed_name = seed_volume_name(request.name)
+        planned = [*names, *([root.scratch_name] if root.scratch_name else [])]
+        planned += [seed_name] if seeded else []
+        vm_class = request.vm_class
+        building = DomainDefinition(
+            name=request.name,
+            domain_type=host.domain_type,
+            vcpus=vm_class.cpu,
+            max_vcpus=min(MAX_CPU, vm_class.cpu * HOT_ADD_FACTOR)
+            if vm_class.performance.cpu_hot_add
+            else vm_class.cpu,
+            memory_mib=vm_class.memory_mib,
+            max_memory_mib=min(MAX_MEMORY_MIB, vm_class.memory_mib * HOT_ADD_FACTOR)
+            if vm_class.performance.memory_hot_add
+            else 0,
+            firmware=vm_class.firmware,
+            secure_boot=vm_class.security.secure_boot,
+            tpm_version=tpm_version_of(vm_class),
+            disks=(),
+            nics=(),
+            metadata=VMMetadata(
+                owner=owner,
+                created_at=host.clock.now(),
+                tags=request.tags,
+                volumes=tuple(planned_volume_path(pool, name) for name in planned),
+                building=True,
+            ),
+            uuid=str(uuid.uuid4()),
+            pcie=default_machine_is_pcie(conn, host.domain_type),
+        )
+        guest = begin_building(conn, building)
+        made: list[str] = []
+        try:
+            disks = []
+            for index, (name, size) in enumerate(zip(names, sizes, strict=True)):
+                if index == 0 and root.url_image is not None:
+                    made.append(self._downloads.root_volume(conn, pool, name, root.url_image, root))
+                else:
+                    backing = root.backing if index == 0 else None
+                    made.append(create_volume(pool, name, size, backing))
+                disks.append(DiskDevice(path=made[-1], format="qcow2", target=disk_target(index)))
+            seed_path = ""
+            if seeded:
+                seed = SeedInput(
+                    name=request.name,
+                    instance_id=building.uuid,
+                    user_data=request.user_data,
+                    meta_data=request.meta_data,
+                    networks=attachments,
+                )
+                seed_path = write_seed(conn, pool, seed_name, build_seed(seed), host.write_volume)
+                made.append(seed_path)
+            complete = replace(
+                building,
+                disks=tuple(disks),
+                nics=nics,
+                seed_path=seed_path,
+                metadata=building.metadata.with_volumes(tuple(made)).finished(),
+            )
+            return str(conn.defineXML(render_domain(complete)).UUIDString())
+        except (libvirt.libvirtError, ExpectedError):
+            for path in made:  # only what this call made: a clashing volume is not ours
+                delete_volume(conn, path)
+            abandon_building(guest)
+            raise
+
+    def _reconfigure(self, conn: VirConnect, vm_id: str, changes: VMChanges) -> None:
+        guest = Guest.by_id(conn, vm_id)
+        facts = guest.facts()
+        running = guest.is_running()
+        wanted = [changes.root_disk_gib, *(spec.size_gib for spec in changes.disks)]
+        for index, size_gib in enumerate(wanted):
+            if size_gib is None or size_gib <= 0:
+                continue
+            if index < len(facts.disks):
+                _grow_disk(conn, guest, facts.disks[index], size_gib * GIB, running)
+            else:
+                _attach_new_disk(conn, guest, facts, index, size_gib * GIB)
+                facts = guest.facts()
+        if changes.cpu is None and changes.memory_mib is None:
+            return
+        inactive = guest.inactive_xml()
+        # Live first, the definition last: its event tells every replica's cache to reread.
+        waiting = guest.hot_add(changes) if running else []
+        try:
+            conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))
+        except libvirt.libvirtError as error:
+            if not waiting or error_code(error) not in REFUSED_VARIANT_CODES:
+                raise
+            raise ExpectedError(
+                ProviderError.failed_precondition(
+                    f"{blockers(waiting)} (the next boot's configuration was refused too: "
+                    f"{error.get_error_message()})"
+                )
+            ) from error
+        if waiting:
+            logger.info("VM %s waits for a power cycle: %s", facts.name, blockers(waiting))
+
+
+def _nic(conn: VirConnect, index: int, attachment: NetworkAttachment) -> NicDevice:
+    model = attachment.model or "virtio"
+    if attachment.network_name:
+        try:
+            conn.networkLookupByName(attachment.network_name)
+        except libvirt.libvirtError as error:
+            if not is_missing(error):
+                raise
+            raise ExpectedError(
+                ProviderError.invalid_spec(
+                    fields.network_name(index),
+                    f"no libvirt network named {attachment.network_name!r}",
+                )
+            ) from error
+        return NicDevice("network", attachment.network_name, model, attachment.mac_address)
+    if attachment.bridge:
+        return NicDevice("bridge", attachment.bridge, model, attachment.mac_address)
+    return NicDevice("user", "", model, attachment.mac_address)
+
+
+def _grow_disk(
+    conn: VirConnect, guest: Guest, disk: DiskDevice, capacity: int, running: bool
+) -> None:
+    current = volume_facts(conn, disk.path)
+    if current is not None and current.capacity_bytes >= capacity:
+        return  # disks only grow
+    if running:
+        guest.dom.blockResize(disk.target, capacity, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
+    else:
+        grow_volume(conn, disk.path, capacity)
+
+
+def _attach_new_disk(
+    conn: VirConnect, guest: Guest, facts: DomainFacts, index: int, capacity: int
+) -> None:
+    metadata = guest.own_metadata()
+    root = facts.disks[0].path if facts.disks else ""
+    pool = conn.storageVolLookupByPath(root).storagePoolLookupByVolume()
+    path = create_volume(pool, volume_name(facts.name, index), capacity)
+    disk = DiskDevice(path=path, format="qcow2", target=disk_target(index))
+    xml = ET.tostring(disk_element(disk), encoding="unicode")
+    # Live first, then the persistent definition: one call with both flags can change the
+    # definition and still fail live, leaving a disk whose volume the cleanup below removes.
+    live = bool(guest.dom.isActive())
+    try:
+        if live:
+            guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        try:
+            guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        except ExpectedError:
+            if live:
+                guest.detach_live(xml)
+            raise
+        guest.write_metadata(metadata.with_volume(path))
+    except (libvirt.libvirtError, ExpectedError):
+        delete_volume(conn, path)
+        raise
