@@ -21,9 +21,8 @@ from pydantic import (
 )
 
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS
+from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
 
-AVAILABLE_BACKENDS = ("fake", "mock", "libvirt", "vsphere")
-DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": "", "vsphere": ""}
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
 CREDENTIAL_SOURCES = ("files", "kubernetes", "env")
 
@@ -90,8 +89,8 @@ class Settings(BaseModel):
     @field_validator("provider_type")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        backend = _one_of(value, AVAILABLE_BACKENDS, default="libvirt")
-        return "fake" if backend == "mock" else backend
+        backend = _one_of(value, (*BACKENDS, *ALIASES), default="libvirt")
+        return ALIASES.get(backend, backend)
 
     @field_validator(
         "tls_enabled",
@@ -149,7 +148,7 @@ class Settings(BaseModel):
     @property
     def endpoint(self) -> str:
         """PROVIDER_ENDPOINT, else the backend's embedded default (libvirt: the test driver)."""
-        return self.provider_endpoint or DEFAULT_ENDPOINTS[self.provider_type]
+        return self.provider_endpoint or BACKENDS[self.provider_type].default_endpoint
 
     @property
     def resolved_libvirt_domain_type(self) -> str:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from pyrigaud.domain import payloads
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import Firmware
 from pyrigaud.domain.power import PowerOp
 from pyrigaud.domain.quantity import quantity_to_mib
+from pyrigaud.entrypoints.grpc import wire as payloads
 
 from support import error_kind, error_of, ok
 
