@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from dependency_injector import providers
 
+from pyrigaud.adapters.clocks import ManualClock
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.backend import Backend
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CloneRequest,
+    DiskQuery,
+    ExportRequest,
+    ImageSource,
+    ImportRequest,
+    PrepareImageRequest,
+    SnapshotRequest,
+)
 from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.servicer import method_handlers
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
+
+from support import error_kind, error_of
 
 
 def adapter_package(backend: Backend) -> str:
@@ -53,3 +72,31 @@ def test_the_mutation_rate_limit_is_configured_from_settings() -> None:
     with limiter.slot(0.0) as second:  # no time left for the next token
         assert not second
         assert "rate limit of 5" in second.refusal
+
+
+def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
+    full = fake_backend(FakeHypervisor(ManualClock()))
+    without = dataclasses.replace(
+        full, snapshots=None, cloning=None, images=None, disk_transfer=None
+    )
+    container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
+    container.backend.override(providers.Object(without))
+    use = container.use_cases()
+    refused = (
+        use.create_snapshot(SnapshotRequest(vm_id="v", name="s")),
+        use.delete_snapshot("v", "s"),
+        use.revert_snapshot("v", "s"),
+        use.clone_vm(CloneRequest(source_vm_id="v", target_name="c")),
+        use.prepare_image(PrepareImageRequest(source=ImageSource(path="/i"), target_name="i")),
+        use.export_disk(ExportRequest(vm_id="v", destination_url="pvc://p/x")),
+        use.import_disk(ImportRequest(source_url="pvc://p/x")),
+        use.get_disk_info(DiskQuery(vm_id="v")),
+    )
+    assert [error_kind(result) for result in refused] == [ErrorKind.UNSUPPORTED] * len(refused)
+    assert "snapshots" in error_of(refused[0]).message
+
+
+def test_every_rpc_of_the_proto_has_a_spec() -> None:
+    container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
+    served = set(method_handlers(container.rpcs()))
+    assert served == set(pb.DESCRIPTOR.services_by_name["Provider"].methods_by_name)
