@@ -58,13 +58,12 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
             context.set_code(grpc.StatusCode.INTERNAL)
             context.set_details("internal error; see the provider's log")
             return self.response()
-        match result:
-            case Success(response):
-                return response  # type: ignore[no-any-return]
-            case Failure(error):
-                context.set_code(STATUS_BY_KIND[error.kind])
-                context.set_details(error.message)
-        return self.response()
+        if isinstance(result, Failure):
+            error: ProviderError = result.failure()
+            context.set_code(STATUS_BY_KIND[error.kind])
+            context.set_details(error.message)
+            return self.response()
+        return result.unwrap()
 
 
 AnyRpc = RpcSpec[Any, Any, Any, Any]
