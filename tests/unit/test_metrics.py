@@ -1,4 +1,4 @@
-"""What the servicer and the hypervisor wrapper record, read back from the registry."""
+"""What the RPC interceptors and the port wrapper record, read back from the registry."""
 
 from __future__ import annotations
 
