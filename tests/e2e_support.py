@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import grpc
 from dependency_injector import providers
 
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.entrypoints.container import Container, build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
@@ -54,7 +55,7 @@ def start_provider(
     else:
         clock, fake = shared_with.clock, shared_with.fake
     container.clock.override(providers.Object(clock))
-    container.fake_hypervisor.override(providers.Object(fake))
+    container.backend.override(providers.Object(fake_backend(fake)))
     server = ProviderServer(container.servicer(), settings.grpc_bind, credentials, workers=16)
     server.start()
     address = f"127.0.0.1:{server.port}"

@@ -7,6 +7,36 @@ Create and Clone send Go struct field names (capitalised); ImagePrepare sends ca
 
 from __future__ import annotations
 
+# Top-level request fields (the proto's names).
+NAME = "name"
+TARGET_NAME = "target_name"
+CLASS = "class_json"
+NETWORKS = "networks_json"
+DISKS = "disks_json"
+PLACEMENT = "placement_json"
+USER_DATA = "user_data"
+META_DATA = "meta_data"
+TAGS = "tags"
+DESIRED = "desired_json"
+POWER_OP = "op"
+GRACEFUL_TIMEOUT = "graceful_timeout_seconds"
+TARGET_VERSION = "target_version"
+NAME_HINT = "name_hint"
+DESCRIPTION = "description"
+CUSTOMIZE = "customize_json"
+BACKEND_TYPE = "backend_type"
+TRANSFER_MODE = "transfer_mode"
+DISK_FORMAT = "format"
+DESTINATION_URL = "destination_url"
+SOURCE_URL = "source_url"
+EXPECTED_CHECKSUM = "expected_checksum"
+CREDENTIALS = "credentials"
+STORAGE_OPTIONS = "storage_options_json"
+
+# Clone's class_json (a CRD spec: camelCase keys, memory as a Kubernetes quantity).
+CLONE_CPU = "class_json.cpu"
+CLONE_MEMORY = "class_json.memory"
+
 # Create's image_json (Go's contracts.VMImage: every key present, capitalised).
 IMAGE = "image_json"
 IMAGE_TEMPLATE_NAME = "image_json.TemplateName"
@@ -31,6 +61,7 @@ PREPARE_FORMAT = "image_json.format"
 PREPARE_CHECKSUM = "image_json.checksum"
 PREPARE_CHECKSUM_TYPE = "image_json.checksumType"
 PREPARE_STORAGE_POOL = "image_json.storagePool"
+PREPARE_SOURCE = "image_json.source"
 STORAGE_HINT = "storage_hint"
 
 

@@ -1,6 +1,6 @@
 """What a VM *is*, as pyrigaud understands it: frozen values, no I/O.
 
-These are parsed from the manager's JSON payloads (see payloads.py) and handed to the
+These are parsed from the manager's JSON payloads (see entrypoints/grpc/wire) and handed to the
 hypervisor adapters; they are also what adapters report back (VMInfo, VMDescription, ...).
 """
 

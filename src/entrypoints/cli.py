@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from pyrigaud.entrypoints.backends import BACKENDS
 from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.server import ProviderServer
 from pyrigaud.entrypoints.grpc.tls import (
@@ -79,13 +80,13 @@ def serve(settings: Settings) -> int:
         return EXIT_START
     container = build_container(settings, mutual_tls=credentials is not None)
     try:
-        container.hypervisor()
+        container.ports()
     except ImportError as error:
         logger.error(
             "the %s backend needs its extra: pip install 'pyrigaud[%s]' (%s); "
             "or run with PROVIDER_TYPE=fake",
             settings.provider_type,
-            settings.provider_type,
+            BACKENDS[settings.provider_type].extra,
             error,
         )
         return EXIT_START

@@ -1,34 +1,46 @@
-"""Hypervisor call metrics: every backend method call counted and timed, by operation.
+"""Hypervisor call metrics: every port method call counted and timed, by operation.
 
-The container hands one backend object (it implements every port) to all use cases; wrapping
-that one object here instruments every port without the adapters or the application knowing
-Prometheus exists.
+The container wraps each port of the selected backend here before wiring the use cases, so
+every port is instrumented without the adapters or the application knowing Prometheus exists.
+The operation label is the port method's name (`describe`, `start_create`, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from returns.result import Failure
 
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import HealthReport
 from pyrigaud.entrypoints.metrics import Metrics
 
-_Backend = TypeVar("_Backend")
+_Port = TypeVar("_Port")
 
 
-def instrument(backend: _Backend, metrics: Metrics) -> _Backend:
-    """`backend`, with each public method call recorded in `metrics`.
+def instrument_backend(backend: Backend, metrics: Metrics) -> Backend:
+    """`backend` with each port it has wrapped by `instrument`; a missing port stays None."""
+    ports = {
+        field.name: instrument(port, metrics)
+        for field in dataclasses.fields(backend)
+        if (port := getattr(backend, field.name)) is not None
+    }
+    return dataclasses.replace(backend, **ports)
 
-    A `__getattr__` proxy rather than one typed wrapper per port: the backend implements a
-    dozen Protocols and grows with them, and a proxy follows without edits. The proxy is
-    typed as the backend it wraps (`cast`) because it answers every attribute the backend
-    does, so callers keep the backend's static type, and mypy checks them against it.
+
+def instrument(port: _Port, metrics: Metrics) -> _Port:
+    """`port`, with each public method call recorded in `metrics`.
+
+    A `__getattr__` proxy rather than one typed wrapper per port: ports grow, and a proxy
+    follows without edits. The proxy is typed as the port it wraps (`cast`) because it answers
+    every attribute the port does, so callers keep the port's static type, and mypy checks
+    them against it.
     """
-    return cast(_Backend, _InstrumentedBackend(backend, metrics))
+    return cast(_Port, _InstrumentedPort(port, metrics))
 
 
 def _call_outcome(value: object) -> str:
@@ -41,13 +53,13 @@ def _call_outcome(value: object) -> str:
     return "ok"
 
 
-class _InstrumentedBackend:
-    def __init__(self, backend: object, metrics: Metrics) -> None:
-        self._backend = backend
+class _InstrumentedPort:
+    def __init__(self, port: object, metrics: Metrics) -> None:
+        self._port = port
         self._metrics = metrics
 
     def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._backend, name)
+        attribute = getattr(self._port, name)
         if name.startswith("_") or not callable(attribute):
             return attribute  # state (e.g. the fake's `faults`) passes through, read live
         timed = self._timed(name, attribute)

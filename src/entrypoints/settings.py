@@ -2,6 +2,11 @@
 
 Each setting has one name (DESIGN.md): the environment variable's. A TOML config file
 (`--config` or `PYRIGAUD_CONFIG`) uses the same names as keys, so nothing is spelled twice.
+
+The merge is `load_settings`' few lines rather than pydantic-settings (checked with 2.16.3):
+its environment source reads only `os.environ`, while `load_settings` takes the environment as
+an argument (the CLI passes `os.environ`, tests a dict), and its TOML source skips a missing
+file silently, which must be an error here; it would also add ~80 ms to start-up imports.
 """
 
 from __future__ import annotations
@@ -21,9 +26,8 @@ from pydantic import (
 )
 
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS
+from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
 
-AVAILABLE_BACKENDS = ("fake", "mock", "libvirt", "vsphere")
-DEFAULT_ENDPOINTS = {"libvirt": "test:///default", "fake": "", "vsphere": ""}
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
 CREDENTIAL_SOURCES = ("files", "kubernetes", "env")
 
@@ -90,8 +94,8 @@ class Settings(BaseModel):
     @field_validator("provider_type")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        backend = _one_of(value, AVAILABLE_BACKENDS, default="libvirt")
-        return "fake" if backend == "mock" else backend
+        backend = _one_of(value, (*BACKENDS, *ALIASES), default="libvirt")
+        return ALIASES.get(backend, backend)
 
     @field_validator(
         "tls_enabled",
@@ -149,7 +153,7 @@ class Settings(BaseModel):
     @property
     def endpoint(self) -> str:
         """PROVIDER_ENDPOINT, else the backend's embedded default (libvirt: the test driver)."""
-        return self.provider_endpoint or DEFAULT_ENDPOINTS[self.provider_type]
+        return self.provider_endpoint or BACKENDS[self.provider_type].default_endpoint
 
     @property
     def resolved_libvirt_domain_type(self) -> str:

@@ -15,15 +15,14 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.server import ProviderServer
-from pyrigaud.entrypoints.grpc.servicer import ProviderServicer
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
-from pyrigaud.entrypoints.instrumented import instrument
 from pyrigaud.entrypoints.metrics import Metrics
 from pyrigaud.entrypoints.settings import load_settings
 
@@ -56,9 +55,9 @@ def served() -> Iterator[Served]:
     clock = ManualClock()
     fake = FakeHypervisor(clock)
     container.clock.override(providers.Object(clock))
-    container.hypervisor.override(providers.Object(instrument(fake, metrics)))
-    servicer = ProviderServicer(container.use_cases(), container.limiter(), clock, metrics=metrics)
-    server = ProviderServer(servicer, settings.grpc_bind, None, workers=4)
+    container.metrics.override(providers.Object(metrics))
+    container.backend.override(providers.Object(fake_backend(fake)))
+    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=4)
     health = HealthServer("127.0.0.1", 0, Readiness("fake"), metrics)
     server.start()
     health.start()

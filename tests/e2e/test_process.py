@@ -280,7 +280,7 @@ def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None
 
 
 def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
-    from pyrigaud.adapters.hypervisors.vsphere.hypervisor import INSTANCE_UUID  # noqa: PLC0415
+    from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID  # noqa: PLC0415
 
     from vsphere_support import TEMPLATE_VM, running_simulator  # noqa: PLC0415 - builds Go
 

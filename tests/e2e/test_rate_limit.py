@@ -10,6 +10,7 @@ import grpc
 import pytest
 from dependency_injector import providers
 
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
@@ -32,7 +33,7 @@ def stub() -> Iterator[pb_grpc.ProviderStub]:
     container = build_container(settings)
     clock = ManualClock()
     container.clock.override(providers.Object(clock))
-    container.fake_hypervisor.override(providers.Object(FakeHypervisor(clock)))
+    container.backend.override(providers.Object(fake_backend(FakeHypervisor(clock))))
     limiter = MutationLimiter(max_concurrent=8, rate_limit=TokenBucket(rate=2, burst=2))
     container.limiter.override(providers.Object(limiter))
     server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=16)

@@ -2,22 +2,48 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from dependency_injector import providers
 
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
-from pyrigaud.adapters.hypervisors.libvirt.hypervisor import LibvirtHypervisor
+from pyrigaud.application.backend import Backend
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CloneRequest,
+    DiskQuery,
+    ExportRequest,
+    ImageSource,
+    ImportRequest,
+    PrepareImageRequest,
+    SnapshotRequest,
+)
 from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.servicer import method_handlers
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
+
+from support import ManualClock, error_kind, error_of
+
+
+def adapter_package(backend: Backend) -> str:
+    """The backend package every port of `backend` comes from."""
+    packages = {
+        type(port).__module__.split(".")[3] for port in vars(backend).values() if port is not None
+    }
+    assert len(packages) == 1, packages
+    return packages.pop()
 
 
 def test_the_backend_is_chosen_by_provider_type() -> None:
-    assert isinstance(build_container(load_settings({})).backend(), LibvirtHypervisor)
+    assert adapter_package(build_container(load_settings({})).backend()) == "libvirt"
     fake = build_container(load_settings({"PROVIDER_TYPE": "fake"})).backend()
-    assert isinstance(fake, FakeHypervisor)
+    assert adapter_package(fake) == "fake"
 
 
 def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:
@@ -45,3 +71,31 @@ def test_the_mutation_rate_limit_is_configured_from_settings() -> None:
     with limiter.slot(0.0) as second:  # no time left for the next token
         assert not second
         assert "rate limit of 5" in second.refusal
+
+
+def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
+    full = fake_backend(FakeHypervisor(ManualClock()))
+    without = dataclasses.replace(
+        full, snapshots=None, cloning=None, images=None, disk_transfer=None
+    )
+    container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
+    container.backend.override(providers.Object(without))
+    use = container.use_cases()
+    refused = (
+        use.create_snapshot(SnapshotRequest(vm_id="v", name="s")),
+        use.delete_snapshot("v", "s"),
+        use.revert_snapshot("v", "s"),
+        use.clone_vm(CloneRequest(source_vm_id="v", target_name="c")),
+        use.prepare_image(PrepareImageRequest(source=ImageSource(path="/i"), target_name="i")),
+        use.export_disk(ExportRequest(vm_id="v", destination_url="pvc://p/x")),
+        use.import_disk(ImportRequest(source_url="pvc://p/x")),
+        use.get_disk_info(DiskQuery(vm_id="v")),
+    )
+    assert [error_kind(result) for result in refused] == [ErrorKind.UNSUPPORTED] * len(refused)
+    assert "snapshots" in error_of(refused[0]).message
+
+
+def test_every_rpc_of_the_proto_has_a_spec() -> None:
+    container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
+    served = set(method_handlers(container.rpcs()))
+    assert served == set(pb.DESCRIPTOR.services_by_name["Provider"].methods_by_name)

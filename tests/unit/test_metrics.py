@@ -1,19 +1,26 @@
-"""What the servicer and the hypervisor wrapper record, read back from the registry."""
+"""What the RPC interceptors and the port wrapper record, read back from the registry."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import grpc
 import pytest
 from dependency_injector import providers
-from returns.result import Failure, Result, Success
+from returns.result import Failure, Success
 
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.adapters.hypervisors.fake.inventory import FakeInventory
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
-from pyrigaud.entrypoints.grpc.servicer import ProviderServicer
-from pyrigaud.entrypoints.instrumented import instrument
+from pyrigaud.entrypoints.grpc.server import ProviderServer
+from pyrigaud.entrypoints.instrumented import instrument, instrument_backend
 from pyrigaud.entrypoints.metrics import LATENCY_BUCKETS_SECONDS, Metrics
 from pyrigaud.entrypoints.settings import load_settings
 
@@ -21,38 +28,40 @@ from e2e_support import CLASS_JSON
 from support import ManualClock
 
 
-class Context:
-    """The part of a grpc.ServicerContext that the servicer touches, on a plaintext channel."""
-
-    def __init__(self, time_remaining: float | None = None) -> None:
-        self.code = grpc.StatusCode.OK
-        self.details = ""
-        self._time_remaining = time_remaining
-
-    def time_remaining(self) -> float | None:
-        return self._time_remaining
-
-    def set_code(self, code: grpc.StatusCode) -> None:
-        self.code = code
-
-    def set_details(self, details: str) -> None:
-        self.details = details
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:50000"
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}
+@dataclass
+class Served:
+    stub: pb_grpc.ProviderStub
+    fake: FakeHypervisor
 
 
-def servicer_on_fake(metrics: Metrics, limiter: MutationLimiter | None = None) -> ProviderServicer:
-    container = build_container(load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1"}))
+@contextmanager
+def served_on_fake(metrics: Metrics, limiter: MutationLimiter | None = None) -> Iterator[Served]:
+    """A real server on loopback, on the fake backend, recording into `metrics`."""
+    settings = load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0"})
+    container = build_container(settings)
     clock = ManualClock()
+    fake = FakeHypervisor(clock)
     container.clock.override(providers.Object(clock))
-    container.fake_hypervisor.override(providers.Object(FakeHypervisor(clock)))
-    return ProviderServicer(
-        container.use_cases(), limiter or container.limiter(), clock, metrics=metrics
-    )
+    container.metrics.override(providers.Object(metrics))
+    container.backend.override(providers.Object(fake_backend(fake)))
+    if limiter is not None:
+        container.limiter.override(providers.Object(limiter))
+    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=4)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        yield Served(pb_grpc.ProviderStub(channel), fake)
+    finally:
+        channel.close()
+        server.stop(0)
+
+
+def code_of(call: Callable[..., object], request: object, timeout: float = 5) -> grpc.StatusCode:
+    try:
+        call(request, timeout=timeout)
+    except grpc.RpcError as error:
+        return error.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
 
 
 def requests(metrics: Metrics, method: str, code: str) -> float | None:
@@ -75,18 +84,15 @@ def calls(metrics: Metrics, operation: str, outcome: str) -> float | None:
 
 def test_rpcs_are_counted_by_method_and_status_code() -> None:
     metrics = Metrics()
-    servicer = servicer_on_fake(metrics)
-    context = Context()
-    created = servicer.Create(pb.CreateRequest(name="m-1", class_json=CLASS_JSON), context)
-    assert context.code is grpc.StatusCode.OK
-    servicer.Describe(pb.DescribeRequest(id=created.id), Context())
-    servicer.Describe(pb.DescribeRequest(id=created.id), Context())
-    refused = Context()
-    servicer.Create(pb.CreateRequest(name="", class_json=CLASS_JSON), refused)
-    assert refused.code is grpc.StatusCode.INVALID_ARGUMENT
-    missing = Context()
-    servicer.Power(pb.PowerRequest(id="missing", op=pb.POWER_OP_ON), missing)
-    assert missing.code is grpc.StatusCode.NOT_FOUND
+    with served_on_fake(metrics) as served:
+        stub = served.stub
+        created = stub.Create(pb.CreateRequest(name="m-1", class_json=CLASS_JSON), timeout=5)
+        stub.Describe(pb.DescribeRequest(id=created.id), timeout=5)
+        stub.Describe(pb.DescribeRequest(id=created.id), timeout=5)
+        refused = code_of(stub.Create, pb.CreateRequest(name="", class_json=CLASS_JSON))
+        assert refused is grpc.StatusCode.INVALID_ARGUMENT
+        missing = code_of(stub.Power, pb.PowerRequest(id="missing", op=pb.POWER_OP_ON))
+        assert missing is grpc.StatusCode.NOT_FOUND
 
     assert requests(metrics, "Create", "OK") == 1
     assert requests(metrics, "Create", "INVALID_ARGUMENT") == 1
@@ -103,16 +109,16 @@ def test_rpcs_are_counted_by_method_and_status_code() -> None:
 
 def test_a_bug_is_counted_as_internal_and_the_rpc_is_no_longer_in_flight() -> None:
     metrics = Metrics()
-    servicer = servicer_on_fake(metrics)
     seen_in_flight: list[float | None] = []
 
-    def bug() -> Result[pb.DescribeResponse, ProviderError]:
+    def bug() -> None:
         seen_in_flight.append(metrics.registry.get_sample_value("pyrigaud_inflight_rpcs"))
         raise RuntimeError("a bug")
 
-    context = Context()
-    servicer._serve(context, "Describe", bug, pb.DescribeResponse)  # type: ignore[arg-type]
-    assert context.code is grpc.StatusCode.INTERNAL
+    with served_on_fake(metrics) as served:
+        served.fake.faults.on_entry("describe", bug)
+        code = code_of(served.stub.Describe, pb.DescribeRequest(id="x"))
+    assert code is grpc.StatusCode.INTERNAL
     assert seen_in_flight == [1]
     assert metrics.registry.get_sample_value("pyrigaud_inflight_rpcs") == 0
     assert requests(metrics, "Describe", "INTERNAL") == 1
@@ -121,29 +127,29 @@ def test_a_bug_is_counted_as_internal_and_the_rpc_is_no_longer_in_flight() -> No
 def test_mutations_holding_a_slot_are_in_flight_and_a_refused_one_is_counted() -> None:
     metrics = Metrics()
     limiter = MutationLimiter(max_concurrent=1)
-    servicer = servicer_on_fake(metrics, limiter)
-    assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
-    with limiter.slot(None) as acquired:
-        assert acquired
-        assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 1
-        context = Context(time_remaining=0.5)  # less than the deadline margin: no waiting
-        servicer.Delete(pb.DeleteRequest(id="any"), context)
-        assert context.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
+    with served_on_fake(metrics, limiter) as served:
+        assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
+        with limiter.slot(None) as acquired:
+            assert acquired
+            assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 1
+            # A deadline shorter than the limiter's margin: no waiting.
+            code = code_of(served.stub.Delete, pb.DeleteRequest(id="any"), timeout=0.5)
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
     assert requests(metrics, "Delete", "RESOURCE_EXHAUSTED") == 1
 
 
 def test_hypervisor_calls_are_counted_by_operation_and_outcome() -> None:
     metrics = Metrics()
     fake = FakeHypervisor(ManualClock())
-    backend = instrument(fake, metrics)
-    assert backend.describe("missing") == Success(None)
+    backend = instrument_backend(fake_backend(fake), metrics)
+    assert backend.inventory.describe("missing") == Success(None)
     fake.faults.fail("describe", ProviderError.unavailable("host down"), times=1)
-    assert isinstance(backend.describe("missing"), Failure)
+    assert isinstance(backend.inventory.describe("missing"), Failure)
     fake.faults.fail("check", ProviderError.unavailable("host down"), times=1)
-    assert not backend.check().ok
-    assert backend.check().ok
-    assert backend.capabilities() == fake.capabilities()
+    assert not backend.health.check().ok
+    assert backend.health.check().ok
+    assert backend.capabilities.capabilities() == fake.capabilities
 
     assert calls(metrics, "describe", "ok") == 1
     assert calls(metrics, "describe", "unavailable") == 1
@@ -158,18 +164,17 @@ def test_hypervisor_calls_are_counted_by_operation_and_outcome() -> None:
 
 def test_an_exception_from_the_backend_is_counted_then_raised() -> None:
     metrics = Metrics()
-    backend = instrument(FakeHypervisor(ManualClock()), metrics)
+    backend = instrument_backend(fake_backend(FakeHypervisor(ManualClock())), metrics)
     with pytest.raises(TypeError):
-        backend.describe()  # type: ignore[call-arg]
+        backend.inventory.describe()  # type: ignore[call-arg]
     assert calls(metrics, "describe", "exception") == 1
 
 
 def test_state_passes_through_uncounted() -> None:
     metrics = Metrics()
     fake = FakeHypervisor(ManualClock())
-    backend = instrument(fake, metrics)
-    assert backend.faults is fake.faults
-    assert backend.guest_honors_shutdown == fake.guest_honors_shutdown
+    inventory = instrument(FakeInventory(fake), metrics)
+    assert inventory.hypervisor is fake
     counted = [
         sample
         for family in metrics.registry.collect()

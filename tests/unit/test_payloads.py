@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from pyrigaud.domain import payloads
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import Firmware
 from pyrigaud.domain.power import PowerOp
 from pyrigaud.domain.quantity import quantity_to_mib
+from pyrigaud.entrypoints.grpc import wire as payloads
 
 from support import error_kind, error_of, ok
 
@@ -352,3 +353,19 @@ def test_disk_transfer_requests_are_checked() -> None:
         destination_url="pvc://m/x", disk_format="iso", backend_type="", **common
     )  # type: ignore[arg-type]
     assert error_of(bad_format).message.startswith("format")
+
+
+def test_bad_fields_are_named_as_every_backend_names_them() -> None:
+    """The parsers and the backends take a field's wire name from one place (domain.fields)."""
+    nic = {"NetworkName": 7}
+    bad_image = create(image_json=json.dumps({"URL": 1}))
+    bad_nic = create(networks_json=json.dumps([{}, nic]))
+    bad_disk = create(disks_json=json.dumps([{"SizeGiB": 1, "Type": 2}]))
+    bad_placement = create(placement_json=json.dumps({"Datastore": []}))
+    for result, field in (
+        (bad_image, fields.IMAGE_URL),
+        (bad_nic, fields.network_name(1)),
+        (bad_disk, fields.disk_type(0)),
+        (bad_placement, fields.PLACEMENT_DATASTORE),
+    ):
+        assert error_of(result).message.startswith(f"{field}: ")  # type: ignore[arg-type]

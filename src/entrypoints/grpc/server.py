@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
-from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+from pyrigaud.entrypoints.grpc.servicer import SERVICE, AnyRpc, method_handlers
 
 logger = logging.getLogger(__name__)
 
@@ -24,22 +24,36 @@ _OPTIONS = [
 ]
 
 
+@dataclass(frozen=True)
+class ProviderService:
+    """The Provider service: its RPC table and the interceptors every RPC goes through."""
+
+    rpcs: tuple[AnyRpc, ...]
+    interceptors: tuple[grpc.ServerInterceptor, ...]
+
+
 class ProviderServer:
     def __init__(
         self,
-        servicer: pb_grpc.ProviderServicer,
+        service: ProviderService,
         bind: str,
         credentials: grpc.ServerCredentials | None,
         workers: int,
     ) -> None:
         self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"), options=_OPTIONS
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+            interceptors=list(service.interceptors),
+            options=_OPTIONS,
         )
-        pb_grpc.add_ProviderServicer_to_server(servicer, self._server)
+        handlers = method_handlers(service.rpcs)
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+        )
+        self._server.add_registered_method_handlers(SERVICE, handlers)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         service_names = (
-            pb.DESCRIPTOR.services_by_name["Provider"].full_name,
+            SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )

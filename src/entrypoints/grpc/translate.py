@@ -1,4 +1,4 @@
-"""Domain values -> provider.v1 messages (the requests are read field by field in the servicer)."""
+"""Domain values -> provider.v1 messages (requests are read by the wire parsers, `wire/`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,110 @@
+"""The backend registry: PROVIDER_TYPE -> how to build that backend's ports from the settings.
+
+Adding a backend is one package under `adapters/hypervisors/` with a `backend.py` builder, one
+entry here, and one extra in pyproject.toml. A backend's package is imported only when it is
+selected, so its optional dependencies (libvirt-python, pyvmomi) are needed only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.domain.models import Placement
+from pyrigaud.entrypoints.metrics import Metrics
+
+if TYPE_CHECKING:
+    from pyrigaud.entrypoints.settings import Settings
+
+
+@dataclass(frozen=True)
+class BackendServices:
+    """What the container offers a builder; credentials are opened only by a builder that
+    logs in (`credentials()`), so the fake never reads a Secret."""
+
+    clock: Clock
+    credentials: Callable[[], Credentials]
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    build: Callable[[Settings, BackendServices], Backend]
+    extra: str | None  # the pyproject extra its dependencies come with
+    default_endpoint: str = ""
+
+
+def _fake(settings: Settings, services: BackendServices) -> Backend:
+    from pyrigaud.adapters.hypervisors.fake.backend import build_fake_backend  # noqa: PLC0415
+
+    return build_fake_backend(
+        services.clock,
+        datastores=(settings.default_datastore or "default",),
+        latency=settings.fake_latency_by_operation,
+    )
+
+
+def _libvirt(settings: Settings, services: BackendServices) -> Backend:
+    """Remote (`qemu+ssh://`, `qemu+libssh://`) endpoints take their SSH key, known_hosts and
+    password from the credentials; each reopen after a lost connection is counted."""
+    from pyrigaud.adapters.hypervisors.libvirt.backend import (  # noqa: PLC0415
+        build_libvirt_backend,
+    )
+    from pyrigaud.adapters.hypervisors.libvirt.connection import (  # noqa: PLC0415
+        LibvirtConnection,
+    )
+    from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings  # noqa: PLC0415
+
+    connection = LibvirtConnection(
+        settings.endpoint,
+        credentials=services.credentials(),
+        verify_host_key=not settings.libvirt_insecure_skip_host_key_verification,
+        max_concurrent_calls=settings.libvirt_max_concurrent_calls,
+        on_reconnect=services.metrics.session_reconnects.labels("libvirt").inc,
+    )
+    return build_libvirt_backend(
+        connection,
+        services.clock,
+        domain_type=settings.resolved_libvirt_domain_type,
+        pools=PoolSettings(default_pool=settings.default_datastore or "default"),
+        allow_loopback_urls=settings.image_url_allow_loopback,
+        migration_storage_root=str(settings.migration_storage_root),
+    )
+
+
+def _vsphere(settings: Settings, services: BackendServices) -> Backend:
+    from pyrigaud.adapters.hypervisors.vsphere.backend import (  # noqa: PLC0415
+        build_vsphere_backend,
+    )
+
+    return build_vsphere_backend(
+        settings.endpoint,
+        services.credentials(),
+        insecure=settings.tls_insecure_skip_verify,
+        defaults=Placement(
+            datastore=settings.default_datastore,
+            storage_pod=settings.default_storage_pod,
+            cluster=settings.default_cluster,
+            folder=settings.default_folder,
+        ),
+        on_relogin=services.metrics.session_reconnects.labels("vsphere").inc,
+    )
+
+
+BACKENDS: Mapping[str, BackendEntry] = {
+    "fake": BackendEntry(_fake, extra=None),
+    "libvirt": BackendEntry(_libvirt, extra="libvirt", default_endpoint="test:///default"),
+    "vsphere": BackendEntry(_vsphere, extra="vsphere"),
+}
+ALIASES = {"mock": "fake"}
+
+
+def build_backend(
+    settings: Settings, clock: Clock, credentials: Callable[[], Credentials], metrics: Metrics
+) -> Backend:
+    """The selected backend's ports (settings have checked that PROVIDER_TYPE is registered)."""
+    entry = BACKENDS[settings.provider_type]
+    return entry.build(settings, BackendServices(clock, credentials, metrics))

@@ -1,0 +1,206 @@
+"""ImagePrepare and disk-transfer (ExportDisk, ImportDisk, GetDiskInfo) payloads -> domain.
+
+ImagePrepare sends the CRD's camelCase image source; the transfers name a storage backend
+(pvc, nfs, s3), a transfer mode and free-form storage options.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from hashlib import sha256
+from urllib.parse import urlsplit
+
+from pyrigaud.domain import fields
+from pyrigaud.domain.models import (
+    ContentLibraryItem,
+    DiskQuery,
+    ExportRequest,
+    ImageSource,
+    ImportRequest,
+    PrepareImageRequest,
+    TransferBackend,
+    TransferMode,
+)
+from pyrigaud.entrypoints.grpc.wire.document import (
+    Document,
+    as_text,
+    checked_name,
+    invalid,
+    load,
+    parser,
+)
+from pyrigaud.entrypoints.grpc.wire.vm_requests import vm_image
+
+_DISK_FORMATS = ("qcow2", "raw", "vmdk")
+
+
+@parser
+def parse_prepare_image(
+    *, image_json: str, target_name: str, storage_hint: str
+) -> PrepareImageRequest:
+    """The CRD's `{"source": {"libvirt"|"vsphere"|"http": {...}}}`, or the flat VMImage shape.
+
+    An empty target name is derived from the source, so repeating the call is idempotent.
+    """
+    doc = load(image_json, fields.IMAGE)
+    source = _image_source(doc)
+    if not (source.path or source.url or source.template_name or source.content_library):
+        raise invalid(fields.IMAGE, "names no image source (path, url or templateName)")
+    name = target_name or _derived_imagechecked_name(source)
+    return PrepareImageRequest(
+        source=source,
+        target_name=checked_name(name, fields.TARGET_NAME),
+        storage_hint=as_text(storage_hint, fields.STORAGE_HINT, 1024),
+    )
+
+
+def _image_source(doc: Document) -> ImageSource:
+    wrapper = doc.obj("source")
+    if wrapper is None:
+        flat = vm_image(doc)
+        return ImageSource(
+            path=flat.path,
+            url=flat.url,
+            format=flat.format,
+            checksum=flat.checksum,
+            checksum_type=flat.checksum_type,
+            template_name=flat.template_name,
+        )
+    for origin in ("libvirt", "vsphere", "http"):
+        inner = wrapper.obj(origin)
+        if inner is None:
+            continue
+        library = inner.obj("contentLibrary")
+        return ImageSource(
+            origin=origin,
+            path=inner.text("path", 4096),
+            url=inner.text("url", 8192) or inner.text("ovaURL", 8192),
+            format=inner.text("format", 64),
+            checksum=inner.text("checksum", 256),
+            checksum_type=inner.text("checksumType", 64),
+            storage_pool=inner.text("storagePool", 256),
+            template_name=inner.text("templateName", 1024),
+            content_library=ContentLibraryItem(
+                library=library.text("library", 256),
+                item=library.text("item", 256),
+                version=library.text("version", 64),
+            )
+            if library is not None
+            else None,
+        )
+    raise invalid(fields.PREPARE_SOURCE, "must hold one of libvirt, vsphere or http")
+
+
+def _derived_imagechecked_name(source: ImageSource) -> str:
+    basis = source.template_name or source.path or source.url
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", basis.rstrip("/").rsplit("/", 1)[-1])[:48].strip(".-_")
+    digest = sha256(basis.encode()).hexdigest()[:8]
+    return f"{stem}-{digest}" if stem and stem[0].isalnum() else f"image-{digest}"
+
+
+def _backend(value: str, field: str) -> TransferBackend:
+    try:
+        return TransferBackend(value.strip().lower() or TransferBackend.PVC)
+    except ValueError:
+        raise invalid(field, "must be pvc, nfs or s3") from None
+
+
+def _mode(value: str, field: str) -> TransferMode:
+    try:
+        return TransferMode(value.strip().lower() or TransferMode.AUTO)
+    except ValueError:
+        raise invalid(field, "must be auto, relay or direct") from None
+
+
+def _format(value: str, field: str) -> str:
+    disk_format = value.strip().lower() or "qcow2"
+    if disk_format not in _DISK_FORMATS:
+        raise invalid(field, f"must be one of {', '.join(_DISK_FORMATS)}")
+    return disk_format
+
+
+def _transfer_url(url: str, backend: TransferBackend, field: str) -> str:
+    if not url:
+        raise invalid(field, "must not be empty")
+    as_text(url, field, 8192)
+    scheme = urlsplit(url).scheme.lower()
+    if scheme != backend.value:
+        raise invalid(field, f"must be a {backend.value}:// URL for backend {backend.value}")
+    return url
+
+
+def _storage_options(text: str) -> dict[str, str]:
+    # Messages name the options "options", as they always have.
+    return load(text, fields.STORAGE_OPTIONS).as_string_map("options")
+
+
+def _credentials(credentials: Mapping[str, str]) -> dict[str, str]:
+    for key in credentials:
+        as_text(key, fields.CREDENTIALS, 256)
+    return dict(credentials)
+
+
+@parser
+def parse_export(
+    *,
+    vm_id: str,
+    disk_id: str,
+    snapshot_id: str,
+    destination_url: str,
+    disk_format: str,
+    compress: bool,
+    credentials: Mapping[str, str],
+    backend_type: str,
+    transfer_mode: str,
+    storage_options_json: str,
+) -> ExportRequest:
+    backend = _backend(backend_type, fields.BACKEND_TYPE)
+    return ExportRequest(
+        vm_id=vm_id,
+        disk_id=disk_id,
+        snapshot_id=snapshot_id,
+        destination_url=_transfer_url(destination_url, backend, fields.DESTINATION_URL),
+        format=_format(disk_format, fields.DISK_FORMAT),
+        compress=compress,
+        credentials=_credentials(credentials),
+        backend=backend,
+        mode=_mode(transfer_mode, fields.TRANSFER_MODE),
+        storage_options=_storage_options(storage_options_json),
+    )
+
+
+@parser
+def parse_import(
+    *,
+    source_url: str,
+    storage_hint: str,
+    disk_format: str,
+    target_name: str,
+    verify_checksum: bool,
+    expected_checksum: str,
+    credentials: Mapping[str, str],
+    backend_type: str,
+    transfer_mode: str,
+    storage_options_json: str,
+) -> ImportRequest:
+    backend = _backend(backend_type, fields.BACKEND_TYPE)
+    if verify_checksum and not expected_checksum:
+        raise invalid(fields.EXPECTED_CHECKSUM, "must be set when verify_checksum is true")
+    return ImportRequest(
+        source_url=_transfer_url(source_url, backend, fields.SOURCE_URL),
+        storage_hint=as_text(storage_hint, fields.STORAGE_HINT, 1024),
+        format=_format(disk_format, fields.DISK_FORMAT),
+        target_name=checked_name(target_name, fields.TARGET_NAME) if target_name else "",
+        verify_checksum=verify_checksum,
+        expected_checksum=as_text(expected_checksum, fields.EXPECTED_CHECKSUM, 256),
+        credentials=_credentials(credentials),
+        backend=backend,
+        mode=_mode(transfer_mode, fields.TRANSFER_MODE),
+        storage_options=_storage_options(storage_options_json),
+    )
+
+
+def disk_query(vm_id: str, disk_id: str, snapshot_id: str) -> DiskQuery:
+    """GetDiskInfo's ids need no validation: ids that name nothing are simply missing."""
+    return DiskQuery(vm_id=vm_id, disk_id=disk_id, snapshot_id=snapshot_id)
