@@ -119,28 +119,6 @@ def clone_vm(
     return backend.cloning.start_clone(request, owner).map(lambda vm: vm.id)
 
 
-class AllPorts:
-    """One object answering every port's methods from a Backend's ports, for the contract
-    Harness while it takes a single adapter; it adds nothing of its own."""
-
-    def __init__(self, backend: Backend) -> None:
-        self._ports = [port for port in vars(backend).values() if port is not None]
-
-    def __getattr__(self, name: str) -> Any:
-        for port in self._ports:
-            if hasattr(port, name):
-                return getattr(port, name)
-        raise AttributeError(name)
-
-
-def make_adapter(
-    uri: str, clock: ManualClock, **options: Any
-) -> tuple[AllPorts, LibvirtConnection]:
-    """`make_backend`, its ports as one object (the contract Harness's `adapter`)."""
-    backend, connection = make_backend(uri, clock, **options)
-    return AllPorts(backend), connection
-
-
 def add_base_image(connection: LibvirtConnection, size_gib: int = 2) -> str:
     """A qcow2 volume in the default pool, as an operator would have put it there."""
     volume = ET.Element("volume")

@@ -36,7 +36,7 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
 from contract.harness import Harness
-from libvirt_support import AllPorts, libvirt_test_backend
+from libvirt_support import libvirt_test_backend
 from support import ManualClock
 
 QEMU_URI = "qemu:///system"
@@ -188,7 +188,7 @@ def qemu_harness() -> Iterator[Harness]:
     """`qemu_host` for the contract suite (running VMs there have no guest OS to report)."""
     for host in qemu_host():
         yield Harness(
-            adapter=AllPorts(host.backend),
+            backend=host.backend,
             clock=host.clock,
             image=host.image,
             guest_reports_addresses=False,

@@ -1,23 +1,26 @@
-"""The adapter contract suite's fixtures: one harness per hypervisor adapter.
+"""The adapter contract suite's fixtures: one harness per hypervisor backend, keyed by port.
 
-Each harness gives the adapter (which implements every port) plus what a test needs that
-only the backend knows how to make, such as an image a VM can be created from. New adapters
-join by adding a harness to ADAPTERS.
+Each backend under test says which optional ports it lacks. The suite of a port runs on every
+backend that has it (`harness_with(port)`); `test_unsupported_ports.py` checks that a backend
+lacking one answers its RPCs UNSUPPORTED and says so in its capabilities. New backends join by
+adding an entry to BACKENDS.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.models import OwnerMark, VMImage
 
 from contract.harness import Harness
-from libvirt_support import add_base_image, isolated_host_uri, make_adapter
+from libvirt_support import add_base_image, isolated_host_uri, make_backend
 from qemu_support import qemu_enabled, qemu_harness
 from support import ManualClock
 from vsphere_support import contract_harness as vsphere_simulator_harness
@@ -25,33 +28,73 @@ from vsphere_support import contract_harness as vsphere_simulator_harness
 
 def _fake() -> Iterator[Harness]:
     clock = ManualClock()
-    adapter = FakeHypervisor(clock)
-    adapter.add_image("/images/base.qcow2", size_gib=2)
-    yield Harness(adapter=adapter, clock=clock, image=VMImage(path="/images/base.qcow2"))
+    fake = FakeHypervisor(clock)
+    fake.add_image("/images/base.qcow2", size_gib=2)
+    yield Harness(backend=fake_backend(fake), clock=clock, image=VMImage(path="/images/base.qcow2"))
 
 
 def _libvirt_test_driver() -> Iterator[Harness]:
     """libvirt's built-in test driver: a fresh in-memory host per connection, no daemon."""
     clock = ManualClock()
     with tempfile.TemporaryDirectory() as directory:
-        adapter, connection = make_adapter(isolated_host_uri(Path(directory)), clock)
+        backend, connection = make_backend(isolated_host_uri(Path(directory)), clock)
         image = VMImage(path=add_base_image(connection), format="qcow2")
-        yield Harness(adapter=adapter, clock=clock, image=image)
+        yield Harness(backend=backend, clock=clock, image=image)
         connection.close()
 
 
-ADAPTERS: dict[str, Callable[[], Iterator[Harness]]] = {
-    "fake": _fake,
-    "libvirt-test": _libvirt_test_driver,
-    "vsphere-sim": vsphere_simulator_harness,
+@dataclass(frozen=True)
+class BackendUnderTest:
+    harness: Callable[[], Iterator[Harness]]
+    lacks: frozenset[str] = field(default_factory=frozenset)  # optional ports it has not
+
+
+BACKENDS: dict[str, BackendUnderTest] = {
+    "fake": BackendUnderTest(_fake),
+    "libvirt-test": BackendUnderTest(_libvirt_test_driver),
+    "vsphere-sim": BackendUnderTest(vsphere_simulator_harness, lacks=frozenset({"images"})),
 }
 if qemu_enabled():  # real libvirtd + QEMU: opt-in, as it needs root and scripts/libvirtd.sh
-    ADAPTERS["libvirt-qemu"] = qemu_harness
+    BACKENDS["libvirt-qemu"] = BackendUnderTest(qemu_harness)
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+def backends_with(port: str) -> list[str]:
+    return sorted(name for name, backend in BACKENDS.items() if port not in backend.lacks)
+
+
+def lacked_ports() -> list[tuple[str, str]]:
+    """(backend, port) for every optional port a backend under test lacks."""
+    return sorted((name, port) for name, backend in BACKENDS.items() for port in backend.lacks)
+
+
+def harness_of(name: str) -> Iterator[Harness]:
+    yield from BACKENDS[name].harness()
+
+
+@pytest.fixture(params=sorted(BACKENDS))
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    yield from ADAPTERS[request.param]()
+    """Every backend: for the ports every backend has."""
+    yield from harness_of(request.param)
+
+
+@pytest.fixture(params=backends_with("snapshots"))
+def snapshots_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    yield from harness_of(request.param)
+
+
+@pytest.fixture(params=backends_with("cloning"))
+def cloning_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    yield from harness_of(request.param)
+
+
+@pytest.fixture(params=backends_with("images"))
+def images_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    yield from harness_of(request.param)
+
+
+@pytest.fixture(params=backends_with("disk_transfer"))
+def disk_transfer_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    yield from harness_of(request.param)
 
 
 @pytest.fixture

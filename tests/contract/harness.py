@@ -1,28 +1,20 @@
-"""What the contract suite needs of a backend besides its adapter."""
+"""What the contract suite needs of a backend besides its ports."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
 
 from returns.result import Result
 
-from pyrigaud.application.ports import (
-    CapabilitySource,
-    Cloning,
-    DiskTransfer,
-    Health,
-    Images,
-    Inventory,
-    PowerControl,
-    Snapshots,
-    TaskTracker,
-    VMLifecycle,
-)
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.keyed_lock import KeyedLock
+from pyrigaud.application.ownership import OwnershipRule
+from pyrigaud.application.ports import TaskTracker
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
+from pyrigaud.domain.leftovers import LeftoverPolicy
+from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from support import ManualClock, ok
@@ -30,26 +22,13 @@ from support import ManualClock, ok
 SETTLE_READS = 600
 SETTLE_PAUSE_SECONDS = 0.1
 
-
-class Hypervisor(
-    VMLifecycle,
-    PowerControl,
-    Snapshots,
-    Cloning,
-    Images,
-    DiskTransfer,
-    Inventory,
-    Health,
-    CapabilitySource,
-    TaskTracker,
-    Protocol,
-):
-    """An adapter that serves every port, as each hypervisor backend does."""
+# The ports a backend may lack (Backend's optional fields), by name.
+OPTIONAL_PORTS = ("snapshots", "cloning", "images", "disk_transfer")
 
 
 @dataclass
 class Harness:
-    adapter: Hypervisor
+    backend: Backend
     clock: ManualClock
     image: VMImage  # an image that exists on the backend, for "create from an image"
     # False where running VMs have no guest OS (blank disks), so nothing can report an address.
@@ -61,6 +40,12 @@ class Harness:
         image = VMImage() if self.blank_images else self.image
         base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=image)
         return base.model_copy(update=changes)
+
+    def ownership(self, owner: OwnerMark) -> OwnershipRule:
+        """The application's ownership rule over this backend, as Create and Clone use it."""
+        return OwnershipRule(
+            self.backend.lifecycle, owner, self.clock, LeftoverPolicy(owner=owner), KeyedLock()
+        )
 
 
 def settle(tracker: TaskTracker, task: TaskRef) -> TaskState:
