@@ -89,6 +89,11 @@ def network_field(index: int, key: str) -> str:
     return f"networks_json[{index}].{key}"
 
 
+def customize_network(index: int) -> str:
+    """Clone's customize_json.networks[index] as a whole."""
+    return f"customize_json.networks[{index}]"
+
+
 def customize_network_field(index: int, key: str) -> str:
     """A field of Clone's customize_json.networks[index], by its key (networkName, ipAddress)."""
-    return f"customize_json.networks[{index}].{key}"
+    return f"{customize_network(index)}.{key}"

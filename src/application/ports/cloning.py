@@ -17,7 +17,7 @@ class Cloning(Protocol):
     ) -> Result[CreatedVM, ProviderError]:
         """Make the clone (full, or linked when asked) with class and customization applied.
 
-        Returns the new VM's id and the task making it, as VMLifecycle.start_create does; the same
-        ownership rule applies to an existing VM of the target name.
+        Returns the new VM's id and the task making it, as VMLifecycle.start_create does; a
+        target name already in use is ALREADY_EXISTS, for OwnershipRule to decide.
         """
         ...

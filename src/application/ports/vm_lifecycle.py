@@ -43,9 +43,9 @@ class VMLifecycle(Protocol):
         complete, so a Create killed part-way leaves a VM that `find_unfinished` reports and
         `delete` removes whole. A VM made in one hypervisor task appears complete or not at all.
 
-        If the hypervisor already has a VM of that name carrying `owner`'s mark (another
-        replica made it), return that VM's id; a same-named VM without the mark is
-        ALREADY_EXISTS. A failure part-way leaves nothing behind.
+        The VM carries `owner`'s mark. A name already in use (whoever holds it) is
+        ALREADY_EXISTS: whether that VM is ours to return is OwnershipRule's decision, not
+        the adapter's. A failure part-way leaves nothing behind.
         """
         ...
 

@@ -16,13 +16,7 @@ class DescribeVM:
 
     def __call__(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """None (exists=false) for any id that names no VM; an error means "could not tell"."""
-        return self._inventory.describe(vm_id).map(
-            lambda found: (
-                None
-                if found is None
-                else found.model_copy(update={"ips": routable_addresses(found.ips)})
-            )
-        )
+        return self._inventory.describe(vm_id).map(_reportable_description)
 
 
 def _reportable_description(found: VMDescription | None) -> VMDescription | None:

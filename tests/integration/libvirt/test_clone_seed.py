@@ -22,6 +22,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.application.backend import Backend
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import (
     CloneRequest,
@@ -181,7 +182,7 @@ def test_the_building_clone_records_the_seed_before_it_is_written(tmp_path: Path
     [
         (
             Customization(networks=(NetworkAttachment(), NetworkAttachment(static_ip="192.0.2.5"))),
-            "customization.networks[1]",
+            fields.customize_network(1),
         ),
     ],
 )

@@ -17,6 +17,7 @@ from returns.result import Result
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
 
@@ -44,7 +45,7 @@ def test_secure_boot_without_uefi_is_an_invalid_spec(
     vm_class = VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True))
     error = error_of(create(backend, "bios-secure", vm_class))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert "security.secureBoot" in error.message
+    assert fields.CLASS_SECURE_BOOT in error.message
     assert ok(backend.lifecycle.find_by_name("bios-secure")) is None
 
 
@@ -55,7 +56,7 @@ def test_an_unknown_tpm_version_is_an_invalid_spec(
     security = SecurityProfile(tpm_enabled=True, tpm_version="3.0")
     error = error_of(create(backend, "tpm-3", VMClass(cpu=1, memory_mib=256, security=security)))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert "security.tpmVersion" in error.message
+    assert fields.CLASS_TPM_VERSION in error.message
 
 
 @pytest.mark.parametrize(("version", "model"), [("", "tpm-crb"), ("1.2", "tpm-tis")])

@@ -15,6 +15,7 @@ import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import HOTPLUG_ROOT_PORTS
 from pyrigaud.application.ports.vm_lifecycle import CreateRequest
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     DiskSpec,
@@ -62,7 +63,7 @@ def test_secure_boot_follows_the_host(qemu: QemuHost, conn: Any) -> None:
     else:
         error = error_of(result)
         assert error.kind is ErrorKind.FAILED_PRECONDITION
-        assert "security.secureBoot" in error.message
+        assert fields.CLASS_SECURE_BOOT in error.message
         assert ok(qemu.backend.lifecycle.find_by_name("secure-guest")) is None
 
 
@@ -116,4 +117,4 @@ def test_a_vtpm_follows_the_host(qemu: QemuHost, conn: Any) -> None:
     else:
         error = error_of(result)
         assert error.kind is ErrorKind.FAILED_PRECONDITION
-        assert "security.tpmEnabled" in error.message
+        assert fields.CLASS_TPM_ENABLED in error.message

@@ -50,6 +50,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_name,
 )
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import (
     CloneRequest,
@@ -198,7 +199,7 @@ def _clone_seed(
     if len(wanted.networks) > len(source.nics):
         raise ExpectedError(
             ProviderError.invalid_spec(
-                f"customization.networks[{len(source.nics)}]",
+                fields.customize_network(len(source.nics)),
                 f"the source has {len(source.nics)} NIC(s), and a clone keeps its source's NICs",
             )
         )

@@ -19,6 +19,7 @@ import libvirt
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SECURE_BOOT_MACHINE
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
 
@@ -49,12 +50,12 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
     tpm_version = tpm_version_of(vm_class)
     if security.secure_boot and not uefi:
         raise ExpectedError(
-            ProviderError.invalid_spec("security.secureBoot", "needs firmware UEFI")
+            ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI")
         )
     if tpm_version and tpm_version not in TPM_VERSIONS:
         raise ExpectedError(
             ProviderError.invalid_spec(
-                "security.tpmVersion", f"must be one of {', '.join(TPM_VERSIONS)}"
+                fields.CLASS_TPM_VERSION, f"must be one of {', '.join(TPM_VERSIONS)}"
             )
         )
     if not (uefi or tpm_version):
@@ -74,7 +75,7 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
     ):
         raise ExpectedError(
             ProviderError.failed_precondition(
-                f"security.secureBoot: {where} has no secure-boot firmware"
+                f"{fields.CLASS_SECURE_BOOT}: {where} has no secure-boot firmware"
             )
         )
     if tpm_version:
@@ -87,7 +88,7 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
         ):
             raise ExpectedError(
                 ProviderError.failed_precondition(
-                    f"security.tpmEnabled: {where} cannot emulate a TPM {tpm_version} "
+                    f"{fields.CLASS_TPM_ENABLED}: {where} cannot emulate a TPM {tpm_version} "
                     "(it needs swtpm)"
                 )
             )
