@@ -77,24 +77,20 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     yield from harness_of(request.param)
 
 
-@pytest.fixture(params=backends_with("snapshots"))
-def snapshots_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    yield from harness_of(request.param)
+def _harness_of_backends_with(port: str) -> object:
+    """The fixture `<port>_harness`: every backend that has `port`, for that port's suite."""
+
+    @pytest.fixture(name=f"{port}_harness", params=backends_with(port))
+    def harness_with_port(request: pytest.FixtureRequest) -> Iterator[Harness]:
+        yield from harness_of(request.param)
+
+    return harness_with_port
 
 
-@pytest.fixture(params=backends_with("cloning"))
-def cloning_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    yield from harness_of(request.param)
-
-
-@pytest.fixture(params=backends_with("images"))
-def images_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    yield from harness_of(request.param)
-
-
-@pytest.fixture(params=backends_with("disk_transfer"))
-def disk_transfer_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    yield from harness_of(request.param)
+snapshots_harness = _harness_of_backends_with("snapshots")
+cloning_harness = _harness_of_backends_with("cloning")
+images_harness = _harness_of_backends_with("images")
+disk_transfer_harness = _harness_of_backends_with("disk_transfer")
 
 
 @pytest.fixture

@@ -264,3 +264,10 @@ def not_on_this_host(field: str, name: str) -> ExpectedError:
     return ExpectedError(
         ProviderError.invalid_spec(field, f"{name!r} does not exist on this hypervisor")
     )
+
+
+def no_templates(field: str) -> ExpectedError:
+    """A request naming a template: the fake host keeps images by path only."""
+    return ExpectedError(
+        ProviderError.invalid_spec(field, "the fake hypervisor has no templates; give a path")
+    )

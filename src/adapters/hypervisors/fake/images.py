@@ -9,6 +9,7 @@ from returns.result import Result
 from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeHypervisor,
     FakeImage,
+    no_templates,
     not_on_this_host,
 )
 from pyrigaud.domain import fields
@@ -39,12 +40,7 @@ class FakeImages:
     def _source_size(self, request: PrepareImageRequest) -> int:
         source = request.source
         if source.template_name:
-            raise ExpectedError(
-                ProviderError.invalid_spec(
-                    fields.PREPARE_TEMPLATE_NAME,
-                    "the fake hypervisor has no templates; give a path or url",
-                )
-            )
+            raise no_templates(fields.PREPARE_TEMPLATE_NAME)
         if source.path:
             base = self.hypervisor.images.get(source.path)
             if base is None:

@@ -11,6 +11,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeDisk,
     FakeHypervisor,
     FakeVM,
+    no_templates,
     not_on_this_host,
 )
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
@@ -100,12 +101,7 @@ class FakeVMLifecycle:
         if image.is_blank:
             return FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB)
         if image.template_name:
-            raise ExpectedError(
-                ProviderError.invalid_spec(
-                    fields.IMAGE_TEMPLATE_NAME,
-                    "the fake hypervisor has no templates; give a Path or URL",
-                )
-            )
+            raise no_templates(fields.IMAGE_TEMPLATE_NAME)
         if image.path:
             base = self.hypervisor.images.get(image.path)
             if base is None:
