@@ -287,7 +287,9 @@ class TransferBackend(StrEnum):
 
 
 class TransferMode(StrEnum):
-    AUTO = "auto"
+    """How the disk bytes travel. The manager resolves "auto" (and an empty mode) to relay:
+    through the provider, between the hypervisor and the staging store."""
+
     RELAY = "relay"
     DIRECT = "direct"
 
@@ -301,7 +303,7 @@ class ExportRequest(Value):
     compress: bool = False
     credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
     backend: TransferBackend = TransferBackend.PVC
-    mode: TransferMode = TransferMode.AUTO
+    mode: TransferMode = TransferMode.RELAY
     storage_options: Mapping[str, str] = Field(default_factory=dict)
 
 
@@ -320,7 +322,7 @@ class ImportRequest(Value):
     expected_checksum: str = ""
     credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
     backend: TransferBackend = TransferBackend.PVC
-    mode: TransferMode = TransferMode.AUTO
+    mode: TransferMode = TransferMode.RELAY
     storage_options: Mapping[str, str] = Field(default_factory=dict)
 
 

@@ -190,6 +190,7 @@ def test_every_log_line_is_json_and_names_no_secret(tmp_path: Path) -> None:
                 vm_id="x",
                 destination_url="s3://bucket/key",
                 backend_type="s3",
+                transfer_mode="relay",
                 credentials={"secretAccessKey": "hunter2"},
             )
             with pytest.raises(grpc.RpcError):

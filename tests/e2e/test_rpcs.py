@@ -102,7 +102,9 @@ def test_ids_that_name_nothing_are_missing_never_invalid(
     clone = pb.CloneRequest(source_vm_id=vm_id, target_name="e2e-clone")
     assert code_of(stub.Clone, clone) is not_found
     assert code_of(stub.GetDiskInfo, pb.GetDiskInfoRequest(vm_id=vm_id)) is not_found
-    export = pb.ExportDiskRequest(vm_id=vm_id, destination_url="pvc://m/x.qcow2")
+    export = pb.ExportDiskRequest(
+        vm_id=vm_id, destination_url="pvc://m/x.qcow2", backend_type="pvc", transfer_mode="relay"
+    )
     assert code_of(stub.ExportDisk, export) is not_found
 
 
@@ -204,14 +206,24 @@ def test_snapshots_clone_image_and_disks(provider: RunningProvider) -> None:
     assert not image.HasField("task")
     export = stub.ExportDisk(
         pb.ExportDiskRequest(
-            vm_id=vm_id, destination_url="pvc://mig/a.qcow2", credentials={"accessKeyID": "x"}
+            vm_id=vm_id,
+            destination_url="pvc://mig/a.qcow2",
+            credentials={"accessKeyID": "x"},
+            backend_type="pvc",
+            transfer_mode="relay",
         ),
         timeout=5,
     )
     assert export.export_id
     assert export.estimated_size_bytes > 0
     imported = stub.ImportDisk(
-        pb.ImportDiskRequest(source_url="pvc://mig/a.qcow2", target_name="restored"), timeout=5
+        pb.ImportDiskRequest(
+            source_url="pvc://mig/a.qcow2",
+            target_name="restored",
+            backend_type="pvc",
+            transfer_mode="relay",
+        ),
+        timeout=5,
     )
     assert imported.disk_id == "restored"
     upgrade = stub.HardwareUpgrade(pb.HardwareUpgradeRequest(id=vm_id, target_version=0), timeout=5)

@@ -11,6 +11,7 @@ from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
+from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
 from pyrigaud.application.backend import Backend
@@ -26,7 +27,7 @@ from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
 from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
-from pyrigaud.application.use_cases.disks import ExportDisk
+from pyrigaud.application.use_cases.disks import ExportDisk, ImportDisk
 from pyrigaud.application.use_cases.power_vm import STALE_SHUTDOWN_SECONDS, PowerVM
 from pyrigaud.application.use_cases.prepare_image import PrepareImage
 from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
@@ -45,9 +46,11 @@ from pyrigaud.domain.models import (
     DiskSpec,
     ExportRequest,
     ImageSource,
+    ImportRequest,
     OwnerMark,
     PrepareImageRequest,
     SnapshotRequest,
+    TransferBackend,
     TransferMode,
     VMChanges,
     VMClass,
@@ -646,11 +649,47 @@ def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> No
     )
     vm_id = create(backend)
     export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
-    relay = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", mode=TransferMode.RELAY))
-    assert "relay" in error_of(relay).message
     compressed = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
-    assert ok(export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))).export_id
+    relay_only = ExportDisk(
+        served(backend.disk_transfer),
+        FakeCapabilities(
+            FakeHypervisor(
+                clock,
+                capabilities=FAKE_CAPABILITIES.model_copy(update={"supported_transfer_modes": ()}),
+            )
+        ),
+    )
+    unlisted = relay_only(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))
+    assert error_kind(unlisted) is ErrorKind.UNSUPPORTED
+    assert "relay" in error_of(unlisted).message
+
+
+@pytest.mark.parametrize("backend_type", [TransferBackend.PVC, TransferBackend.S3])
+def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
+    backend: Backend, backend_type: TransferBackend
+) -> None:
+    """The manager's own rule: only NFS can be reached by the hypervisor itself."""
+    export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
+    direct = export(
+        ExportRequest(
+            vm_id="any", destination_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT
+        )
+    )
+    assert error_kind(direct) is ErrorKind.INVALID_SPEC
+    assert error_of(direct).message.startswith("transfer_mode:")
+    importing = ImportDisk(served(backend.disk_transfer), backend.capabilities)
+    direct_import = importing(
+        ImportRequest(source_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT)
+    )
+    assert error_kind(direct_import) is ErrorKind.INVALID_SPEC
+
+
+def test_a_relay_export_as_the_manager_sends_it_works(backend: Backend) -> None:
+    vm_id = create(backend)
+    export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
+    request = ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", mode=TransferMode.RELAY)
+    assert ok(export(request)).export_id
 
 
 def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor, backend: Backend) -> None:

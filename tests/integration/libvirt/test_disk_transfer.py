@@ -103,7 +103,7 @@ def test_capabilities_tell_what_moves_and_how(host: Host) -> None:
     assert caps.supports_disk_import
     assert caps.supported_export_formats == caps.supported_import_formats == ("qcow2", "raw")
     assert caps.supported_export_backends == caps.supported_import_backends == ("pvc",)
-    assert caps.supported_transfer_modes == ("auto",)
+    assert caps.supported_transfer_modes == ("relay",)
     assert not caps.supports_export_compression
 
 
@@ -204,7 +204,6 @@ def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(host: Host) -> None:
     [
         {"backend": TransferBackend.NFS},
         {"backend": TransferBackend.S3},
-        {"mode": TransferMode.RELAY},
         {"mode": TransferMode.DIRECT},
         {"format": "vmdk"},
         {"compress": True},

@@ -237,18 +237,29 @@ def test_export_and_import_through_grpc(site: Site, tmp_path: Path) -> None:
         assert caps.supports_disk_export
         assert caps.supports_disk_import
         assert list(caps.supported_export_backends) == ["pvc"]
+        assert list(caps.supported_transfer_modes) == ["relay"]
         image = json.dumps({"Path": site.base, "Format": "raw"})
         vm_id = create_vm(stub, "xfer-grpc", image_json=image)
 
         exported = stub.ExportDisk(
-            pb.ExportDiskRequest(vm_id=vm_id, destination_url="pvc://mig/g.qcow2"), timeout=120
+            pb.ExportDiskRequest(
+                vm_id=vm_id,
+                destination_url="pvc://mig/g.qcow2",
+                format="qcow2",
+                backend_type="pvc",
+                transfer_mode="relay",  # what the manager sends for its "auto"
+            ),
+            timeout=120,
         )
         assert exported.checksum == _sha256(site.mig / "g.qcow2")
 
         imported = stub.ImportDisk(
             pb.ImportDiskRequest(
                 source_url="pvc://mig/g.qcow2",
+                format="qcow2",
                 target_name="xfer-grpc-restored",
+                backend_type="pvc",
+                transfer_mode="relay",
                 verify_checksum=True,
                 expected_checksum=exported.checksum,
             ),

@@ -48,7 +48,7 @@ FAKE_CAPABILITIES = Capabilities(
     supports_export_compression=True,
     supported_export_backends=("pvc",),
     supported_import_backends=("pvc",),
-    supported_transfer_modes=("auto", "direct"),
+    supported_transfer_modes=("relay",),
     supports_clone=True,
     supports_hardware_upgrade=True,
 )

@@ -270,10 +270,10 @@ def _refuse_other_transports(backend: TransferBackend, mode: TransferMode) -> No
                 f"backend_type {backend.value!r}: libvirt transfers disks to pvc:// only"
             )
         )
-    if mode is not TransferMode.AUTO:
+    if mode is not TransferMode.RELAY:
         raise ExpectedError(
             ProviderError.unsupported(
-                f"transfer_mode {mode.value!r}: libvirt streams through the provider ('auto')"
+                f"transfer_mode {mode.value!r}: libvirt streams through the provider ('relay')"
             )
         )
 

@@ -27,7 +27,7 @@ LIBVIRT_CAPABILITIES = Capabilities(
     supported_import_formats=TRANSFER_FORMATS,
     supported_export_backends=("pvc",),
     supported_import_backends=("pvc",),
-    supported_transfer_modes=("auto",),
+    supported_transfer_modes=("relay",),
 )
 
 

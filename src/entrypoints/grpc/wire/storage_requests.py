@@ -106,9 +106,16 @@ def _backend(value: str, field: str) -> TransferBackend:
         raise invalid(field, "must be pvc, nfs or s3") from None
 
 
+# The manager sends "relay" for its "auto"; older managers sent "auto" or nothing.
+_RELAY_SPELLINGS = frozenset({"", "auto", "relay"})
+
+
 def _mode(value: str, field: str) -> TransferMode:
+    spelled = value.strip().lower()
+    if spelled in _RELAY_SPELLINGS:
+        return TransferMode.RELAY
     try:
-        return TransferMode(value.strip().lower() or TransferMode.AUTO)
+        return TransferMode(spelled)
     except ValueError:
         raise invalid(field, "must be auto, relay or direct") from None
 
