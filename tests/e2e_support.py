@@ -55,7 +55,8 @@ def start_provider(
     else:
         clock, fake = shared_with.clock, shared_with.fake
     container.clock.override(providers.Object(clock))
-    container.backend.override(providers.Object(fake_backend(fake)))
+    if settings.provider_type == "fake":  # other backends (libvirt, vSphere) serve as configured
+        container.backend.override(providers.Object(fake_backend(fake)))
     server = ProviderServer(container.servicer(), settings.grpc_bind, credentials, workers=16)
     server.start()
     address = f"127.0.0.1:{server.port}"
