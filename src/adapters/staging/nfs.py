@@ -229,9 +229,18 @@ def _refusal(
     identity = f"uid {options.uid if options.uid is not None else os.getuid()}, gid " + str(
         options.gid if options.gid is not None else os.getgid()
     )
+    if mounting and error.code in (errno.EACCES, errno.EPERM):
+        return ProviderError.permission_denied(
+            f"{what}: the server refused to mount {location.container!r} "
+            f"(absent, or not exported to this client): {error}"
+        )
+    if mounting:
+        return ProviderError.unavailable(
+            f"{what}: NFS server {options.server!r} did not answer: {error}"
+        )
     if error.code in (errno.EACCES, errno.EPERM):
         return ProviderError.permission_denied(f"{what}: the server refused {identity}: {error}")
-    if error.code == errno.ENOENT and not mounting:
+    if error.code == errno.ENOENT:
         return ProviderError.not_found(f"{what}: no such file ({error})")
     if error.code in (errno.ENOSPC, errno.EDQUOT):
         return ProviderError.resource_exhausted(f"{what}: {error}")
