@@ -121,7 +121,7 @@ class NfsReader:
                 "read",
                 lambda: self._session.read_into(handle, self._offset, self._buffer),
             )
-            chunk = self._buffer.raw[:count]
+            chunk = ctypes.string_at(self._buffer, count)
             self._offset += count
             self._digest.add(chunk)
             return chunk
@@ -197,7 +197,9 @@ def _mounted(location: StagedLocation) -> NfsSession:
     return _nfs(
         location,
         "reach",
-        lambda: NfsSession(options.server, location.container, options.uid, options.gid),
+        lambda: NfsSession(
+            options.server.strip("[]"), location.container, options.uid, options.gid
+        ),
         mounting=True,
     )
 

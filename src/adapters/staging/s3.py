@@ -98,8 +98,9 @@ class S3Staging:
                         f"{location.url}: {size_bytes} bytes is more than S3 stores in one object"
                     )
                 )
+            # No HeadBucket first: it needs s3:ListBucket, which a writer does not otherwise
+            # need; a refusal or a missing bucket shows at the first part or the commit.
             client = self._client(location)
-            _calling(location, "write", lambda: client.head_bucket(Bucket=location.container))
             marker = _sibling(
                 location,
                 temporary_name(location.name, self.owner, self.clock.now(), secrets.token_hex(4)),
@@ -363,7 +364,7 @@ def _refusal(location: StagedLocation, action: str, error: ClientError) -> Expec
                 "named by credentialsSecretRef and its access to the bucket"
             )
         )
-    if code == "NoSuchBucket" or (code in ("404", "NotFound") and action == "write"):
+    if code == "NoSuchBucket":
         return ExpectedError(ProviderError.not_found(f"{what}: no bucket {location.container!r}"))
     if code in MISSING_CODES or status == 404:
         return ExpectedError(ProviderError.not_found(f"{what}: no such object"))

@@ -63,5 +63,5 @@ class StagingStorage(Protocol):
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
         """Remove this provider's temporaries started longer ago than `older_than_seconds`
-        where `location` lives (its PVC, its bucket's prefix, its NFS folder); how many."""
+        where `location` lives (its whole PVC; its folder on S3 and NFS); how many."""
         ...

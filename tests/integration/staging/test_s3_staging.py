@@ -92,8 +92,10 @@ def test_a_part_refused_every_time_aborts_the_upload(s3_server: S3Server) -> Non
 def test_a_wrong_secret_is_permission_denied_and_never_echoed(s3_server: S3Server) -> None:
     secret = "not-the-secret-0123456789abcdefghijklmn"
     location = locate(s3_server, "denied.qcow2", secretAccessKey=secret)
+    writer = ok(adapter().open_write(location))  # nothing is sent before the first part
     for result in (
-        adapter().open_write(location),
+        writer.write(bytes(6 * MiB)),
+        ok(adapter().open_write(location)).commit(),
         adapter().open_read(location),
         adapter().sweep(location, 0),
     ):
@@ -112,7 +114,7 @@ def test_an_unknown_access_key_is_permission_denied(s3_server: S3Server) -> None
 def test_an_unreachable_endpoint_is_unavailable(s3_server: S3Server) -> None:
     location = locate(s3_server, "x.qcow2", endpoint=f"http://127.0.0.1:{free_port()}")
     for result in (
-        adapter(attempts=1).open_write(location),
+        ok(adapter(attempts=1).open_write(location)).commit(),
         adapter(attempts=1).open_read(location),
         adapter(attempts=1).sweep(location, 0),
     ):
@@ -129,7 +131,7 @@ def test_a_missing_bucket_is_not_found(s3_server: S3Server) -> None:
             "source_url", url, TransferBackend.S3, options, s3_credentials(s3_server)
         )
     )
-    for result in (adapter().open_write(location), adapter().open_read(location)):
+    for result in (ok(adapter().open_write(location)).commit(), adapter().open_read(location)):
         error = error_of(result)
         assert error.kind is ErrorKind.NOT_FOUND
         assert "absent-bucket" in error.message
