@@ -21,6 +21,8 @@ from staging_support import CHUNK_BYTES, MiB, StagingCase
 from support import error_of, ok
 
 pytestmark = pytest.mark.slow
+STREAMED_MIB = 160
+MEMORY_BUDGET_MIB = 32  # parts (S3: 5 MiB) and chunks, never the object
 
 
 def payload(size: int, seed: str = "disk") -> bytes:
@@ -106,6 +108,20 @@ def test_an_unfinished_write_leaves_the_old_object_in_place(staging: StagingCase
     assert staging.stored(location) == payload(2 * MiB, "old")
 
 
+def test_memory_stays_bounded_while_staging_and_reading_back(staging: StagingCase) -> None:
+    location = staging.locate("large.raw")
+    probe = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, _describe(staging, location), str(STREAMED_MIB)],
+        capture_output=True,
+        check=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    growth_mib = json.loads(probe.stdout)["growth_mib"]
+    assert growth_mib < MEMORY_BUDGET_MIB, f"{STREAMED_MIB} MiB moved, RSS grew {growth_mib} MiB"
+    assert staging.leftovers() == []
+
+
 def test_a_writer_killed_mid_write_leaves_only_what_the_sweep_removes(
     staging: StagingCase,
 ) -> None:
@@ -184,6 +200,37 @@ def _describe(staging: StagingCase, location: StagedLocation) -> str:
         }
     )
 
+
+MEMORY_PROBE = """
+import json, resource, sys
+from pyrigaud.adapters.staging import nfs, pvc, s3
+from pyrigaud.domain.staging import StagedLocation
+
+described, mebibytes = json.loads(sys.argv[1]), int(sys.argv[2])
+adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
+adapter = adapters[described["adapter"]](**described["settings"])
+location = StagedLocation.model_validate(
+    {**described["location"], "credentials": described["credentials"]}
+)
+chunk = bytes(range(256)) * 4096
+
+def round_trip(count):
+    writer = adapter.open_write(location).unwrap()
+    for _ in range(count):
+        writer.write(chunk).unwrap()
+    written = writer.commit().unwrap()
+    reader = adapter.open_read(location).unwrap()
+    while reader.read_chunk().unwrap():
+        pass
+    reader.close()
+    assert reader.digest() == written, (reader.digest(), written)
+
+round_trip(12)  # libraries loaded, connections made, first parts sent
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+round_trip(mebibytes)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"growth_mib": (after - before) / 1024}))
+"""
 
 CRASHING_WRITER = """
 import json, sys, time
