@@ -35,15 +35,7 @@ BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
 HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?")
 NFS_SERVER = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+")
 UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f?#&\\]")
-STRING_OPTIONS = {
-    "bucket": "bucket",
-    "endpoint": "endpoint",
-    "region": "region",
-    "prefix": "prefix",
-    "server": "server",
-    "export": "export",
-    "path": "path",
-}
+STRING_OPTIONS = ("bucket", "endpoint", "region", "prefix", "server", "export", "path")
 
 
 class StagingOptions(Value):
@@ -122,7 +114,10 @@ def _parse(
     options: Mapping[str, object],
     credentials: Mapping[str, str],
 ) -> StagedLocation:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unbalanced IPv6 bracket
+        raise _invalid(field, f"must be {_SHAPES[backend]}") from None
     if parts.scheme.lower() != backend.value:
         raise _invalid(
             field, f"must be a {backend.value}:// URL for backend_type {backend.value!r}"
@@ -267,13 +262,13 @@ def _relative_path(field: str, path: str) -> str:
 def _options(options: Mapping[str, object], backend: TransferBackend) -> StagingOptions:
     """The typed options; unknown keys are ignored, as Go's decoder does."""
     values: dict[str, object] = {}
-    for key, name in STRING_OPTIONS.items():
+    for key in STRING_OPTIONS:
         value = options.get(key)
         if value is None:
             continue
         if not isinstance(value, str):
             raise _invalid(f"{OPTIONS}.{key}", "must be a string")
-        values[name] = value.strip()
+        values[key] = value.strip()
     declared = options.get("backend")
     if isinstance(declared, str) and declared.strip() and declared.strip() != backend.value:
         raise _invalid(f"{OPTIONS}.backend", f"does not match backend_type {backend.value!r}")

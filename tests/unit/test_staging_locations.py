@@ -179,6 +179,7 @@ def test_an_nfs_url_without_export_option_mounts_the_files_folder() -> None:
         ("nfs://10.0.0.6/export/migrations/x.qcow2", NFS_OPTIONS, "storage_options_json.server"),
         ("nfs://10.0.0.5:2049/export/migrations/x", {}, "source_url"),
         ("nfs:///export/migrations/x", {}, "source_url"),
+        ("nfs://[::1/export/migrations/x", {}, "source_url"),
         ("nfs://10.0.0.5/export/migrations/../x", NFS_OPTIONS, "source_url"),
         ("nfs://10.0.0.5/export/migrations/x?uid=-1", NFS_OPTIONS, "source_url uid"),
         ("nfs://10.0.0.5/export/migrations/x?uid=4294967296", NFS_OPTIONS, "source_url uid"),

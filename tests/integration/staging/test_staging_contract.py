@@ -111,7 +111,8 @@ def test_an_unfinished_write_leaves_the_old_object_in_place(staging: StagingCase
 def test_memory_stays_bounded_while_staging_and_reading_back(staging: StagingCase) -> None:
     location = staging.locate("large.raw")
     probe = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE, _describe(staging, location), str(STREAMED_MIB)],
+        [sys.executable, "-c", MEMORY_PROBE, str(STREAMED_MIB)],
+        input=_describe(staging, location).encode(),
         capture_output=True,
         check=True,
         timeout=300,
@@ -127,12 +128,16 @@ def test_a_writer_killed_mid_write_leaves_only_what_the_sweep_removes(
 ) -> None:
     location = staging.locate("export.qcow2")
     child = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_WRITER, _describe(staging, location)],
+        [sys.executable, "-c", CRASHING_WRITER],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
+        assert child.stdin is not None
         assert child.stdout is not None
+        child.stdin.write(_describe(staging, location).encode())  # secrets stay off argv
+        child.stdin.close()
         assert child.stdout.readline().strip() == b"written", "the writer never got going"
         child.send_signal(signal.SIGKILL)
         child.wait(30)
@@ -206,7 +211,7 @@ import json, resource, sys
 from pyrigaud.adapters.staging import nfs, pvc, s3
 from pyrigaud.domain.staging import StagedLocation
 
-described, mebibytes = json.loads(sys.argv[1]), int(sys.argv[2])
+described, mebibytes = json.load(sys.stdin), int(sys.argv[1])
 adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
 adapter = adapters[described["adapter"]](**described["settings"])
 location = StagedLocation.model_validate(
@@ -237,7 +242,7 @@ import json, sys, time
 from pyrigaud.adapters.staging import nfs, pvc, s3
 from pyrigaud.domain.staging import StagedLocation, StorageCredentials
 
-described = json.loads(sys.argv[1])
+described = json.load(sys.stdin)
 adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
 adapter = adapters[described["adapter"]](**described["settings"])
 location = StagedLocation.model_validate(
