@@ -37,6 +37,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class NfsStaging:
+    """NFS staging; one libnfs mount per opened object, as the request's uid/gid."""
+
     owner: str = "pyrigaud"
     clock: Clock = field(default_factory=SystemClock)
     chunk_bytes: int = CHUNK_BYTES

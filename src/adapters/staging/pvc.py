@@ -29,6 +29,8 @@ FILE_MODE = 0o640
 
 @dataclass(frozen=True)
 class PvcStaging:
+    """Files under `root` (PYRIGAUD_MIGRATION_STORAGE_ROOT), one folder per mounted PVC."""
+
     root: str = MIGRATION_STORAGE_ROOT
     owner: str = "pyrigaud"
     clock: Clock = field(default_factory=SystemClock)

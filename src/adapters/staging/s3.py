@@ -68,6 +68,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class S3Staging:
+    """S3 staging; a client per opened object, configured from that request's options."""
+
     owner: str = "pyrigaud"
     clock: Clock = field(default_factory=SystemClock)
     chunk_bytes: int = CHUNK_BYTES
@@ -160,6 +162,8 @@ class S3Staging:
 
 @dataclass(frozen=True)
 class PartPlan:
+    """The size of each part of one upload."""
+
     first_part_bytes: int
     grows: bool  # the size is unknown: double every PARTS_PER_DOUBLING parts
 
@@ -171,6 +175,7 @@ class PartPlan:
 
 
 def part_plan(size_bytes: int | None, floor_bytes: int) -> PartPlan:
+    """Whole MiB parts, never under `floor_bytes`, enough for `size_bytes` in MAX_PARTS."""
     if size_bytes is None:
         return PartPlan(floor_bytes, grows=True)
     needed = math.ceil(math.ceil(size_bytes / MAX_PARTS) / MiB) * MiB
