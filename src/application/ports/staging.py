@@ -36,6 +36,8 @@ class StagedReader(Protocol):
 
 
 class StagedWriter(Protocol):
+    """Open, then committed or aborted. A failed write or commit has aborted already."""
+
     def write(self, chunk: bytes) -> Result[None, ProviderError]: ...
 
     def commit(self) -> Result[StagedDigest, ProviderError]:
