@@ -2,7 +2,8 @@
 
 moto checks SigV4 signatures once IAM is on (`INITIAL_NO_AUTH_ACTION_COUNT`): the first three
 requests (create a user, its access key and an allow-all policy) pass unsigned, every later one
-must be signed with that user's secret, so a wrong secret is refused as S3 refuses it.
+must be signed with that user's secret, so a wrong secret is refused as S3 refuses it. A role
+the user may assume gives session credentials, whose token moto checks too.
 
 nfs-ganesha serves a temporary folder over NFSv3 through its VFS backend, bound to 127.0.0.1
 on free ports it registers with rpcbind (NFSv3's MOUNT protocol needs the portmapper); the
@@ -46,10 +47,17 @@ from support import ok
 
 START_SECONDS = 30
 BUCKET = "mig"
+STAGING_ROLE = "staging"
 ALLOW_ALL = json.dumps(
     {
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*", "sts:*"], "Resource": "*"}],
+    }
+)
+TRUST_ANYONE = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
     }
 )
 
@@ -95,6 +103,22 @@ class S3Server:
     def client(self, endpoint: str | None = None) -> Any:
         return s3_client(endpoint or self.endpoint, self.access_key_id, self.secret_access_key)
 
+    def temporary_credentials(self) -> dict[str, str]:
+        """A role's session credentials, in the manager's keys (with `sessionToken`)."""
+        session = boto3.session.Session(
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+            region_name="us-east-1",
+        )
+        sts = session.client("sts", endpoint_url=self.endpoint)
+        role = f"arn:aws:iam::123456789012:role/{STAGING_ROLE}"
+        granted = sts.assume_role(RoleArn=role, RoleSessionName="staging")["Credentials"]
+        return {
+            "accessKeyID": granted["AccessKeyId"],
+            "secretAccessKey": granted["SecretAccessKey"],
+            "sessionToken": granted["SessionToken"],
+        }
+
 
 def s3_client(endpoint: str, access_key_id: str, secret: str) -> Any:
     return boto3.session.Session().client(
@@ -137,6 +161,13 @@ def moto_s3(workdir: Path) -> Iterator[S3Server]:
         s3_client(endpoint, server.access_key_id, server.secret_access_key).create_bucket(
             Bucket=BUCKET
         )
+        signed_iam = boto3.session.Session(
+            aws_access_key_id=server.access_key_id,
+            aws_secret_access_key=server.secret_access_key,
+            region_name="us-east-1",
+        ).client("iam", endpoint_url=endpoint)
+        signed_iam.create_role(RoleName=STAGING_ROLE, AssumeRolePolicyDocument=TRUST_ANYONE)
+        signed_iam.put_role_policy(RoleName=STAGING_ROLE, PolicyName="s3", PolicyDocument=ALLOW_ALL)
         yield server
     finally:
         _stop(process)

@@ -106,6 +106,21 @@ def test_a_wrong_secret_is_permission_denied_and_never_echoed(s3_server: S3Serve
         assert "denied.qcow2" in error.message
 
 
+def test_session_credentials_work_and_a_wrong_token_is_permission_denied(
+    s3_server: S3Server,
+) -> None:
+    granted = s3_server.temporary_credentials()
+    location = locate(s3_server, "session.qcow2", **granted)
+    writer = ok(adapter().open_write(location))
+    ok(writer.write(b"staged with a session token"))
+    ok(writer.commit())
+    wrong = locate(s3_server, "session.qcow2", **{**granted, "sessionToken": "not-the-token"})
+    error = error_of(adapter().open_read(wrong))
+    assert error.kind is ErrorKind.PERMISSION_DENIED
+    assert granted["sessionToken"] not in error.message
+    assert granted["secretAccessKey"] not in error.message
+
+
 def test_an_unknown_access_key_is_permission_denied(s3_server: S3Server) -> None:
     location = locate(s3_server, "x.qcow2", accessKeyID="AKIANOSUCHKEY")
     assert error_of(adapter().open_read(location)).kind is ErrorKind.PERMISSION_DENIED
