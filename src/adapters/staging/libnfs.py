@@ -10,7 +10,6 @@ only the thread talking to it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import functools
 import os
@@ -18,7 +17,9 @@ from collections.abc import Iterator
 
 NFS_VERSION = 3  # libnfs 4.0 writes over NFSv3 only
 TIMEOUT_MILLISECONDS = 30_000  # per RPC; whole seconds, as libnfs requires
-LIBRARY_NAMES = ("libnfs.so.13", "libnfs.so")
+# Only this soname: libnfs 6 changed pread/pwrite to its "API v2" (buffer before count and
+# offset), and a binding that loaded another ABI would corrupt memory rather than fail.
+LIBRARY = "libnfs.so.13"
 
 Handle = ctypes.c_void_p
 
@@ -63,21 +64,18 @@ class NfsError(Exception):
 
 
 class LibnfsMissingError(Exception):
-    """libnfs is not installed (Debian: libnfs13)."""
+    """The libnfs this binding speaks (Debian 12: libnfs13) is not installed."""
 
 
 @functools.cache
 def library() -> ctypes.CDLL:
     """libnfs, loaded once, with every function used here typed."""
-    found = ctypes.util.find_library("nfs")
-    for name in (*LIBRARY_NAMES, *((found,) if found else ())):
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    else:
-        raise LibnfsMissingError("libnfs (Debian package libnfs13) is not installed")
+    try:
+        lib = ctypes.CDLL(LIBRARY)
+    except OSError:
+        raise LibnfsMissingError(
+            f"{LIBRARY} (libnfs 4, Debian 12's libnfs13) is not installed"
+        ) from None
     ctx, fh, path, c_int, u64 = Handle, Handle, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64
     signatures: dict[str, tuple[object, list[object]]] = {
         "nfs_init_context": (ctx, []),
