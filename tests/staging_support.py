@@ -247,17 +247,27 @@ def _rpcbind(workdir: Path) -> subprocess.Popen[bytes] | None:
 @dataclass
 class FlakyProxy:
     """An HTTP proxy on loopback in front of the S3 server that answers 503 to UploadPart
-    requests while `failures_left` > 0 (a negative value: always); counts what it refused."""
+    requests while `failures_left` > 0 (a negative value: always), counting what it refused,
+    and cuts the connection half-way through `cuts_left` object downloads."""
 
     target_port: int
     failures_left: int = 0
     refused: int = 0
+    cuts_left: int = 0
+    ranges: list[str] = field(default_factory=list)  # the Range header of each download
     port: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def should_cut(self, method: str, path: str) -> bool:
+        with self.lock:
+            if method != "GET" or "?" in path or self.cuts_left == 0:
+                return False
+            self.cuts_left -= 1
+            return True
 
     def should_fail(self, path: str) -> bool:
         with self.lock:
@@ -296,6 +306,9 @@ def flaky_proxy(target_endpoint: str) -> Iterator[FlakyProxy]:
                 payload = answer.read()
             finally:
                 upstream.close()
+            if self.command == "GET" and "?" not in self.path:
+                proxy.ranges.append(self.headers.get("Range", ""))
+            cut = proxy.should_cut(self.command, self.path)
             self.send_response(answer.status)
             dropped = ("transfer-encoding", "connection")
             if self.command != "HEAD":  # a HEAD's length is the object's: keep it
@@ -305,7 +318,12 @@ def flaky_proxy(target_endpoint: str) -> Iterator[FlakyProxy]:
                 if name.lower() not in dropped:
                     self.send_header(name, value)
             self.end_headers()
-            if self.command != "HEAD":
+            if cut:  # half the body, then the connection drops
+                self.wfile.write(payload[: len(payload) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            elif self.command != "HEAD":
                 self.wfile.write(payload)
 
         def do_GET(self) -> None:

@@ -42,9 +42,8 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 if TYPE_CHECKING:
-    from botocore.response import StreamingBody
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, GetObjectOutputTypeDef
 
 MiB = 1024 * 1024
 PART_BYTES = 8 * MiB  # S3's floor is 5 MiB for every part but the last
@@ -86,7 +85,7 @@ class S3Staging:
                 "read",
                 lambda: client.get_object(Bucket=location.container, Key=location.key),
             )
-            return S3Reader(answer["Body"], answer["ContentLength"], location, self.chunk_bytes)
+            return S3Reader(client, answer, location, self.chunk_bytes, self.attempts)
 
         return as_result(opened)
 
@@ -183,22 +182,57 @@ def part_plan(size_bytes: int | None, floor_bytes: int) -> PartPlan:
 
 
 class S3Reader:
+    """The object's bytes in chunks. A download cut mid-way (botocore retries requests, not
+    the streamed body) resumes from its offset with a ranged GET of the same ETag."""
+
     def __init__(
-        self, body: StreamingBody, size_bytes: int, location: StagedLocation, chunk_bytes: int
+        self,
+        client: S3Client,
+        answer: GetObjectOutputTypeDef,
+        location: StagedLocation,
+        chunk_bytes: int,
+        attempts: int,
     ) -> None:
-        self._body = body
+        self._client = client
+        self._body = answer["Body"]
+        self._etag = answer["ETag"]
         self._location = location
         self._chunk_bytes = chunk_bytes
+        self._attempts = attempts
         self._digest = RunningDigest()
-        self.size_bytes: int | None = size_bytes
+        self.size_bytes: int | None = answer["ContentLength"]
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         def read() -> bytes:
-            chunk = _calling(self._location, "read", lambda: self._body.read(self._chunk_bytes))
+            resumes_left = self._attempts - 1
+            while True:
+                try:
+                    chunk = self._body.read(self._chunk_bytes)
+                    break
+                except BotoCoreError:
+                    if resumes_left == 0:
+                        raise
+                    resumes_left -= 1
+                    self._resume()
             self._digest.add(chunk)
             return chunk
 
-        return as_result(read)
+        return as_result(lambda: _calling(self._location, "read", read))
+
+    def _resume(self) -> None:
+        self._body.close()
+        offset = self._digest.value().size_bytes
+        answer = _calling(
+            self._location,
+            "read",
+            lambda: self._client.get_object(
+                Bucket=self._location.container,
+                Key=self._location.key,
+                Range=f"bytes={offset}-",
+                IfMatch=self._etag,  # the same object, or PreconditionFailed
+            ),
+        )
+        self._body = answer["Body"]
 
     def digest(self) -> StagedDigest:
         return self._digest.value()

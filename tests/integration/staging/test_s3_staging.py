@@ -89,6 +89,26 @@ def test_a_part_refused_every_time_aborts_the_upload(s3_server: S3Server) -> Non
     assert client.list_objects_v2(Bucket=s3_server.bucket, Prefix=location.key).get("KeyCount") == 0
 
 
+def test_a_download_cut_half_way_resumes_where_it_stopped(s3_server: S3Server) -> None:
+    data = bytes(range(256)) * (6 * MiB // 256)
+    location = locate(s3_server, "resumed.qcow2")
+    writer = ok(adapter().open_write(location))
+    ok(writer.write(data))
+    written = ok(writer.commit())
+    with flaky_proxy(s3_server.endpoint) as proxy:
+        proxy.cuts_left = 1
+        reader = ok(adapter().open_read(locate(s3_server, "resumed.qcow2", proxy.endpoint)))
+        chunks = []
+        while chunk := ok(reader.read_chunk()):
+            chunks.append(chunk)
+        reader.close()
+        assert proxy.ranges[0] == ""
+        assert proxy.ranges[1].startswith("bytes=")  # resumed, not started again
+        assert proxy.ranges[1] != "bytes=0-"
+    assert b"".join(chunks) == data
+    assert reader.digest() == written
+
+
 def test_a_wrong_secret_is_permission_denied_and_never_echoed(s3_server: S3Server) -> None:
     secret = "not-the-secret-0123456789abcdefghijklmn"
     location = locate(s3_server, "denied.qcow2", secretAccessKey=secret)
