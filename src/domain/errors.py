@@ -16,6 +16,7 @@ class ErrorKind(StrEnum):
     INVALID_SPEC = "invalid_spec"
     FAILED_PRECONDITION = "failed_precondition"
     ALREADY_EXISTS = "already_exists"
+    PERMISSION_DENIED = "permission_denied"
     UNSUPPORTED = "unsupported"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNAVAILABLE = "unavailable"
@@ -53,6 +54,11 @@ class ProviderError(BaseModel):
     @classmethod
     def already_exists(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.ALREADY_EXISTS, message=message)
+
+    @classmethod
+    def permission_denied(cls, message: str) -> ProviderError:
+        """Storage refused the credentials the request carried (never echoed)."""
+        return cls(kind=ErrorKind.PERMISSION_DENIED, message=message)
 
     @classmethod
     def unsupported(cls, message: str) -> ProviderError:

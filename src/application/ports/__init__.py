@@ -9,6 +9,7 @@ from pyrigaud.application.ports.images import Images
 from pyrigaud.application.ports.inventory import Inventory
 from pyrigaud.application.ports.power import PowerControl
 from pyrigaud.application.ports.snapshots import Snapshots
+from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
 from pyrigaud.application.ports.tasks import TaskTracker
 from pyrigaud.application.ports.vm_lifecycle import VMLifecycle
 
@@ -23,6 +24,9 @@ __all__ = [
     "Inventory",
     "PowerControl",
     "Snapshots",
+    "StagedReader",
+    "StagedWriter",
+    "StagingStorage",
     "TaskTracker",
     "VMLifecycle",
 ]

@@ -15,6 +15,7 @@ STATUS_BY_KIND: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.INVALID_SPEC: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorKind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorKind.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorKind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,

@@ -1,0 +1,1 @@
+"""Staging storage adapters: a PVC's files, an S3 bucket, an NFS export (userspace client)."""

@@ -1,0 +1,195 @@
+"""Staged objects as files on a PVC mounted in the provider's pod.
+
+The manager mounts each migration PVC at `<root>/<pvc>`; `pvc://<pvc>/<path>` is the file
+`<root>/<pvc>/<path>`. A writer writes a marked temporary in the same folder, fsyncs it, renames
+it over the final name (atomic within one file system) and fsyncs the folder, so a crash leaves
+either the old object, the new one, or a temporary for the sweep, never a partial final file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from returns.result import Result
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
+from pyrigaud.application.ports.clock import Clock
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.staging import StagedDigest, StagedLocation
+from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
+
+MIGRATION_STORAGE_ROOT = "/mnt/migration-storage"
+FILE_MODE = 0o640
+
+
+@dataclass(frozen=True)
+class PvcStaging:
+    """Files under `root` (PYRIGAUD_MIGRATION_STORAGE_ROOT), one folder per mounted PVC."""
+
+    root: str = MIGRATION_STORAGE_ROOT
+    owner: str = "pyrigaud"
+    clock: Clock = field(default_factory=SystemClock)
+    chunk_bytes: int = CHUNK_BYTES
+
+    def open_read(self, location: StagedLocation) -> Result[PvcReader, ProviderError]:
+        def opened() -> PvcReader:
+            path = self._file(location)
+            try:
+                descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise ExpectedError(
+                    ProviderError.not_found(f"no staged object at {location.url}")
+                ) from None
+            except OSError as error:
+                raise _failure(error, f"cannot open {location.url}") from None
+            return PvcReader(descriptor, location.url, self.chunk_bytes)
+
+        return as_result(opened)
+
+    def open_write(
+        self, location: StagedLocation, size_bytes: int | None = None
+    ) -> Result[PvcWriter, ProviderError]:
+        del size_bytes  # a file needs no plan
+        started = self.clock.now()
+
+        def opened() -> PvcWriter:
+            final = self._file(location)
+            try:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                self._file(location)  # the folders made must still be inside the PVC
+                temporary = final.with_name(
+                    temporary_name(final.name, self.owner, started, secrets.token_hex(4))
+                )
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                descriptor = os.open(temporary, flags, FILE_MODE)
+            except OSError as error:
+                raise _failure(error, f"cannot write {location.url}") from None
+            return PvcWriter(descriptor, temporary, final, location.url)
+
+        return as_result(opened)
+
+    def sweep(
+        self, location: StagedLocation, older_than_seconds: float
+    ) -> Result[int, ProviderError]:
+        """This provider's abandoned temporaries anywhere on the location's PVC."""
+
+        def swept() -> int:
+            deadline = self.clock.now() - older_than_seconds
+            removed = 0
+            for folder, _, names in os.walk(self._mount(location)):
+                for name in names:
+                    started = temporary_started_at(name, self.owner)
+                    if started is not None and started <= deadline:
+                        try:
+                            os.unlink(os.path.join(folder, name))
+                            removed += 1
+                        except FileNotFoundError:
+                            pass  # another replica swept it first
+                        except OSError as error:
+                            raise _failure(error, f"cannot sweep {location.url}") from None
+            return removed
+
+        return as_result(swept)
+
+    def _mount(self, location: StagedLocation) -> Path:
+        mount = Path(self.root, location.container)
+        if not mount.is_dir():
+            raise ExpectedError(
+                ProviderError.failed_precondition(
+                    f"PVC {location.container!r} is not mounted at {mount}"
+                )
+            )
+        return mount
+
+    def _file(self, location: StagedLocation) -> Path:
+        """The location's file, refused if a symbolic link takes it out of its PVC."""
+        mount = self._mount(location)
+        real_mount = Path(os.path.realpath(mount))
+        target = mount.joinpath(*location.key.split("/"))
+        real_target = Path(os.path.realpath(target))
+        if not real_mount.is_relative_to(os.path.realpath(self.root)) or not (
+            real_target.is_relative_to(real_mount) and real_target != real_mount
+        ):
+            raise ExpectedError(
+                ProviderError.invalid_spec(location.field, "leaves its PVC through a symbolic link")
+            )
+        if real_target.is_dir():
+            raise ExpectedError(ProviderError.invalid_spec(location.field, "names a folder"))
+        return target
+
+
+class PvcReader:
+    def __init__(self, descriptor: int, url: str, chunk_bytes: int) -> None:
+        self._descriptor = descriptor
+        self._url = url
+        self._chunk_bytes = chunk_bytes
+        self._digest = RunningDigest()
+        self.size_bytes: int | None = os.fstat(descriptor).st_size
+
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        def read() -> bytes:
+            try:
+                chunk = os.read(self._descriptor, self._chunk_bytes)
+            except OSError as error:
+                raise _failure(error, f"cannot read {self._url}") from None
+            self._digest.add(chunk)
+            return chunk
+
+        return as_result(read)
+
+    def digest(self) -> StagedDigest:
+        return self._digest.value()
+
+    def close(self) -> None:
+        if self._descriptor >= 0:
+            os.close(self._descriptor)
+            self._descriptor = -1
+
+
+class PvcWriter(TemporaryWriter):
+    def __init__(self, descriptor: int, temporary: Path, final: Path, url: str) -> None:
+        super().__init__(url)
+        self._file = open(descriptor, "wb", closefd=True)  # noqa: SIM115 - closed on commit/abort
+        self._temporary = temporary
+        self._final = final
+
+    def _write(self, chunk: bytes) -> None:
+        try:
+            self._file.write(chunk)
+        except OSError as error:
+            raise _failure(error, f"cannot write {self.url}") from None
+
+    def _commit(self) -> None:
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self._temporary, self._final)
+            folder = os.open(self._final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        except OSError as error:
+            raise _failure(error, f"cannot write {self.url}") from None
+
+    def _abort(self) -> None:
+        self._file.close()
+        try:
+            self._temporary.unlink(missing_ok=True)
+        except OSError as error:
+            raise _failure(error, f"cannot remove the partial copy of {self.url}") from None
+
+
+def _failure(error: OSError, what: str) -> ExpectedError:
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ExpectedError(ProviderError.resource_exhausted(f"{what}: {reason}"))
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ExpectedError(ProviderError.failed_precondition(f"{what}: {reason}"))
+    return ExpectedError(ProviderError.unavailable(f"{what}: {reason}"))

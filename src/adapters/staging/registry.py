@@ -1,0 +1,80 @@
+"""One StagingStorage for every backend: each location goes to the adapter of its backend.
+
+`staging_by_backend` builds the set this machine can serve: S3 needs the `s3` extra (boto3),
+NFS needs libnfs (Debian's libnfs13); a backend without them is left out, so it answers
+UNSUPPORTED and is not advertised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from returns.result import Failure, Result
+
+from pyrigaud.adapters.staging.libnfs import LibnfsMissingError, library
+from pyrigaud.adapters.staging.nfs import NfsStaging
+from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT, PvcStaging
+from pyrigaud.application.ports.clock import Clock
+from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.staging import StagedLocation
+
+
+class StagingByBackend:
+    """Dispatch by `location.backend`; a backend without an adapter here is UNSUPPORTED."""
+
+    def __init__(self, adapters: Mapping[TransferBackend, StagingStorage]) -> None:
+        self._adapters = dict(adapters)
+
+    @property
+    def backends(self) -> tuple[TransferBackend, ...]:
+        """What this provider can stage to (what GetCapabilities should advertise)."""
+        return tuple(backend for backend in TransferBackend if backend in self._adapters)
+
+    def open_read(self, location: StagedLocation) -> Result[StagedReader, ProviderError]:
+        adapter = self._adapters.get(location.backend)
+        if adapter is None:
+            return Failure(_unsupported(location))
+        return adapter.open_read(location)
+
+    def open_write(
+        self, location: StagedLocation, size_bytes: int | None = None
+    ) -> Result[StagedWriter, ProviderError]:
+        adapter = self._adapters.get(location.backend)
+        if adapter is None:
+            return Failure(_unsupported(location))
+        return adapter.open_write(location, size_bytes)
+
+    def sweep(
+        self, location: StagedLocation, older_than_seconds: float
+    ) -> Result[int, ProviderError]:
+        adapter = self._adapters.get(location.backend)
+        if adapter is None:
+            return Failure(_unsupported(location))
+        return adapter.sweep(location, older_than_seconds)
+
+
+def _unsupported(location: StagedLocation) -> ProviderError:
+    return ProviderError.unsupported(
+        f"backend_type {location.backend.value!r}: this provider cannot stage disks there"
+    )
+
+
+def staging_by_backend(
+    owner: str, clock: Clock, pvc_root: str = MIGRATION_STORAGE_ROOT
+) -> StagingByBackend:
+    adapters: dict[TransferBackend, StagingStorage] = {
+        TransferBackend.PVC: PvcStaging(root=pvc_root, owner=owner, clock=clock)
+    }
+    try:
+        library()
+        adapters[TransferBackend.NFS] = NfsStaging(owner=owner, clock=clock)
+    except LibnfsMissingError:
+        pass
+    try:
+        from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
+    except ImportError:
+        return StagingByBackend(adapters)
+    adapters[TransferBackend.S3] = S3Staging(owner=owner, clock=clock)
+    return StagingByBackend(adapters)

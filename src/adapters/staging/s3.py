@@ -1,0 +1,412 @@
+"""Staged objects in an S3 bucket, through boto3.
+
+Why boto3 and not minio-py: boto3 exposes the multipart calls themselves (Create, UploadPart,
+Complete, Abort, ListMultipartUploads) as public API, so this module owns the bounded part
+buffer, the part size and the abort on every failure path; minio-py keeps those calls private
+and decides part sizes itself. botocore's "standard" retry mode retries every call, each
+UploadPart included, on transient failures (connection errors, 5xx, throttling) with jittered
+backoff; the body of a part is bytes, so a retry resends it whole. It is AWS's own, well-kept
+client, and boto3-stubs types it for mypy.
+
+A writer holds at most one part in memory. With a known size the part size is the smallest
+that fits the object in S3's 10,000 parts (never under PART_BYTES); with an unknown size it
+doubles every 1,000 parts, so any object S3 accepts (5 TiB) fits. An object smaller than one
+part is one PutObject. Nothing appears under the final key before CompleteMultipartUpload, and
+any failure aborts the upload.
+
+S3 lists uploads in progress without their metadata (and S3 servers such as moto do not even
+report their start), so each upload gets a marker object beside its key, named like the other
+backends' temporaries (owner mark, start time) and holding the upload's id; commit and abort
+remove it, and the sweep aborts the upload of every stale marker of ours, then the marker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from returns.result import Result
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
+from pyrigaud.application.ports.clock import Clock
+from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.staging import StagedDigest, StagedLocation
+from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, GetObjectOutputTypeDef
+
+MiB = 1024 * 1024
+PART_BYTES = 8 * MiB  # S3's floor is 5 MiB for every part but the last
+MAX_PART_BYTES = 5 * 1024 * MiB
+MAX_PARTS = 10_000
+PARTS_PER_DOUBLING = 1_000
+MAX_OBJECT_BYTES = 5 * 1024 * 1024 * MiB
+DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+    }
+)
+MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "404"})
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class S3Staging:
+    """S3 staging; a client per opened object, configured from that request's options."""
+
+    owner: str = "pyrigaud"
+    clock: Clock = field(default_factory=SystemClock)
+    chunk_bytes: int = CHUNK_BYTES
+    part_bytes: int = PART_BYTES
+    attempts: int = 5  # per call, the first included (botocore's standard retry mode)
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 60.0
+
+    def open_read(self, location: StagedLocation) -> Result[S3Reader, ProviderError]:
+        def opened() -> S3Reader:
+            client = self._client(location)
+            answer = _calling(
+                location,
+                "read",
+                lambda: client.get_object(Bucket=location.container, Key=location.key),
+            )
+            return S3Reader(client, answer, location, self.chunk_bytes, self.attempts)
+
+        return as_result(opened)
+
+    def open_write(
+        self, location: StagedLocation, size_bytes: int | None = None
+    ) -> Result[S3Writer, ProviderError]:
+        def opened() -> S3Writer:
+            if size_bytes is not None and size_bytes > MAX_OBJECT_BYTES:
+                raise ExpectedError(
+                    ProviderError.resource_exhausted(
+                        f"{location.url}: {size_bytes} bytes is more than S3 stores in one object"
+                    )
+                )
+            # No HeadBucket first: it needs s3:ListBucket, which a writer does not otherwise
+            # need; a refusal or a missing bucket shows at the first part or the commit.
+            client = self._client(location)
+            marker = _sibling(
+                location,
+                temporary_name(location.name, self.owner, self.clock.now(), secrets.token_hex(4)),
+            )
+            return S3Writer(client, location, part_plan(size_bytes, self.part_bytes), marker)
+
+        return as_result(opened)
+
+    def sweep(
+        self, location: StagedLocation, older_than_seconds: float
+    ) -> Result[int, ProviderError]:
+        """Abort the uploads of this provider's stale markers in the location's folder."""
+
+        def swept() -> int:
+            client = self._client(location)
+            deadline = self.clock.now() - older_than_seconds
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=location.container, Prefix=_sibling(location, ""), Delimiter="/"
+            )
+            removed = 0
+            for page in _calling(location, "sweep", lambda: list(pages)):
+                for entry in page.get("Contents", []):
+                    started = temporary_started_at(entry["Key"].rsplit("/", 1)[-1], self.owner)
+                    if started is not None and started <= deadline:
+                        _remove_marked_upload(client, location, entry["Key"])
+                        removed += 1
+            return removed
+
+        return as_result(swept)
+
+    def _client(self, location: StagedLocation) -> S3Client:
+        credentials = location.credentials
+        if credentials is None:  # parse_staged_location always sets them for s3
+            raise ExpectedError(ProviderError.invalid_spec("credentials", "required for s3"))
+        options = location.options
+        config = Config(
+            region_name=options.region,
+            signature_version="s3v4",
+            s3={"addressing_style": "path" if options.use_path_style else "virtual"},
+            retries={"mode": "standard", "total_max_attempts": self.attempts},
+            connect_timeout=self.connect_timeout_seconds,
+            read_timeout=self.read_timeout_seconds,
+            # S3-compatible servers do not all know the newer checksums; SHA-256 is ours.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        token = credentials.session_token
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=options.endpoint or None,
+            aws_access_key_id=credentials.access_key_id,
+            aws_secret_access_key=credentials.secret_access_key.get_secret_value(),
+            aws_session_token=token.get_secret_value() if token else None,
+            config=config,
+        )
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """The size of each part of one upload."""
+
+    first_part_bytes: int
+    grows: bool  # the size is unknown: double every PARTS_PER_DOUBLING parts
+
+    def part_bytes(self, part_number: int) -> int:
+        if not self.grows:
+            return self.first_part_bytes
+        doublings = (part_number - 1) // PARTS_PER_DOUBLING
+        return min(self.first_part_bytes << doublings, MAX_PART_BYTES)
+
+
+def part_plan(size_bytes: int | None, floor_bytes: int) -> PartPlan:
+    """Whole MiB parts, never under `floor_bytes`, enough for `size_bytes` in MAX_PARTS."""
+    if size_bytes is None:
+        return PartPlan(floor_bytes, grows=True)
+    needed = math.ceil(math.ceil(size_bytes / MAX_PARTS) / MiB) * MiB
+    return PartPlan(min(max(floor_bytes, needed), MAX_PART_BYTES), grows=False)
+
+
+class S3Reader:
+    """The object's bytes in chunks. A download cut mid-way (botocore retries requests, not
+    the streamed body) resumes from its offset with a ranged GET of the same ETag."""
+
+    def __init__(
+        self,
+        client: S3Client,
+        answer: GetObjectOutputTypeDef,
+        location: StagedLocation,
+        chunk_bytes: int,
+        attempts: int,
+    ) -> None:
+        self._client = client
+        self._body = answer["Body"]
+        self._etag = answer["ETag"]
+        self._location = location
+        self._chunk_bytes = chunk_bytes
+        self._attempts = attempts
+        self._digest = RunningDigest()
+        self.size_bytes: int | None = answer["ContentLength"]
+
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        def read() -> bytes:
+            resumes_left = self._attempts - 1
+            while True:
+                try:
+                    chunk = self._body.read(self._chunk_bytes)
+                    break
+                except BotoCoreError:
+                    if resumes_left == 0:
+                        raise
+                    resumes_left -= 1
+                    self._resume()
+            self._digest.add(chunk)
+            return chunk
+
+        return as_result(lambda: _calling(self._location, "read", read))
+
+    def _resume(self) -> None:
+        self._body.close()
+        offset = self._digest.value().size_bytes
+        answer = _calling(
+            self._location,
+            "read",
+            lambda: self._client.get_object(
+                Bucket=self._location.container,
+                Key=self._location.key,
+                Range=f"bytes={offset}-",
+                IfMatch=self._etag,  # the same object, or PreconditionFailed
+            ),
+        )
+        self._body = answer["Body"]
+
+    def digest(self) -> StagedDigest:
+        return self._digest.value()
+
+    def close(self) -> None:
+        self._body.close()
+
+
+class S3Writer(TemporaryWriter):
+    def __init__(
+        self, client: S3Client, location: StagedLocation, plan: PartPlan, marker: str
+    ) -> None:
+        super().__init__(location.url)
+        self._client = client
+        self._location = location
+        self._plan = plan
+        self._marker = marker
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[CompletedPartTypeDef] = []
+
+    def _write(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        while len(self._buffer) >= (size := self._plan.part_bytes(len(self._parts) + 1)):
+            part = bytes(self._buffer[:size])
+            del self._buffer[:size]
+            self._upload_part(part)
+
+    def _commit(self) -> None:
+        bucket, key = self._location.container, self._location.key
+        if self._upload_id is None:
+            body = bytes(self._buffer)
+            _calling(
+                self._location,
+                "write",
+                lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body),
+            )
+            return
+        if self._buffer:
+            self._upload_part(bytes(self._buffer))
+        upload_id, parts = self._upload_id, self._parts
+        _calling(
+            self._location,
+            "write",
+            lambda: self._client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            ),
+        )
+        self._buffer.clear()
+        _delete_marker(self._client, self._location, self._marker)
+
+    def _abort(self) -> None:
+        self._buffer.clear()
+        if self._upload_id is not None:
+            _remove_marked_upload(self._client, self._location, self._marker, self._upload_id)
+
+    def _upload_part(self, part: bytes) -> None:
+        bucket, key = self._location.container, self._location.key
+        if self._upload_id is None:
+            self._upload_id = self._start_upload()
+        upload_id, number = self._upload_id, len(self._parts) + 1
+        if number > MAX_PARTS:
+            raise ExpectedError(
+                ProviderError.resource_exhausted(f"{self.url}: more than {MAX_PARTS} parts")
+            )
+        answer = _calling(
+            self._location,
+            "write",
+            lambda: self._client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=part
+            ),
+        )
+        self._parts.append({"ETag": answer["ETag"], "PartNumber": number})
+
+    def _start_upload(self) -> str:
+        """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
+        bucket, key = self._location.container, self._location.key
+        started = _calling(
+            self._location,
+            "write",
+            lambda: self._client.create_multipart_upload(Bucket=bucket, Key=key),
+        )
+        upload_id = started["UploadId"]
+        note = json.dumps({"key": key, "upload_id": upload_id}).encode()
+        try:
+            _calling(
+                self._location,
+                "write",
+                lambda: self._client.put_object(Bucket=bucket, Key=self._marker, Body=note),
+            )
+        except ExpectedError:
+            _abort_upload(self._client, self._location, key, upload_id)
+            raise
+        return upload_id
+
+
+def _sibling(location: StagedLocation, name: str) -> str:
+    return f"{location.parent}/{name}" if location.parent else name
+
+
+def _remove_marked_upload(
+    client: S3Client, location: StagedLocation, marker: str, upload_id: str | None = None
+) -> None:
+    """Abort the upload a marker names (read from it unless given), then delete the marker."""
+    if upload_id is None:
+
+        def marker_note() -> bytes:
+            return client.get_object(Bucket=location.container, Key=marker)["Body"].read()
+
+        try:
+            body = _calling(location, "sweep", marker_note)
+        except ExpectedError as error:
+            if error.error.kind is ErrorKind.NOT_FOUND:
+                return  # swept by another replica
+            raise
+        note = json.loads(body)
+        _abort_upload(client, location, str(note["key"]), str(note["upload_id"]))
+    else:
+        _abort_upload(client, location, location.key, upload_id)
+    _delete_marker(client, location, marker)
+
+
+def _delete_marker(client: S3Client, location: StagedLocation, marker: str) -> None:
+    _calling(
+        location,
+        "remove the marker of",
+        lambda: client.delete_object(Bucket=location.container, Key=marker),
+    )
+
+
+def _abort_upload(client: S3Client, location: StagedLocation, key: str, upload_id: str) -> None:
+    try:
+        _calling(
+            location,
+            "abort an upload to",
+            lambda: client.abort_multipart_upload(
+                Bucket=location.container, Key=key, UploadId=upload_id
+            ),
+        )
+    except ExpectedError as error:
+        if error.error.kind is not ErrorKind.NOT_FOUND:  # already gone: what abort wanted
+            raise
+
+
+def _calling(location: StagedLocation, action: str, call: Callable[[], T]) -> T:
+    """`call`, with S3's answers turned into this provider's kinds (never echoing a secret)."""
+    try:
+        return call()
+    except ClientError as error:
+        raise _refusal(location, action, error) from None
+    except BotoCoreError as error:
+        where = location.options.endpoint or "AWS S3"
+        raise ExpectedError(
+            ProviderError.unavailable(
+                f"cannot {action} {location.url}: {where} did not answer ({type(error).__name__})"
+            )
+        ) from None
+
+
+def _refusal(location: StagedLocation, action: str, error: ClientError) -> ExpectedError:
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    what = f"cannot {action} {location.url}"
+    if code in DENIED_CODES or status == 403:
+        return ExpectedError(
+            ProviderError.permission_denied(
+                f"{what}: S3 refused the credentials ({code or status}); check the secret "
+                "named by credentialsSecretRef and its access to the bucket"
+            )
+        )
+    if code == "NoSuchBucket":
+        return ExpectedError(ProviderError.not_found(f"{what}: no bucket {location.container!r}"))
+    if code in MISSING_CODES or status == 404:
+        return ExpectedError(ProviderError.not_found(f"{what}: no such object"))
+    if status >= 500 or code in ("SlowDown", "RequestTimeout"):
+        return ExpectedError(ProviderError.unavailable(f"{what}: S3 answered {code or status}"))
+    return ExpectedError(ProviderError.failed_precondition(f"{what}: S3 answered {code or status}"))

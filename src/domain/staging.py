@@ -1,0 +1,320 @@
+"""Where a migrating disk is staged: the manager's URL, storage options and credentials, checked.
+
+The manager sends the same URL to ExportDisk (`destination_url`) and ImportDisk (`source_url`),
+with `storage_options_json` and, for S3, a credentials map (MIGRATION.md §2, §3):
+
+- pvc: `pvc://<pvc>/<path>`, a file under the PVC's mount in the provider's pod;
+- s3:  `s3://<bucket>/<key>`: the bucket always comes from the options, and the URL's first
+  segment is dropped only when it equals that bucket (else the whole remainder is the key);
+- nfs: `nfs://<server><export>[/<path>]/<file>[?gid=G&uid=U]`, uid/gid being the AUTH_SYS
+  identity the file is written and read with.
+
+Every refusal names the field or key the manager filled (`storage_options_json.bucket`,
+`credentials.secretAccessKey`, ...). Credentials never appear in a message or a repr.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import Field, SecretStr
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import TransferBackend, Value
+
+OPTIONS = "storage_options_json"
+CREDENTIALS = "credentials"
+DEFAULT_REGION = "us-east-1"
+MAX_ID = 4_294_967_295  # uid/gid: the CRD's bounds
+MAX_S3_KEY_BYTES = 1024
+PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a Kubernetes name
+BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
+HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?")
+NFS_SERVER = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+")
+UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f?#&\\]")
+STRING_OPTIONS = ("bucket", "endpoint", "region", "prefix", "server", "export", "path")
+
+
+class StagingOptions(Value):
+    """The non-secret storage options; `endpoint` is normalised to `scheme://host[:port]`
+    ("" means AWS itself), and uid/gid are the URL's when it names them."""
+
+    bucket: str = ""
+    endpoint: str = ""
+    region: str = DEFAULT_REGION
+    prefix: str = ""
+    use_path_style: bool = False
+    server: str = ""
+    export: str = ""
+    path: str = ""
+    uid: int | None = None
+    gid: int | None = None
+
+
+class StorageCredentials(Value):
+    """S3 static credentials; no field shows in a repr, and the secrets are `SecretStr`."""
+
+    access_key_id: str = Field(repr=False)
+    secret_access_key: SecretStr = Field(repr=False)
+    session_token: SecretStr | None = Field(default=None, repr=False)
+
+
+class StagedDigest(Value):
+    """What was staged or read: lowercase hex SHA-256 and the number of bytes."""
+
+    sha256: str
+    size_bytes: int
+
+
+class StagedLocation(Value):
+    """One staged object, named by the request's `field` (`destination_url`, `source_url`).
+    `container` is the PVC name, the bucket or the NFS export; `key` is the object's path
+    inside it (relative: no leading '/')."""
+
+    backend: TransferBackend
+    field: str
+    url: str
+    container: str
+    key: str
+    options: StagingOptions = StagingOptions()
+    credentials: StorageCredentials | None = Field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The object's own name, the last segment of its key."""
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> str:
+        """The key's folder inside the container ("" at its top)."""
+        return self.key.rsplit("/", 1)[0] if "/" in self.key else ""
+
+
+def parse_staged_location(
+    field: str,
+    url: str,
+    backend: TransferBackend,
+    options: Mapping[str, object],
+    credentials: Mapping[str, str],
+) -> Result[StagedLocation, ProviderError]:
+    """The location `url` (the request's `field`) names on `backend`, or the first problem."""
+    try:
+        return Success(_parse(field, url, backend, options, credentials))
+    except ExpectedError as error:
+        return Failure(error.error)
+
+
+def _parse(
+    field: str,
+    url: str,
+    backend: TransferBackend,
+    options: Mapping[str, object],
+    credentials: Mapping[str, str],
+) -> StagedLocation:
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unbalanced IPv6 bracket
+        raise _invalid(field, f"must be {_SHAPES[backend]}") from None
+    if parts.scheme.lower() != backend.value:
+        raise _invalid(
+            field, f"must be a {backend.value}:// URL for backend_type {backend.value!r}"
+        )
+    if "@" in parts.netloc:
+        raise _invalid(field, "must not carry credentials")  # never echoed: it may hold some
+    if parts.fragment or (parts.query and backend is not TransferBackend.NFS):
+        raise _invalid(field, f"must be {_SHAPES[backend]}")
+    checked = _options(options, backend)
+    if backend is TransferBackend.PVC:
+        return _pvc(field, url, parts.netloc, parts.path, checked)
+    if backend is TransferBackend.S3:
+        return _s3(
+            field=field,
+            url=url,
+            first=parts.netloc,
+            rest=parts.path,
+            options=checked,
+            credentials=credentials,
+        )
+    return _nfs(
+        field=field,
+        url=url,
+        server=parts.netloc,
+        path=parts.path,
+        query=parts.query,
+        options=checked,
+    )
+
+
+_SHAPES = {
+    TransferBackend.PVC: "pvc://<pvc>/<path>, without query or fragment",
+    TransferBackend.S3: "s3://<bucket>/<key>, without query or fragment",
+    TransferBackend.NFS: "nfs://<server><export>/<file>[?gid=G&uid=U]",
+}
+
+
+def _pvc(field: str, url: str, pvc: str, path: str, options: StagingOptions) -> StagedLocation:
+    if not PVC_NAME.fullmatch(pvc):
+        raise _invalid(field, "the part after pvc:// must be a PVC name")
+    return StagedLocation(
+        backend=TransferBackend.PVC,
+        field=field,
+        url=url,
+        container=pvc,
+        key=_relative_path(field, path.removeprefix("/")),
+        options=options,
+    )
+
+
+def _s3(
+    *,
+    field: str,
+    url: str,
+    first: str,
+    rest: str,
+    options: StagingOptions,
+    credentials: Mapping[str, str],
+) -> StagedLocation:
+    if not options.bucket:
+        raise _invalid(f"{OPTIONS}.bucket", "required for backend_type 's3'")
+    if not BUCKET_NAME.fullmatch(options.bucket):
+        raise _invalid(f"{OPTIONS}.bucket", "must be an S3 bucket name")
+    key = rest.removeprefix("/") if first == options.bucket else f"{first}{rest}"
+    if not key or key.endswith("/") or len(key.encode()) > MAX_S3_KEY_BYTES:
+        raise _invalid(field, "must name an object key of 1 to 1024 bytes, not a folder")
+    return StagedLocation(
+        backend=TransferBackend.S3,
+        field=field,
+        url=url,
+        container=options.bucket,
+        key=key,
+        options=options,
+        credentials=_s3_credentials(credentials),
+    )
+
+
+def _s3_credentials(credentials: Mapping[str, str]) -> StorageCredentials:
+    for key in ("accessKeyID", "secretAccessKey"):
+        if not credentials.get(key):
+            raise _invalid(f"{CREDENTIALS}.{key}", "required for backend_type 's3'")
+    token = credentials.get("sessionToken")
+    return StorageCredentials(
+        access_key_id=credentials["accessKeyID"],
+        secret_access_key=SecretStr(credentials["secretAccessKey"]),
+        session_token=SecretStr(token) if token else None,
+    )
+
+
+def _nfs(
+    *, field: str, url: str, server: str, path: str, query: str, options: StagingOptions
+) -> StagedLocation:
+    if not NFS_SERVER.fullmatch(server):
+        raise _invalid(field, "must name an NFS server (a host name or address, no port)")
+    if options.server and options.server != server:
+        raise _invalid(f"{OPTIONS}.server", f"does not match the server of {field}")
+    # Without the option, the file's folder is mounted, as libnfs does with a bare URL.
+    export = options.export.rstrip("/") if options.export else path.rsplit("/", 1)[0]
+    if not path.startswith(f"{export}/"):
+        raise _invalid(field, f"its path must start with {OPTIONS}.export followed by a file")
+    key = _relative_path(field, path.removeprefix(f"{export}/"))
+    uid, gid = _identity(field, query)
+    return StagedLocation(
+        backend=TransferBackend.NFS,
+        field=field,
+        url=url,
+        container=export or "/",
+        key=key,
+        options=options.model_copy(
+            update={
+                "server": server,
+                "uid": options.uid if uid is None else uid,
+                "gid": options.gid if gid is None else gid,
+            }
+        ),
+    )
+
+
+def _identity(field: str, query: str) -> tuple[int | None, int | None]:
+    """The URL's uid and gid query values (the only keys it may carry)."""
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise _invalid(field, "its query must be gid=<n>&uid=<n>") from None
+    found: dict[str, int] = {}
+    for key, value in pairs:
+        if key not in ("uid", "gid") or key in found:
+            raise _invalid(field, "its query may hold only one uid and one gid")
+        found[key] = _identifier(f"{field} {key}", value)
+    return found.get("uid"), found.get("gid")
+
+
+def _relative_path(field: str, path: str) -> str:
+    segments = path.split("/")
+    if any(segment in ("", ".", "..") or UNSAFE_CHARACTERS.search(segment) for segment in segments):
+        raise _invalid(
+            field, "its path must be relative, without '.', '..', empty parts or control characters"
+        )
+    return path
+
+
+def _options(options: Mapping[str, object], backend: TransferBackend) -> StagingOptions:
+    """The typed options; unknown keys are ignored, as Go's decoder does."""
+    values: dict[str, object] = {}
+    for key in STRING_OPTIONS:
+        value = options.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise _invalid(f"{OPTIONS}.{key}", "must be a string")
+        values[key] = value.strip()
+    declared = options.get("backend")
+    if isinstance(declared, str) and declared.strip() and declared.strip() != backend.value:
+        raise _invalid(f"{OPTIONS}.backend", f"does not match backend_type {backend.value!r}")
+    values["region"] = values.get("region") or DEFAULT_REGION
+    values["endpoint"] = _endpoint(str(values.get("endpoint", "")))
+    values["use_path_style"] = _flag(options.get("usePathStyle"))
+    for key in ("uid", "gid"):
+        if options.get(key) is not None:
+            values[key] = _identifier(f"{OPTIONS}.{key}", options[key])
+    export = str(values.get("export", ""))
+    if export and not export.startswith("/"):
+        raise _invalid(f"{OPTIONS}.export", "must start with '/'")
+    return StagingOptions.model_validate(values)
+
+
+def _endpoint(endpoint: str) -> str:
+    """`http://` means plaintext, `https://` or a bare host[:port] means TLS, "" means AWS."""
+    if not endpoint:
+        return ""
+    field = f"{OPTIONS}.endpoint"
+    scheme, _, rest = endpoint.rpartition("://")
+    if scheme.lower() not in ("", "http", "https"):
+        raise _invalid(field, "must be http://, https:// or a bare host[:port]")
+    host = rest.removesuffix("/")
+    match = HOST_PORT.fullmatch(host)
+    if match is None or (match.group(2) and not 0 < int(match.group(2)[1:]) < 65536):
+        raise _invalid(field, "must be a host[:port], optionally after http:// or https://")
+    return f"{scheme.lower() or 'https'}://{host}"
+
+
+def _flag(value: object) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", ""):
+        return value.strip().lower() == "true"
+    raise _invalid(f"{OPTIONS}.usePathStyle", "must be true or false")
+
+
+def _identifier(field: str, value: object) -> int:
+    """A uid or gid: an integer (or its decimal text) in 0..4294967295."""
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise _invalid(field, f"must be an integer from 0 to {MAX_ID}")
+    return value
+
+
+def _invalid(field: str, problem: str) -> ExpectedError:
+    return ExpectedError(ProviderError.invalid_spec(field, problem))

@@ -1,0 +1,37 @@
+"""What only a PVC has: a mount that may be missing, and symbolic links that may lead out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyrigaud.adapters.staging.pvc import PvcStaging
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+
+from support import error_of, ok
+
+
+def locate(url: str) -> StagedLocation:
+    return ok(parse_staged_location("source_url", url, TransferBackend.PVC, {}, {}))
+
+
+def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(tmp_path: Path) -> None:
+    error = error_of(PvcStaging(root=str(tmp_path)).open_read(locate("pvc://absent/x.qcow2")))
+    assert error.kind is ErrorKind.FAILED_PRECONDITION
+    assert "absent" in error.message
+
+
+def test_a_symbolic_link_out_of_the_pvc_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "mig").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "mig" / "escape").symlink_to(tmp_path / "outside")
+    staging = PvcStaging(root=str(tmp_path))
+    for result in (
+        staging.open_write(locate("pvc://mig/escape/x.qcow2")),
+        staging.open_read(locate("pvc://mig/escape/x.qcow2")),
+    ):
+        error = error_of(result)
+        assert error.kind is ErrorKind.INVALID_SPEC
+        assert error.message.startswith("source_url:")
+    assert list((tmp_path / "outside").iterdir()) == []

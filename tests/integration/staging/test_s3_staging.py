@@ -1,0 +1,172 @@
+"""What only S3 has: multipart uploads, retried parts, refused credentials, its endpoints."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from pyrigaud.adapters.staging.s3 import S3Staging
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+
+from staging_support import (
+    S3_PART_BYTES,
+    MiB,
+    S3Server,
+    flaky_proxy,
+    free_port,
+    s3_credentials,
+    s3_options,
+)
+from support import error_of, ok
+
+pytestmark = pytest.mark.slow
+
+
+def locate(
+    server: S3Server, name: str, endpoint: str | None = None, **credential_values: str
+) -> StagedLocation:
+    credentials = {**s3_credentials(server), **credential_values}
+    url = f"s3://{server.bucket}/lab/vmmigrations/ns/s3-only/{name}"
+    options = s3_options(server, endpoint)
+    return ok(
+        parse_staged_location("destination_url", url, TransferBackend.S3, options, credentials)
+    )
+
+
+def adapter(attempts: int = 5) -> S3Staging:
+    return S3Staging(part_bytes=S3_PART_BYTES, attempts=attempts)
+
+
+def uploads_and_markers(server: S3Server) -> list[str]:
+    client = server.client()
+    folder = "lab/vmmigrations/ns/s3-only/"
+    uploads = client.list_multipart_uploads(Bucket=server.bucket, Prefix=folder)
+    objects = client.list_objects_v2(Bucket=server.bucket, Prefix=f"{folder}.")
+    return [upload["Key"] for upload in uploads.get("Uploads", [])] + [
+        entry["Key"] for entry in objects.get("Contents", [])
+    ]
+
+
+def test_a_known_size_is_uploaded_in_parts(s3_server: S3Server) -> None:
+    data = bytes(range(256)) * (12 * MiB // 256)
+    location = locate(s3_server, "known.qcow2")
+    writer = ok(adapter().open_write(location, len(data)))
+    for start in range(0, len(data), MiB):
+        ok(writer.write(data[start : start + MiB]))
+    assert ok(writer.commit()).sha256 == hashlib.sha256(data).hexdigest()
+    head = s3_server.client().head_object(Bucket=s3_server.bucket, Key=location.key)
+    assert head["ETag"].strip('"').endswith("-3")  # a multipart object of three parts
+    assert uploads_and_markers(s3_server) == []
+
+
+def test_a_part_refused_once_is_sent_again(s3_server: S3Server) -> None:
+    data = bytes(12 * MiB)
+    with flaky_proxy(s3_server.endpoint) as proxy:
+        proxy.failures_left = 1
+        location = locate(s3_server, "retried.qcow2", endpoint=proxy.endpoint)
+        writer = ok(adapter().open_write(location))
+        ok(writer.write(data))
+        ok(writer.commit())
+        assert proxy.refused == 1
+    body = s3_server.client().get_object(Bucket=s3_server.bucket, Key=location.key)["Body"]
+    assert body.read() == data
+    assert uploads_and_markers(s3_server) == []
+
+
+def test_a_part_refused_every_time_aborts_the_upload(s3_server: S3Server) -> None:
+    with flaky_proxy(s3_server.endpoint) as proxy:
+        proxy.failures_left = -1
+        location = locate(s3_server, "refused.qcow2", endpoint=proxy.endpoint)
+        writer = ok(adapter(attempts=2).open_write(location))
+        failure = error_of(writer.write(bytes(6 * MiB)))
+        assert failure.kind is ErrorKind.UNAVAILABLE
+        assert proxy.refused == 2  # the first try and one retry
+    assert uploads_and_markers(s3_server) == []  # no orphaned upload, no marker
+    client = s3_server.client()
+    assert client.list_objects_v2(Bucket=s3_server.bucket, Prefix=location.key).get("KeyCount") == 0
+
+
+def test_a_download_cut_half_way_resumes_where_it_stopped(s3_server: S3Server) -> None:
+    data = bytes(range(256)) * (6 * MiB // 256)
+    location = locate(s3_server, "resumed.qcow2")
+    writer = ok(adapter().open_write(location))
+    ok(writer.write(data))
+    written = ok(writer.commit())
+    with flaky_proxy(s3_server.endpoint) as proxy:
+        proxy.cuts_left = 1
+        reader = ok(adapter().open_read(locate(s3_server, "resumed.qcow2", proxy.endpoint)))
+        chunks = []
+        while chunk := ok(reader.read_chunk()):
+            chunks.append(chunk)
+        reader.close()
+        assert proxy.ranges[0] == ""
+        assert proxy.ranges[1].startswith("bytes=")  # resumed, not started again
+        assert proxy.ranges[1] != "bytes=0-"
+    assert b"".join(chunks) == data
+    assert reader.digest() == written
+
+
+def test_a_wrong_secret_is_permission_denied_and_never_echoed(s3_server: S3Server) -> None:
+    secret = "not-the-secret-0123456789abcdefghijklmn"
+    location = locate(s3_server, "denied.qcow2", secretAccessKey=secret)
+    writer = ok(adapter().open_write(location))  # nothing is sent before the first part
+    for result in (
+        writer.write(bytes(6 * MiB)),
+        ok(adapter().open_write(location)).commit(),
+        adapter().open_read(location),
+        adapter().sweep(location, 0),
+    ):
+        error = error_of(result)
+        assert error.kind is ErrorKind.PERMISSION_DENIED
+        assert secret not in error.message
+        assert s3_server.secret_access_key not in error.message
+        assert "denied.qcow2" in error.message
+
+
+def test_session_credentials_work_and_a_wrong_token_is_permission_denied(
+    s3_server: S3Server,
+) -> None:
+    granted = s3_server.temporary_credentials()
+    location = locate(s3_server, "session.qcow2", **granted)
+    writer = ok(adapter().open_write(location))
+    ok(writer.write(b"staged with a session token"))
+    ok(writer.commit())
+    wrong = locate(s3_server, "session.qcow2", **{**granted, "sessionToken": "not-the-token"})
+    error = error_of(adapter().open_read(wrong))
+    assert error.kind is ErrorKind.PERMISSION_DENIED
+    assert granted["sessionToken"] not in error.message
+    assert granted["secretAccessKey"] not in error.message
+
+
+def test_an_unknown_access_key_is_permission_denied(s3_server: S3Server) -> None:
+    location = locate(s3_server, "x.qcow2", accessKeyID="AKIANOSUCHKEY")
+    assert error_of(adapter().open_read(location)).kind is ErrorKind.PERMISSION_DENIED
+
+
+def test_an_unreachable_endpoint_is_unavailable(s3_server: S3Server) -> None:
+    location = locate(s3_server, "x.qcow2", endpoint=f"http://127.0.0.1:{free_port()}")
+    for result in (
+        ok(adapter(attempts=1).open_write(location)).commit(),
+        adapter(attempts=1).open_read(location),
+        adapter(attempts=1).sweep(location, 0),
+    ):
+        error = error_of(result)
+        assert error.kind is ErrorKind.UNAVAILABLE
+        assert s3_server.secret_access_key not in error.message
+
+
+def test_a_missing_bucket_is_not_found(s3_server: S3Server) -> None:
+    url = "s3://absent-bucket/lab/x.qcow2"
+    options = {**s3_options(s3_server), "bucket": "absent-bucket"}
+    location = ok(
+        parse_staged_location(
+            "source_url", url, TransferBackend.S3, options, s3_credentials(s3_server)
+        )
+    )
+    for result in (ok(adapter().open_write(location)).commit(), adapter().open_read(location)):
+        error = error_of(result)
+        assert error.kind is ErrorKind.NOT_FOUND
+        assert "absent-bucket" in error.message

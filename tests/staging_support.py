@@ -1,0 +1,488 @@
+"""Real staging servers on loopback for the staging tests: moto's S3 server and nfs-ganesha.
+
+moto checks SigV4 signatures once IAM is on (`INITIAL_NO_AUTH_ACTION_COUNT`): the first three
+requests (create a user, its access key and an allow-all policy) pass unsigned, every later one
+must be signed with that user's secret, so a wrong secret is refused as S3 refuses it. A role
+the user may assume gives session credentials, whose token moto checks too.
+
+nfs-ganesha serves a temporary folder over NFSv3 through its VFS backend, bound to 127.0.0.1
+on free ports it registers with rpcbind (NFSv3's MOUNT protocol needs the portmapper); the
+grace period is off (`Graceless`), and `Path` equals `Pseudo` as NFSv3 mounts the real path.
+Both servers run for the test session and are stopped at its end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from pyrigaud.adapters.staging.nfs import NfsStaging
+from pyrigaud.adapters.staging.pvc import PvcStaging
+from pyrigaud.adapters.staging.s3 import S3Staging
+from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+
+from support import ok
+
+START_SECONDS = 30
+BUCKET = "mig"
+STAGING_ROLE = "staging"
+ALLOW_ALL = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*", "sts:*"], "Resource": "*"}],
+    }
+)
+TRUST_ANYONE = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
+    }
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"server exited with {process.returncode}: {log.read_text()[-2000:]}"
+            )
+        with socket.socket() as probe, suppress(OSError):
+            probe.settimeout(0.2)
+            probe.connect(("127.0.0.1", port))
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}: {log.read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str
+    bucket: str = BUCKET
+
+    def client(self, endpoint: str | None = None) -> Any:
+        return s3_client(endpoint or self.endpoint, self.access_key_id, self.secret_access_key)
+
+    def temporary_credentials(self) -> dict[str, str]:
+        """A role's session credentials, in the manager's keys (with `sessionToken`)."""
+        session = boto3.session.Session(
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+            region_name="us-east-1",
+        )
+        sts = session.client("sts", endpoint_url=self.endpoint)
+        role = f"arn:aws:iam::123456789012:role/{STAGING_ROLE}"
+        granted = sts.assume_role(RoleArn=role, RoleSessionName="staging")["Credentials"]
+        return {
+            "accessKeyID": granted["AccessKeyId"],
+            "secretAccessKey": granted["SecretAccessKey"],
+            "sessionToken": granted["SessionToken"],
+        }
+
+
+def s3_client(endpoint: str, access_key_id: str, secret: str) -> Any:
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret,
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}),
+    )
+
+
+@contextmanager
+def moto_s3(workdir: Path) -> Iterator[S3Server]:
+    """moto's standalone server checking credentials, with one user and the bucket made."""
+    port = free_port()
+    log = workdir / "moto.log"
+    environment = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    try:
+        _wait_for_port(port, process, log)
+        endpoint = f"http://127.0.0.1:{port}"
+        iam = boto3.session.Session().client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="bootstrap",
+            aws_secret_access_key="bootstrap",
+        )
+        iam.create_user(UserName="stager")
+        key = iam.create_access_key(UserName="stager")["AccessKey"]
+        iam.put_user_policy(UserName="stager", PolicyName="s3", PolicyDocument=ALLOW_ALL)
+        server = S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"])
+        s3_client(endpoint, server.access_key_id, server.secret_access_key).create_bucket(
+            Bucket=BUCKET
+        )
+        signed_iam = boto3.session.Session(
+            aws_access_key_id=server.access_key_id,
+            aws_secret_access_key=server.secret_access_key,
+            region_name="us-east-1",
+        ).client("iam", endpoint_url=endpoint)
+        signed_iam.create_role(RoleName=STAGING_ROLE, AssumeRolePolicyDocument=TRUST_ANYONE)
+        signed_iam.put_role_policy(RoleName=STAGING_ROLE, PolicyName="s3", PolicyDocument=ALLOW_ALL)
+        yield server
+    finally:
+        _stop(process)
+
+
+@dataclass(frozen=True)
+class NfsServer:
+    server: str
+    export: Path  # served as itself: Path == Pseudo
+
+
+@contextmanager
+def ganesha_nfs(workdir: Path) -> Iterator[NfsServer]:
+    """nfs-ganesha exporting a fresh folder on 127.0.0.1 (needs root, as the server does)."""
+    export = Path(tempfile.mkdtemp(prefix="pyrigaud-nfs-export-"))
+    export.chmod(0o777)
+    nfs_port, mount_port = free_port(), free_port()
+    config = workdir / "ganesha.conf"
+    config.write_text(
+        f"""
+NFS_CORE_PARAM {{
+    Protocols = 3;
+    Bind_Addr = 127.0.0.1;
+    NFS_Port = {nfs_port};
+    MNT_Port = {mount_port};
+    Enable_NLM = false;
+    Enable_RQUOTA = false;
+}}
+NFSV4 {{ Graceless = true; }}
+EXPORT {{
+    Export_Id = 1;
+    Path = {export};
+    Pseudo = {export};
+    Access_Type = RW;
+    Squash = No_Root_Squash;
+    Protocols = 3;
+    Transports = TCP;
+    SecType = sys;
+    FSAL {{ Name = VFS; }}
+}}
+"""
+    )
+    log = workdir / "ganesha.log"
+    portmapper = _rpcbind(workdir)
+    try:
+        process = subprocess.Popen(
+            ["ganesha.nfsd", "-F", "-L", str(log), "-f", str(config), "-p", str(workdir / "pid")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_for_port(nfs_port, process, log)
+            _wait_for_port(mount_port, process, log)
+            yield NfsServer(server="127.0.0.1", export=export)
+        finally:
+            _stop(process)
+    finally:
+        if portmapper is not None:
+            _stop(portmapper)
+        shutil.rmtree(export, ignore_errors=True)
+
+
+def _rpcbind(workdir: Path) -> subprocess.Popen[bytes] | None:
+    """rpcbind started for this session, or None when one already answers on port 111."""
+    with socket.socket() as probe, suppress(OSError):
+        probe.settimeout(0.5)
+        probe.connect(("127.0.0.1", 111))
+        return None
+    log = workdir / "rpcbind.log"
+    process = subprocess.Popen(
+        ["rpcbind", "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    _wait_for_port(111, process, log)
+    return process
+
+
+@dataclass
+class FlakyProxy:
+    """An HTTP proxy on loopback in front of the S3 server that answers 503 to UploadPart
+    requests while `failures_left` > 0 (a negative value: always), counting what it refused,
+    and cuts the connection half-way through `cuts_left` object downloads."""
+
+    target_port: int
+    failures_left: int = 0
+    refused: int = 0
+    cuts_left: int = 0
+    ranges: list[str] = field(default_factory=list)  # the Range header of each download
+    port: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def should_cut(self, method: str, path: str) -> bool:
+        with self.lock:
+            if method != "GET" or "?" in path or self.cuts_left == 0:
+                return False
+            self.cuts_left -= 1
+            return True
+
+    def should_fail(self, path: str) -> bool:
+        with self.lock:
+            if "partNumber=" not in path or self.failures_left == 0:
+                return False
+            self.failures_left -= 1 if self.failures_left > 0 else 0
+            self.refused += 1
+            return True
+
+
+@contextmanager
+def flaky_proxy(target_endpoint: str) -> Iterator[FlakyProxy]:
+    proxy = FlakyProxy(target_port=int(target_endpoint.rsplit(":", 1)[1]))
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _relay(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if proxy.should_fail(self.path):
+                refusal = b"<Error><Code>SlowDown</Code><Message>try again</Message></Error>"
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(refusal)))
+                self.end_headers()
+                self.wfile.write(refusal)
+                return
+            upstream = http.client.HTTPConnection("127.0.0.1", proxy.target_port, timeout=60)
+            try:
+                upstream.putrequest(
+                    self.command, self.path, skip_host=True, skip_accept_encoding=True
+                )
+                for name, value in self.headers.items():  # Host too: it is signed
+                    upstream.putheader(name, value)
+                upstream.endheaders(body)
+                answer = upstream.getresponse()
+                payload = answer.read()
+            finally:
+                upstream.close()
+            if self.command == "GET" and "?" not in self.path:
+                proxy.ranges.append(self.headers.get("Range", ""))
+            cut = proxy.should_cut(self.command, self.path)
+            self.send_response(answer.status)
+            dropped = ("transfer-encoding", "connection")
+            if self.command != "HEAD":  # a HEAD's length is the object's: keep it
+                dropped = (*dropped, "content-length")
+                self.send_header("Content-Length", str(len(payload)))
+            for name, value in answer.getheaders():
+                if name.lower() not in dropped:
+                    self.send_header(name, value)
+            self.end_headers()
+            if cut:  # half the body, then the connection drops
+                self.wfile.write(payload[: len(payload) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            elif self.command != "HEAD":
+                self.wfile.write(payload)
+
+        def do_GET(self) -> None:
+            self._relay()
+
+        def do_HEAD(self) -> None:
+            self._relay()
+
+        def do_PUT(self) -> None:
+            self._relay()
+
+        def do_POST(self) -> None:
+            self._relay()
+
+        def do_DELETE(self) -> None:
+            self._relay()
+
+        def log_message(self, *_: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    proxy.port = int(server.server_address[1])
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --- One case per backend, for the contract suite ------------------------------------------
+
+MiB = 1024 * 1024
+OWNER = "tests/pyrigaud"
+S3_PART_BYTES = 5 * MiB  # S3's smallest part: a few MiB make a multipart upload
+CHUNK_BYTES = 256 * 1024
+
+
+@dataclass
+class StagingCase:
+    """A backend's adapter, how to name an object on it, and what is really on the storage."""
+
+    backend: TransferBackend
+    storage: StagingStorage
+    locate: Callable[[str], StagedLocation]
+    stored: Callable[[StagedLocation], bytes | None]  # read past the adapter
+    leftovers: Callable[[], list[str]]  # temporaries or uploads in progress
+    adapter_for_owner: Callable[[str], StagingStorage]
+
+
+def s3_options(server: S3Server, endpoint: str | None = None) -> dict[str, object]:
+    return {
+        "backend": "s3",
+        "bucket": server.bucket,
+        "endpoint": endpoint or server.endpoint,
+        "region": "us-east-1",
+        "prefix": "lab",
+        "usePathStyle": True,
+    }
+
+
+def s3_credentials(server: S3Server) -> dict[str, str]:
+    return {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key}
+
+
+def nfs_options(server: NfsServer) -> dict[str, object]:
+    return {
+        "backend": "nfs",
+        "usePathStyle": False,
+        "server": server.server,
+        "export": str(server.export),
+    }
+
+
+def migration_name(request: pytest.FixtureRequest) -> str:
+    """A name unique to the test, as the manager's `<ns>/<migration>` is to a migration."""
+    return hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
+
+
+def pvc_case(root: Path, migration: str) -> StagingCase:
+    (root / "mig-pvc").mkdir(parents=True, exist_ok=True)
+    folder = root / "mig-pvc" / "vmmigrations" / "ns" / migration
+
+    def locate(name: str) -> StagedLocation:
+        url = f"pvc://mig-pvc/vmmigrations/ns/{migration}/{name}"
+        return ok(parse_staged_location("destination_url", url, TransferBackend.PVC, {}, {}))
+
+    def stored(location: StagedLocation) -> bytes | None:
+        path = root / location.container / location.key
+        return path.read_bytes() if path.is_file() else None
+
+    def leftovers() -> list[str]:
+        return sorted(p.name for p in folder.glob(".*")) if folder.is_dir() else []
+
+    def adapter(owner: str) -> PvcStaging:
+        return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES)
+
+    return StagingCase(TransferBackend.PVC, adapter(OWNER), locate, stored, leftovers, adapter)
+
+
+def s3_case(server: S3Server, migration: str) -> StagingCase:
+    client = server.client()
+
+    def locate(name: str) -> StagedLocation:
+        url = f"s3://{server.bucket}/lab/vmmigrations/ns/{migration}/{name}"
+        return ok(
+            parse_staged_location(
+                "destination_url",
+                url,
+                TransferBackend.S3,
+                s3_options(server),
+                s3_credentials(server),
+            )
+        )
+
+    def stored(location: StagedLocation) -> bytes | None:
+        try:
+            return client.get_object(Bucket=location.container, Key=location.key)["Body"].read()
+        except client.exceptions.NoSuchKey:
+            return None
+
+    def leftovers() -> list[str]:
+        """Uploads in progress, and the markers (hidden names) that go with them."""
+        folder = f"lab/vmmigrations/ns/{migration}/"
+        uploads = client.list_multipart_uploads(Bucket=server.bucket, Prefix=folder)
+        objects = client.list_objects_v2(Bucket=server.bucket, Prefix=f"{folder}.")
+        return sorted(
+            [f"upload {upload['Key']}" for upload in uploads.get("Uploads", [])]
+            + [entry["Key"] for entry in objects.get("Contents", [])]
+        )
+
+    def adapter(owner: str) -> S3Staging:
+        return S3Staging(owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES)
+
+    return StagingCase(TransferBackend.S3, adapter(OWNER), locate, stored, leftovers, adapter)
+
+
+def nfs_case(server: NfsServer, migration: str) -> StagingCase:
+    def locate(name: str) -> StagedLocation:
+        url = f"nfs://{server.server}{server.export}/vmmigrations-ns-{migration}-{name}"
+        return ok(
+            parse_staged_location(
+                "destination_url", url, TransferBackend.NFS, nfs_options(server), {}
+            )
+        )
+
+    def stored(location: StagedLocation) -> bytes | None:
+        path = server.export / location.key
+        return path.read_bytes() if path.is_file() else None
+
+    def leftovers() -> list[str]:
+        return sorted(
+            name
+            for name in os.listdir(server.export)
+            if name.startswith(f".vmmigrations-ns-{migration}-")
+        )
+
+    def adapter(owner: str) -> NfsStaging:
+        return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES)
+
+    return StagingCase(TransferBackend.NFS, adapter(OWNER), locate, stored, leftovers, adapter)
