@@ -52,7 +52,7 @@ class BackendUnderTest:
 BACKENDS: dict[str, BackendUnderTest] = {
     "fake": BackendUnderTest(_fake),
     "libvirt-test": BackendUnderTest(_libvirt_test_driver),
-    "vsphere-sim": BackendUnderTest(vsphere_simulator_harness, lacks=frozenset({"images"})),
+    "vsphere-sim": BackendUnderTest(vsphere_simulator_harness),
 }
 if qemu_enabled():  # real libvirtd + QEMU: opt-in, as it needs root and scripts/libvirtd.sh
     BACKENDS["libvirt-qemu"] = BackendUnderTest(qemu_harness)
