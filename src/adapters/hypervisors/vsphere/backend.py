@@ -9,6 +9,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
 from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import VSphereDiskTransfer
+from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker
 from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
 from pyrigaud.adapters.hypervisors.vsphere.images import VSphereImages
 from pyrigaud.adapters.hypervisors.vsphere.inventory import VSphereInventory
@@ -56,7 +57,7 @@ def vsphere_backend(
     vcenter = VCenter(session)
     clone_maker = CloneMaker(vcenter, defaults, clock)
     return Backend(
-        lifecycle=VSphereVMLifecycle(vcenter, clone_maker),
+        lifecycle=VSphereVMLifecycle(vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock)),
         power=VSpherePowerControl(vcenter),
         inventory=VSphereInventory(vcenter),
         health=VSphereHealth(session),
