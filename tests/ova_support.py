@@ -11,6 +11,7 @@ import io
 import ssl
 import subprocess
 import tarfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
