@@ -23,7 +23,14 @@ from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.domain.leftovers import LeftoverPolicy
-from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
+from pyrigaud.domain.models import (
+    CreateRequest,
+    ImageSource,
+    OwnerMark,
+    Placement,
+    VMClass,
+    VMImage,
+)
 
 from contract.harness import Harness
 from support import ManualClock
@@ -162,6 +169,8 @@ def contract_harness() -> Iterator[Harness]:
         image=VMImage(template_name=TEMPLATE_VM),
         guest_reports_addresses=False,  # simulated VMs have no guest unless a test sets one
         blank_images=False,
+        # ImagePrepare verifies a template (imports from URLs: test_vsphere_image_import.py).
+        prepare_source=ImageSource(origin="vsphere", template_name=TEMPLATE_VM),
     )
     for vm in backend.inventory.list_vms().unwrap():
         if vm.id not in before:

@@ -97,3 +97,7 @@ def customize_network(index: int) -> str:
 def customize_network_field(index: int, key: str) -> str:
     """A field of Clone's customize_json.networks[index], by its key (networkName, ipAddress)."""
     return f"{customize_network(index)}.{key}"
+
+
+PREPARE_OVA_URL = "image_json.ovaURL"
+PREPARE_CONTENT_LIBRARY = "image_json.contentLibrary"

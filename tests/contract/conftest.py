@@ -8,6 +8,7 @@ adding an entry to BACKENDS.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import pytest
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
-from pyrigaud.domain.models import OwnerMark, VMImage
+from pyrigaud.domain.models import Capabilities, OwnerMark, VMImage
 
 from contract.harness import Harness
 from libvirt_support import add_base_image, isolated_host_uri, make_backend
@@ -31,6 +32,28 @@ def _fake() -> Iterator[Harness]:
     fake = FakeHypervisor(clock)
     fake.add_image("/images/base.qcow2", size_gib=2)
     yield Harness(backend=fake_backend(fake), clock=clock, image=VMImage(path="/images/base.qcow2"))
+
+
+class _NoOptionalPorts:
+    """Capabilities claiming no optional port, for the backend that has none."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
+
+
+def _fake_without_optional_ports() -> Iterator[Harness]:
+    """The fake with every optional port left out: every real backend now has them all, and
+    the suite must still show that a lacked port is unclaimed and answers UNSUPPORTED."""
+    for harness in _fake():
+        bare = dataclasses.replace(
+            harness.backend,
+            capabilities=_NoOptionalPorts(),
+            snapshots=None,
+            cloning=None,
+            images=None,
+            disk_transfer=None,
+        )
+        yield dataclasses.replace(harness, backend=bare)
 
 
 def _libvirt_test_driver() -> Iterator[Harness]:
@@ -51,8 +74,12 @@ class BackendUnderTest:
 
 BACKENDS: dict[str, BackendUnderTest] = {
     "fake": BackendUnderTest(_fake),
+    "fake-bare": BackendUnderTest(
+        _fake_without_optional_ports,
+        lacks=frozenset({"snapshots", "cloning", "images", "disk_transfer"}),
+    ),
     "libvirt-test": BackendUnderTest(_libvirt_test_driver),
-    "vsphere-sim": BackendUnderTest(vsphere_simulator_harness, lacks=frozenset({"images"})),
+    "vsphere-sim": BackendUnderTest(vsphere_simulator_harness),
 }
 if qemu_enabled():  # real libvirtd + QEMU: opt-in, as it needs root and scripts/libvirtd.sh
     BACKENDS["libvirt-qemu"] = BackendUnderTest(qemu_harness)

@@ -14,7 +14,7 @@ from pyrigaud.application.ports import TaskTracker
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import LeftoverPolicy
-from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.domain.models import CreateRequest, ImageSource, OwnerMark, VMClass, VMImage
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from support import ManualClock, ok
@@ -35,6 +35,8 @@ class Harness:
     guest_reports_addresses: bool = True
     # False where the backend cannot make a blank root disk (vSphere): requests then use `image`.
     blank_images: bool = True
+    # What ImagePrepare makes `image` from; None: a copy of the volume at `image.path`.
+    prepare_source: ImageSource | None = None
 
     def request(self, name: str, **changes: object) -> CreateRequest:
         image = VMImage() if self.blank_images else self.image

@@ -14,9 +14,8 @@ def test_prepare_image_is_idempotent_and_usable(images_harness: Harness, owner: 
     harness = images_harness
     images = harness.backend.images
     assert images is not None
-    request = PrepareImageRequest(
-        source=ImageSource(path=harness.image.path), target_name="contract-prepared"
-    )
+    source = harness.prepare_source or ImageSource(path=harness.image.path)
+    request = PrepareImageRequest(source=source, target_name="contract-prepared")
     if not harness.backend.capabilities.capabilities().supports_image_import:
         # The capability is what gates ImagePrepare: a backend without it must refuse.
         assert error_kind(images.prepare_image(request)) is ErrorKind.UNSUPPORTED

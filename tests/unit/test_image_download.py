@@ -7,12 +7,11 @@ import struct
 
 import pytest
 
+from pyrigaud.adapters.downloads import PROGRESS_EVERY_BYTES, logged_progress
 from pyrigaud.adapters.hypervisors.libvirt.download import (
-    PROGRESS_EVERY_BYTES,
     QCOW2_MAGIC,
     UnusableImageError,
     image_format_of,
-    logged_progress,
     peek_header,
 )
 

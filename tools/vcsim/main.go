@@ -13,6 +13,13 @@
 // instead of restoring the snapshot's; and a NIC removed by ReconfigVM_Task stays in guest.net
 // (so CustomizeVM_Task counts NICs the VM no longer has).
 //
+// For disk imports: the NFC handler answers 200 to an upload of an import lease's disk and
+// throws the bytes away, where vCenter writes them into the disk (the launcher stores them in
+// the disk file as sent: vCenter would convert a streamOptimized upload to its own format);
+// CreateVM_Task accepts a name already taken in the folder (vCenter fails with DuplicateName);
+// and Destroy_Task deletes only the VM's home directory, where vCenter deletes every disk
+// attached to the VM wherever it lives.
+//
 // Every simulated task completes before its call returns, so with -held-task the launcher also
 // makes one task that stays running forever and prints its MoRef on a second line: the only
 // way to see an unfinished task through the API.
@@ -38,13 +45,20 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
-// clones serializes CloneVM_Task calls, so that a name is checked and taken in one step.
+// clones serializes CloneVM_Task and CreateVM_Task calls, so that a name is checked and taken
+// in one step, and ImportVApp calls, so that the VM an import made is told apart.
 var clones sync.Mutex
+
+// uploads maps an import lease (its MoRef value) to the datastore file of each device URL
+// name, from ImportVApp until HttpNfcLeaseComplete or HttpNfcLeaseAbort.
+var uploads sync.Map
 
 var (
 	cloneCall     = regexp.MustCompile(`<CloneVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
@@ -53,6 +67,11 @@ var (
 	linkedClone   = regexp.MustCompile(`<diskMoveType>createNewChildDiskBacking</diskMoveType>`)
 	cloneSnapshot = regexp.MustCompile(`<snapshot\b[^>]*>([^<]+)</snapshot>`)
 	returnedTask  = regexp.MustCompile(`<returnval\b[^>]*>(task-[^<]+)</returnval>`)
+	createCall    = regexp.MustCompile(`<CreateVM_Task\b`)
+	importCall    = regexp.MustCompile(`<ImportVApp\b`)
+	leaseEndCall  = regexp.MustCompile(`<HttpNfcLease(?:Complete|Abort)\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	destroyCall   = regexp.MustCompile(`<Destroy_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	returnedRef   = regexp.MustCompile(`<returnval\b[^>]*>([^<]+)</returnval>`)
 )
 
 func main() {
@@ -116,10 +135,19 @@ func methodDelays(spec string) map[string]int {
 	return delays
 }
 
-// corrected wraps the simulator's HTTP handler to fix CloneVM_Task and RevertToSnapshot_Task.
+// corrected wraps the simulator's HTTP handler to fix the SOAP methods and NFC uploads above.
 type corrected struct{ next http.Handler }
 
 func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/nfc/") && (r.Method == http.MethodPut || r.Method == http.MethodPost) {
+		if receiveUpload(w, r) {
+			return
+		}
+	}
+	if r.URL.Path != "/sdk" { // datastore files and NFC transfers pass whole, whatever their size
+		c.next.ServeHTTP(w, r)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -129,6 +157,21 @@ func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m := cloneCall.FindSubmatch(body); m != nil {
 		c.cloneWithOwnDevices(w, r, string(m[1]), body)
 		return
+	}
+	switch {
+	case createCall.Match(body):
+		c.createWithUniqueName(w, r, body)
+		return
+	case importCall.Match(body):
+		c.importWithUploads(w, r, body)
+		return
+	}
+	if m := destroyCall.FindSubmatch(body); m != nil {
+		c.destroyWithDisks(w, r, string(m[1]))
+		return
+	}
+	if m := leaseEndCall.FindSubmatch(body); m != nil {
+		uploads.Delete(string(m[1]))
 	}
 	c.next.ServeHTTP(w, r)
 	if m := revertCall.FindSubmatch(body); m != nil {
@@ -173,7 +216,7 @@ func (c corrected) cloneWithOwnDevices(w http.ResponseWriter, r *http.Request, v
 	clones.Lock()
 	defer clones.Unlock()
 	if existing, taken := namedVM(request.Folder, request.Name); taken {
-		refuseClone(w, vm, &types.DuplicateName{Name: request.Name, Object: existing})
+		refuseTask(w, vm, "CloneVM_Task", &types.DuplicateName{Name: request.Name, Object: existing})
 		return
 	}
 	var original []types.BaseVirtualDevice
@@ -221,9 +264,9 @@ func namedVM(folderRef types.ManagedObjectReference, name string) (types.Managed
 	return types.ManagedObjectReference{}, false
 }
 
-// refuseClone answers the call with a clone task that failed with fault, as vCenter does.
-func refuseClone(w http.ResponseWriter, vm *simulator.VirtualMachine, fault types.BaseMethodFault) {
-	task := simulator.CreateTask(vm, "cloneVm", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+// refuseTask answers the call to method with a task that failed with fault, as vCenter does.
+func refuseTask(w http.ResponseWriter, entity mo.Reference, method string, fault types.BaseMethodFault) {
+	task := simulator.CreateTask(entity, method, func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		return nil, fault
 	})
 	ref := task.Run()
@@ -231,8 +274,158 @@ func refuseClone(w http.ResponseWriter, vm *simulator.VirtualMachine, fault type
 	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+
 		`<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" `+
 		`xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">`+
-		`<soapenv:Body><CloneVM_TaskResponse xmlns="urn:vim25"><returnval type="Task">%s</returnval>`+
-		`</CloneVM_TaskResponse></soapenv:Body></soapenv:Envelope>`, ref.Value)
+		`<soapenv:Body><%[1]sResponse xmlns="urn:vim25"><returnval type="Task">%[2]s</returnval>`+
+		`</%[1]sResponse></soapenv:Body></soapenv:Envelope>`, method, ref.Value)
+}
+
+// createWithUniqueName fails the CreateVM_Task with DuplicateName when the folder already
+// holds a VM of that name, as vCenter does (the simulator makes a second one).
+func (c corrected) createWithUniqueName(w http.ResponseWriter, r *http.Request, body []byte) {
+	method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+	request, ok := method.Body.(*types.CreateVM_Task)
+	if err != nil || !ok {
+		c.next.ServeHTTP(w, r)
+		return
+	}
+	clones.Lock()
+	defer clones.Unlock()
+	if existing, taken := namedVM(request.This, request.Config.Name); taken {
+		folder := simulator.Map.Get(request.This)
+		refuseTask(w, folder, "CreateVM_Task", &types.DuplicateName{Name: request.Config.Name, Object: existing})
+		return
+	}
+	c.next.ServeHTTP(w, r)
+}
+
+// importWithUploads notes which datastore file each device URL of the import lease names, so
+// that receiveUpload can write the bytes there.
+func (c corrected) importWithUploads(w http.ResponseWriter, r *http.Request, body []byte) {
+	method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+	var spec *types.VirtualMachineImportSpec
+	if request, ok := method.Body.(*types.ImportVApp); err == nil && ok {
+		spec, _ = request.Spec.(*types.VirtualMachineImportSpec)
+	}
+	if spec == nil {
+		c.next.ServeHTTP(w, r)
+		return
+	}
+	clones.Lock()
+	defer clones.Unlock()
+	before := vmsNamed(spec.ConfigSpec.Name)
+	response := &recorder{ResponseWriter: w}
+	c.next.ServeHTTP(response, r)
+	lease := returnedRef.FindSubmatch(response.body.Bytes())
+	if lease == nil {
+		return
+	}
+	for ref, vm := range vmsNamed(spec.ConfigSpec.Name) {
+		if _, existed := before[ref]; !existed {
+			uploads.Store(string(lease[1]), deviceFiles(vm))
+		}
+	}
+}
+
+// receiveUpload writes an import lease's upload into the device's file; false when the lease
+// or device is not one an import noted (the simulator then answers as it would).
+func receiveUpload(w http.ResponseWriter, r *http.Request) bool {
+	parts := strings.Split(r.URL.Path, "/")
+	if len(parts) < 2 {
+		return false
+	}
+	files, ok := uploads.Load(parts[len(parts)-2])
+	if !ok {
+		return false
+	}
+	file, ok := files.(map[string]string)[parts[len(parts)-1]]
+	if !ok {
+		return false
+	}
+	f, err := os.Create(file)
+	if err == nil {
+		_, err = io.Copy(f, r.Body)
+		if closeErr := f.Close(); err == nil {
+			err = closeErr
+		}
+	}
+	if err != nil {
+		log.Printf("nfc %s %s: %s", r.Method, file, err)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return true
+	}
+	w.WriteHeader(http.StatusOK)
+	return true
+}
+
+// vmsNamed is every VM of that name, by MoRef value.
+func vmsNamed(name string) map[string]*simulator.VirtualMachine {
+	found := map[string]*simulator.VirtualMachine{}
+	for _, entity := range simulator.Map.All("VirtualMachine") {
+		if vm, ok := entity.(*simulator.VirtualMachine); ok && vm.Name == name {
+			found[vm.Self.Value] = vm
+		}
+	}
+	return found
+}
+
+// deviceFiles maps the base name of each device's backing file (what an NFC device URL ends
+// with) to its path on the host, as the simulator's ImportVApp names them.
+func deviceFiles(vm *simulator.VirtualMachine) map[string]string {
+	files := map[string]string{}
+	for _, device := range vm.Config.Hardware.Device {
+		info, ok := device.GetVirtualDevice().Backing.(types.BaseVirtualDeviceFileBackingInfo)
+		if !ok {
+			continue
+		}
+		if local := localPath(info.GetVirtualDeviceFileBackingInfo().FileName); local != "" {
+			files[path.Base(local)] = local
+		}
+	}
+	return files
+}
+
+// localPath is where a "[datastore] dir/file" path lives on the host ("" if nowhere).
+func localPath(datastorePath string) string {
+	var file object.DatastorePath
+	if !file.FromString(datastorePath) {
+		return ""
+	}
+	for _, entity := range simulator.Map.All("Datastore") {
+		if ds, ok := entity.(*simulator.Datastore); ok && ds.Name == file.Datastore {
+			return path.Join(ds.Info.GetDatastoreInfo().Url, file.Path)
+		}
+	}
+	return ""
+}
+
+// destroyWithDisks deletes, once the VM is destroyed, the disk files it had attached outside
+// its home directory (which the simulator deletes), as vCenter does.
+func (c corrected) destroyWithDisks(w http.ResponseWriter, r *http.Request, vmID string) {
+	vm, ok := simulator.Map.Get(types.ManagedObjectReference{Type: "VirtualMachine", Value: vmID}).(*simulator.VirtualMachine)
+	if !ok {
+		c.next.ServeHTTP(w, r)
+		return
+	}
+	var disks []string
+	simulator.Map.WithLock(vm, func() {
+		for _, backing := range diskBackings(vm.Config.Hardware.Device) {
+			if local := localPath(backing.FileName); local != "" {
+				disks = append(disks, local, strings.Replace(local, ".vmdk", "-flat.vmdk", 1))
+			}
+		}
+	})
+	response := &recorder{ResponseWriter: w}
+	c.next.ServeHTTP(response, r)
+	m := returnedTask.FindSubmatch(response.body.Bytes())
+	if m == nil {
+		return
+	}
+	task, ok := simulator.Map.Get(types.ManagedObjectReference{Type: "Task", Value: string(m[1])}).(*simulator.Task)
+	if !ok || task.Info.State != types.TaskInfoStateSuccess {
+		return
+	}
+	for _, disk := range disks {
+		_ = os.Remove(disk)
+	}
 }
 
 // finishClone applies what the simulator's clone ignores: the spec's hardware settings, then

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pyrigaud.adapters.downloads import DownloadError, open_download
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.download import DownloadError, open_download
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.image_urls import UnsafeImageURLError

@@ -16,17 +16,19 @@ from typing import Any
 
 import libvirt
 
-from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.download import (
+from pyrigaud.adapters.downloads import (
     ChecksumMismatchError,
     Download,
     DownloadError,
     UnknownChecksumTypeError,
-    UnusableImageError,
     checksum_algorithm,
-    image_format_of,
     logged_progress,
     open_download,
+)
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.download import (
+    UnusableImageError,
+    image_format_of,
     peek_header,
 )
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code

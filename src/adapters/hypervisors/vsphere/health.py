@@ -22,7 +22,8 @@ class VSphereHealth:
 
 
 class VSphereCapabilities:
-    """Fixed for the backend: no image import (VMs come from templates), no disk transfer."""
+    """Fixed for the backend: images imported from OVA/OVF URLs; no disk export or import
+    (ExportDisk and ImportDisk answer UNIMPLEMENTED)."""
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -31,6 +32,7 @@ class VSphereCapabilities:
             supports_snapshots=True,
             supports_memory_snapshots=True,
             supports_linked_clones=True,
+            supports_image_import=True,
             supports_clone=True,
             supports_hardware_upgrade=True,
             supported_disk_types=tuple(DISK_PROVISIONING),

@@ -43,10 +43,10 @@ def merged(requested: Placement, defaults: Placement) -> Placement:
 
 def resolve(instance: Any, placement: Placement, source: Any) -> Location:
     own = _source_location(instance, source)
-    host = _named(instance, vim.HostSystem, placement.host, fields.PLACEMENT_HOST)
+    host = named_entity(instance, vim.HostSystem, placement.host, fields.PLACEMENT_HOST)
     pool = own.pool
     if placement.cluster:
-        cluster = _named(
+        cluster = named_entity(
             instance, vim.ClusterComputeResource, placement.cluster, fields.PLACEMENT_CLUSTER
         )
         pool = retrieve(instance, [cluster], ("resourcePool",))[0]["resourcePool"]
@@ -55,17 +55,21 @@ def resolve(instance: Any, placement: Placement, source: Any) -> Location:
         pool = retrieve(instance, [compute], ("resourcePool",))[0]["resourcePool"]
     datastore = own.datastore
     if placement.datastore:
-        datastore = _named(instance, vim.Datastore, placement.datastore, fields.PLACEMENT_DATASTORE)
+        datastore = named_entity(
+            instance, vim.Datastore, placement.datastore, fields.PLACEMENT_DATASTORE
+        )
     elif placement.storage_pod:
-        pod = _named(instance, vim.StoragePod, placement.storage_pod, fields.PLACEMENT_STORAGE_POD)
-        datastore = _roomiest_member(instance, pod, placement.storage_pod)
+        pod = named_entity(
+            instance, vim.StoragePod, placement.storage_pod, fields.PLACEMENT_STORAGE_POD
+        )
+        datastore = roomiest_member(instance, pod, placement.storage_pod)
     folder = own.folder
     if placement.folder:
-        folder = _named(instance, vim.Folder, placement.folder, fields.PLACEMENT_FOLDER)
+        folder = named_entity(instance, vim.Folder, placement.folder, fields.PLACEMENT_FOLDER)
     return Location(folder=folder, pool=pool, datastore=datastore, host=host)
 
 
-def _named(instance: Any, kind: Any, name: str, field: str) -> Any:
+def named_entity(instance: Any, kind: Any, name: str, field: str) -> Any:
     if not name:
         return None
     found = [
@@ -76,7 +80,7 @@ def _named(instance: Any, kind: Any, name: str, field: str) -> Any:
     return found[0]
 
 
-def _roomiest_member(instance: Any, pod: Any, name: str) -> Any:
+def roomiest_member(instance: Any, pod: Any, name: str) -> Any:
     members = list(retrieve(instance, [pod], ("childEntity",))[0].get("childEntity") or ())
     datastores = [member for member in members if isinstance(member, vim.Datastore)]
     if not datastores:
@@ -97,3 +101,34 @@ def _source_location(instance: Any, source: Any) -> Location:
     return Location(
         folder=row["parent"], pool=pool, datastore=datastores[0] if datastores else None
     )
+
+
+def resolve_on_datastore(instance: Any, placement: Placement, datastore: Any) -> Location:
+    """Where a VM that copies no other VM goes (an imported image, a VM around an existing
+    disk), on `datastore`: the placement's cluster or host, else the compute resource of a host
+    that mounts the datastore; the placement's folder, else its datacenter's VM folder."""
+    host = named_entity(instance, vim.HostSystem, placement.host, fields.PLACEMENT_HOST)
+    if placement.cluster:
+        cluster = named_entity(
+            instance, vim.ClusterComputeResource, placement.cluster, fields.PLACEMENT_CLUSTER
+        )
+        pool = retrieve(instance, [cluster], ("resourcePool",))[0]["resourcePool"]
+    else:
+        mounts = list(retrieve(instance, [datastore], ("host",))[0].get("host") or ())
+        if host is None and not mounts:
+            raise ExpectedError(ProviderError.failed_precondition("no host mounts the datastore"))
+        compute = retrieve(instance, [host or mounts[0].key], ("parent",))[0]["parent"]
+        pool = retrieve(instance, [compute], ("resourcePool",))[0]["resourcePool"]
+    if placement.folder:
+        folder = named_entity(instance, vim.Folder, placement.folder, fields.PLACEMENT_FOLDER)
+    else:
+        folder = retrieve(instance, [_datacenter_of(instance, datastore)], ("vmFolder",))[0][
+            "vmFolder"
+        ]
+    return Location(folder=folder, pool=pool, datastore=datastore, host=host)
+
+
+def _datacenter_of(instance: Any, entity: Any) -> Any:
+    while not isinstance(entity, vim.Datacenter):
+        entity = retrieve(instance, [entity], ("parent",))[0]["parent"]
+    return entity

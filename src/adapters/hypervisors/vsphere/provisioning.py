@@ -1,4 +1,5 @@
-"""VMLifecycle on vSphere: VMs made as clones of a template, changed by reconfigure Tasks.
+"""VMLifecycle on vSphere: VMs made as clones of a template (or around a disk the manager
+imported: disk_vm), changed by reconfigure Tasks.
 
 Create, Reconfigure and the hardware upgrade start their vSphere Task and hand back a
 `vsphere-task:` id at once, which the TaskTracker answers from vCenter alone (any replica,
@@ -21,6 +22,7 @@ from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker, CloneOrder
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks
+from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker, destroy_keeping_foreign_disks
 from pyrigaud.adapters.hypervisors.vsphere.errors import run
 from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
@@ -53,9 +55,10 @@ RECONFIGURE_PROPERTIES = (
 
 
 class VSphereVMLifecycle:
-    def __init__(self, vcenter: VCenter, clone_maker: CloneMaker) -> None:
+    def __init__(self, vcenter: VCenter, clone_maker: CloneMaker, disk_vms: DiskVMMaker) -> None:
         self._vcenter = vcenter
         self._clone_maker = clone_maker
+        self._disk_vms = disk_vms
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
         return run(
@@ -78,8 +81,9 @@ class VSphereVMLifecycle:
     def start_create(
         self, request: CreateRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
-        """A clone of the template named in the image, with the class, disks and networks in
-        the clone spec; ALREADY_EXISTS when a VM of that name exists, whoever made it."""
+        """A clone of the template named in the image (or a VM around the datastore disk its
+        Path names), with the class, disks and networks in the clone spec; ALREADY_EXISTS when
+        a VM of that name exists, whoever made it."""
         image = request.image
         if image.is_blank:
             return Failure(
@@ -88,11 +92,18 @@ class VSphereVMLifecycle:
                     f"vSphere cannot make a blank root disk; set {fields.IMAGE_TEMPLATE_NAME}",
                 )
             )
+        if image.path and not image.template_name and not image.url:
+            return run(
+                self._vcenter.session,
+                f"creating VM {request.name!r}",
+                lambda instance: self._disk_vms.create(instance, request, owner),
+            )
         if not image.template_name or image.path or image.url:
             return Failure(
                 ProviderError.invalid_spec(
                     fields.IMAGE_TEMPLATE_NAME,
-                    "vSphere creates VMs from a template or VM name only",
+                    "vSphere creates VMs from a template or VM name, or around a datastore disk "
+                    "(Path)",
                 )
             )
 
@@ -144,7 +155,7 @@ class VSphereVMLifecycle:
             vm = self._vcenter.vm(instance, vm_id)
             if self._vcenter.power(instance, vm) is PowerState.ON:
                 wait(instance, vm.PowerOffVM_Task())
-            wait(instance, vm.Destroy_Task())
+            destroy_keeping_foreign_disks(instance, self._vcenter, vm)
 
         return run(self._vcenter.session, f"deleting VM {vm_id!r}", remove)
 

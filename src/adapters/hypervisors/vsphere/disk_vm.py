@@ -1,0 +1,174 @@
+"""Create around an existing disk: the manager's VM made from a disk it imported (the image's
+`Path`, "[datastore] dir/name.vmdk"), instead of a clone of a template.
+
+CreateVM_Task makes the VM whole or not at all, with the class, cloud-init guestinfo, NICs,
+extra disks and ownership mark in its one config spec, the disk attached as it is (persistent,
+on a new LSI Logic controller) and the VM's home on the disk's datastore, as upstream's provider
+does. Only a guest customization (static IPs, time zone) needs a second task: that VM is made
+with the building mark, customized, then unmarked, and a failure on the way destroys it again
+with the imported disk detached first, so a retry finds the disk where it was.
+
+Once the VM is complete, the disk is the VM's own: Delete destroys the VM and vCenter deletes
+its disks with it, the imported one included. A VM still marked as building has not taken the
+disk yet: deleting it (the crash sweep does) detaches disks outside its home directory first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
+    class_config,
+    class_devices,
+    hardware_version,
+)
+from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
+from pyrigaud.adapters.hypervisors.vsphere.devices import new_disks, nic_count
+from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES
+from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
+from pyrigaud.adapters.hypervisors.vsphere.placement import (
+    merged,
+    named_entity,
+    resolve_on_datastore,
+)
+from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
+from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
+from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+DATASTORE_PATH = re.compile(r"\[(?P<datastore>[^\]]+)\] (?P<file>[^\x00-\x1f]+\.vmdk)")
+DEFAULT_GUEST_ID = "otherLinux64Guest"
+CONTROLLER_KEY = -400
+ROOT_DISK_KEY = -401
+# The properties delete reads to tell which disks a building VM must leave behind.
+DELETE_PROPERTIES = (
+    "runtime.powerState",
+    "config.extraConfig",
+    "config.hardware.device",
+    "config.files.vmPathName",
+)
+
+
+class DiskVMMaker:
+    def __init__(self, vcenter: VCenter, defaults: Placement, clock: Clock) -> None:
+        """`defaults` are the PROVIDER_DEFAULT_* placement settings; `clock` dates the
+        building mark (the wall clock that every replica shares)."""
+        self._vcenter = vcenter
+        self._defaults = defaults
+        self._clock = clock
+
+    def create(self, instance: Any, request: CreateRequest, owner: OwnerMark) -> CreatedVM:
+        """The VM around the image's disk; ALREADY_EXISTS when a VM of that name exists."""
+        found = DATASTORE_PATH.fullmatch(request.image.path)
+        if found is None:
+            raise ExpectedError(
+                ProviderError.invalid_spec(
+                    fields.IMAGE_PATH, "must name a datastore disk: '[datastore] dir/name.vmdk'"
+                )
+            )
+        if self._vcenter.vm_named(instance, request.name) is not None:
+            raise ExpectedError(
+                ProviderError.already_exists(f"a VM named {request.name!r} already exists")
+            )
+        datastore_name = found["datastore"]
+        datastore = named_entity(instance, vim.Datastore, datastore_name, fields.IMAGE_PATH)
+        placement = merged(request.placement, self._defaults)
+        location = resolve_on_datastore(instance, placement, datastore)
+        guest = guest_customization(
+            request.networks, host_name="", domain="", time_zone="", named=CREATE_ATTACHMENTS
+        )
+        marks = {OWNER_KEY: owner.provider}
+        if guest is not None:
+            # Whole seconds, rounded down: the mark never claims a start later than the real one.
+            marks[BUILDING_KEY] = str(int(self._clock.now()))
+        spec = self._config(instance, request, marks, datastore_name)
+        task = location.folder.CreateVM_Task(config=spec, pool=location.pool, host=location.host)
+        if guest is None:
+            started = VSphereTask(task=str(task._moId), vm_id=spec.instanceUuid)
+            return CreatedVM(id=spec.instanceUuid, task=started.task_ref())
+        vm = wait(instance, task)
+        try:
+            nics = nic_count([], spec.deviceChange)
+            wait(instance, vm.CustomizeVM_Task(guest.spec(nics)))
+            self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
+        except BaseException:
+            # Leave no half-built VM behind, and the imported disk where it was.
+            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+                destroy_keeping_foreign_disks(instance, self._vcenter, vm)
+            raise
+        return CreatedVM(id=spec.instanceUuid)
+
+    def _config(
+        self,
+        instance: Any,
+        request: CreateRequest,
+        marks: Mapping[str, str],
+        datastore_name: str,
+    ) -> Any:
+        controller = vim.vm.device.VirtualLsiLogicController(
+            key=CONTROLLER_KEY, busNumber=0, sharedBus="noSharing"
+        )
+        disk = vim.vm.device.VirtualDisk(
+            key=ROOT_DISK_KEY,
+            controllerKey=CONTROLLER_KEY,
+            unitNumber=0,
+            capacityInKB=0,  # an existing disk keeps its own size
+            backing=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(
+                fileName=request.image.path, diskMode="persistent"
+            ),
+        )
+        devices = [controller, disk]
+        spec = class_config(request.vm_class, marks, request.user_data, request.meta_data)
+        spec.name = request.name
+        spec.guestId = DEFAULT_GUEST_ID
+        spec.instanceUuid = str(uuid.uuid4())
+        spec.version = hardware_version(request.vm_class)
+        spec.files = vim.vm.FileInfo(vmPathName=f"[{datastore_name}]")
+        spec.deviceChange = [
+            vim.vm.device.VirtualDeviceSpec(operation="add", device=controller),
+            vim.vm.device.VirtualDeviceSpec(operation="add", device=disk),
+            *new_disks(devices, request.disks),
+            *nic_changes(instance, devices, request.networks, CREATE_ATTACHMENTS),
+            *class_devices(request.vm_class, devices, instance.content.about.apiVersion),
+        ]
+        return spec
+
+
+def destroy_keeping_foreign_disks(instance: Any, vcenter: VCenter, vm: Any) -> None:
+    """Destroy the VM; while it is still marked as building, detach first the disks outside
+    its home directory (a disk it was built around), which Destroy_Task would delete."""
+    row = vcenter.vm_row(instance, vm._moId, DELETE_PROPERTIES)
+    if row is None:
+        return
+    removals = foreign_disk_removals(row)
+    if removals:
+        wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=removals)))
+    wait(instance, vm.Destroy_Task())
+
+
+def foreign_disk_removals(row: Mapping[str, Any]) -> list[Any]:
+    """Device specs detaching (not deleting) the disks of a still-building VM that live outside
+    its home directory; none for a complete VM, whose disks are its own."""
+    if BUILDING_KEY not in {k for k, v in extra_config(row).items() if v}:
+        return []
+    home = str(row.get("config.files.vmPathName") or "").rpartition("/")[0] + "/"
+    return [
+        vim.vm.device.VirtualDeviceSpec(operation="remove", device=device)
+        for device in row.get("config.hardware.device") or ()
+        if isinstance(device, vim.vm.device.VirtualDisk)
+        and not str(getattr(device.backing, "fileName", "")).startswith(home)
+    ]

@@ -1,0 +1,116 @@
+"""ImagePrepare on vSphere: an OVA or OVF from a URL imported as a template named after the
+image, once per name; or a template that already exists, verified.
+
+Order, as upstream's provider: a VM or template already named `target_name` is the prepared
+image (nothing is fetched); then `templateName` is only verified; a content library is not
+implemented; an `ovaURL` is downloaded (checksum verified before anything is imported),
+imported with thin disks and marked as a template.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from pyVmomi import vim as untyped_vim
+from returns.result import Result
+
+from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, run
+from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
+from pyrigaud.adapters.hypervisors.vsphere.ovf_package import fetch_referenced, fetched_package
+from pyrigaud.adapters.hypervisors.vsphere.placement import (
+    named_entity,
+    resolve_on_datastore,
+    roomiest_member,
+)
+from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import ImageSource, Placement, PreparedImage, PrepareImageRequest
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+
+class VSphereImages:
+    def __init__(self, vcenter: VCenter, defaults: Placement, *, allow_loopback_urls: bool) -> None:
+        """`defaults` are the PROVIDER_DEFAULT_* placement settings; `allow_loopback_urls` is
+        PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK (tests only)."""
+        self._vcenter = vcenter
+        self._defaults = defaults
+        self._allow_loopback_urls = allow_loopback_urls
+
+    def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
+        return run(
+            self._vcenter.session,
+            f"preparing image {request.target_name!r}",
+            lambda instance: self._prepare(instance, request),
+        )
+
+    def _prepare(self, instance: Any, request: PrepareImageRequest) -> PreparedImage:
+        source = request.source
+        if self._vcenter.vm_named(instance, request.target_name) is not None:
+            return PreparedImage(id=request.target_name)
+        if source.template_name:
+            if self._vcenter.vm_named(instance, source.template_name) is None:
+                raise ExpectedError(
+                    ProviderError.not_found(f"no template named {source.template_name!r}")
+                )
+            return PreparedImage(id=source.template_name)
+        if source.content_library is not None:
+            raise ExpectedError(
+                ProviderError.unsupported(
+                    f"{fields.PREPARE_CONTENT_LIBRARY}: importing from a content library is not "
+                    "implemented for vSphere; give an ovaURL or a templateName"
+                )
+            )
+        if not source.url:
+            raise ExpectedError(
+                ProviderError.invalid_spec(
+                    fields.PREPARE_OVA_URL, "vSphere imports an OVA or OVF from a URL, not a path"
+                )
+            )
+        self._import(instance, source, request)
+        return PreparedImage(id=request.target_name)
+
+    def _import(self, instance: Any, source: ImageSource, request: PrepareImageRequest) -> None:
+        location = resolve_on_datastore(
+            instance,
+            Placement(cluster=self._defaults.cluster, folder=self._defaults.folder),
+            self._datastore(instance, request.storage_hint),
+        )
+        loopback = self._allow_loopback_urls
+        with fetched_package(
+            source.url,
+            checksum=source.checksum,
+            checksum_type=source.checksum_type,
+            allow_loopback=loopback,
+        ) as package:
+            spec = import_spec(instance, package, request.target_name, location)
+            hrefs = [str(item.path) for item in spec.fileItem or ()]
+            fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
+            vm = import_vm(instance, package, spec, location)
+        try:
+            vm.MarkAsTemplate()
+        except BaseException:
+            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+                wait(instance, vm.Destroy_Task())
+            raise
+
+    def _datastore(self, instance: Any, hint: str) -> Any:
+        """storage_hint, else PROVIDER_DEFAULT_DATASTORE, else the roomiest datastore of
+        PROVIDER_DEFAULT_STORAGE_POD."""
+        name = hint or self._defaults.datastore
+        if name:
+            return named_entity(instance, vim.Datastore, name, fields.STORAGE_HINT)
+        pod_name = self._defaults.storage_pod
+        if pod_name:
+            pod = named_entity(instance, vim.StoragePod, pod_name, fields.STORAGE_HINT)
+            return roomiest_member(instance, pod, pod_name)
+        raise ExpectedError(
+            ProviderError.invalid_spec(
+                fields.STORAGE_HINT,
+                "name the datastore to import into (or set PROVIDER_DEFAULT_DATASTORE)",
+            )
+        )
