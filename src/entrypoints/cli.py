@@ -39,7 +39,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-port", type=int, help="HTTP health port (default 8080)")
     serve.add_argument("--listen-address", help="bind address (default: all interfaces)")
     serve.add_argument("--config", type=Path, help="TOML file of settings (PYRIGAUD_CONFIG)")
+    _add_kit(commands)
     return parser
+
+
+def _add_kit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The operator's kit (pyrigaud.client): a client CLI and `conformance`, any endpoint."""
+    from pyrigaud.client.cli import add_commands  # noqa: PLC0415 - only what is asked
+    from pyrigaud.client.conformance.command import add_arguments  # noqa: PLC0415
+
+    add_commands(commands)
+    conformance = commands.add_parser("conformance", help="check a provider.v1 endpoint")
+    add_arguments(conformance)
+
+
+def _run_kit(args: argparse.Namespace) -> int:
+    if args.command == "conformance":
+        from pyrigaud.client.conformance.command import main as conformance  # noqa: PLC0415
+
+        return conformance(args)
+    from pyrigaud.client.cli import run  # noqa: PLC0415
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if not arguments or (arguments[0].startswith("-") and arguments[0] not in ("-h", "--help")):
         arguments.insert(0, "serve")  # the manager runs the image with only --port/--health-port
     args = _parser().parse_args(arguments)
+    if args.command != "serve":
+        return _run_kit(args)
     try:
         settings = load_settings(
             os.environ,
