@@ -32,8 +32,8 @@ def exit_code(code: grpc.StatusCode) -> int:
 
 
 def report_error(error: grpc.RpcError) -> int:
-    code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
-    print(f"error: {code.name}: {error.details()}", file=sys.stderr)  # type: ignore[attr-defined]
+    code: grpc.StatusCode = error.code()
+    print(f"error: {code.name}: {error.details()}", file=sys.stderr)
     return exit_code(code)
 
 

@@ -64,6 +64,9 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     _write("reconfigure", "Reconfigure applies CPU and memory", with_vms.reconfigure),
     _write("snapshots", "Snapshots work when claimed, refused when not", with_vms.snapshots),
+    _write(
+        "memory-snapshot", "Memory snapshot of a running VM when claimed", with_vms.memory_snapshot
+    ),
     _write("clone", "Clone: a target id, the clone exists", with_vms.clone),
     _write("linked-clone", "Linked clone when claimed", with_vms.linked_clone),
     _write(

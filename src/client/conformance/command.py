@@ -35,18 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='a VMImage object for Create, e.g. \'{"TemplateName": "tmpl"}\' (default: no image)',
     )
     parser.add_argument(
+        "--placement-json",
+        default="",
+        help='a Placement object for Create, e.g. \'{"Datastore": "pool"}\' (default: none)',
+    )
+    parser.add_argument(
         "--graceful-timeout", type=int, default=10, help="graceful_timeout_seconds to send"
     )
     parser.add_argument("--junit", type=Path, help="write a JUnit XML report")
     parser.add_argument("--json", type=Path, help="write a JSON report")
 
 
-def _image(text: str) -> dict[str, object]:
+def _object(flag: str, text: str) -> dict[str, object]:
     if not text:
         return {}
     parsed = json.loads(text)
     if not isinstance(parsed, dict):
-        raise ValueError("--image-json must be a JSON object")
+        raise ValueError(f"{flag} must be a JSON object")
     return parsed
 
 
@@ -69,13 +74,14 @@ def _progress(stream: TextIO) -> Progress:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        image = _image(args.image_json)
+        image = _object("--image-json", args.image_json)
+        placement = _object("--placement-json", args.placement_json)
         channel = open_channel(Target(args.endpoint, args.tls_dir, args.server_name))
     except (ValueError, EndpointError) as error:
         print(f"pyrigaud conformance: {error}", file=sys.stderr)
         return EXIT_USAGE
     prefix = args.prefix or f"conformance-{secrets.token_hex(3)}"
-    options = Options(prefix=prefix, image=image, graceful_timeout_seconds=args.graceful_timeout)
+    options = Options(prefix, image, placement, args.graceful_timeout)
     with channel:
         session = Session(stub_for(channel), options)
         report = run(args.endpoint, selected(args.read_only), session, _progress(sys.stderr))

@@ -154,13 +154,13 @@ def unclaimed_import_refused(session: Session) -> None:
         )
         checked.append("ImagePrepare")
     if not session.claims("supports_disk_import"):
-        request = pb.ImportDiskRequest(
+        importing = pb.ImportDiskRequest(
             source_url="pvc://conformance/missing.qcow2",
             format="qcow2",
             target_name=session.name("import"),
             transfer_mode="relay",
         )
-        session.refused("ImportDisk", request, REFUSED_UNCLAIMED, "supports_disk_import is false")
+        session.refused("ImportDisk", importing, REFUSED_UNCLAIMED, "supports_disk_import is false")
         checked.append("ImportDisk")
     if not checked:
         raise NotApplicableError("image import and disk import are both claimed")

@@ -54,6 +54,7 @@ class RpcRefusedError(Exception):
 class Options:
     prefix: str
     image: dict[str, Any] = field(default_factory=dict)  # --image-json, a VMImage object
+    placement: dict[str, Any] = field(default_factory=dict)  # --placement-json
     graceful_timeout_seconds: int = 10
 
 
@@ -75,8 +76,8 @@ class Session:
         try:
             return getattr(self.stub, rpc)(request, timeout=deadline)
         except grpc.RpcError as error:
-            code = error.code()  # type: ignore[attr-defined]
-            refusal = Refusal(rpc, code, error.details() or "")  # type: ignore[attr-defined]
+            code = error.code()
+            refusal = Refusal(rpc, code, error.details() or "")
             self.refusals.append(refusal)
             if code is grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise ContractBreachError(
@@ -135,7 +136,7 @@ class Session:
             image_json=fields.image_json,
             networks_json=fields.networks_json,
             disks_json=fields.disks_json,
-            placement_json=fields.placement_json,
+            placement_json=json.dumps(self.options.placement) if self.options.placement else "",
         )
 
     def create(self, suffix: str) -> str:

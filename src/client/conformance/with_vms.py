@@ -112,34 +112,59 @@ def power_off_idempotent(session: Session) -> None:
 
 def reconfigure(session: Session) -> None:
     vm_id = session.needs_vm()
-    spec = VMSpec(name=session.name("vm"), cpu=2, memory="512Mi", extra=session.options.image)
+    _reconfigure(session, vm_id, 2, "512Mi")
+    expect(session.describe(vm_id).exists, "the VM is gone after Reconfigure")
+    shown = _hardware(session, vm_id)
+    expect(shown == (2, 512), f"Reconfigure to 2 CPU/512 MiB answered done; ListVMs shows {shown}")
+
+
+def _reconfigure(session: Session, vm_id: str, cpu: int, memory: str) -> None:
+    spec = VMSpec(name=session.name("vm"), cpu=cpu, memory=memory, extra=session.options.image)
     request = pb.ReconfigureRequest(id=vm_id, desired_json=desired_json(spec))
     session.wait("Reconfigure", session.answer("Reconfigure", request).task)
-    expect(session.describe(vm_id).exists, "the VM is gone after Reconfigure")
+
+
+def _hardware(session: Session, vm_id: str) -> tuple[int, int]:
     vm = session.listed(vm_id)
-    expect(vm is not None, "ListVMs lost the VM after Reconfigure")
+    expect(vm is not None, f"ListVMs lost the VM {vm_id!r}")
     assert vm is not None
-    expect(
-        (vm.cpu, vm.memory_mib) == (2, 512),
-        f"Reconfigure to 2 CPU/512 MiB answered done, ListVMs shows {vm.cpu}/{vm.memory_mib}",
-    )
+    return vm.cpu, vm.memory_mib
 
 
 def snapshots(session: Session) -> None:
+    """Create, revert (it restores the VM's hardware), delete; an unknown snapshot NOT_FOUND."""
     vm_id = session.needs_vm()
     create = pb.SnapshotCreateRequest(vm_id=vm_id, name_hint="conformance", description="kit")
     if not session.claims("supports_snapshots"):
         session.refused("SnapshotCreate", create, REFUSED_UNCLAIMED, "snapshots not claimed")
         return
+    before = _hardware(session, vm_id)
     made = session.answer("SnapshotCreate", create)
     expect(bool(made.snapshot_id), "SnapshotCreate answered an empty snapshot_id")
     session.wait("SnapshotCreate", made.task)
+    _reconfigure(session, vm_id, 1, "256Mi")
     revert = pb.SnapshotRevertRequest(vm_id=vm_id, snapshot_id=made.snapshot_id)
     session.wait("SnapshotRevert", session.answer("SnapshotRevert", revert).task)
+    after = _hardware(session, vm_id)
+    expect(after == before, f"SnapshotRevert answered done; cpu/memory {after}, not {before}")
     delete = pb.SnapshotDeleteRequest(vm_id=vm_id, snapshot_id=made.snapshot_id)
     session.wait("SnapshotDelete", session.answer("SnapshotDelete", delete).task)
     unknown = pb.SnapshotRevertRequest(vm_id=vm_id, snapshot_id=f"no-such-{missing_id()}")
     session.refused("SnapshotRevert", unknown, NOT_FOUND, "an unknown snapshot is NOT_FOUND")
+
+
+def memory_snapshot(session: Session) -> None:
+    """A claimed memory snapshot of a running VM is taken (and deleted)."""
+    if not session.claims("supports_memory_snapshots"):
+        raise NotApplicableError("supports_memory_snapshots is false")
+    vm_id = session.needs_vm()
+    session.power(vm_id, pb.POWER_OP_ON)
+    create = pb.SnapshotCreateRequest(vm_id=vm_id, name_hint="memory", include_memory=True)
+    made = session.answer("SnapshotCreate", create)
+    session.wait("SnapshotCreate", made.task)
+    delete = pb.SnapshotDeleteRequest(vm_id=vm_id, snapshot_id=made.snapshot_id)
+    session.wait("SnapshotDelete", session.answer("SnapshotDelete", delete).task)
+    session.power(vm_id, pb.POWER_OP_OFF)
 
 
 def _clone(session: Session, suffix: str, *, linked: bool) -> None:
