@@ -1,0 +1,244 @@
+"""`pyrigaud conformance` against pyrigaud itself on every backend (every required clause
+passes), against a deliberately broken provider (it fails, naming the faults), read-only,
+interrupted, over mutual TLS, and from the core install alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.client.conformance.catalogue import CLAUSES, selected
+
+from broken_provider import broken_provider
+from kit_support import PYRIGAUD, kit, names_listed, served
+from pki_support import Authority, mount_secret
+from qemu_support import qemu_enabled
+
+ALL_KEYS = [clause.key for clause in CLAUSES]
+
+
+def clause_results(report_file: Path) -> dict[str, dict[str, str]]:
+    report = json.loads(report_file.read_text())
+    return {entry["clause"]: entry for entry in report["clauses"]}
+
+
+# --- every backend --------------------------------------------------------------------------
+
+
+def _fake(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    return {"PROVIDER_TYPE": "fake"}, []
+
+
+def _libvirt_test_driver(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    return {}, []  # serve's default: libvirt on test:///default
+
+
+def _vsphere(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    from vsphere_support import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
+
+    image = json.dumps({"TemplateName": TEMPLATE_VM})
+    return shared_simulator().serve_environ(), ["--image-json", image]
+
+
+def _qemu(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    from qemu_support import QEMU_URI, TEST_POOL  # noqa: PLC0415
+
+    env = {"PROVIDER_ENDPOINT": QEMU_URI, "LIBVIRT_DOMAIN_TYPE": "qemu"}
+    return env, ["--placement-json", json.dumps({"Datastore": TEST_POOL})]
+
+
+Backend = Callable[[Path], tuple[dict[str, str], list[str]]]
+BACKENDS: dict[str, Backend] = {
+    "fake": _fake,
+    "libvirt-test-driver": _libvirt_test_driver,
+    "vsphere-simulator": _vsphere,
+}
+if qemu_enabled():  # opt-in, as every libvirt-on-QEMU test (PYRIGAUD_TEST_QEMU=1)
+    BACKENDS["libvirt-qemu"] = _qemu
+# What each backend claims, so a skip is only ever an unclaimed feature.
+EXPECTED_SKIPS = {
+    "fake": {"unclaimed-import", "unclaimed-export"},
+    "libvirt-test-driver": {"unclaimed-import", "unclaimed-export"},
+    "libvirt-qemu": {"unclaimed-import", "unclaimed-export"},
+    "vsphere-simulator": set(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_every_required_clause_passes_on_pyrigaud(backend: str, tmp_path: Path) -> None:
+    env, arguments = BACKENDS[backend](tmp_path)
+    prefix = f"kit-{backend}"
+    with served(env, tmp_path) as server:
+        before = names_listed(server.endpoint)
+        ran = kit(
+            "conformance",
+            server.endpoint,
+            "--prefix",
+            prefix,
+            "--json",
+            str(tmp_path / "report.json"),
+            "--junit",
+            str(tmp_path / "report.xml"),
+            *arguments,
+        )
+        after = names_listed(server.endpoint)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    results = clause_results(tmp_path / "report.json")
+    assert list(results) == ALL_KEYS
+    skipped = {key for key, entry in results.items() if entry["result"] == "skipped"}
+    assert skipped == EXPECTED_SKIPS[backend], ran.stdout
+    assert all(results[key]["result"] == "passed" for key in set(ALL_KEYS) - skipped)
+    assert all(results[key]["reason"] for key in skipped)  # a skip says why
+    assert "CONFORMANT" in ran.stdout.splitlines()[-1]
+    assert f"[{len(ALL_KEYS)}/{len(ALL_KEYS)}] no-unknown-internal: passed" in ran.stderr
+    suite = ET.parse(tmp_path / "report.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == (str(len(ALL_KEYS)), "0")
+    assert after == before  # every VM of the run is gone
+    assert not any(name.startswith(prefix) for name in after)
+
+
+def test_read_only_runs_only_clauses_that_change_nothing(tmp_path: Path) -> None:
+    with served({"PROVIDER_TYPE": "fake"}, tmp_path) as server:
+        created = kit(
+            "vm",
+            "create",
+            "bystander",
+            "--cpu",
+            "1",
+            "--memory",
+            "256Mi",
+            "--endpoint",
+            server.endpoint,
+        )
+        assert created.returncode == 0, created.stderr
+        ran = kit("conformance", server.endpoint, "--read-only", "--json", str(tmp_path / "r.json"))
+        assert names_listed(server.endpoint) == {"bystander"}
+    assert ran.returncode == 0, ran.stdout
+    assert list(clause_results(tmp_path / "r.json")) == [
+        clause.key for clause in selected(read_only_run=True)
+    ]
+    assert not any(clause.mutating for clause in selected(read_only_run=True))
+
+
+# --- a broken provider ----------------------------------------------------------------------
+
+
+def test_a_broken_provider_fails_with_a_report_naming_each_fault(tmp_path: Path) -> None:
+    with broken_provider() as (endpoint, servicer):
+        ran = kit(
+            "conformance",
+            endpoint,
+            "--prefix",
+            "kit-broken",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "r.xml"),
+        )
+        left = {vm.name for vm in servicer.vms.values()}
+    assert ran.returncode == 1
+    assert ran.stdout.splitlines()[-1] == "NOT CONFORMANT"
+    results = clause_results(tmp_path / "r.json")
+    failed = {key for key, entry in results.items() if entry["result"] == "failed"}
+    assert failed == {"describe-missing", "snapshots", "delete", "no-unknown-internal"}
+    assert "Describe answered UNKNOWN: vm lookup failed" in results["describe-missing"]["reason"]
+    assert results["snapshots"]["reason"].startswith("SnapshotCreate answered UNIMPLEMENTED")
+    assert "circuit breaker" in results["no-unknown-internal"]["reason"]
+    assert results["memory-snapshot"]["result"] == "skipped"  # not claimed: not required
+    assert results["create"]["result"] == "passed"
+    suite = ET.parse(tmp_path / "r.xml").getroot()
+    assert suite.get("failures") == "4"
+    assert left == set()  # failing clauses did not keep the cleanup from removing the VMs
+
+
+# --- interrupted ----------------------------------------------------------------------------
+
+
+def test_ctrl_c_mid_create_still_removes_every_vm_of_the_run(tmp_path: Path) -> None:
+    with served({"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": "create=3"}, tmp_path) as server:
+        running = subprocess.Popen(
+            [*PYRIGAUD, "conformance", server.endpoint, "--prefix", "kit-interrupted"],
+            env={"PATH": os.environ.get("PATH", "")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert running.stderr is not None
+        for line in running.stderr:  # the clause before create has finished
+            if "unclaimed-import" in line:
+                break
+        os.kill(running.pid, signal.SIGINT)  # Create (3 s) is in flight
+        out, _ = running.communicate(timeout=60)
+        assert names_listed(server.endpoint) == set()
+    assert running.returncode == 130
+    assert "interrupted: the run's VMs were removed" in out
+    assert re.search(r"^create +not run", out, re.MULTILINE), out
+
+
+# --- mutual TLS -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mtls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    ca = Authority("kit-ca")
+    mount_secret(tmp_path / "server-tls", ca.secret(ca.server()))
+    client_dir = tmp_path / "client-tls"
+    client_dir.mkdir()
+    manager = ca.manager()
+    (client_dir / "tls.crt").write_bytes(manager.cert_pem)
+    (client_dir / "tls.key").write_bytes(manager.key_pem)
+    (client_dir / "ca.crt").write_bytes(ca.pem)
+    env = {
+        "PROVIDER_TYPE": "fake",
+        "TLS_ENABLED": "true",
+        "VIRTRIGAUD_PROVIDER_INSECURE": "false",
+        "PYRIGAUD_TLS_DIR": str(tmp_path / "server-tls"),
+    }
+    with served(env, tmp_path) as running:
+        yield running.endpoint, client_dir
+
+
+def test_conformance_over_mutual_tls(mtls_server: tuple[str, Path]) -> None:
+    endpoint, client_dir = mtls_server
+    ran = kit("conformance", endpoint, "--tls-dir", str(client_dir), "--server-name", "localhost")
+    assert ran.returncode == 0, ran.stdout
+    plaintext = kit("conformance", endpoint, "--read-only")
+    assert plaintext.returncode == 1
+    assert "UNAVAILABLE" in plaintext.stdout
+
+
+# --- the core install alone -----------------------------------------------------------------
+
+
+def test_the_kit_runs_without_backend_extras_or_server_code(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for module in ("libvirt", "pyVmomi", "boto3", "kubernetes"):
+        (hidden / f"{module}.py").write_text(f"raise ImportError('No module named {module}')\n")
+    probe = (
+        "import sys; import pyrigaud.client.cli, pyrigaud.client.conformance.command; "
+        "server = [m for m in sys.modules if m.startswith(('pyrigaud.domain', "
+        "'pyrigaud.application', 'pyrigaud.adapters', 'pyrigaud.entrypoints.container'))]; "
+        "print(server)"
+    )
+    imported = subprocess.run(
+        [PYRIGAUD[0], "-c", probe],
+        env={"PYTHONPATH": str(hidden)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert imported.stdout.strip() == "[]"
+    with broken_provider() as (endpoint, _servicer):
+        ran = kit("conformance", endpoint, "--read-only", env={"PYTHONPATH": str(hidden)})
+    assert re.search(r"^validate +passed", ran.stdout, re.MULTILINE), ran.stderr
