@@ -204,18 +204,17 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(answer, list):
                 print(output.render_rows(answer, commands.VM_COLUMNS, args.output))
                 return 0
-            print(output.render(answer, args.output))
             task = _task_of(answer) if args.client_task and args.wait else None
+            status = None
             if task is not None:
-                args.id = task.id
-                answer = commands.task_wait(stub, args)
-                print(output.render(answer, args.output))
+                status = commands.wait_for(stub, task.id, args.timeout)
+            print(output.render(answer, args.output, status))
         except PayloadError as error:
             print(f"error: {error}", file=sys.stderr)
             return output.EXIT_USAGE
         except grpc.RpcError as error:
             return output.report_error(error)
-    return _task_exit(answer)
+    return _task_exit(answer if status is None else status)
 
 
 def _task_exit(answer: Message) -> int:

@@ -206,18 +206,23 @@ def caps(stub: pb_grpc.ProviderStub, _args: argparse.Namespace) -> Any:
 
 
 def task_wait(stub: pb_grpc.ProviderStub, args: argparse.Namespace) -> Any:
-    """Poll TaskStatus with a progress line until done (or --timeout)."""
+    return wait_for(stub, args.id, args.timeout)
+
+
+def wait_for(stub: pb_grpc.ProviderStub, task_id: str, timeout: float) -> pb.TaskStatusResponse:
+    """Poll TaskStatus with a progress line (on a terminal) until done or `timeout`."""
     started = time.monotonic()
+    live = sys.stderr.isatty()
     while True:
-        status = stub.TaskStatus(
-            pb.TaskStatusRequest(task=pb.TaskRef(id=args.id)), timeout=DEADLINES["TaskStatus"]
+        status: pb.TaskStatusResponse = stub.TaskStatus(
+            pb.TaskStatusRequest(task=pb.TaskRef(id=task_id)), timeout=DEADLINES["TaskStatus"]
         )
         waited = time.monotonic() - started
-        if status.done or waited >= args.timeout:
-            if sys.stderr.isatty():
+        if status.done or waited >= timeout:
+            if live:
                 sys.stderr.write("\r\033[K")
             return status
-        if sys.stderr.isatty():
-            sys.stderr.write(f"\r\033[Ktask {args.id}: running ({waited:.0f} s)")
+        if live:
+            sys.stderr.write(f"\r\033[Ktask {task_id}: running ({waited:.0f} s)")
             sys.stderr.flush()
         time.sleep(TASK_POLL_SECONDS)

@@ -49,11 +49,18 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def render(message: Message, output: str) -> str:
-    """One message: JSON, or `field  value` lines (every field, zero values too)."""
-    data = MessageToDict(
+def _full(message: Message) -> dict[str, Any]:
+    return MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
+
+
+def render(message: Message, output: str, task_status: Message | None = None) -> str:
+    """One answer (and the status its task ended in, after --wait): JSON, or `field  value`
+    lines (every field, zero values too)."""
+    data = _full(message)
+    if task_status is not None:
+        data["task_status"] = _full(task_status)
     if output == "json":
         return json.dumps(data, indent=2)
     width = max((len(key) for key in data), default=0)
