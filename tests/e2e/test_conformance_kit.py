@@ -151,7 +151,10 @@ def test_a_broken_provider_fails_with_a_report_naming_each_fault(tmp_path: Path)
     failed = {key for key, entry in results.items() if entry["result"] == "failed"}
     assert failed == {"describe-missing", "snapshots", "delete", "no-unknown-internal"}
     assert "Describe answered UNKNOWN: vm lookup failed" in results["describe-missing"]["reason"]
-    assert results["snapshots"]["reason"].startswith("SnapshotCreate answered UNIMPLEMENTED")
+    assert results["snapshots"]["reason"] == (
+        "SnapshotCreate answered UNIMPLEMENTED: snapshots are not implemented "
+        "(GetCapabilities claims supports_snapshots)"
+    )
     assert "circuit breaker" in results["no-unknown-internal"]["reason"]
     assert results["memory-snapshot"]["result"] == "skipped"  # not claimed: not required
     assert results["create"]["result"] == "passed"

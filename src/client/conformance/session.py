@@ -85,12 +85,14 @@ class Session:
                 ) from error
             raise RpcRefusedError(refusal) from error
 
-    def answer(self, rpc: str, request: Any) -> Any:
-        """An RPC that must succeed: a refusal fails the clause, naming the code."""
+    def answer(self, rpc: str, request: Any, claimed: str = "") -> Any:
+        """An RPC that must succeed: a refusal fails the clause, naming the code (and the
+        capability that claims the feature, if one does)."""
         try:
             return self.call(rpc, request)
         except RpcRefusedError as refused:
-            raise ContractBreachError(str(refused.refusal)) from refused
+            claim = f" (GetCapabilities claims {claimed})" if claimed else ""
+            raise ContractBreachError(f"{refused.refusal}{claim}") from refused
 
     def refused(self, rpc: str, request: Any, codes: frozenset[grpc.StatusCode], why: str) -> None:
         """An RPC that must be refused with one of `codes` (the contract's `why`)."""
