@@ -19,7 +19,7 @@ def table(report: Report) -> str:
         reason = textwrap.wrap(result.reason, REASON_WIDTH) or [""]
         lines.append(
             f"{result.key:<{key_width}}  {result.outcome.value:<7}  "
-            f"{result.seconds:>6.2f}s  {reason[0]}"
+            f"{result.seconds:>6.2f}s  {reason[0]}".rstrip()
         )
         lines.extend(" " * (key_width + 20) + more for more in reason[1:])
     counts = {outcome: 0 for outcome in Outcome}
