@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent import futures
@@ -28,9 +29,10 @@ class Vm:
 
 
 class BrokenProvider(pb_grpc.ProviderServicer):
-    def __init__(self) -> None:
+    def __init__(self, task_status_delay: float = 0.0) -> None:
         self.vms: dict[str, Vm] = {}
         self._lock = threading.Lock()
+        self._task_status_delay = task_status_delay  # past 10 s: blocks like upstream vSphere
 
     def _vm(self, vm_id: str, context: grpc.ServicerContext) -> Vm:
         if vm_id not in self.vms:
@@ -99,6 +101,7 @@ class BrokenProvider(pb_grpc.ProviderServicer):
         return pb.TaskResponse()
 
     def TaskStatus(self, request: Any, context: Any) -> pb.TaskStatusResponse:
+        time.sleep(self._task_status_delay)
         return pb.TaskStatusResponse(done=True, error=f"unknown task {request.task.id!r}")
 
     def _refuse_snapshots(self, vm_id: str, context: grpc.ServicerContext) -> NoReturn:
@@ -116,8 +119,15 @@ class BrokenProvider(pb_grpc.ProviderServicer):
 
     def Clone(self, request: Any, context: grpc.ServicerContext) -> pb.CloneResponse:
         source = self._vm(request.source_vm_id, context)
+        vm_class = json.loads(request.class_json or "{}")  # the CRD spec: {"cpu", "memory"}
+        memory = str(vm_class.get("memory", ""))
+        memory_mib = int(memory[:-2]) * (1024 if memory.endswith("Gi") else 1) if memory else 0
         target_id = str(uuid.uuid4())
-        self.vms[target_id] = Vm(request.target_name, source.cpu, source.memory_mib)
+        self.vms[target_id] = Vm(
+            request.target_name,
+            vm_class.get("cpu") or source.cpu,
+            memory_mib or source.memory_mib,
+        )
         return pb.CloneResponse(target_vm_id=target_id)
 
     def HardwareUpgrade(self, request: Any, context: grpc.ServicerContext) -> pb.TaskResponse:
@@ -140,9 +150,9 @@ class BrokenProvider(pb_grpc.ProviderServicer):
 
 
 @contextmanager
-def broken_provider() -> Iterator[tuple[str, BrokenProvider]]:
+def broken_provider(task_status_delay: float = 0.0) -> Iterator[tuple[str, BrokenProvider]]:
     """The broken provider on a free loopback port: (endpoint, its servicer)."""
-    servicer = BrokenProvider()
+    servicer = BrokenProvider(task_status_delay)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     pb_grpc.add_ProviderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

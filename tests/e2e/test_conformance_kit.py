@@ -163,6 +163,20 @@ def test_a_broken_provider_fails_with_a_report_naming_each_fault(tmp_path: Path)
     assert left == set()  # failing clauses did not keep the cleanup from removing the VMs
 
 
+@pytest.mark.slow
+def test_a_task_status_past_the_managers_deadline_fails_its_clause(tmp_path: Path) -> None:
+    with broken_provider(task_status_delay=11) as (endpoint, _servicer):
+        ran = kit("conformance", endpoint, "--read-only", "--json", str(tmp_path / "r.json"))
+    assert ran.returncode == 1
+    assert clause_results(tmp_path / "r.json")["task-unknown"] == {
+        "clause": "task-unknown",
+        "title": "TaskStatus of an unknown id: done with error",
+        "result": "failed",
+        "seconds": pytest.approx(10, abs=1.5),
+        "reason": "TaskStatus did not answer within the manager's 10 s deadline",
+    }
+
+
 # --- interrupted ----------------------------------------------------------------------------
 
 

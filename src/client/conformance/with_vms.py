@@ -16,7 +16,7 @@ from pyrigaud.client.conformance.session import (
     flat_strings,
     missing_id,
 )
-from pyrigaud.client.payloads import VMSpec, desired_json
+from pyrigaud.client.payloads import VMSpec, clone_class_json, desired_json
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from .read_only import INVALID, NOT_FOUND
@@ -172,12 +172,19 @@ def _clone(session: Session, suffix: str, *, linked: bool) -> None:
     vm_id = session.needs_vm()
     name = session.name(suffix)
     session.created[name] = ""
-    request = pb.CloneRequest(source_vm_id=vm_id, target_name=name, linked=linked)
+    request = pb.CloneRequest(
+        source_vm_id=vm_id,
+        target_name=name,
+        linked=linked,
+        class_json=clone_class_json(1, "256Mi"),  # the VMClass CRD spec, as the manager sends it
+    )
     cloned = session.call("Clone", request)  # a refusal: clone() tells unsupported from broken
     expect(bool(cloned.target_vm_id), "Clone answered an empty target_vm_id")
     session.created[name] = cloned.target_vm_id
     session.wait("Clone", cloned.task)
     expect(session.describe(cloned.target_vm_id).exists, "Describe does not see the clone")
+    shown = _hardware(session, cloned.target_vm_id)
+    expect(shown == (1, 256), f"a clone with class 1 CPU/256Mi shows {shown} in ListVMs")
     session.wait("Delete", session.answer("Delete", pb.DeleteRequest(id=cloned.target_vm_id)).task)
 
 
