@@ -214,6 +214,9 @@ def run(args: argparse.Namespace) -> int:
             return output.EXIT_USAGE
         except grpc.RpcError as error:
             return output.report_error(error)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return output.EXIT_INTERRUPTED
     return _task_exit(answer if status is None else status)
 
 

@@ -106,6 +106,25 @@ def test_every_required_clause_passes_on_pyrigaud(backend: str, tmp_path: Path) 
     assert not any(name.startswith(prefix) for name in after)
 
 
+@pytest.mark.slow
+def test_without_an_image_a_backend_with_no_blank_disks_is_told_what_to_pass(
+    tmp_path: Path,
+) -> None:
+    env, _arguments = _vsphere(tmp_path)
+    with served(env, tmp_path) as server:
+        ran = kit("conformance", server.endpoint, "--json", str(tmp_path / "r.json"))
+    assert ran.returncode == 1
+    results = clause_results(tmp_path / "r.json")
+    assert results["create"]["result"] == "failed"
+    assert results["create"]["reason"].startswith("Create answered INVALID_ARGUMENT: ")
+    assert results["create"]["reason"].endswith(
+        "(a backend without blank disks needs --image-json)"
+    )
+    assert results["power-on"]["reason"] == (
+        "needs the run's VM, and the create clause did not make one"
+    )
+
+
 def test_read_only_runs_only_clauses_that_change_nothing(tmp_path: Path) -> None:
     with served({"PROVIDER_TYPE": "fake"}, tmp_path) as server:
         created = kit(

@@ -145,7 +145,13 @@ class Session:
         """Create a VM of the run (remembered for the cleanup before anything can fail)."""
         request = self.create_request(suffix)
         self.in_flight[request.name] = request
-        response = self.answer("Create", request)
+        try:
+            response = self.call("Create", request)
+        except RpcRefusedError as refused:
+            hint = ""
+            if refused.refusal.code is grpc.StatusCode.INVALID_ARGUMENT and not self.options.image:
+                hint = " (a backend without blank disks needs --image-json)"
+            raise ContractBreachError(f"{refused.refusal}{hint}") from refused
         expect(bool(response.id), "Create answered an empty id")
         self.created[request.name] = response.id
         del self.in_flight[request.name]
