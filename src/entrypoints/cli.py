@@ -45,22 +45,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_kit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The operator's kit (pyrigaud.client): a client CLI and `conformance`, any endpoint."""
-    from pyrigaud.client.cli import add_commands  # noqa: PLC0415 - only what is asked
-    from pyrigaud.client.conformance.command import add_arguments  # noqa: PLC0415
+    from pyrigaud.client.kit import add_kit  # noqa: PLC0415 - the kit stays out of serve's way
 
-    add_commands(commands)
-    conformance = commands.add_parser("conformance", help="check a provider.v1 endpoint")
-    add_arguments(conformance)
+    add_kit(commands)
 
 
 def _run_kit(args: argparse.Namespace) -> int:
-    if args.command == "conformance":
-        from pyrigaud.client.conformance.command import main as conformance  # noqa: PLC0415
+    from pyrigaud.client.kit import run_kit  # noqa: PLC0415
 
-        return conformance(args)
-    from pyrigaud.client.cli import run  # noqa: PLC0415
-
-    return run(args)
+    return run_kit(args)
 
 
 def main(argv: list[str] | None = None) -> int:

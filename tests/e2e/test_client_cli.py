@@ -72,6 +72,12 @@ def test_a_vm_through_its_life(endpoint: str, tmp_path: Path) -> None:
         "--wait",
     )
     assert listed(endpoint, "life-copy")["cpu"] == 1
+    exported = cli(endpoint, "disk", "export", vm_id, "--destination", "pvc://mig/life.qcow2")
+    assert str(exported["export_id"]).startswith("export-")  # type: ignore[call-overload]
+    imported = cli(
+        endpoint, "disk", "import", "--source", "pvc://mig/life.qcow2", "--target-name", "life-d"
+    )
+    assert imported["disk_id"] == "life-d"  # type: ignore[call-overload]
     disk = cli(endpoint, "disk", "info", vm_id)
     assert disk["virtual_size_bytes"]  # type: ignore[call-overload]
     shutdown = cli(endpoint, "vm", "power", vm_id, "shutdown", "--graceful-timeout", "5", "--wait")
