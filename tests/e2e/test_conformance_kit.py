@@ -50,10 +50,25 @@ def _vsphere(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def _qemu(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    from qemu_support import QEMU_URI, TEST_POOL  # noqa: PLC0415
+    """qemu:///system, the run's disks in a dir pool of the kit's own (the shared test pool is
+    wiped by other QEMU tests' cleanup), emptied of any crashed run's leftovers first."""
+    from qemu_support import (  # noqa: PLC0415
+        QEMU_URI,
+        TEST_POOL_PATH,
+        ensure_dir_pool,
+        open_qemu,
+        remove_pool_leftovers,
+    )
 
+    pool, path = "pyrigaud-kit", TEST_POOL_PATH.parent / "kit"
+    conn = open_qemu()
+    try:
+        ensure_dir_pool(conn, pool, path)
+        remove_pool_leftovers(conn, pool, path)
+    finally:
+        conn.close()
     env = {"PROVIDER_ENDPOINT": QEMU_URI, "LIBVIRT_DOMAIN_TYPE": "qemu"}
-    return env, ["--placement-json", json.dumps({"Datastore": TEST_POOL})]
+    return env, ["--placement-json", json.dumps({"Datastore": pool})]
 
 
 Backend = Callable[[Path], tuple[dict[str, str], list[str]]]
