@@ -39,7 +39,21 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-port", type=int, help="HTTP health port (default 8080)")
     serve.add_argument("--listen-address", help="bind address (default: all interfaces)")
     serve.add_argument("--config", type=Path, help="TOML file of settings (PYRIGAUD_CONFIG)")
+    _add_kit(commands)
     return parser
+
+
+def _add_kit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The operator's kit (pyrigaud.client): a client CLI and `conformance`, any endpoint."""
+    from pyrigaud.client.kit import add_kit  # noqa: PLC0415 - the kit stays out of serve's way
+
+    add_kit(commands)
+
+
+def _run_kit(args: argparse.Namespace) -> int:
+    from pyrigaud.client.kit import run_kit  # noqa: PLC0415
+
+    return run_kit(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if not arguments or (arguments[0].startswith("-") and arguments[0] not in ("-h", "--help")):
         arguments.insert(0, "serve")  # the manager runs the image with only --port/--health-port
     args = _parser().parse_args(arguments)
+    if args.command != "serve":
+        return _run_kit(args)
     try:
         settings = load_settings(
             os.environ,

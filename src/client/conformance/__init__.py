@@ -1,0 +1,1 @@
+"""`pyrigaud conformance`: the manager's contract, clause by clause, against any endpoint."""
