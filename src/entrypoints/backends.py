@@ -91,6 +91,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
             folder=settings.default_folder,
         ),
         on_relogin=services.metrics.session_reconnects.labels("vsphere").inc,
+        on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
     )
 
 

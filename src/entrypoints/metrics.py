@@ -91,6 +91,12 @@ class Metrics:
             ["source"],
             registry=self.registry,
         )
+        self.inventory_resyncs = Counter(
+            "pyrigaud_inventory_resyncs",
+            "Inventory caches read afresh after their update feed broke, by backend.",
+            ["backend"],
+            registry=self.registry,
+        )
         self._rpc_children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
         self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 

@@ -4,6 +4,7 @@ shared session (no round trip until the first call)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
@@ -11,6 +12,8 @@ from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import VSphereDiskTransfer
 from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
 from pyrigaud.adapters.hypervisors.vsphere.inventory import VSphereInventory
+from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
+from pyrigaud.adapters.hypervisors.vsphere.inventory_updates import follow
 from pyrigaud.adapters.hypervisors.vsphere.power import VSpherePowerControl
 from pyrigaud.adapters.hypervisors.vsphere.provisioning import VSphereVMLifecycle
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession, credentials_from
@@ -29,26 +32,85 @@ def build_vsphere_backend(
     insecure: bool,
     defaults: Placement,
     on_relogin: Callable[[], None],
+    on_resync: Callable[[], None] = lambda: None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
-    time an expired session is replaced by a new login."""
+    time an expired session is replaced by a new login, `on_resync` each time the inventory
+    cache's update feed broke and reads the whole inventory again."""
     session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin)
-    return vsphere_backend(session, defaults=defaults, clock=SystemClock())
+    return vsphere_backend(session, defaults=defaults, clock=SystemClock(), on_resync=on_resync)
 
 
-def vsphere_backend(session: VSphereSession, *, defaults: Placement, clock: Clock) -> Backend:
+def vsphere_backend(
+    session: VSphereSession,
+    *,
+    defaults: Placement,
+    clock: Clock,
+    on_resync: Callable[[], None] = lambda: None,
+) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
-    (the wall clock that every replica shares). vSphere imports no images: no Images port."""
+    (the wall clock that every replica shares). vSphere imports no images: no Images port.
+    The inventory cache's feed starts now, and stops when the session closes."""
     vcenter = VCenter(session)
+    cache = InventoryCache(vcenter)
+    follow(session, cache, on_resync)
     clone_maker = CloneMaker(vcenter, defaults, clock)
     return Backend(
-        lifecycle=VSphereVMLifecycle(vcenter, clone_maker),
-        power=VSpherePowerControl(vcenter),
-        inventory=VSphereInventory(vcenter),
+        lifecycle=_refreshing(VSphereVMLifecycle(vcenter, clone_maker), cache),
+        power=_refreshing(VSpherePowerControl(vcenter), cache),
+        inventory=VSphereInventory(vcenter, cache),
         health=VSphereHealth(session),
         capabilities=VSphereCapabilities(),
-        tasks=VSphereTaskTracker(session),
-        snapshots=VSphereSnapshots(vcenter),
-        cloning=VSphereCloning(vcenter, clone_maker),
+        tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
+        snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
+        cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
         disk_transfer=VSphereDiskTransfer(vcenter),
     )
+
+
+_Port = TypeVar("_Port")
+
+# The mutations that change what Describe and ListVMs show, by the VM they change: the first
+# argument (a VM id), or the id of the VM they made.
+CHANGES_ARGUMENT_VM = frozenset(
+    {
+        "delete",
+        "reconfigure",
+        "upgrade_hardware",
+        "power_on",
+        "power_off",
+        "reboot",
+        "request_shutdown",
+        "revert_snapshot",
+    }
+)
+MAKES_VM = frozenset({"start_create", "start_clone"})
+
+
+def _refreshing(port: _Port, cache: InventoryCache) -> _Port:
+    """`port`, whose mutations have the cache re-read their VM before they return (read your
+    writes); typed as the port it wraps, whose every attribute it answers."""
+    return cast(_Port, _Refreshing(port, cache))
+
+
+class _Refreshing:
+    def __init__(self, port: object, cache: InventoryCache) -> None:
+        self._port = port
+        self._cache = cache
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._port, name)
+        if name not in CHANGES_ARGUMENT_VM | MAKES_VM:
+            return method
+
+        def changing(*args: Any, **kwargs: Any) -> Any:
+            outcome = method(*args, **kwargs)
+            if name in MAKES_VM:
+                vm_id = outcome.map(lambda made: made.id).value_or("")
+            else:
+                vm_id = args[0] if args else kwargs.get("vm_id", "")
+            if vm_id:
+                self._cache.refresh(vm_id)
+            return outcome
+
+        return changing

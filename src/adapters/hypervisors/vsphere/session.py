@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -74,10 +75,21 @@ class VSphereSession:
         self._credentials = credentials
         self._insecure = insecure
         self._connection: Reopening[Connection] = Reopening(self._login)
+        self._count_lock = threading.Lock()
+        self._calls = 0
+        self._closing: list[Callable[[], None]] = []
+
+    @property
+    def calls(self) -> int:
+        """How many calls into vCenter went through this session (each one round trip or
+        more): what a cached answer saves is counted here, never guessed."""
+        return self._calls
 
     def call(self, operation: Callable[[Any], T]) -> T:
         """Run `operation(connection)` (a Connection: the service instance with its content
         at hand); pyvmomi faults propagate to the caller."""
+        with self._count_lock:
+            self._calls += 1
         connection = self._connection.current()
         try:
             return operation(connection)
@@ -88,9 +100,24 @@ class VSphereSession:
             return operation(fresh)
 
     def close(self) -> None:
+        for closing in self._closing:
+            closing()
         connection = self._connection.take()
         if connection is not None:
             connect.Disconnect(connection.instance)
+
+    def on_close(self, closing: Callable[[], None]) -> None:
+        """Have `closing` run when the session closes (what lives as long as it, stops)."""
+        self._closing.append(closing)
+
+    def open_private(self) -> Connection:
+        """A login of its own, shared with no caller, for a long-poll that would otherwise hold
+        the shared session's filters and connection; the caller ends it with `end_private`."""
+        return self._login()
+
+    @staticmethod
+    def end_private(connection: Connection) -> None:
+        connect.Disconnect(connection.instance)
 
     def _login(self) -> Connection:
         username, password = self._credentials()
