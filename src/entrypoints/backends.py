@@ -92,6 +92,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         ),
         on_relogin=services.metrics.session_reconnects.labels("vsphere").inc,
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
+        on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
     )
 
 

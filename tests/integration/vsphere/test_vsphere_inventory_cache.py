@@ -2,8 +2,8 @@
 warm, show this replica's writes as soon as they report done, show other clients' changes
 soon after, and stay right across a cold start and a lost session.
 
-Calls are counted by the replica's own session (`VSphereSession.calls`): every call into vCenter
-goes through it, and a cached answer makes none."""
+Calls are counted by the replica's own session (its `on_call`, which feeds the server's
+pyrigaud_hypervisor_round_trips): every call into vCenter goes through it."""
 
 from __future__ import annotations
 
@@ -40,14 +40,20 @@ class Replica:
     """One replica's ports over a session whose vCenter calls are counted."""
 
     def __init__(self, simulator: Simulator) -> None:
-        self.session = simulator.session()
+        self.calls: list[int] = []
+        self.session = VSphereSession(
+            simulator.endpoint,
+            lambda: (simulator.username, simulator.password),
+            insecure=True,
+            on_call=lambda: self.calls.append(1),
+        )
         self.resyncs: list[int] = []
         self.backend = backend_over(self.session, on_resync=lambda: self.resyncs.append(1))
 
     def calls_for(self, action: Callable[[], T]) -> tuple[T, int]:
-        before = self.session.calls
+        before = len(self.calls)
         value = action()
-        return value, self.session.calls - before
+        return value, len(self.calls) - before
 
     def describe(self, vm_id: str) -> VMDescription | None:
         return ok(self.backend.inventory.describe(vm_id))

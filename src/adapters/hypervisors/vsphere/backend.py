@@ -33,11 +33,13 @@ def build_vsphere_backend(
     defaults: Placement,
     on_relogin: Callable[[], None],
     on_resync: Callable[[], None] = lambda: None,
+    on_call: Callable[[], None] = lambda: None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
     time an expired session is replaced by a new login, `on_resync` each time the inventory
-    cache's update feed broke and reads the whole inventory again."""
-    session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin)
+    cache's update feed broke and reads the whole inventory again, `on_call` each call the
+    ports make into vCenter (the feed's long-poll is not one of them)."""
+    session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin, on_call)
     return vsphere_backend(session, defaults=defaults, clock=SystemClock(), on_resync=on_resync)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -62,9 +61,13 @@ class VSphereSession:
         credentials: CredentialSource,
         insecure: bool,
         on_relogin: Callable[[], None] = lambda: None,
+        on_call: Callable[[], None] = lambda: None,
     ) -> None:
-        """`on_relogin` is told each time an expired session is replaced by a new login."""
+        """`on_relogin` is told each time an expired session is replaced by a new login,
+        `on_call` each call into vCenter (one round trip or more): what a cached answer saves
+        is counted there, never guessed."""
         self._on_relogin = on_relogin
+        self._on_call = on_call
         parts = urlsplit(endpoint)
         self._host = parts.hostname or ""
         self._port = parts.port or 443
@@ -75,21 +78,12 @@ class VSphereSession:
         self._credentials = credentials
         self._insecure = insecure
         self._connection: Reopening[Connection] = Reopening(self._login)
-        self._count_lock = threading.Lock()
-        self._calls = 0
         self._closing: list[Callable[[], None]] = []
-
-    @property
-    def calls(self) -> int:
-        """How many calls into vCenter went through this session (each one round trip or
-        more): what a cached answer saves is counted here, never guessed."""
-        return self._calls
 
     def call(self, operation: Callable[[Any], T]) -> T:
         """Run `operation(connection)` (a Connection: the service instance with its content
         at hand); pyvmomi faults propagate to the caller."""
-        with self._count_lock:
-            self._calls += 1
+        self._on_call()
         connection = self._connection.current()
         try:
             return operation(connection)
