@@ -71,10 +71,6 @@ class InventoryCache:
         """Every VM's entry; None while cold."""
         return list(self._entries.values()) if self._warm else None
 
-    @property
-    def warm(self) -> bool:
-        return self._warm
-
     # -- this replica's writes -----------------------------------------------------------
 
     def refresh(self, vm_id: str) -> None:
