@@ -136,7 +136,7 @@ def write_host(directory: Path, size: int) -> tuple[Path, list[str]]:
 # --- the two sides --------------------------------------------------------------------------
 
 
-def start_pyrigaud(processes: Processes, uri: str) -> grpc.Channel:
+def start_pyrigaud(processes: Processes, uri: str) -> tuple[grpc.Channel, int]:
     port = free_port()
     env = dict(os.environ, PROVIDER_TYPE="libvirt", PROVIDER_ENDPOINT=uri, LOG_LEVEL="warn")
     env.update(VIRTRIGAUD_PROVIDER_INSECURE="true", LIBVIRT_DOMAIN_TYPE="test")
@@ -146,7 +146,35 @@ def start_pyrigaud(processes: Processes, uri: str) -> grpc.Channel:
     # gRPC's default 4 MiB receive limit, as the manager keeps it: a larger ListVMs answer fails.
     channel = grpc.insecure_channel(f"{HOST}:{port}")
     wait_ready(processes, process, channel)
-    return channel
+    return channel, process.pid
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory (VmRSS), MiB."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(line for line in status if line.startswith("VmRSS")).split()[1]) / 1024
+
+
+DRIVER_ALONE = """
+import sys, libvirt
+conn = libvirt.open(sys.argv[1])
+conn.listAllDomains(0)
+status = open("/proc/self/status").read().splitlines()
+print(int(next(line for line in status if line.startswith("VmRSS")).split()[1]) / 1024)
+"""
+
+
+def driver_alone_mib(uri: str) -> float:
+    """The RSS of a bare Python that only opens the host: the test driver keeps every domain
+    of the host in the process that opens it, pyrigaud's server included."""
+    answer = subprocess.run(
+        [sys.executable, "-c", DRIVER_ALONE, uri],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=RPC_TIMEOUT,
+    )
+    return float(answer.stdout.strip())
 
 
 def timed(action: Callable[[], object], calls: int, budget: float = float("inf")) -> list[float]:
@@ -214,11 +242,14 @@ def row(size: int, operation: str, measured: Measured, floor: float, target: str
 
 def bench_size(
     args: Any, processes: Processes, directory: Path, size: int, floor: float
-) -> list[Row]:
+) -> tuple[list[Row], str]:
+    """The rows of one size, and a line on the server's memory after its ListVMs and
+    Describes (every domain then in its cache)."""
     node, uuids = write_host(directory, size)
     uri = f"test://{node}"
     started = time.perf_counter()
-    stub = pb_grpc.ProviderStub(start_pyrigaud(processes, uri))
+    channel, server_pid = start_pyrigaud(processes, uri)
+    stub = pb_grpc.ProviderStub(channel)
     startup = time.perf_counter() - started
 
     def list_vms() -> pb.ListVMsResponse:
@@ -242,6 +273,15 @@ def bench_size(
     validates = timed(
         lambda: stub.Validate(pb.ValidateRequest(), timeout=RPC_TIMEOUT), args.validate_calls
     )
+    for vm_id in ids:  # every domain described once: all of them in the cache
+        stub.Describe(pb.DescribeRequest(id=vm_id), timeout=RPC_TIMEOUT)
+    list_vms()
+    server_rss = rss_mib(server_pid)
+    driver = driver_alone_mib(uri)
+    memory = (
+        f"Server RSS with {size:,} domains in its cache (after ListVMs and a Describe of each): "
+        f"{server_rss:.0f} MiB; a bare Python holding the same test-driver host: {driver:.0f} MiB"
+    )
 
     budget = args.virsh_budget
     virsh_domains = iter([rng.choice(uuids) for _ in range(args.virsh_calls)])
@@ -258,7 +298,7 @@ def bench_size(
     virsh_listing = [names_seconds + statistics.fmean(per_domain) * len(names)]
 
     megabytes = answers[0].ByteSize() / 1e6
-    return [
+    rows = [
         row(
             size,
             "Describe",
@@ -281,6 +321,7 @@ def bench_size(
             f"virsh extrapolated from {len(per_domain)} domains",
         ),
     ]
+    return rows, memory
 
 
 def process_floor(calls: int) -> float:
@@ -412,6 +453,7 @@ def main() -> int:
     print(", ".join(f"{k} {v}" for k, v in info.items()) + "\n")
     processes = Processes()
     rows: list[Row] = []
+    memory_lines: list[str] = []
     profile = ""
     started = time.perf_counter()
     floor = process_floor(10)
@@ -421,7 +463,9 @@ def main() -> int:
             for size in args.sizes:
                 size_dir = Path(workdir) / str(size)
                 size_dir.mkdir()
-                rows += bench_size(args, processes, size_dir, size, floor)
+                size_rows, memory = bench_size(args, processes, size_dir, size, floor)
+                rows += size_rows
+                memory_lines.append(memory)
                 processes.stop_all()
             if args.profile:
                 profile_dir = Path(workdir) / "profile"
@@ -431,11 +475,17 @@ def main() -> int:
             processes.stop_all()
     judge(rows)
     print(table(rows))
+    print("\n" + "\n".join(memory_lines))
     print(f"\nReproduce ({time.perf_counter() - started:.0f} s here):\n\n{reproduce(args)}")
     if profile:
         print("\n" + profile)
     if args.json:
-        report = {"machine": info, "rows": [asdict(r) for r in rows], "profile": profile}
+        report = {
+            "machine": info,
+            "rows": [asdict(r) for r in rows],
+            "memory": memory_lines,
+            "profile": profile,
+        }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 

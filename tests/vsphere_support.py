@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import atexit
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pyVmomi import vim as untyped_vim
@@ -53,10 +54,19 @@ def template_request(
 
 
 def backend_over(
-    session: VSphereSession, clock: Clock | None = None, defaults: Placement | None = None
+    session: VSphereSession,
+    clock: Clock | None = None,
+    defaults: Placement | None = None,
+    on_resync: Callable[[], None] = lambda: None,
 ) -> Backend:
-    """Every port over `session`, as one replica of the provider has them."""
-    return vsphere_backend(session, defaults=defaults or Placement(), clock=clock or SystemClock())
+    """Every port over `session`, as one replica of the provider has them (`on_resync` is told
+    each time the inventory cache's update feed broke and reads everything again)."""
+    return vsphere_backend(
+        session,
+        defaults=defaults or Placement(),
+        clock=clock or SystemClock(),
+        on_resync=on_resync,
+    )
 
 
 def create_use_case(
@@ -149,6 +159,21 @@ def shared_simulator() -> Simulator:
         _shared.append(context.__enter__())
         atexit.register(context.__exit__, None, None, None)
     return _shared[0]
+
+
+PATIENCE_SECONDS = 15.0  # a liveness bound, not a speed target: the benchmark times propagation
+T = TypeVar("T")
+
+
+def eventually(read: Callable[[], T], wanted: Callable[[T], bool]) -> T:
+    """`read()` once `wanted` holds of it (polled): what another vCenter client changed reaches
+    a replica's inventory cache a moment later. The last value read at the deadline otherwise."""
+    deadline = time.monotonic() + PATIENCE_SECONDS
+    value = read()
+    while not wanted(value) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        value = read()
+    return value
 
 
 def vm_ref(instance: Any, vm_id: str) -> Any:

@@ -92,6 +92,8 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         ),
         on_relogin=services.metrics.session_reconnects.labels("vsphere").inc,
         allow_loopback_urls=settings.image_url_allow_loopback,
+        on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
+        on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
     )
 
 

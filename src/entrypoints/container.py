@@ -21,7 +21,7 @@ from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import OwnerMark
 from pyrigaud.entrypoints.backends import build_backend
-from pyrigaud.entrypoints.grpc.interceptors import provider_interceptors
+from pyrigaud.entrypoints.grpc.interceptors import provider_layers
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
 from pyrigaud.entrypoints.grpc.server import ProviderService
 from pyrigaud.entrypoints.grpc.servicer import provider_rpcs
@@ -115,9 +115,8 @@ class Container(containers.DeclarativeContainer):
     servicer = providers.Singleton(
         ProviderService,
         rpcs=rpcs,
-        interceptors=providers.Singleton(
-            provider_interceptors,
-            rpcs,
+        layers=providers.Singleton(
+            provider_layers,
             metrics,
             limiter,
             providers.Factory(allowed_sans_of, settings, mutual_tls),

@@ -91,6 +91,19 @@ class Metrics:
             ["source"],
             registry=self.registry,
         )
+        self.inventory_resyncs = Counter(
+            "pyrigaud_inventory_resyncs",
+            "Inventory caches read afresh after their update feed broke, by backend.",
+            ["backend"],
+            registry=self.registry,
+        )
+        self.hypervisor_round_trips = Counter(
+            "pyrigaud_hypervisor_round_trips",
+            "Calls the ports made into the hypervisor's API (vCenter), by backend: what a "
+            "cached answer saves.",
+            ["backend"],
+            registry=self.registry,
+        )
         self._rpc_children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
         self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 

@@ -1,4 +1,5 @@
-"""What every Provider RPC goes through, as gRPC server interceptors (outermost first):
+"""What every Provider RPC goes through, as layers around each method's handler (outermost
+first):
 
 1. `RpcMetrics`: in-flight gauge, requests by method and code, latency (pyrigaud_rpc_*).
 2. `RpcLog`: one line per RPC; mutations at info, reads at debug, INTERNAL at error.
@@ -6,31 +7,31 @@
 4. `MutationLimits`: a mutation waits for a rate token and a slot within its deadline, else
    RESOURCE_EXHAUSTED; reads pass through unwrapped.
 
-Each interceptor wraps a method's behaviour once and keeps the wrapped handler, so a call pays
-one dict lookup in `intercept_service` (which gRPC runs on its polling thread, so nothing here
-may block there) and one Python frame per interceptor that applies to it. The outcome is read
-back from the context (`context.code()`), where the servicer set it from the status table.
-Health and reflection are not Provider methods and pass through untouched.
+`ProviderLayers.wrap` puts a method's behaviour in every layer once, when the server registers
+the Provider's handlers: a call pays one Python frame per layer that applies to it, and nothing
+else (a gRPC server interceptor would cost a pipeline walk, a metadata decode and a handler
+lookup on every RPC). The outcome is read back from the context (`context.code()`), where the
+servicer set it from the status table. Health and reflection are not Provider methods and are
+not wrapped.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
-from pyrigaud.entrypoints.grpc.servicer import SERVICE, AnyRpc
+from pyrigaud.entrypoints.grpc.servicer import AnyRpc
 from pyrigaud.entrypoints.grpc.tls import caller_allowed, caller_identity
 from pyrigaud.entrypoints.metrics import Metrics
 
 logger = logging.getLogger("pyrigaud.rpc")
 
 _Behaviour = Callable[[Any, grpc.ServicerContext], Any]
-_Continuation = Callable[[grpc.HandlerCallDetails], "grpc.RpcMethodHandler[Any, Any] | None"]
 
 
 def _code(context: grpc.ServicerContext) -> grpc.StatusCode:
@@ -44,43 +45,29 @@ def _details(context: grpc.ServicerContext) -> str:
     return details.decode() if isinstance(details, bytes) else details or ""
 
 
-class _ProviderMethodInterceptor(grpc.ServerInterceptor):
-    """Wraps each Provider method's unary behaviour once (see `wrap`) and keeps the handler."""
-
-    def __init__(self, rpcs: Iterable[AnyRpc]) -> None:
-        self._rpcs = {f"/{SERVICE}/{rpc.name}": rpc for rpc in rpcs}
-        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-
-    def intercept_service(
-        self, continuation: _Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        method = handler_call_details.method
-        handler = self._handlers.get(method)
-        if handler is not None:
-            return handler
-        inner = continuation(handler_call_details)
-        rpc = self._rpcs.get(method)
-        if rpc is None or inner is None or inner.unary_unary is None:
-            return inner
-        behaviour = self.wrap(rpc, inner.unary_unary)
-        if behaviour is not inner.unary_unary:
-            inner = grpc.unary_unary_rpc_method_handler(
-                behaviour,
-                request_deserializer=inner.request_deserializer,
-                response_serializer=inner.response_serializer,
-            )
-        self._handlers[method] = inner
-        return inner
+class _Layer:
+    """One concern around the Provider methods it applies to."""
 
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
-        """`behaviour` with this interceptor's concern around it, or itself when it does not
-        apply to `rpc` (then the call pays nothing for it)."""
+        """`behaviour` with this layer's concern around it, or itself when it does not apply
+        to `rpc` (then the call pays nothing for it)."""
         raise NotImplementedError
 
 
-class RpcMetrics(_ProviderMethodInterceptor):
-    def __init__(self, rpcs: Iterable[AnyRpc], metrics: Metrics) -> None:
-        super().__init__(rpcs)
+class ProviderLayers:
+    """Every layer, outermost first, around a Provider method."""
+
+    def __init__(self, layers: Sequence[_Layer]) -> None:
+        self._inner_first = tuple(reversed(layers))
+
+    def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
+        for layer in self._inner_first:
+            behaviour = layer.wrap(rpc, behaviour)
+        return behaviour
+
+
+class RpcMetrics(_Layer):
+    def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
@@ -99,7 +86,7 @@ class RpcMetrics(_ProviderMethodInterceptor):
         return counted
 
 
-class RpcLog(_ProviderMethodInterceptor):
+class RpcLog(_Layer):
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
         name, level = rpc.name, logging.INFO if rpc.mutation else logging.DEBUG
 
@@ -128,11 +115,10 @@ class RpcLog(_ProviderMethodInterceptor):
         return logged
 
 
-class CallerAllowList(_ProviderMethodInterceptor):
+class CallerAllowList(_Layer):
     """Refuses callers whose certificate SANs are not listed; an empty list allows all."""
 
-    def __init__(self, rpcs: Iterable[AnyRpc], allowed_sans: frozenset[str]) -> None:
-        super().__init__(rpcs)
+    def __init__(self, allowed_sans: frozenset[str]) -> None:
         self._allowed_sans = allowed_sans
 
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
@@ -150,11 +136,10 @@ class CallerAllowList(_ProviderMethodInterceptor):
         return authorized
 
 
-class MutationLimits(_ProviderMethodInterceptor):
+class MutationLimits(_Layer):
     """Mutations hold a limiter slot while they run; reads are not wrapped at all."""
 
-    def __init__(self, rpcs: Iterable[AnyRpc], limiter: MutationLimiter) -> None:
-        super().__init__(rpcs)
+    def __init__(self, limiter: MutationLimiter) -> None:
         self._limiter = limiter
 
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
@@ -173,17 +158,11 @@ class MutationLimits(_ProviderMethodInterceptor):
         return bounded
 
 
-def provider_interceptors(
-    rpcs: tuple[AnyRpc, ...],
-    metrics: Metrics,
-    limiter: MutationLimiter,
-    allowed_sans: frozenset[str],
-) -> tuple[grpc.ServerInterceptor, ...]:
-    """The interceptors of the Provider service, in order; /metrics also reads the limiter."""
+def provider_layers(
+    metrics: Metrics, limiter: MutationLimiter, allowed_sans: frozenset[str]
+) -> ProviderLayers:
+    """The layers of the Provider service, in order; /metrics also reads the limiter."""
     metrics.watch_inflight_mutations(lambda: limiter.in_flight)
-    return (
-        RpcMetrics(rpcs, metrics),
-        RpcLog(rpcs),
-        CallerAllowList(rpcs, allowed_sans),
-        MutationLimits(rpcs, limiter),
+    return ProviderLayers(
+        (RpcMetrics(metrics), RpcLog(), CallerAllowList(allowed_sans), MutationLimits(limiter))
     )

@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from pyrigaud.entrypoints.grpc.interceptors import ProviderLayers
 from pyrigaud.entrypoints.grpc.servicer import SERVICE, AnyRpc, method_handlers
 
 logger = logging.getLogger(__name__)
@@ -26,10 +27,10 @@ _OPTIONS = [
 
 @dataclass(frozen=True)
 class ProviderService:
-    """The Provider service: its RPC table and the interceptors every RPC goes through."""
+    """The Provider service: its RPC table and the layers every RPC goes through."""
 
     rpcs: tuple[AnyRpc, ...]
-    interceptors: tuple[grpc.ServerInterceptor, ...]
+    layers: ProviderLayers
 
 
 class ProviderServer:
@@ -42,10 +43,9 @@ class ProviderServer:
     ) -> None:
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
-            interceptors=list(service.interceptors),
             options=_OPTIONS,
         )
-        handlers = method_handlers(service.rpcs)
+        handlers = method_handlers(service.rpcs, service.layers.wrap)
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, handlers),)
         )

@@ -306,11 +306,17 @@ def provider_rpcs(use: ProviderUseCases, clock: Clock) -> tuple[AnyRpc, ...]:
     return rpcs
 
 
-def method_handlers(rpcs: tuple[AnyRpc, ...]) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-    """The gRPC handler of each RPC, keyed by method name; every method of the proto is served."""
+Wrap = Callable[[AnyRpc, Callable[[Any, grpc.ServicerContext], Any]], Callable[..., Any]]
+
+
+def method_handlers(
+    rpcs: tuple[AnyRpc, ...], wrap: Wrap = lambda _rpc, behaviour: behaviour
+) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The gRPC handler of each RPC, keyed by method name, its behaviour as `wrap` makes it
+    (the interceptors' layers); every method of the proto is served."""
     handlers = {
         rpc.name: grpc.unary_unary_rpc_method_handler(
-            rpc.serve,
+            wrap(rpc, rpc.serve),
             request_deserializer=rpc.request.FromString,
             response_serializer=rpc.response.SerializeToString,
         )

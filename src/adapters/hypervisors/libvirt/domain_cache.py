@@ -73,7 +73,7 @@ REFRESHES_PER_TICK = 128  # a few percent of a core on the test driver, I/O wait
 ADDRESS_MAX_AGE_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DomainView:
     """One domain as last read: its state and definitions."""
 
@@ -86,7 +86,7 @@ class DomainView:
         return self.state in RUNNING_STATES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Addresses:
     ips: tuple[str, ...]
     read_at: float
@@ -101,6 +101,8 @@ def read_view(dom: VirDomain, *, with_live: bool = True) -> DomainView:
     live = None
     if with_live and state != libvirt.VIR_DOMAIN_SHUTOFF:
         live = parse_domain(dom.XMLDesc(0))
+        if live == facts:  # the usual case: keep one copy (10,000s of domains add up)
+            live = facts
     return listed_view(state, facts, live)
 
 
@@ -109,7 +111,7 @@ def listed_view(state: int, facts: DomainFacts, live: DomainFacts | None = None)
     return DomainView(state, facts, facts if state == libvirt.VIR_DOMAIN_SHUTOFF else live)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ListedVM:
     """What one listing answered for a VM and from what, to answer again while nothing changed."""
 

@@ -26,14 +26,14 @@ LIBVIRT_PCI_DEVICES = 3
 DISK_TARGETS = "abcdefghijklmnopqrstuvwxyz"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DiskDevice:
     path: str
     format: str
     target: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NicDevice:
     kind: str  # "network", "bridge" or "user"
     source: str = ""
@@ -60,7 +60,7 @@ class DomainDefinition:
     tpm_version: str = ""  # "": no TPM; else an emulated one (swtpm) of this version
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DomainFacts:
     """What pyrigaud reads back from a domain's XML."""
 

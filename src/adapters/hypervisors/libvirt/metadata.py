@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 ET.register_namespace(NAMESPACE_PREFIX, NAMESPACE_URI)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VMMetadata:
     owner: OwnerMark | None
     created_at: float

@@ -4,6 +4,7 @@ shared session (no round trip until the first call)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
@@ -13,6 +14,8 @@ from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker
 from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
 from pyrigaud.adapters.hypervisors.vsphere.images import VSphereImages
 from pyrigaud.adapters.hypervisors.vsphere.inventory import VSphereInventory
+from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
+from pyrigaud.adapters.hypervisors.vsphere.inventory_updates import follow
 from pyrigaud.adapters.hypervisors.vsphere.power import VSpherePowerControl
 from pyrigaud.adapters.hypervisors.vsphere.provisioning import VSphereVMLifecycle
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession, credentials_from
@@ -32,16 +35,21 @@ def build_vsphere_backend(
     defaults: Placement,
     on_relogin: Callable[[], None],
     allow_loopback_urls: bool = False,
+    on_resync: Callable[[], None] = lambda: None,
+    on_call: Callable[[], None] = lambda: None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
-    time an expired session is replaced by a new login; `allow_loopback_urls` lets
-    ImagePrepare fetch from loopback (tests only)."""
-    session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin)
+    time an expired session is replaced by a new login, `on_resync` each time the inventory
+    cache's update feed broke and reads the whole inventory again, `on_call` each call the
+    ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
+    lets ImagePrepare fetch from loopback (tests only)."""
+    session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin, on_call)
     return vsphere_backend(
         session,
         defaults=defaults,
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback_urls,
+        on_resync=on_resync,
     )
 
 
@@ -51,20 +59,74 @@ def vsphere_backend(
     defaults: Placement,
     clock: Clock,
     allow_loopback_urls: bool = False,
+    on_resync: Callable[[], None] = lambda: None,
 ) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
-    (the wall clock that every replica shares)."""
+    (the wall clock that every replica shares). The inventory cache's feed starts now, and
+    stops when the session closes."""
     vcenter = VCenter(session)
+    cache = InventoryCache(vcenter)
+    follow(session, cache, on_resync)
     clone_maker = CloneMaker(vcenter, defaults, clock)
     return Backend(
-        lifecycle=VSphereVMLifecycle(vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock)),
-        power=VSpherePowerControl(vcenter),
-        inventory=VSphereInventory(vcenter),
+        lifecycle=_refreshing(
+            VSphereVMLifecycle(vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock)), cache
+        ),
+        power=_refreshing(VSpherePowerControl(vcenter), cache),
+        inventory=VSphereInventory(vcenter, cache),
         health=VSphereHealth(session),
         capabilities=VSphereCapabilities(),
-        tasks=VSphereTaskTracker(session),
-        snapshots=VSphereSnapshots(vcenter),
-        cloning=VSphereCloning(vcenter, clone_maker),
+        tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
+        snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
+        cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
         disk_transfer=VSphereDiskTransfer(vcenter),
         images=VSphereImages(vcenter, defaults, allow_loopback_urls=allow_loopback_urls),
     )
+
+
+_Port = TypeVar("_Port")
+
+# The mutations that change what Describe and ListVMs show, by the VM they change: the first
+# argument (a VM id), or the id of the VM they made.
+CHANGES_ARGUMENT_VM = frozenset(
+    {
+        "delete",
+        "reconfigure",
+        "upgrade_hardware",
+        "power_on",
+        "power_off",
+        "reboot",
+        "request_shutdown",
+        "revert_snapshot",
+    }
+)
+MAKES_VM = frozenset({"start_create", "start_clone"})
+
+
+def _refreshing(port: _Port, cache: InventoryCache) -> _Port:
+    """`port`, whose mutations have the cache re-read their VM before they return (read your
+    writes); typed as the port it wraps, whose every attribute it answers."""
+    return cast(_Port, _Refreshing(port, cache))
+
+
+class _Refreshing:
+    def __init__(self, port: object, cache: InventoryCache) -> None:
+        self._port = port
+        self._cache = cache
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._port, name)
+        if name not in CHANGES_ARGUMENT_VM | MAKES_VM:
+            return method
+
+        def changing(*args: Any, **kwargs: Any) -> Any:
+            outcome = method(*args, **kwargs)
+            if name in MAKES_VM:
+                vm_id = outcome.map(lambda made: made.id).value_or("")
+            else:
+                vm_id = args[0] if args else kwargs.get("vm_id", "")
+            if vm_id:
+                self._cache.refresh(vm_id)
+            return outcome
+
+        return changing

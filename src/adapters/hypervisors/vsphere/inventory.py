@@ -1,45 +1,47 @@
-"""Inventory on vSphere: Describe in one property read, ListVMs in one listing."""
+"""Inventory on vSphere: Describe and ListVMs from the inventory cache once it is warm; before
+that, or for a VM the cache has not seen, one property read (Describe) or one listing."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from returns.result import Result
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.errors import run
+from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import About, InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
-from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ips, power_state, vm_info
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import VMEntry, vm_entry, vm_info
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import VMDescription, VMInfo
+from pyrigaud.domain.power import PowerState
 
 
 class VSphereInventory:
-    def __init__(self, vcenter: VCenter) -> None:
+    def __init__(self, vcenter: VCenter, cache: InventoryCache) -> None:
         self._vcenter = vcenter
+        self._cache = cache
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        cached = self._cache.entry(vm_id)
+        about = self._cache.about
+        if cached is not None and about is not None:
+            return Success(self._description(cached, about))
+
         def read(instance: Any) -> VMDescription | None:
-            row = self._vcenter.vm_row(
-                instance, vm_id, ("name", "runtime.powerState", "guest.net", "config.hardware")
-            )
+            row = self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)
             if row is None:
                 return None
-            hardware = row.get("config.hardware")
-            moref = str(row["_ref"]._moId)
-            raw = {"name": str(row.get("name", "")), "moref": moref}
-            if hardware is not None:
-                raw |= {"numCPU": str(hardware.numCPU), "memoryMB": str(hardware.memoryMB)}
-            return VMDescription(
-                power_state=power_state(row),
-                ips=ips(row),
-                console_url=self._console_url(instance, moref),
-                raw=raw,
+            found = instance.content.about
+            return self._description(
+                vm_entry(row), About(str(found.apiType), str(found.instanceUuid))
             )
 
         return run(self._vcenter.session, f"describing VM {vm_id!r}", read)
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
+        """Read from vCenter always: Reconfigure checks the VM's state as it is right now."""
+
         def read(instance: Any) -> VMInfo | None:
             row = self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)
             return None if row is None else vm_info(row)
@@ -47,8 +49,11 @@ class VSphereInventory:
         return run(self._vcenter.session, f"reading VM {vm_id!r}", read)
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        """Each VM by its instanceUuid, as Create names it; the MoRefs read on the way are
-        remembered, so that Describe of a listed VM needs no lookup."""
+        """Each VM by its instanceUuid, as Create names it; read from vCenter, the MoRefs read
+        on the way are remembered, so that Describe of a listed VM needs no lookup."""
+        cached = self._cache.entries()
+        if cached is not None:
+            return Success([entry.info() for entry in cached])
 
         def read(instance: Any) -> list[VMInfo]:
             rows = retrieve_all_vms(instance, VM_PROPERTIES)
@@ -58,12 +63,23 @@ class VSphereInventory:
 
         return run(self._vcenter.session, "listing VMs", read)
 
-    def _console_url(self, instance: Any, vm_id: str) -> str:
-        """The VM's page in the vSphere Client (or the ESXi Host Client), from the login's
-        ServiceContent: no round trip."""
-        about = instance.content.about
+    def _description(self, entry: VMEntry, about: About) -> VMDescription:
+        return VMDescription(
+            power_state=PowerState.ON if entry.on else PowerState.OFF,
+            ips=entry.ips,
+            console_url=self._console_url(about, entry.moref),
+            raw={
+                "name": entry.name,
+                "moref": entry.moref,
+                "numCPU": str(entry.cpu),
+                "memoryMB": str(entry.memory_mib),
+            },
+        )
+
+    def _console_url(self, about: About, moref: str) -> str:
+        """The VM's page in the vSphere Client (or the ESXi Host Client): no round trip."""
         origin = self._vcenter.session.web_origin
-        if about.apiType == "HostAgent":
-            return f"{origin}/ui/#/host/vms/{vm_id}"
-        urn = f"urn:vmomi:VirtualMachine:{vm_id}:{about.instanceUuid}"
+        if about.api_type == "HostAgent":
+            return f"{origin}/ui/#/host/vms/{moref}"
+        urn = f"urn:vmomi:VirtualMachine:{moref}:{about.instance_uuid}"
         return f"{origin}/ui/#?extensionId=vsphere.core.vm.summary&objectId={urn}"

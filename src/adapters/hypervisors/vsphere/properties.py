@@ -54,25 +54,28 @@ def retrieve_all(instance: Any, kind: Any, properties: Sequence[str]) -> list[di
     view = content.viewManager.CreateContainerView(content.rootFolder, [kind], True)
     try:
         collector = content.propertyCollector
-        spec = vmodl.query.PropertyCollector.FilterSpec(
-            objectSet=[
-                vmodl.query.PropertyCollector.ObjectSpec(
-                    obj=view,
-                    skip=True,
-                    selectSet=[
-                        vmodl.query.PropertyCollector.TraversalSpec(
-                            name="view", path="view", skip=False, type=vim.view.ContainerView
-                        )
-                    ],
-                )
-            ],
-            propSet=[
-                vmodl.query.PropertyCollector.PropertySpec(type=kind, pathSet=list(properties))
-            ],
-        )
+        spec = view_filter(view, kind, properties)
         return _all_pages(collector, collector.RetrievePropertiesEx([spec], _options()))
     finally:
         view.DestroyView()
+
+
+def view_filter(view: Any, kind: Any, properties: Sequence[str]) -> Any:
+    """The filter spec selecting `properties` of every object of `kind` in a container view."""
+    return vmodl.query.PropertyCollector.FilterSpec(
+        objectSet=[
+            vmodl.query.PropertyCollector.ObjectSpec(
+                obj=view,
+                skip=True,
+                selectSet=[
+                    vmodl.query.PropertyCollector.TraversalSpec(
+                        name="view", path="view", skip=False, type=vim.view.ContainerView
+                    )
+                ],
+            )
+        ],
+        propSet=[vmodl.query.PropertyCollector.PropertySpec(type=kind, pathSet=list(properties))],
+    )
 
 
 def _options() -> Any:

@@ -61,9 +61,13 @@ class VSphereSession:
         credentials: CredentialSource,
         insecure: bool,
         on_relogin: Callable[[], None] = lambda: None,
+        on_call: Callable[[], None] = lambda: None,
     ) -> None:
-        """`on_relogin` is told each time an expired session is replaced by a new login."""
+        """`on_relogin` is told each time an expired session is replaced by a new login,
+        `on_call` each call into vCenter (one round trip or more): what a cached answer saves
+        is counted there, never guessed."""
         self._on_relogin = on_relogin
+        self._on_call = on_call
         parts = urlsplit(endpoint)
         self._host = parts.hostname or ""
         self._port = parts.port or 443
@@ -74,10 +78,12 @@ class VSphereSession:
         self._credentials = credentials
         self._insecure = insecure
         self._connection: Reopening[Connection] = Reopening(self._login)
+        self._closing: list[Callable[[], None]] = []
 
     def call(self, operation: Callable[[Any], T]) -> T:
         """Run `operation(connection)` (a Connection: the service instance with its content
         at hand); pyvmomi faults propagate to the caller."""
+        self._on_call()
         connection = self._connection.current()
         try:
             return operation(connection)
@@ -88,9 +94,24 @@ class VSphereSession:
             return operation(fresh)
 
     def close(self) -> None:
+        for closing in self._closing:
+            closing()
         connection = self._connection.take()
         if connection is not None:
             connect.Disconnect(connection.instance)
+
+    def on_close(self, closing: Callable[[], None]) -> None:
+        """Have `closing` run when the session closes (what lives as long as it, stops)."""
+        self._closing.append(closing)
+
+    def open_private(self) -> Connection:
+        """A login of its own, shared with no caller, for a long-poll that would otherwise hold
+        the shared session's filters and connection; the caller ends it with `end_private`."""
+        return self._login()
+
+    @staticmethod
+    def end_private(connection: Connection) -> None:
+        connect.Disconnect(connection.instance)
 
     def _login(self) -> Connection:
         username, password = self._credentials()

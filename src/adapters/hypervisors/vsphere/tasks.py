@@ -127,10 +127,14 @@ def begin(
 
 
 class VSphereTaskTracker:
-    """TaskStatus for `vsphere-task:` ids, from vCenter alone."""
+    """TaskStatus for `vsphere-task:` ids, from vCenter alone; `on_ended` is told the VM of a
+    task reported done, before TaskStatus answers (the inventory cache re-reads it)."""
 
-    def __init__(self, session: VSphereSession) -> None:
+    def __init__(
+        self, session: VSphereSession, on_ended: Callable[[str], None] = lambda _vm_id: None
+    ) -> None:
         self._session = session
+        self._on_ended = on_ended
 
     def task_state(self, task_id: str) -> TaskState | None:
         """A `vsphere-task:` id's state in one round trip; an unreadable one is still running
@@ -153,4 +157,7 @@ class VSphereTaskTracker:
             return TaskState.running()
 
         answer = run(self._session, f"reading vSphere task {task.task!r}", read)
-        return answer.lash(lambda error: Success(TaskState(done=False, error=str(error)))).unwrap()
+        state = answer.lash(lambda error: Success(TaskState(done=False, error=str(error)))).unwrap()
+        if state.done:
+            self._on_ended(task.vm_id)
+        return state

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyVmomi import vim as untyped_vim
 
@@ -66,31 +66,59 @@ def virtual_disks(row: Mapping[str, Any]) -> list[Any]:
     return [device for device in devices if isinstance(device, vim.vm.device.VirtualDisk)]
 
 
-def vm_info(row: Mapping[str, Any]) -> VMInfo:
-    """A row with properties.VM_PROPERTIES as ListVMs reports it."""
+class VMEntry(NamedTuple):
+    """What ListVMs and Describe show of one VM, in plain values: the inventory cache keeps
+    10,000s of these, so no pyVmomi object and no per-entry dict."""
+
+    moref: str
+    id: str
+    name: str
+    on: bool
+    ips: tuple[str, ...]
+    cpu: int
+    memory_mib: int
+    disks: tuple[tuple[str, str, int], ...]  # (device key, backing file, size GiB)
+    nics: tuple[tuple[str, str], ...]  # (network summary, MAC)
+
+    def info(self) -> VMInfo:
+        return VMInfo(
+            id=self.id,
+            name=self.name,
+            power_state=PowerState.ON if self.on else PowerState.OFF,
+            ips=self.ips,
+            cpu=self.cpu,
+            memory_mib=self.memory_mib,
+            disks=tuple(
+                DiskInfo(id=key, path=path, size_gib=size, format="vmdk")
+                for key, path, size in self.disks
+            ),
+            networks=tuple(NetworkInfo(name=name, mac=mac) for name, mac in self.nics),
+        )
+
+
+def vm_entry(row: Mapping[str, Any]) -> VMEntry:
+    """A row with properties.VM_PROPERTIES as the inventory keeps it."""
     devices = row.get("config.hardware.device") or ()
     nics = [d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)]
-    return VMInfo(
+    return VMEntry(
+        moref=str(row["_ref"]._moId),
         id=vm_id(row),
         name=str(row.get("name", "")),
-        power_state=power_state(row),
+        on=power_state(row) is PowerState.ON,
         ips=ips(row),
         cpu=int(row.get("config.hardware.numCPU") or 0),
         memory_mib=int(row.get("config.hardware.memoryMB") or 0),
         disks=tuple(
-            DiskInfo(
-                id=str(disk.key),
-                path=str(disk.backing.fileName),
-                size_gib=int(disk.capacityInKB) // (1024 * 1024),
-                format="vmdk",
-            )
+            (str(disk.key), str(disk.backing.fileName), int(disk.capacityInKB) // (1024 * 1024))
             for disk in virtual_disks(row)
         ),
-        networks=tuple(
-            NetworkInfo(
-                name=str(nic.deviceInfo.summary if nic.deviceInfo else ""),
-                mac=str(nic.macAddress or ""),
-            )
+        nics=tuple(
+            (str(nic.deviceInfo.summary if nic.deviceInfo else ""), str(nic.macAddress or ""))
             for nic in nics
         ),
     )
+
+
+def vm_info(row: Mapping[str, Any]) -> VMInfo:
+    """A row with properties.VM_PROPERTIES as ListVMs reports it."""
+    return vm_entry(row).info()
