@@ -133,8 +133,15 @@ def test_concurrent_creates_of_one_name_through_both_replicas_make_one_vm(pair: 
 
     with ThreadPoolExecutor(len(callers)) as pool:
         answers = list(pool.map(create_after_barrier, callers))
-    listed = listed_vms(pair.a.stub)
-    same_name = [vm.id for vm in listed if vm.name == NAME_PREFIX + "racing"]
+    assert len(set(answers)) == 1, answers
+    # A lists the VM once its update feed has told it, if B's Create was the one that won.
+    deadline = time.monotonic() + OTHER_REPLICA_SEES_SECONDS
+    while True:
+        listed = listed_vms(pair.a.stub)
+        same_name = [vm.id for vm in listed if vm.name == NAME_PREFIX + "racing"]
+        if same_name or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert len(same_name) == 1, (same_name, answers)
     assert answers == same_name * len(callers)
 
