@@ -48,6 +48,13 @@ class FakeDiskTransfer:
 
         return self.hypervisor.serve("import_disk", import_)
 
+    def sweep_transfer_leftovers(
+        self, older_than_seconds: float
+    ) -> Result[tuple[str, ...], ProviderError]:
+        """No bytes move here, so no transfer leaves anything behind."""
+        del older_than_seconds
+        return self.hypervisor.serve("sweep_transfer_leftovers", tuple)
+
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         def details() -> DiskDetails:
             disk = self._disk(query.vm_id, query.disk_id, query.snapshot_id)
