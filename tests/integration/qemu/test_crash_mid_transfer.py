@@ -158,3 +158,33 @@ def _remove_leftovers(conn: Any) -> None:
         dom.undefineFlags(EVERYTHING_OF_THE_DOMAIN)
     for volume in ensure_dir_pool(conn, POOL, POOL_PATH).listAllVolumes(0):
         volume.delete(0)
+
+
+def test_a_transfer_whose_client_gave_up_stops_and_leaves_nothing(
+    conn: Any, tmp_path: Path
+) -> None:
+    root = tmp_path / "migration-storage"
+    pvc = root / "mig"
+    pvc.mkdir(parents=True)
+    (pvc / "big.raw").write_bytes(b"")
+    os.truncate(pvc / "big.raw", DISK_BYTES)
+    provider = Replica(
+        {**ENVIRON, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}, tmp_path / "provider"
+    )
+    try:
+        before = _volume_names(conn)
+        imported = pb.ImportDiskRequest(
+            source_url="pvc://mig/big.raw",
+            format="raw",
+            target_name="crash-xfer-abandoned",
+            backend_type="pvc",
+            transfer_mode="relay",
+        )
+        with pytest.raises(grpc.RpcError) as gave_up:
+            provider.stub.ImportDisk(imported, timeout=0.5)  # well before 2 GiB can move
+        assert gave_up.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+        assert provider.logged("the client cancelled or its deadline passed", 30)
+        assert _volume_names(conn) == before
+    finally:
+        assert provider.stop() == 0
