@@ -151,10 +151,14 @@ def _staged(kind: str, request: pytest.FixtureRequest, root: Path) -> Staged:
 
 @pytest.fixture(params=["pvc", "s3", "nfs"])
 def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
+    yield from _site(request.param, request, tmp_path)
+
+
+def _site(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     conn = open_qemu()
     remove_pool_leftovers(conn, POOL, POOL_PATH)
     root = tmp_path / "migration-storage"
-    staged = _staged(request.param, request, root)
+    staged = _staged(kind, request, root)
     content = os.urandom(BASE_BYTES)
     pool = ensure_dir_pool(conn, POOL, POOL_PATH)
     base = pool.createXML(volume_xml("xfer-base.raw", BASE_BYTES, volume_format="raw"), 0)
@@ -276,3 +280,26 @@ def test_a_running_vm_is_refused(site: Site) -> None:
     assert error_of(running).kind is ErrorKind.FAILED_PRECONDITION
     assert "power it off" in error_of(running).message
     assert site.staged.stored("r.qcow2") is None
+
+
+@pytest.fixture
+def s3_site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
+    """The site on S3 only (its credentials are what the test changes)."""
+    yield from _site("s3", request, tmp_path)
+
+
+def test_refused_s3_credentials_are_permission_denied_and_leave_nothing(s3_site: Site) -> None:
+    site = s3_site
+    source = site.vm("xfer-denied")
+    ok(site.export(source, "d.qcow2"))
+    before = site.volume_names()
+    site.staged.credentials = {**site.staged.credentials, "secretAccessKey": "wrong-secret"}
+
+    exported = site.export(source, "d2.qcow2")
+    imported = site.import_("d.qcow2", "xfer-denied")
+
+    for refused in (exported, imported):
+        assert error_of(refused).kind is ErrorKind.PERMISSION_DENIED
+        assert "wrong-secret" not in error_of(refused).message
+    assert site.volume_names() == before
+    assert site.staged.stored("d2.qcow2") is None
