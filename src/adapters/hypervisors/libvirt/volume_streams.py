@@ -30,6 +30,7 @@ from pyrigaud.domain.staging import StagedDigest
 from pyrigaud.domain.staging_names import transfer_volume_name, transfer_volume_started_at
 
 CHUNK_BYTES = 1024 * 1024
+SEGMENT_BYTES = 16 * CHUNK_BYTES  # what one download stream carries at most
 VirStorageVol = Any
 T = TypeVar("T")
 
@@ -44,9 +45,26 @@ def unwrap(result: Result[T, ProviderError]) -> T:
 
 
 def volume_chunks(conn: VirConnect, volume: VirStorageVol) -> Iterator[bytes]:
-    """The volume's bytes through a libvirt download stream."""
+    """The volume's bytes through libvirt download streams, one SEGMENT_BYTES range at a time.
+
+    libvirt's client queues what the daemon sends on a stream without limit, so one stream
+    over the whole volume would pile up in this process whatever the staging storage is slower
+    by (hundreds of MiB toward S3 or NFS); a range per stream bounds that to one segment.
+    """
+    offset = 0
+    while True:
+        received = 0
+        for chunk in _segment(conn, volume, offset):
+            received += len(chunk)
+            yield chunk
+        offset += received
+        if received < SEGMENT_BYTES:
+            return
+
+
+def _segment(conn: VirConnect, volume: VirStorageVol, offset: int) -> Iterator[bytes]:
     stream = conn.newStream(0)
-    volume.download(stream, 0, 0, 0)
+    volume.download(stream, offset, SEGMENT_BYTES, 0)
     try:
         while chunk := _received(stream):
             yield chunk
