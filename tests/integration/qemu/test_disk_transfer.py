@@ -52,7 +52,7 @@ from transfer_support import export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
-BASE_BYTES = 4 * 1024**2
+BASE_BYTES = 36 * 1024**2  # over two of the 16 MiB ranges a volume download streams at a time
 OWNER = OwnerMark(provider="tests/disk-transfer")
 SMALL = VMClass(cpu=1, memory_mib=256)
 
@@ -162,7 +162,7 @@ def _site(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
     content = os.urandom(BASE_BYTES)
     pool = ensure_dir_pool(conn, POOL, POOL_PATH)
     base = pool.createXML(volume_xml("xfer-base.raw", BASE_BYTES, volume_format="raw"), 0)
-    upload_volume(conn, base, [content])
+    upload_volume(conn, base, (content[at : at + 2**20] for at in range(0, BASE_BYTES, 2**20)))
     connection = LibvirtConnection(QEMU_URI)
     backend = libvirt_test_backend(
         connection,
