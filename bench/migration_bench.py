@@ -213,7 +213,10 @@ def run(gib: int) -> list[Row]:
     rows: list[Row] = []
     conn = libvirt.open(URI)
     workdir = Path(tempfile.mkdtemp(prefix="migration-bench-"))
-    with ExitStack() as stack, bench_pool(conn) as pool:
+    with ExitStack() as stack:
+        stack.callback(conn.close)
+        stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+        pool = stack.enter_context(bench_pool(conn))
         root = workdir / "migration-storage"
         places = storages(stack, workdir, root)
         base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
@@ -239,8 +242,6 @@ def run(gib: int) -> list[Row]:
             rows = _compare(backend, connection, places, vm_id)
         finally:
             backend.lifecycle.delete(vm_id)
-    shutil.rmtree(workdir, ignore_errors=True)
-    conn.close()
     return rows
 
 
