@@ -12,13 +12,14 @@ COPY pyproject.toml README.md ./
 COPY src ./src
 # The install the tests use (pip install <repo>), with the backends' extras instead of dev.
 # pip compiles bytecode here, at build time: at run time the root filesystem is read-only.
-RUN /opt/pyrigaud/bin/python -m pip install '.[libvirt,vsphere]'
+RUN /opt/pyrigaud/bin/python -m pip install '.[libvirt,vsphere,s3]'
 
 FROM python:3.11-slim-bookworm
 # libvirt0: libvirt-python's shared library; openssh-client: the qemu+ssh transport, which
-# refuses to run for a uid without a passwd entry, hence the pyrigaud user (home /tmp).
+# refuses to run for a uid without a passwd entry, hence the pyrigaud user (home /tmp);
+# libnfs13: the userspace NFS client of nfs:// migration staging (no mount in a pod).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libvirt0 openssh-client \
+    && apt-get install -y --no-install-recommends libvirt0 openssh-client libnfs13 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 65532 pyrigaud \
     && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \

@@ -60,8 +60,8 @@ from describe_bench import HOST, Processes, free_port, machine, percentile, wait
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import MIGRATION_STORAGE_ROOT
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -375,7 +375,8 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
         domain_type="test",
         pools=PoolSettings(),
         allow_loopback_urls=False,
-        migration_storage_root=MIGRATION_STORAGE_ROOT,
+        staging=staging_by_backend("bench", SystemClock()),
+        transfer_owner="bench",
     )
     backend.health.check()  # opens the connection (parses the host) outside the measurements
     rng = random.Random(size)

@@ -16,8 +16,9 @@ from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, Opener
-from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import MIGRATION_STORAGE_ROOT
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, VolumeWriter, upload_volume
+from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT
+from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
@@ -26,6 +27,7 @@ from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark
 from support import ManualClock
 
 BASE_IMAGE_NAME = "base.qcow2"
+TRANSFER_OWNER = "tests/pyrigaud"
 GIB = 1024**3
 
 
@@ -76,6 +78,7 @@ def libvirt_test_backend(
     volume_writer: VolumeWriter = upload_volume,
     allow_loopback_urls: bool = False,
     migration_storage_root: str = MIGRATION_STORAGE_ROOT,
+    owner: str = TRANSFER_OWNER,
 ) -> Backend:
     """The libvirt backend as the container builds it, with the defaults the suites share."""
     return build_libvirt_backend(
@@ -84,7 +87,8 @@ def libvirt_test_backend(
         domain_type=domain_type,
         pools=pools or PoolSettings(),
         allow_loopback_urls=allow_loopback_urls,
-        migration_storage_root=migration_storage_root,
+        staging=staging_by_backend(owner, clock, migration_storage_root),
+        transfer_owner=owner,
         volume_writer=volume_writer,
     )
 

@@ -16,6 +16,7 @@ from pyrigaud.application.ports import (
     TaskTracker,
     VMLifecycle,
 )
+from pyrigaud.application.ports.disk_transfer import TransferLeftovers
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,4 @@ class Backend:
     cloning: Cloning | None = None
     images: Images | None = None
     disk_transfer: DiskTransfer | None = None
+    transfer_leftovers: TransferLeftovers | None = None

@@ -10,11 +10,15 @@ from __future__ import annotations
 from pyrigaud.domain.models import OwnerMark, Value, VMRecord
 
 CREATE_DEADLINE_SECONDS = 300.0  # the manager's client deadline for Create
+TRANSFER_DEADLINE_SECONDS = 1800.0  # the manager's client deadline for ExportDisk/ImportDisk
 
 
 class LeftoverPolicy(Value):
     owner: OwnerMark
     abandoned_after_seconds: float = CREATE_DEADLINE_SECONDS
+    # A transfer's temporaries: twice the transfer deadline, a killed call's libvirt copy may
+    # still be finishing in libvirtd.
+    transfer_abandoned_after_seconds: float = 2 * TRANSFER_DEADLINE_SECONDS
 
     def is_ours_unfinished(self, record: VMRecord) -> bool:
         return record.owner == self.owner and record.building_since is not None

@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.staging import StagedLocation
 
-
-class Value(BaseModel):
-    """Base of every domain value: immutable, and no field the model does not declare."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# Re-exported: every caller knows them from models.
+from pyrigaud.domain.staging import TransferBackend as TransferBackend  # noqa: PLC0414
+from pyrigaud.domain.values import Value as Value  # noqa: PLC0414
 
 
 class Firmware(StrEnum):
@@ -280,12 +279,6 @@ class DiskQuery(Value):
     snapshot_id: str = ""
 
 
-class TransferBackend(StrEnum):
-    PVC = "pvc"
-    NFS = "nfs"
-    S3 = "s3"
-
-
 class TransferMode(StrEnum):
     """How the disk bytes travel. The manager resolves "auto" (and an empty mode) to relay:
     through the provider, between the hypervisor and the staging store."""
@@ -304,7 +297,9 @@ class ExportRequest(Value):
     credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
     backend: TransferBackend = TransferBackend.PVC
     mode: TransferMode = TransferMode.RELAY
-    storage_options: Mapping[str, str] = Field(default_factory=dict)
+    storage_options: Mapping[str, object] = Field(default_factory=dict)
+    # destination_url with the options and credentials, checked once by the wire parser.
+    destination: StagedLocation | None = Field(default=None, repr=False)
 
 
 class ExportResult(Value):
@@ -323,7 +318,9 @@ class ImportRequest(Value):
     credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
     backend: TransferBackend = TransferBackend.PVC
     mode: TransferMode = TransferMode.RELAY
-    storage_options: Mapping[str, str] = Field(default_factory=dict)
+    storage_options: Mapping[str, object] = Field(default_factory=dict)
+    # source_url with the options and credentials, checked once by the wire parser.
+    source: StagedLocation | None = Field(default=None, repr=False)
 
 
 class ImportResult(Value):

@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, SecretStr
 from returns.result import Failure, Result, Success
 
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.models import TransferBackend, Value
+from pyrigaud.domain.values import Value
+
+
+class TransferBackend(StrEnum):
+    """Where a migrating disk is staged (`backend_type`)."""
+
+    PVC = "pvc"
+    NFS = "nfs"
+    S3 = "s3"
+
 
 OPTIONS = "storage_options_json"
 CREDENTIALS = "credentials"

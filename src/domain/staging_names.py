@@ -36,3 +36,25 @@ def temporary_started_at(name: str, owner: str) -> int | None:
 
 def _encoded(owner: str) -> str:
     return quote(owner, safe="").replace(".", "%2E")
+
+
+# A transfer's temporary volume in a hypervisor's pool (a flattened export, a staged import):
+# `xfer.<owner>.<start>.<token>.<purpose>.<format>`, so the sweep finds its own stale ones.
+TRANSFER_VOLUME = re.compile(
+    r"xfer\.(?P<owner>[^./]+)\.(?P<start>[0-9]{1,12})\.(?P<token>[0-9a-f]{8})\.[a-z]+\.[a-z0-9]+"
+)
+
+
+def transfer_volume_name(
+    owner: str, started_at: float, token: str, purpose: str, disk_format: str
+) -> str:
+    """The name of a temporary volume `purpose` (export, import, ...) of `disk_format`."""
+    return f"xfer.{_encoded(owner)}.{int(started_at)}.{token}.{purpose}.{disk_format}"
+
+
+def transfer_volume_started_at(name: str, owner: str) -> int | None:
+    """When the temporary volume `name` was started, if it is one of `owner`'s; else None."""
+    match = TRANSFER_VOLUME.fullmatch(name)
+    if match is None or unquote(match.group("owner")) != owner:
+        return None
+    return int(match.group("start"))

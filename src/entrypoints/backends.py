@@ -57,6 +57,7 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         LibvirtConnection,
     )
     from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings  # noqa: PLC0415
+    from pyrigaud.adapters.staging.registry import staging_by_backend  # noqa: PLC0415
 
     connection = LibvirtConnection(
         settings.endpoint,
@@ -71,7 +72,10 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         domain_type=settings.resolved_libvirt_domain_type,
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
-        migration_storage_root=str(settings.migration_storage_root),
+        staging=staging_by_backend(
+            settings.owner_mark, services.clock, str(settings.migration_storage_root)
+        ),
+        transfer_owner=settings.owner_mark,
     )
 
 

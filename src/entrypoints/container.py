@@ -65,6 +65,7 @@ class Container(containers.DeclarativeContainer):
         LeftoverPolicy,
         owner=owner,
         abandoned_after_seconds=settings.provided.abandoned_after_seconds,
+        transfer_abandoned_after_seconds=settings.provided.transfer_abandoned_after_seconds,
     )
 
     # The hypervisor adapters that log in (libvirt over SSH, vSphere) take their secrets here.
@@ -98,7 +99,11 @@ class Container(containers.DeclarativeContainer):
         name_locks=name_locks,
     )
     sweep_leftovers = providers.Factory(
-        SweepLeftovers, lifecycle=ports.provided.lifecycle, clock=clock, leftovers=leftovers
+        SweepLeftovers,
+        lifecycle=ports.provided.lifecycle,
+        clock=clock,
+        leftovers=leftovers,
+        transfers=ports.provided.transfer_leftovers,
     )
     use_cases = providers.Singleton(
         provider_use_cases, backend=ports, clock=clock, ownership=ownership

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS
+from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
 from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
 
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
@@ -84,6 +84,10 @@ class Settings(BaseModel):
     # deadline); tests shorten it.
     abandoned_after_seconds: float = Field(
         CREATE_DEADLINE_SECONDS, alias="PYRIGAUD_ABANDONED_AFTER_SECONDS", ge=0
+    )
+    # A disk transfer's temporaries older than this are leftovers of a dead transfer.
+    transfer_abandoned_after_seconds: float = Field(
+        2 * TRANSFER_DEADLINE_SECONDS, alias="PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS", ge=0
     )
     sweep_interval_seconds: float = Field(300.0, alias="PYRIGAUD_SWEEP_INTERVAL_SECONDS", gt=0)
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)

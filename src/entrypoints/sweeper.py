@@ -43,6 +43,8 @@ class LeftoverSweeper:
             case Success(report):
                 for name in report.removed:
                     logger.info("removed the leftover of a Create killed part-way: VM %r", name)
+                for name in report.removed_transfer_volumes:
+                    logger.info("removed the temporary volume of a dead transfer: %r", name)
                 for failure in report.failures:
                     logger.warning("could not remove a leftover VM: %s", failure)
 

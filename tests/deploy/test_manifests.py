@@ -295,7 +295,7 @@ def test_image_is_multi_stage_on_slim_python_311_with_no_compiler_in_the_final_s
     builder, final = stages[0], stages[-1]
     assert {"gcc", "pkg-config", "libvirt-dev"} <= installed_apt_packages(builder)
     runtime_packages = installed_apt_packages(final)
-    assert {"libvirt0", "openssh-client"} <= runtime_packages
+    assert {"libvirt0", "openssh-client", "libnfs13"} <= runtime_packages
     assert not {p for p in runtime_packages if p in COMPILERS or p.endswith("-dev")}
     copied = arguments_of(final, "COPY")
     assert copied, "the final stage copies the built venv"
@@ -306,11 +306,11 @@ def test_image_installs_the_package_with_both_backends_extras_like_the_tests_do(
     (builder, *_) = dockerfile_stages()
     installs = [command for command in arguments_of(builder, "RUN") if "pip install" in command]
     assert len(installs) == 1
-    assert "'.[libvirt,vsphere]'" in installs[0]
+    assert "'.[libvirt,vsphere,s3]'" in installs[0]
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    assert {"libvirt", "vsphere"} <= set(extras)
+    assert {"libvirt", "vsphere", "s3"} <= set(extras)
 
 
 def test_image_runs_pyrigaud_serve_as_uid_65532_with_nothing_to_write_outside_tmp() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import TypeVar
 
 import pytest
@@ -45,8 +46,10 @@ from pyrigaud.domain.models import (
     CreateRequest,
     DiskSpec,
     ExportRequest,
+    ExportResult,
     ImageSource,
     ImportRequest,
+    ImportResult,
     OwnerMark,
     PrepareImageRequest,
     SnapshotRequest,
@@ -59,6 +62,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
+import transfer_support as transfers
 from support import ManualClock, error_kind, error_of, ok
 
 OWNER = OwnerMark(provider="ns/provider")
@@ -700,3 +704,40 @@ def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor, backend: Backe
     fake.add_foreign_vm("theirs")
     taken = clone(CloneRequest(source_vm_id=source, target_name="theirs"))
     assert error_kind(taken) is ErrorKind.ALREADY_EXISTS
+
+
+def test_a_migration_on_the_fake_agrees_on_checksums_and_retries_answer_the_same(
+    backend: Backend,
+) -> None:
+    """The manager's sequence through the wire parsers and the use cases, on the fake."""
+    vm_id = create(backend)
+    use_cases = SimpleNamespace(
+        export_disk=ExportDisk(served(backend.disk_transfer), backend.capabilities),
+        import_disk=ImportDisk(served(backend.disk_transfer), backend.capabilities),
+    )
+    url = "nfs://10.0.0.5/export/vmmigrations-ns-m-export.qcow2"
+    options = {"backend": "nfs", "server": "10.0.0.5", "export": "/export"}
+
+    def export(vm: str, disk_format: str = "qcow2") -> Result[ExportResult, ProviderError]:
+        return transfers.export_disk(
+            use_cases, vm, url, backend="nfs", options=options, disk_format=disk_format
+        )
+
+    def import_(name: str, checksum: str) -> Result[ImportResult, ProviderError]:
+        return transfers.import_disk(
+            use_cases,
+            url,
+            target_name=name,
+            backend="nfs",
+            options=options,
+            expected_checksum=checksum,
+        )
+
+    exported = ok(export(vm_id))
+    assert ok(export(vm_id)) == exported  # its first answer was lost
+    imported = ok(import_("web-migrated", exported.checksum))
+    assert imported.checksum == exported.checksum
+    assert ok(import_("web-migrated", exported.checksum)) == imported
+    assert error_kind(import_("other", "0" * 64)) is ErrorKind.FAILED_PRECONDITION
+    ok(export(create(backend, "vm-2"), "raw"))
+    assert error_kind(import_("web-migrated", "")) is ErrorKind.ALREADY_EXISTS

@@ -14,13 +14,13 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from returns.result import Result
+from returns.result import Failure, Result
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation
+from pyrigaud.domain.staging import StagedDigest, StagedLocation, TransferBackend
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 MIGRATION_STORAGE_ROOT = "/mnt/migration-storage"
@@ -92,6 +92,34 @@ class PvcStaging:
                             pass  # another replica swept it first
                         except OSError as error:
                             raise _failure(error, f"cannot sweep {location.url}") from None
+            return removed
+
+        return as_result(swept)
+
+    def sweep_mounted(self, older_than_seconds: float) -> Result[int, ProviderError]:
+        """`sweep` on every PVC mounted under the root: what a periodic sweep can find with
+        no request to name a location."""
+
+        def swept() -> int:
+            try:
+                mounts = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
+            except FileNotFoundError:
+                return 0  # no PVC mounted at all
+            except OSError as error:
+                raise _failure(error, f"cannot list {self.root}") from None
+            removed = 0
+            for name in mounts:
+                location = StagedLocation(
+                    backend=TransferBackend.PVC,
+                    field="sweep",
+                    url=f"pvc://{name}/",
+                    container=name,
+                    key="sweep",
+                )
+                result = self.sweep(location, older_than_seconds)
+                if isinstance(result, Failure):
+                    raise ExpectedError(result.failure())
+                removed += result.unwrap()
             return removed
 
         return as_result(swept)

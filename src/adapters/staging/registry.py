@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.staging.libnfs import LibnfsMissingError, library
 from pyrigaud.adapters.staging.nfs import NfsStaging
@@ -24,8 +24,11 @@ from pyrigaud.domain.staging import StagedLocation
 class StagingByBackend:
     """Dispatch by `location.backend`; a backend without an adapter here is UNSUPPORTED."""
 
-    def __init__(self, adapters: Mapping[TransferBackend, StagingStorage]) -> None:
+    def __init__(
+        self, adapters: Mapping[TransferBackend, StagingStorage], pvc: PvcStaging | None = None
+    ) -> None:
         self._adapters = dict(adapters)
+        self._pvc = pvc
 
     @property
     def backends(self) -> tuple[TransferBackend, ...]:
@@ -54,6 +57,14 @@ class StagingByBackend:
             return Failure(_unsupported(location))
         return adapter.sweep(location, older_than_seconds)
 
+    def sweep_reachable(self, older_than_seconds: float) -> Result[int, ProviderError]:
+        """The staged temporaries a sweep can find with no request naming a place: those on
+        every PVC mounted under the root. S3 buckets and NFS exports are known only from
+        requests; each transfer sweeps its own folder there before it starts."""
+        if self._pvc is None:
+            return Success(0)
+        return self._pvc.sweep_mounted(older_than_seconds)
+
 
 def _unsupported(location: StagedLocation) -> ProviderError:
     return ProviderError.unsupported(
@@ -64,9 +75,8 @@ def _unsupported(location: StagedLocation) -> ProviderError:
 def staging_by_backend(
     owner: str, clock: Clock, pvc_root: str = MIGRATION_STORAGE_ROOT
 ) -> StagingByBackend:
-    adapters: dict[TransferBackend, StagingStorage] = {
-        TransferBackend.PVC: PvcStaging(root=pvc_root, owner=owner, clock=clock)
-    }
+    pvc = PvcStaging(root=pvc_root, owner=owner, clock=clock)
+    adapters: dict[TransferBackend, StagingStorage] = {TransferBackend.PVC: pvc}
     try:
         library()
         adapters[TransferBackend.NFS] = NfsStaging(owner=owner, clock=clock)
@@ -75,6 +85,6 @@ def staging_by_backend(
     try:
         from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
     except ImportError:
-        return StagingByBackend(adapters)
+        return StagingByBackend(adapters, pvc)
     adapters[TransferBackend.S3] = S3Staging(owner=owner, clock=clock)
-    return StagingByBackend(adapters)
+    return StagingByBackend(adapters, pvc)

@@ -23,3 +23,13 @@ class DiskTransfer(Protocol):
     def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]: ...
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]: ...
+
+
+class TransferLeftovers(Protocol):
+    """What transfers killed part-way left in the hypervisor (temporary volumes)."""
+
+    def sweep_transfer_leftovers(
+        self, older_than_seconds: float
+    ) -> Result[tuple[str, ...], ProviderError]:
+        """Remove this provider's leftovers older than `older_than_seconds`; their names."""
+        ...

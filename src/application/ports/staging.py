@@ -15,7 +15,7 @@ from typing import Protocol
 from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation
+from pyrigaud.domain.staging import StagedDigest, StagedLocation, TransferBackend
 
 
 class StagedReader(Protocol):
@@ -66,4 +66,15 @@ class StagingStorage(Protocol):
     ) -> Result[int, ProviderError]:
         """Remove this provider's temporaries started longer ago than `older_than_seconds`
         where `location` lives (its whole PVC; its folder on S3 and NFS); how many."""
+        ...
+
+
+class StagingBackends(StagingStorage, Protocol):
+    """A StagingStorage that also says which backends it can reach (what to advertise)."""
+
+    @property
+    def backends(self) -> tuple[TransferBackend, ...]: ...
+
+    def sweep_reachable(self, older_than_seconds: float) -> Result[int, ProviderError]:
+        """`sweep` wherever this storage can look without a request naming a location."""
         ...

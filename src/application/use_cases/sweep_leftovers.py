@@ -1,4 +1,5 @@
-"""Remove what Creates killed part-way left behind, once no Create can still be running."""
+"""Remove what Creates and disk transfers killed part-way left behind, once none of them can
+still be running."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.ports import Clock, VMLifecycle
+from pyrigaud.application.ports.disk_transfer import TransferLeftovers
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import LeftoverPolicy
 
@@ -14,6 +16,7 @@ class SweepReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     removed: tuple[str, ...] = ()  # names of the leftover VMs removed
+    removed_transfer_volumes: tuple[str, ...] = ()  # temporary volumes of dead transfers
     failures: tuple[ProviderError, ...] = ()  # one per leftover that could not be removed
 
 
@@ -21,10 +24,17 @@ class SweepLeftovers:
     """Only this provider's unfinished VMs older than the Create deadline are touched, so one
     replica's sweep never removes another replica's work in progress."""
 
-    def __init__(self, lifecycle: VMLifecycle, clock: Clock, leftovers: LeftoverPolicy) -> None:
+    def __init__(
+        self,
+        lifecycle: VMLifecycle,
+        clock: Clock,
+        leftovers: LeftoverPolicy,
+        transfers: TransferLeftovers | None = None,
+    ) -> None:
         self._lifecycle = lifecycle
         self._clock = clock
         self._leftovers = leftovers
+        self._transfers = transfers
 
     def __call__(self) -> Result[SweepReport, ProviderError]:
         match self._lifecycle.find_unfinished():
@@ -43,4 +53,18 @@ class SweepLeftovers:
                     failures.append(error)
                 case Success(_):
                     removed.append(record.name)
-        return Success(SweepReport(removed=tuple(removed), failures=tuple(failures)))
+        volumes: tuple[str, ...] = ()
+        if self._transfers is not None:
+            older_than = self._leftovers.transfer_abandoned_after_seconds
+            match self._transfers.sweep_transfer_leftovers(older_than):
+                case Failure(error):
+                    failures.append(error)
+                case Success(volumes):
+                    pass
+        return Success(
+            SweepReport(
+                removed=tuple(removed),
+                removed_transfer_volumes=volumes,
+                failures=tuple(failures),
+            )
+        )

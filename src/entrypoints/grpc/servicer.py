@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.message import Message
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.cancellation import serving_call
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskQuery
@@ -49,10 +50,12 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
     call: Callable[[_Parsed], Result[_Out, ProviderError]]
     respond: Callable[[_Out], _Response]
     mutation: bool = False
+    cancellable: bool = False  # a long call that stops when its client is gone
 
     def serve(self, request: _Request, context: grpc.ServicerContext) -> _Response:
         try:
-            result = self.parse(request).bind(self.call).map(self.respond)
+            with serving_call(context.is_active if self.cancellable else _always):
+                result = self.parse(request).bind(self.call).map(self.respond)
         except Exception:
             logger.exception("unexpected error (a bug) while serving an RPC")
             context.set_code(grpc.StatusCode.INTERNAL)
@@ -64,6 +67,10 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
             context.set_details(error.message)
             return self.response()
         return result.unwrap()
+
+
+def _always() -> bool:
+    return True
 
 
 AnyRpc = RpcSpec[Any, Any, Any, Any]
@@ -276,6 +283,7 @@ def provider_rpcs(use: ProviderUseCases, clock: Clock) -> tuple[AnyRpc, ...]:
                 checksum=result.checksum,
             ),
             mutation=True,
+            cancellable=True,
         ),
         RpcSpec(
             "ImportDisk",
@@ -301,6 +309,7 @@ def provider_rpcs(use: ProviderUseCases, clock: Clock) -> tuple[AnyRpc, ...]:
                 checksum=result.checksum,
             ),
             mutation=True,
+            cancellable=True,
         ),
     )
     return rpcs

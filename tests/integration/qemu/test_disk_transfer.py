@@ -1,24 +1,22 @@
-"""ExportDisk / ImportDisk on real libvirtd + QEMU: volumes streamed to and from pvc:// files.
+"""ExportDisk / ImportDisk on real libvirtd + QEMU, staged on a PVC folder, moto's S3 server and
+nfs-ganesha (all on loopback), with the requests read by the wire parsers as the manager sends
+them.
 
-Everything lives in a pool of its own and a migration storage root of its own (0755, under
-/var/lib/pyrigaud-test), both emptied before and after each test. The base image is a raw
-volume of random bytes, so a round trip (export, import, Create from the import, export again
-as raw) shows the guest's data came back, not just a file with the right checksum.
+Everything lives in a pool of its own, emptied before and after each test. The base image is a
+raw volume of random bytes, so a round trip (export, import, Create from the import, export
+again as raw) shows the guest's data came back, not just an object with the right checksum.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import shutil
-import tempfile
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
@@ -30,60 +28,141 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 )
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import (
-    CreateRequest,
-    ExportRequest,
-    ImportRequest,
-    OwnerMark,
-    VMClass,
-    VMImage,
-)
+from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
 from pyrigaud.domain.power import PowerState
-from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import create_vm
 from libvirt_support import libvirt_test_backend
 from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
-from replica_support import Replica
+from staging_support import (
+    NfsServer,
+    S3Server,
+    StagingCase,
+    ganesha_nfs,
+    migration_name,
+    moto_s3,
+    nfs_case,
+    nfs_options,
+    pvc_case,
+    s3_case,
+    s3_credentials,
+    s3_options,
+)
 from support import ManualClock, error_of, ok
+from transfer_support import export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
-STORAGE_PARENT = Path("/var/lib/pyrigaud-test")
-BASE_BYTES = 4 * 1024**2
+BASE_BYTES = 36 * 1024**2  # over two of the 16 MiB ranges a volume download streams at a time
 OWNER = OwnerMark(provider="tests/disk-transfer")
 SMALL = VMClass(cpu=1, memory_mib=256)
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
+    with ganesha_nfs(tmp_path_factory.mktemp("ganesha")) as server:
+        yield server
+
+
+@dataclass
+class Staged:
+    """One staging backend as the manager names it: URL, options and credentials."""
+
+    case: StagingCase
+    options: dict[str, object]
+    credentials: dict[str, str]
+
+    @property
+    def backend(self) -> str:
+        return self.case.backend.value
+
+    def url(self, name: str) -> str:
+        return self.case.locate(name).url
+
+    def stored(self, name: str) -> bytes | None:
+        return self.case.stored(self.case.locate(name))
+
+    def put(self, name: str, content: bytes) -> None:
+        """An object staged past the provider (what another exporter left)."""
+        writer = ok(self.case.storage.open_write(self.case.locate(name), len(content)))
+        ok(writer.write(content))
+        ok(writer.commit())
 
 
 @dataclass
 class Site:
     backend: Backend
     conn: Any
-    root: Path  # the migration storage root; the PVC "mig" is mounted at root/mig
+    staged: Staged
     base: str  # a raw volume of random bytes
     content: bytes
-
-    @property
-    def mig(self) -> Path:
-        return self.root / "mig"
 
     def volume_names(self) -> set[str]:
         pool = self.conn.storagePoolLookupByName(POOL)
         pool.refresh(0)
         return {str(volume.name()) for volume in pool.listAllVolumes(0)}
 
+    def vm(self, name: str, path: str | None = None, image_format: str = "raw") -> str:
+        image = VMImage(path=path or self.base, format=image_format)
+        request = CreateRequest(name=name, vm_class=SMALL, image=image)
+        return ok(self.backend.lifecycle.start_create(request, OWNER)).id
 
-@pytest.fixture
-def site() -> Iterator[Site]:
+    def export(self, vm_id: str, name: str, disk_format: str = "qcow2") -> Any:
+        return export_disk(
+            self.backend.disk_transfer,
+            vm_id,
+            self.staged.url(name),
+            backend=self.staged.backend,
+            disk_format=disk_format,
+            options=self.staged.options,
+            credentials=self.staged.credentials,
+        )
+
+    def import_(
+        self, name: str, target: str, *, checksum: str = "", disk_format: str = "qcow2"
+    ) -> Any:
+        return import_disk(
+            self.backend.disk_transfer,
+            self.staged.url(name),
+            target_name=target,
+            backend=self.staged.backend,
+            disk_format=disk_format,
+            expected_checksum=checksum,
+            options=self.staged.options,
+            credentials=self.staged.credentials,
+        )
+
+
+def _staged(kind: str, request: pytest.FixtureRequest, root: Path) -> Staged:
+    migration = migration_name(request)
+    if kind == "pvc":
+        return Staged(pvc_case(root, migration), {}, {})
+    if kind == "s3":
+        server: S3Server = request.getfixturevalue("s3_server")
+        return Staged(s3_case(server, migration), s3_options(server), s3_credentials(server))
+    nfs: NfsServer = request.getfixturevalue("nfs_server")
+    return Staged(nfs_case(nfs, migration), nfs_options(nfs), {})
+
+
+@pytest.fixture(params=["pvc", "s3", "nfs"])
+def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
+    yield from _site(request.param, request, tmp_path)
+
+
+def _site(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     conn = open_qemu()
     remove_pool_leftovers(conn, POOL, POOL_PATH)
-    root = Path(tempfile.mkdtemp(prefix="migration-", dir=STORAGE_PARENT))
-    root.chmod(0o755)
-    (root / "mig").mkdir(mode=0o755)
+    root = tmp_path / "migration-storage"
+    staged = _staged(kind, request, root)
     content = os.urandom(BASE_BYTES)
     pool = ensure_dir_pool(conn, POOL, POOL_PATH)
     base = pool.createXML(volume_xml("xfer-base.raw", BASE_BYTES, volume_format="raw"), 0)
-    upload_volume(conn, base, [content])
+    upload_volume(conn, base, (content[at : at + 2**20] for at in range(0, BASE_BYTES, 2**20)))
     connection = LibvirtConnection(QEMU_URI)
     backend = libvirt_test_backend(
         connection,
@@ -93,197 +172,134 @@ def site() -> Iterator[Site]:
         migration_storage_root=str(root),
     )
     try:
-        yield Site(backend, conn, root, str(base.path()), content)
+        yield Site(backend, conn, staged, str(base.path()), content)
     finally:
         connection.close()
         remove_pool_leftovers(conn, POOL, POOL_PATH)
-        shutil.rmtree(root)
         conn.close()
 
 
-def _sha256(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _vm_from(site: Site, name: str, path: str, image_format: str) -> str:
-    image = VMImage(path=path, format=image_format)
-    request = CreateRequest(name=name, vm_class=SMALL, image=image)
-    return ok(site.backend.lifecycle.start_create(request, OWNER)).id
+def _sha256(content: bytes | None) -> str:
+    assert content is not None
+    return hashlib.sha256(content).hexdigest()
 
 
 def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site) -> None:
-    source = _vm_from(site, "xfer-source", site.base, "raw")
+    source = site.vm("xfer-source")
     before = site.volume_names()
 
-    exported = ok(
-        site.backend.disk_transfer.export_disk(
-            ExportRequest(vm_id=source, destination_url="pvc://mig/x.qcow2")
-        )
-    )
-    file = site.mig / "x.qcow2"
-    assert exported.checksum == _sha256(file)
-    assert exported.estimated_size_bytes == file.stat().st_size
-    assert exported.export_id
-    assert file.read_bytes()[:4] == b"QFI\xfb"
-    assert sorted(os.listdir(site.mig)) == ["x.qcow2"], "a partial file was left behind"
+    exported = ok(site.export(source, "export.qcow2"))
+    staged = site.staged.stored("export.qcow2")
+    assert staged is not None
+    assert staged[:4] == b"QFI\xfb"
+    assert exported.checksum == _sha256(staged)  # lowercase hex, no prefix (MIGRATION.md §3)
+    assert exported.estimated_size_bytes == len(staged)
+    assert site.staged.case.leftovers() == [], "a staged temporary was left behind"
     assert site.volume_names() == before, "the flattened copy made for the export was kept"
 
-    imported = ok(
-        site.backend.disk_transfer.import_disk(
-            ImportRequest(
-                source_url="pvc://mig/x.qcow2",
-                target_name="xfer-restored",
-                verify_checksum=True,
-                expected_checksum=exported.checksum,
-            )
-        )
-    )
+    imported = ok(site.import_("export.qcow2", "xfer-restored", checksum=exported.checksum))
     assert imported.checksum == exported.checksum
-    assert imported.actual_size_bytes == file.stat().st_size
+    assert imported.actual_size_bytes == len(staged)
     assert imported.disk_id == "xfer-restored.qcow2"
     facts = volume_facts(site.conn, imported.path)
     assert facts is not None
     assert (facts.format, facts.capacity_bytes, facts.backing_path) == ("qcow2", BASE_BYTES, "")
-    assert _sha256(Path(imported.path)) == exported.checksum, "the volume is not the file"
+    assert site.volume_names() == before | {"xfer-restored.qcow2"}, "a temporary was kept"
 
-    copy = _vm_from(site, "xfer-copy", imported.path, "qcow2")
-    raw = ok(
-        site.backend.disk_transfer.export_disk(
-            ExportRequest(vm_id=copy, destination_url="pvc://mig/deep/copy.raw", format="raw")
-        )
-    )
-    assert (site.mig / "deep" / "copy.raw").read_bytes() == site.content
-    assert raw.checksum == "sha256:" + hashlib.sha256(site.content).hexdigest()
-    ok(
-        site.backend.power.power_on(copy)
-    )  # QEMU opens the imported volume as the disk's backing file
+    copy = site.vm("xfer-copy", imported.path, "qcow2")
+    raw = ok(site.export(copy, "copy.raw", "raw"))
+    assert site.staged.stored("copy.raw") == site.content
+    assert raw.checksum == _sha256(site.content)
+    ok(site.backend.power.power_on(copy))
     assert ok(site.backend.power.power_state(copy)) is PowerState.ON
 
 
-def test_an_import_retried_after_it_succeeded_answers_the_same_volume(site: Site) -> None:
-    source = _vm_from(site, "xfer-retried", site.base, "raw")
-    ok(
-        site.backend.disk_transfer.export_disk(
-            ExportRequest(vm_id=source, destination_url="pvc://mig/r.raw", format="raw")
-        )
+def test_qcow2_bytes_under_a_vmdk_key_and_real_vmdk_bytes_both_land_as_qcow2(
+    site: Site, tmp_path: Path
+) -> None:
+    source = site.vm("xfer-named")
+    exported = ok(site.export(source, "export.vmdk"))  # the manager's S3 key, qcow2 inside
+    named = ok(
+        site.import_("export.vmdk", "xfer-named", checksum=exported.checksum, disk_format="vmdk")
     )
-    request = ImportRequest(source_url="pvc://mig/r.raw", target_name="xfer-again", format="raw")
-    first = ok(site.backend.disk_transfer.import_disk(request))
-    assert ok(site.backend.disk_transfer.import_disk(request)) == first  # its first answer was lost
-    (site.mig / "other.raw").write_bytes(os.urandom(4096))
-    clash = site.backend.disk_transfer.import_disk(
-        ImportRequest(source_url="pvc://mig/other.raw", target_name="xfer-again", format="raw")
+    raw_file = tmp_path / "disk.raw"
+    raw_file.write_bytes(site.content)
+    vmdk_file = tmp_path / "disk.vmdk"
+    subprocess.run(
+        ["qemu-img", "convert", "-f", "raw", "-O", "vmdk", str(raw_file), str(vmdk_file)],
+        check=True,
     )
+    site.staged.put("real.vmdk", vmdk_file.read_bytes())
+    vmdk = ok(site.import_("real.vmdk", "xfer-vmdk", disk_format="vmdk"))
+
+    for imported in (named, vmdk):
+        facts = volume_facts(site.conn, imported.path)
+        assert facts is not None
+        assert (facts.format, facts.capacity_bytes) == ("qcow2", BASE_BYTES)
+    assert vmdk.checksum == hashlib.sha256(vmdk_file.read_bytes()).hexdigest()
+    copy = site.vm("xfer-from-vmdk", vmdk.path, "qcow2")
+    ok(site.export(copy, "back.raw", "raw"))
+    assert site.staged.stored("back.raw") == site.content
+
+
+def test_transfers_retried_after_success_answer_the_same(site: Site) -> None:
+    source = site.vm("xfer-retried")
+    first_export = ok(site.export(source, "r.qcow2"))
+    assert ok(site.export(source, "r.qcow2")) == first_export  # its first answer was lost
+
+    first = ok(site.import_("r.qcow2", "xfer-again", checksum=first_export.checksum))
+    volumes = site.volume_names()
+    assert ok(site.import_("r.qcow2", "xfer-again", checksum=first_export.checksum)) == first
+    assert site.volume_names() == volumes, "a retry left a duplicate or a temporary"
+
+    site.staged.put("other.raw", os.urandom(65536))
+    clash = site.import_("other.raw", "xfer-again", disk_format="raw")
     assert error_of(clash).kind is ErrorKind.ALREADY_EXISTS
     assert "other content" in error_of(clash).message
+    assert site.volume_names() == volumes
 
 
 def test_a_wrong_checksum_imports_nothing(site: Site) -> None:
-    source = _vm_from(site, "xfer-checked", site.base, "raw")
-    ok(
-        site.backend.disk_transfer.export_disk(
-            ExportRequest(vm_id=source, destination_url="pvc://mig/c.qcow2")
-        )
-    )
+    source = site.vm("xfer-checked")
+    ok(site.export(source, "c.qcow2"))
     before = site.volume_names()
 
-    wrong = site.backend.disk_transfer.import_disk(
-        ImportRequest(
-            source_url="pvc://mig/c.qcow2",
-            target_name="xfer-wrong",
-            verify_checksum=True,
-            expected_checksum="sha256:" + "0" * 64,
-        )
-    )
+    wrong = site.import_("c.qcow2", "xfer-wrong", checksum="0" * 64)
 
-    assert error_of(wrong).kind is ErrorKind.INVALID_SPEC
+    assert error_of(wrong).kind is ErrorKind.FAILED_PRECONDITION
     assert "expected_checksum" in error_of(wrong).message
     assert site.volume_names() == before
 
 
-def test_a_running_vm_is_refused_and_a_path_out_of_the_pvc_too(site: Site) -> None:
-    source = _vm_from(site, "xfer-running", site.base, "raw")
+def test_a_running_vm_is_refused(site: Site) -> None:
+    source = site.vm("xfer-running")
     ok(site.backend.power.power_on(source))
 
-    running = site.backend.disk_transfer.export_disk(
-        ExportRequest(vm_id=source, destination_url="pvc://mig/r.qcow2")
-    )
-    escape = site.backend.disk_transfer.export_disk(
-        ExportRequest(vm_id=source, destination_url="pvc://mig/../outside.qcow2")
-    )
+    running = site.export(source, "r.qcow2")
 
     assert error_of(running).kind is ErrorKind.FAILED_PRECONDITION
     assert "power it off" in error_of(running).message
-    assert error_of(escape).kind is ErrorKind.INVALID_SPEC
-    assert "destination_url" in error_of(escape).message
-    assert os.listdir(site.mig) == []
-    assert not (site.root / "outside.qcow2").exists()
+    assert site.staged.stored("r.qcow2") is None
 
 
-def test_export_and_import_through_grpc(site: Site, tmp_path: Path) -> None:
-    replica = Replica(
-        {
-            "PROVIDER_TYPE": "libvirt",
-            "PROVIDER_ENDPOINT": QEMU_URI,
-            "LIBVIRT_DOMAIN_TYPE": "qemu",
-            "PROVIDER_DEFAULT_DATASTORE": POOL,
-            "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(site.root),
-        },
-        tmp_path / "replica",
-    )
-    try:
-        stub = replica.stub
-        caps = stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=10)
-        assert caps.supports_disk_export
-        assert caps.supports_disk_import
-        assert list(caps.supported_export_backends) == ["pvc"]
-        assert list(caps.supported_transfer_modes) == ["relay"]
-        image = json.dumps({"Path": site.base, "Format": "raw"})
-        vm_id = create_vm(stub, "xfer-grpc", image_json=image)
+@pytest.fixture
+def s3_site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
+    """The site on S3 only (its credentials are what the test changes)."""
+    yield from _site("s3", request, tmp_path)
 
-        exported = stub.ExportDisk(
-            pb.ExportDiskRequest(
-                vm_id=vm_id,
-                destination_url="pvc://mig/g.qcow2",
-                format="qcow2",
-                backend_type="pvc",
-                transfer_mode="relay",  # what the manager sends for its "auto"
-            ),
-            timeout=120,
-        )
-        assert exported.checksum == _sha256(site.mig / "g.qcow2")
 
-        imported = stub.ImportDisk(
-            pb.ImportDiskRequest(
-                source_url="pvc://mig/g.qcow2",
-                format="qcow2",
-                target_name="xfer-grpc-restored",
-                backend_type="pvc",
-                transfer_mode="relay",
-                verify_checksum=True,
-                expected_checksum=exported.checksum,
-            ),
-            timeout=120,
-        )
-        assert imported.checksum == exported.checksum
-        landed = volume_facts(site.conn, imported.path)
-        assert landed is not None
-        assert landed.format == "qcow2"
+def test_refused_s3_credentials_are_permission_denied_and_leave_nothing(s3_site: Site) -> None:
+    site = s3_site
+    source = site.vm("xfer-denied")
+    ok(site.export(source, "d.qcow2"))
+    before = site.volume_names()
+    site.staged.credentials = {**site.staged.credentials, "secretAccessKey": "wrong-secret"}
 
-        with pytest.raises(grpc.RpcError) as nfs:
-            stub.ExportDisk(
-                pb.ExportDiskRequest(
-                    vm_id=vm_id, destination_url="nfs://server/share/x", backend_type="nfs"
-                ),
-                timeout=30,
-            )
-        assert nfs.value.code() is grpc.StatusCode.UNIMPLEMENTED
-        with pytest.raises(grpc.RpcError) as escape:
-            stub.ImportDisk(
-                pb.ImportDiskRequest(source_url="pvc://mig/../../../etc/passwd", format="raw"),
-                timeout=30,
-            )
-        assert escape.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert "source_url" in (escape.value.details() or "")
-    finally:
-        assert replica.stop() == 0
+    exported = site.export(source, "d2.qcow2")
+    imported = site.import_("d.qcow2", "xfer-denied")
+
+    for refused in (exported, imported):
+        assert error_of(refused).kind is ErrorKind.PERMISSION_DENIED
+        assert "wrong-secret" not in error_of(refused).message
+    assert site.volume_names() == before
+    assert site.staged.stored("d2.qcow2") is None

@@ -20,6 +20,7 @@ from pyrigaud.application.ports import Clock
 
 def fake_backend(hypervisor: FakeHypervisor) -> Backend:
     """Every port over `hypervisor`, whose test hooks stay with the caller."""
+    disk_transfer = FakeDiskTransfer(hypervisor)
     return Backend(
         lifecycle=FakeVMLifecycle(hypervisor),
         power=FakePowerControl(hypervisor),
@@ -30,7 +31,8 @@ def fake_backend(hypervisor: FakeHypervisor) -> Backend:
         snapshots=FakeSnapshots(hypervisor),
         cloning=FakeCloning(hypervisor),
         images=FakeImages(hypervisor),
-        disk_transfer=FakeDiskTransfer(hypervisor),
+        disk_transfer=disk_transfer,
+        transfer_leftovers=disk_transfer,
     )
 
 

@@ -1,10 +1,11 @@
-"""DiskTransfer on the fake hypervisor: exports and imports answer as a host would; no bytes
-move and an imported disk is attached to nothing."""
+"""DiskTransfer on the fake hypervisor: exports and imports answer as a host would, staging a
+few bytes standing for the disk in memory (by URL), so checksums, their verification, retries
+and name clashes behave as on a real backend; an imported disk is attached to nothing."""
 
 from __future__ import annotations
 
 import copy
-import uuid
+import hashlib
 from dataclasses import dataclass
 
 from returns.result import Result
@@ -31,22 +32,49 @@ class FakeDiskTransfer:
     def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         def export() -> ExportResult:
             disk = self._disk(request.vm_id, request.disk_id, request.snapshot_id)
-            export_id = f"export-{uuid.uuid4().hex[:12]}"
-            return ExportResult(export_id=export_id, estimated_size_bytes=disk.size_gib * GIB)
+            content = f"{disk.id}:{disk.size_gib}:{request.snapshot_id}:{request.format}".encode()
+            self.hypervisor.staged[request.destination_url] = content
+            checksum = hashlib.sha256(content).hexdigest()
+            return ExportResult(
+                export_id=f"export-{checksum[:16]}",
+                estimated_size_bytes=disk.size_gib * GIB,
+                checksum=checksum,
+            )
 
         return self.hypervisor.serve("export_disk", export)
 
     def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         def import_() -> ImportResult:
+            content = self.hypervisor.staged.get(request.source_url)
+            if content is None:
+                raise _not_found(f"no staged object at {request.source_url}")
+            checksum = hashlib.sha256(content).hexdigest()
+            if request.verify_checksum and checksum != request.expected_checksum:
+                raise ExpectedError(
+                    ProviderError.failed_precondition(
+                        f"expected_checksum: the staged object's sha256 is {checksum}"
+                    )
+                )
             name = request.target_name or f"imported-{self.hypervisor.next_serial()}"
+            if self.hypervisor.imported.setdefault(name, checksum) != checksum:
+                raise ExpectedError(
+                    ProviderError.already_exists(f"target_name: {name!r} has other content")
+                )
             return ImportResult(
                 disk_id=name,
-                path=f"{DISK_DIR}/{name}.{request.format}",
+                path=f"{DISK_DIR}/{name}.qcow2",
                 actual_size_bytes=IMPORTED_DISK_GIB * GIB,
-                checksum=request.expected_checksum,
+                checksum=checksum,
             )
 
         return self.hypervisor.serve("import_disk", import_)
+
+    def sweep_transfer_leftovers(
+        self, older_than_seconds: float
+    ) -> Result[tuple[str, ...], ProviderError]:
+        """No bytes move here, so no transfer leaves anything behind."""
+        del older_than_seconds
+        return self.hypervisor.serve("sweep_transfer_leftovers", tuple)
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         def details() -> DiskDetails:

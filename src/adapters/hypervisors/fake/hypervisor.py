@@ -46,8 +46,8 @@ FAKE_CAPABILITIES = Capabilities(
     supported_export_formats=("qcow2", "raw"),
     supported_import_formats=("qcow2", "raw"),
     supports_export_compression=True,
-    supported_export_backends=("pvc",),
-    supported_import_backends=("pvc",),
+    supported_export_backends=("pvc", "nfs", "s3"),
+    supported_import_backends=("pvc", "nfs", "s3"),
     supported_transfer_modes=("relay",),
     supports_clone=True,
     supports_hardware_upgrade=True,
@@ -139,6 +139,9 @@ class FakeHypervisor:
         self.vms: dict[str, FakeVM] = {}
         self.ids_by_name: dict[str, str] = {}
         self.images: dict[str, FakeImage] = {}  # by path
+        # Disk transfers: the staged objects by URL, and imported disks' staged sha256 by name.
+        self.staged: dict[str, bytes] = {}
+        self.imported: dict[str, str] = {}
         self._lock = threading.RLock()
         self._serials = itertools.count(1)
 

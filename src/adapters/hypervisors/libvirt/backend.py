@@ -22,8 +22,10 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VolumeWriter,
     upload_volume,
 )
+from pyrigaud.adapters.hypervisors.libvirt.volume_streams import TransferVolumes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.staging import StagingBackends
 
 
 def build_libvirt_backend(
@@ -33,14 +35,17 @@ def build_libvirt_backend(
     domain_type: str,
     pools: PoolSettings,
     allow_loopback_urls: bool,
-    migration_storage_root: str,
+    staging: StagingBackends,
+    transfer_owner: str,
     volume_writer: VolumeWriter = upload_volume,
 ) -> Backend:
     """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
 
-    `migration_storage_root` is where the PVCs of pvc:// URLs are mounted; `volume_writer`
-    puts bytes into a volume (a libvirt stream unless a test's driver cannot stream).
+    `staging` is where ExportDisk/ImportDisk stage disks (pvc, s3, nfs: what it reaches is
+    advertised); `transfer_owner` marks the temporary volumes of transfers as this provider's,
+    for the sweep; `volume_writer` puts bytes into a volume (a libvirt stream unless a test's
+    driver cannot stream).
     """
     inventory: LibvirtInventory
     # The cache fills itself by the inventory's listing, which reads through the cache: the
@@ -60,15 +65,19 @@ def build_libvirt_backend(
         write_volume=volume_writer,
     )
     inventory = LibvirtInventory(host)
+    disk_transfer = LibvirtDiskTransfer(
+        host, staging, TransferVolumes(owner=transfer_owner, clock=clock)
+    )
     return Backend(
         lifecycle=LibvirtVMLifecycle(host),
         power=LibvirtPowerControl(host),
         inventory=inventory,
         health=LibvirtHealth(host),
-        capabilities=LibvirtCapabilities(),
+        capabilities=LibvirtCapabilities(staging.backends),
         tasks=LibvirtTasks(),
         snapshots=LibvirtSnapshots(host),
         cloning=LibvirtCloning(host),
         images=LibvirtImages(host),
-        disk_transfer=LibvirtDiskTransfer(host, migration_storage_root),
+        disk_transfer=disk_transfer,
+        transfer_leftovers=disk_transfer,
     )

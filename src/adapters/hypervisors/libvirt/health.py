@@ -4,9 +4,9 @@ its host answers. libvirt has no native tasks: every operation here completes in
 from __future__ import annotations
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import TRANSFER_FORMATS
+from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
-from pyrigaud.domain.models import Capabilities, HealthReport
+from pyrigaud.domain.models import Capabilities, HealthReport, TransferBackend
 from pyrigaud.domain.tasks import TaskState
 
 LIBVIRT_CAPABILITIES = Capabilities(
@@ -20,13 +20,12 @@ LIBVIRT_CAPABILITIES = Capabilities(
     supported_network_types=("network", "bridge", "user"),
     supports_clone=True,
     supports_hardware_upgrade=False,  # a machine-type bump is not a meaningful upgrade
-    # Streamed between libvirt and files on a mounted PVC (disk_transfer.py); a powered-off VM.
+    # Streamed between libvirt and the staging storage (disk_transfer.py); a powered-off VM.
+    # The backends are those the staging storage reaches on this machine (LibvirtCapabilities).
     supports_disk_export=True,
     supports_disk_import=True,
-    supported_export_formats=TRANSFER_FORMATS,
-    supported_import_formats=TRANSFER_FORMATS,
-    supported_export_backends=("pvc",),
-    supported_import_backends=("pvc",),
+    supported_export_formats=EXPORT_FORMATS,
+    supported_import_formats=IMPORT_FORMATS,
     supported_transfer_modes=("relay",),
 )
 
@@ -52,8 +51,15 @@ class LibvirtHealth:
 
 
 class LibvirtCapabilities:
+    def __init__(self, staging_backends: tuple[TransferBackend, ...]) -> None:
+        """`staging_backends`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
+        names = tuple(backend.value for backend in staging_backends)
+        self._capabilities = LIBVIRT_CAPABILITIES.model_copy(
+            update={"supported_export_backends": names, "supported_import_backends": names}
+        )
+
     def capabilities(self) -> Capabilities:
-        return LIBVIRT_CAPABILITIES
+        return self._capabilities
 
 
 class LibvirtTasks:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from hashlib import sha256
-from urllib.parse import urlsplit
+
+from returns.result import Failure
 
 from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError
 from pyrigaud.domain.models import (
     ContentLibraryItem,
     DiskQuery,
@@ -22,6 +24,7 @@ from pyrigaud.domain.models import (
     TransferBackend,
     TransferMode,
 )
+from pyrigaud.domain.staging import StagedLocation, parse_staged_location
 from pyrigaud.entrypoints.grpc.wire.document import (
     Document,
     as_text,
@@ -127,25 +130,51 @@ def _format(value: str, field: str) -> str:
     return disk_format
 
 
-def _transfer_url(url: str, backend: TransferBackend, field: str) -> str:
+def _transfer_url(url: str, field: str) -> str:
     if not url:
         raise invalid(field, "must not be empty")
-    as_text(url, field, 8192)
-    scheme = urlsplit(url).scheme.lower()
-    if scheme != backend.value:
-        raise invalid(field, f"must be a {backend.value}:// URL for backend {backend.value}")
-    return url
+    return as_text(url, field, 8192)
 
 
-def _storage_options(text: str) -> dict[str, str]:
-    # Messages name the options "options", as they always have.
-    return load(text, fields.STORAGE_OPTIONS).as_string_map("options")
+# The manager's StorageOptions keys (Go matches them case-insensitively).
+_OPTION_KEYS = (
+    "backend",
+    "bucket",
+    "endpoint",
+    "region",
+    "prefix",
+    "usePathStyle",
+    "server",
+    "export",
+    "path",
+    "uid",
+    "gid",
+)
+
+
+def _storage_options(text: str) -> dict[str, object]:
+    doc = load(text, fields.STORAGE_OPTIONS)
+    return {key: doc.raw(key) for key in _OPTION_KEYS if doc.raw(key) is not None}
 
 
 def _credentials(credentials: Mapping[str, str]) -> dict[str, str]:
     for key in credentials:
         as_text(key, fields.CREDENTIALS, 256)
     return dict(credentials)
+
+
+def _location(
+    field: str,
+    url: str,
+    backend: TransferBackend,
+    options: Mapping[str, object],
+    credentials: Mapping[str, str],
+) -> StagedLocation:
+    """The staged object, checked once here; errors name the wire field or key."""
+    result = parse_staged_location(field, url, backend, options, credentials)
+    if isinstance(result, Failure):
+        raise ExpectedError(result.failure())
+    return result.unwrap()
 
 
 @parser
@@ -163,17 +192,21 @@ def parse_export(
     storage_options_json: str,
 ) -> ExportRequest:
     backend = _backend(backend_type, fields.BACKEND_TYPE)
+    url = _transfer_url(destination_url, fields.DESTINATION_URL)
+    options = _storage_options(storage_options_json)
+    checked_credentials = _credentials(credentials)
     return ExportRequest(
         vm_id=vm_id,
         disk_id=disk_id,
         snapshot_id=snapshot_id,
-        destination_url=_transfer_url(destination_url, backend, fields.DESTINATION_URL),
+        destination_url=url,
         format=_format(disk_format, fields.DISK_FORMAT),
         compress=compress,
-        credentials=_credentials(credentials),
+        credentials=checked_credentials,
         backend=backend,
         mode=_mode(transfer_mode, fields.TRANSFER_MODE),
-        storage_options=_storage_options(storage_options_json),
+        storage_options=options,
+        destination=_location(fields.DESTINATION_URL, url, backend, options, checked_credentials),
     )
 
 
@@ -194,18 +227,37 @@ def parse_import(
     backend = _backend(backend_type, fields.BACKEND_TYPE)
     if verify_checksum and not expected_checksum:
         raise invalid(fields.EXPECTED_CHECKSUM, "must be set when verify_checksum is true")
+    url = _transfer_url(source_url, fields.SOURCE_URL)
+    options = _storage_options(storage_options_json)
+    checked_credentials = _credentials(credentials)
     return ImportRequest(
-        source_url=_transfer_url(source_url, backend, fields.SOURCE_URL),
+        source_url=url,
         storage_hint=as_text(storage_hint, fields.STORAGE_HINT, 1024),
         format=_format(disk_format, fields.DISK_FORMAT),
         target_name=checked_name(target_name, fields.TARGET_NAME) if target_name else "",
         verify_checksum=verify_checksum,
-        expected_checksum=as_text(expected_checksum, fields.EXPECTED_CHECKSUM, 256),
-        credentials=_credentials(credentials),
+        expected_checksum=_checksum(expected_checksum),
+        credentials=checked_credentials,
         backend=backend,
         mode=_mode(transfer_mode, fields.TRANSFER_MODE),
-        storage_options=_storage_options(storage_options_json),
+        storage_options=options,
+        source=_location(fields.SOURCE_URL, url, backend, options, checked_credentials),
     )
+
+
+_SHA256 = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
+
+
+def _checksum(value: str) -> str:
+    """Lowercase hex SHA-256, as ExportDisk answers it; "" when none was sent. A `sha256:`
+    prefix (what earlier pyrigaud answered) is dropped."""
+    text = as_text(value, fields.EXPECTED_CHECKSUM, 256).strip().lower()
+    if not text:
+        return ""
+    match = _SHA256.fullmatch(text)
+    if match is None:
+        raise invalid(fields.EXPECTED_CHECKSUM, "must be 64 hex digits (a SHA-256)")
+    return match.group(1)
 
 
 def disk_query(vm_id: str, disk_id: str, snapshot_id: str) -> DiskQuery:

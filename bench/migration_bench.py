@@ -1,0 +1,335 @@
+"""ExportDisk / ImportDisk of a 2 GiB disk through each staging storage, against a plain copy.
+
+Usage (from the repository root, as root, with the project's venv; needs libvirtd + QEMU,
+moto and nfs-ganesha, as the tests do):
+
+    .venv/bin/python bench/migration_bench.py              # 2 GiB, ~5 minutes
+    .venv/bin/python bench/migration_bench.py --gib 1 --json out.json
+
+A VM is created (pyrigaud's Create) from a raw volume of random bytes in a pool of its own, so
+its disk is a qcow2 overlay, as a migrated VM's is. Then, per storage -- a PVC folder, moto's S3
+server and nfs-ganesha, all on loopback, started here the way the tests start them -- the
+libvirt adapter (in this process, requests read by the wire parsers) exports the disk as qcow2
+and imports it back with checksum verification, side by side with the floor: the same bytes
+copied to the same place by the plainest tool (`cp` for the PVC, boto3's own managed
+multipart upload/download for S3, libnfs's `nfs-cp` for NFS), from and to a file in the same
+pool. Export includes libvirt's flattening of the overlay; import includes staging in a
+temporary volume and libvirt's conversion into the final qcow2 volume. RSS growth is this
+process's peak resident set during the transfer minus the one before it. The targets
+(issue 11): >= 0.8x the floor's throughput, RSS growth < 64 MiB. The script reports, it does
+not assert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import libvirt
+from returns.result import Failure
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
+from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    PoolSettings,
+    delete_volume,
+    upload_volume,
+    volume_xml,
+)
+from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
+
+from staging_support import ganesha_nfs, moto_s3
+from transfer_support import export_disk, import_disk
+
+URI = "qemu:///system"
+POOL = "pyrigaud-bench-migration"
+POOL_PATH = Path("/var/lib/pyrigaud-test/bench-migration")
+OWNER = "bench/migration"
+MiB = 1024**2
+CHUNK = 4 * MiB
+TARGET_FACTOR = 0.8
+TARGET_RSS_MIB = 64
+
+
+@dataclass
+class Row:
+    storage: str
+    direction: str
+    seconds: float
+    floor_seconds: float
+    bytes: int
+    rss_growth_mib: float
+
+    @property
+    def ratio(self) -> float:
+        return self.floor_seconds / self.seconds
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One staging backend: what the manager sends, and the floor's copy to and from it."""
+
+    kind: str
+    url: Callable[[str], str]
+    options: dict[str, object]
+    credentials: dict[str, str]
+    upload: Callable[[Path, str], None]  # the floor: a local file to the staged name
+    download: Callable[[str, Path], None]  # the floor: the staged name to a local file
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def measured(action: Callable[[], object]) -> tuple[float, float, object]:
+    """Seconds, RSS growth (MiB, peak during minus before) and the action's value."""
+    before = rss_bytes()
+    peak = before
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.05):
+            peak = max(peak, rss_bytes())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    try:
+        value = action()
+    finally:
+        took = time.perf_counter() - started
+        done.set()
+        sampler.join()
+    return took, max(peak, rss_bytes()) - before, value
+
+
+def unwrapped(result: Any) -> Any:
+    if isinstance(result, Failure):
+        raise RuntimeError(f"failed: {result.failure()}")
+    return result.unwrap()
+
+
+def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
+    (root / "mig").mkdir(parents=True)
+    pvc = Storage(
+        kind="pvc",
+        url=lambda name: f"pvc://mig/vmmigrations/ns/bench/{name}",
+        options={},
+        credentials={},
+        upload=lambda source, name: _cp(
+            source, root / "mig" / "vmmigrations" / "ns" / "bench" / name
+        ),
+        download=lambda name, target: _cp(
+            root / "mig" / "vmmigrations" / "ns" / "bench" / name, target
+        ),
+    )
+    for folder in ("moto", "ganesha"):
+        (workdir / folder).mkdir()
+    s3_server = stack.enter_context(moto_s3(workdir / "moto"))
+    client = s3_server.client()
+    s3 = Storage(
+        kind="s3",
+        url=lambda name: f"s3://{s3_server.bucket}/vmmigrations/ns/bench/{name}",
+        options={
+            "backend": "s3",
+            "bucket": s3_server.bucket,
+            "endpoint": s3_server.endpoint,
+            "usePathStyle": True,
+        },
+        credentials={
+            "accessKeyID": s3_server.access_key_id,
+            "secretAccessKey": s3_server.secret_access_key,
+        },
+        upload=lambda source, name: client.upload_file(
+            str(source), s3_server.bucket, f"vmmigrations/ns/bench/{name}"
+        ),
+        download=lambda name, target: client.download_file(
+            s3_server.bucket, f"vmmigrations/ns/bench/{name}", str(target)
+        ),
+    )
+    nfs_server = stack.enter_context(ganesha_nfs(workdir / "ganesha"))
+    base = f"nfs://{nfs_server.server}{nfs_server.export}"
+    nfs = Storage(
+        kind="nfs",
+        url=lambda name: f"{base}/vmmigrations-ns-bench-{name}",
+        options={"backend": "nfs", "server": nfs_server.server, "export": str(nfs_server.export)},
+        credentials={},
+        upload=lambda source, name: _nfs_cp(str(source), f"{base}/vmmigrations-ns-bench-{name}"),
+        download=lambda name, target: _nfs_cp(f"{base}/vmmigrations-ns-bench-{name}", str(target)),
+    )
+    return [nfs, pvc, s3]  # NFS first: its server registers with a shared rpcbind
+
+
+def _cp(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", str(source), str(target)], check=True)
+
+
+def _nfs_cp(source: str, target: str) -> None:
+    subprocess.run(["nfs-cp", source, target], check=True, stdout=subprocess.DEVNULL)
+
+
+@contextmanager
+def bench_pool(conn: Any) -> Iterator[Any]:
+    POOL_PATH.mkdir(parents=True, exist_ok=True)
+    try:
+        pool = conn.storagePoolLookupByName(POOL)
+    except libvirt.libvirtError:
+        xml = (
+            f"<pool type='dir'><name>{POOL}</name><target><path>{POOL_PATH}</path></target></pool>"
+        )
+        pool = conn.storagePoolCreateXML(xml, 0)
+    try:
+        yield pool
+    finally:
+        for volume in pool.listAllVolumes(0):
+            volume.delete(0)
+        pool.destroy()
+        shutil.rmtree(POOL_PATH, ignore_errors=True)
+
+
+def run(gib: int) -> list[Row]:
+    size = gib * 1024**3
+    rows: list[Row] = []
+    conn = libvirt.open(URI)
+    workdir = Path(tempfile.mkdtemp(prefix="migration-bench-"))
+    with ExitStack() as stack:
+        stack.callback(conn.close)
+        stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+        pool = stack.enter_context(bench_pool(conn))
+        root = workdir / "migration-storage"
+        places = storages(stack, workdir, root)
+        base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
+        upload_volume(conn, base, (os.urandom(CHUNK) for _ in range(size // CHUNK)))
+        connection = LibvirtConnection(URI)
+        stack.callback(connection.close)
+        clock = SystemClock()
+        backend = build_libvirt_backend(
+            connection,
+            clock,
+            domain_type="qemu",
+            pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
+            allow_loopback_urls=False,
+            staging=staging_by_backend(OWNER, clock, str(root)),
+            transfer_owner=OWNER,
+        )
+        image = VMImage(path=str(base.path()), format="raw")
+        request = CreateRequest(
+            name="bench-migration", vm_class=VMClass(cpu=1, memory_mib=256), image=image
+        )
+        vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
+        try:
+            rows = _compare(backend, connection, places, vm_id)
+        finally:
+            backend.lifecycle.delete(vm_id)
+    return rows
+
+
+def _compare(backend: Any, connection: Any, places: list[Storage], vm_id: str) -> list[Row]:
+    rows: list[Row] = []
+    floor_file = POOL_PATH / "bench-floor.qcow2"
+    for place in places:
+        rows.extend(_one_storage(backend, connection, place, vm_id, floor_file))
+        print(report(rows[-2:]), flush=True)  # as it goes: S3's floor on moto is slow
+    return rows
+
+
+def _one_storage(
+    backend: Any, connection: Any, place: Storage, vm_id: str, floor_file: Path
+) -> list[Row]:
+    """Export and import through `place`, each beside its floor."""
+    port = backend.disk_transfer
+    url = place.url("export.qcow2")
+
+    def export() -> Any:
+        return unwrapped(
+            export_disk(
+                port,
+                vm_id,
+                url,
+                backend=place.kind,
+                options=place.options,
+                credentials=place.credentials,
+            )
+        )
+
+    seconds, rss, exported = measured(export)
+    if not floor_file.exists():  # the staged bytes, as a file in the pool
+        place.download("export.qcow2", floor_file)
+    floor, _, _ = measured(lambda: place.upload(floor_file, "floor.qcow2"))
+    rows = [Row(place.kind, "export", seconds, floor, exported.estimated_size_bytes, rss / MiB)]
+
+    def import_() -> Any:
+        return unwrapped(
+            import_disk(
+                port,
+                url,
+                target_name=f"bench-{place.kind}",
+                backend=place.kind,
+                expected_checksum=exported.checksum,
+                options=place.options,
+                credentials=place.credentials,
+            )
+        )
+
+    seconds, rss, imported = measured(import_)
+    landed = POOL_PATH / "bench-floor-in.qcow2"
+    floor, _, _ = measured(lambda: place.download("floor.qcow2", landed))
+    landed.unlink()
+    connection.call(lambda conn: delete_volume(conn, imported.path))
+    rows.append(Row(place.kind, "import", seconds, floor, imported.actual_size_bytes, rss / MiB))
+    return rows
+
+
+def report(rows: list[Row]) -> str:
+    lines = [
+        "| storage | op | pyrigaud | floor | ratio | RSS growth |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        mib_s = row.bytes / MiB / row.seconds
+        floor_mib_s = row.bytes / MiB / row.floor_seconds
+        met = row.ratio >= TARGET_FACTOR and row.rss_growth_mib < TARGET_RSS_MIB
+        lines.append(
+            f"| {row.storage} | {row.direction} | {row.seconds:.1f} s ({mib_s:.0f} MiB/s) "
+            f"| {row.floor_seconds:.1f} s ({floor_mib_s:.0f} MiB/s) | {row.ratio:.2f}x"
+            f"{'' if met else ' (below target)'} | {row.rss_growth_mib:.1f} MiB |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    arguments = parser.parse_args()
+    rows = run(arguments.gib)
+    print("\nAll storages:")
+    print(report(rows))
+    if arguments.json:
+        arguments.json.write_text(json.dumps([asdict(row) for row in rows], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""`pyrigaud serve` killed with SIGKILL in the middle of an ExportDisk and of an ImportDisk on
+real libvirtd + QEMU, staging on a PVC folder: the temporaries the dead transfers leave (a
+flattened export volume, a staged `.part` file, a staged import volume) carry the provider's mark
+and start time, nothing is left under a final name, and the next process's start-up sweep
+removes them all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import libvirt
+import pytest
+
+from pyrigaud.adapters.hypervisors.libvirt.storage import volume_xml
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+
+from e2e_support import create_vm
+from qemu_support import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
+from replica_support import Replica
+
+POOL = "pyrigaud-crash-xfer"
+POOL_PATH = Path("/var/lib/pyrigaud-test/crash-xfer")
+DISK_BYTES = 2 * 1024**3  # sparse: long enough to stream that the kill lands mid-way
+KILL_AFTER_BYTES = 32 * 1024**2
+VM_NAME = "crash-xfer-vm"
+SWEEP_SECONDS = 60
+ENVIRON = {
+    "PROVIDER_TYPE": "libvirt",
+    "PROVIDER_ENDPOINT": QEMU_URI,
+    "LIBVIRT_DOMAIN_TYPE": "qemu",
+    "PROVIDER_DEFAULT_DATASTORE": POOL,
+    "PROVIDER_NAMESPACE": "ns",
+    "PROVIDER_NAME": "crash-xfer",
+}
+
+
+@pytest.fixture
+def conn() -> Iterator[Any]:
+    connection = open_qemu()
+    _remove_leftovers(connection)
+    yield connection
+    _remove_leftovers(connection)
+    connection.close()
+
+
+def test_transfers_killed_part_way_are_swept_by_the_next_process(conn: Any, tmp_path: Path) -> None:
+    root = tmp_path / "migration-storage"
+    pvc = root / "mig"
+    pvc.mkdir(parents=True)
+    environ = {**ENVIRON, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}
+    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
+    base = pool.createXML(volume_xml("crash-base.raw", DISK_BYTES, volume_format="raw"), 0)
+
+    exporter = Replica(environ, tmp_path / "exporter")
+    image = f'{{"Path": "{base.path()}", "Format": "raw"}}'
+    vm_id = create_vm(exporter.stub, VM_NAME, image_json=image)
+    disks = _volume_names(conn)
+    export = pb.ExportDiskRequest(
+        vm_id=vm_id,
+        destination_url="pvc://mig/vmmigrations/ns/m/export.raw",
+        format="raw",  # the VM's disk is a qcow2 overlay: flattened into a temporary volume
+        backend_type="pvc",
+        transfer_mode="relay",
+    )
+    _killed_during(exporter, lambda: exporter.stub.ExportDisk(export, timeout=600), pvc_grew(pvc))
+    staged = [p.name for p in (pvc / "vmmigrations" / "ns" / "m").iterdir()]
+    assert all(name.startswith(".export.raw.ns%2Fcrash-xfer.") for name in staged), staged
+    assert staged, "the export was killed before it staged anything"
+    assert any(name.startswith("xfer.ns%2Fcrash-xfer.") for name in _volume_names(conn) - disks)
+
+    (pvc / "big.raw").write_bytes(b"")
+    os.truncate(pvc / "big.raw", DISK_BYTES)
+    importer = Replica(environ, tmp_path / "importer")
+    imported = pb.ImportDiskRequest(
+        source_url="pvc://mig/big.raw",
+        format="raw",
+        target_name="crash-xfer-imported",
+        backend_type="pvc",
+        transfer_mode="relay",
+    )
+    _killed_during(
+        importer, lambda: importer.stub.ImportDisk(imported, timeout=600), pool_grew(conn)
+    )
+    leftovers = _volume_names(conn) - disks
+    assert "crash-xfer-imported.qcow2" not in leftovers, "a partial volume under the final name"
+    assert any(".import." in name for name in leftovers), leftovers
+
+    survivor = Replica(
+        {**environ, "PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS": "0"}, tmp_path / "survivor"
+    )
+    try:
+        assert survivor.logged("removed the temporary volume of a dead transfer", SWEEP_SECONDS)
+        assert _volume_names(conn) == disks
+        assert [p.name for p in (pvc / "vmmigrations" / "ns" / "m").iterdir()] == []
+        assert sorted(p.name for p in pvc.iterdir()) == ["big.raw", "vmmigrations"]
+    finally:
+        survivor.stop()
+
+
+def pvc_grew(pvc: Path) -> Callable[[], bool]:
+    def grew() -> bool:
+        folder = pvc / "vmmigrations" / "ns" / "m"
+        return folder.is_dir() and any(
+            p.stat().st_size > KILL_AFTER_BYTES for p in folder.iterdir()
+        )
+
+    return grew
+
+
+def pool_grew(conn: Any) -> Callable[[], bool]:
+    def grew() -> bool:
+        return any(
+            ".import." in p.name and p.stat().st_blocks * 512 > KILL_AFTER_BYTES
+            for p in POOL_PATH.iterdir()
+        )
+
+    return grew
+
+
+def _killed_during(replica: Replica, call: Callable[[], object], ready: Callable[[], bool]) -> None:
+    """Run `call` and SIGKILL the replica as soon as `ready()` holds."""
+    killed = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ready():
+            time.sleep(0.01)
+        os.kill(replica.pid, signal.SIGKILL)
+        killed.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with pytest.raises(grpc.RpcError):  # the process dies under the call
+        call()
+    assert killed.wait(130)
+    replica.kill()
+
+
+def _volume_names(conn: Any) -> set[str]:
+    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
+    pool.refresh(0)
+    return {str(volume.name()) for volume in pool.listAllVolumes(0)}
+
+
+def _remove_leftovers(conn: Any) -> None:
+    with contextlib.suppress(libvirt.libvirtError):
+        dom = conn.lookupByName(VM_NAME)
+        if dom.isActive():
+            dom.destroy()
+        dom.undefineFlags(EVERYTHING_OF_THE_DOMAIN)
+    for volume in ensure_dir_pool(conn, POOL, POOL_PATH).listAllVolumes(0):
+        volume.delete(0)
+
+
+def test_a_transfer_whose_client_gave_up_stops_and_leaves_nothing(
+    conn: Any, tmp_path: Path
+) -> None:
+    root = tmp_path / "migration-storage"
+    pvc = root / "mig"
+    pvc.mkdir(parents=True)
+    (pvc / "big.raw").write_bytes(b"")
+    os.truncate(pvc / "big.raw", DISK_BYTES)
+    provider = Replica(
+        {**ENVIRON, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}, tmp_path / "provider"
+    )
+    try:
+        before = _volume_names(conn)
+        imported = pb.ImportDiskRequest(
+            source_url="pvc://mig/big.raw",
+            format="raw",
+            target_name="crash-xfer-abandoned",
+            backend_type="pvc",
+            transfer_mode="relay",
+        )
+        with pytest.raises(grpc.RpcError) as gave_up:
+            provider.stub.ImportDisk(imported, timeout=0.5)  # well before 2 GiB can move
+        assert gave_up.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+        assert provider.logged("the client cancelled or its deadline passed", 30)
+        assert _volume_names(conn) == before
+    finally:
+        assert provider.stop() == 0
