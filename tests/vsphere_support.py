@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
@@ -23,6 +24,7 @@ from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
     CreateRequest,
@@ -34,7 +36,7 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import Harness
-from support import ManualClock
+from support import ManualClock, error_kind
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
@@ -197,6 +199,15 @@ def contract_harness() -> Iterator[Harness]:
         # ImagePrepare verifies a template (imports from URLs: test_vsphere_image_import.py).
         prepare_source=ImageSource(origin="vsphere", template_name=TEMPLATE_VM),
     )
+    remove_vms_made_since(backend, before)
+
+
+def remove_vms_made_since(backend: Backend, before: set[str]) -> None:
+    """Delete the VMs a test made, so that names can be reused.
+
+    The listing comes from the inventory cache, which may still hold a VM the test removed
+    through another session a moment ago: gone already is fine."""
     for vm in backend.inventory.list_vms().unwrap():
         if vm.id not in before:
-            backend.lifecycle.delete(vm.id).unwrap()
+            deleted = backend.lifecycle.delete(vm.id)
+            assert deleted == Success(None) or error_kind(deleted) is ErrorKind.NOT_FOUND

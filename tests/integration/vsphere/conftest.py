@@ -8,7 +8,7 @@ import pytest
 
 from pyrigaud.application.backend import Backend
 
-from vsphere_support import Simulator, shared_simulator
+from vsphere_support import Simulator, remove_vms_made_since, shared_simulator
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +22,4 @@ def backend(simulator: Simulator) -> Iterator[Backend]:
     ports = simulator.backend()
     before = {vm.id for vm in ports.inventory.list_vms().unwrap()}
     yield ports
-    for vm in ports.inventory.list_vms().unwrap():
-        if vm.id not in before:
-            ports.lifecycle.delete(vm.id).unwrap()
+    remove_vms_made_since(ports, before)
