@@ -29,10 +29,11 @@ class Vm:
 
 
 class BrokenProvider(pb_grpc.ProviderServicer):
-    def __init__(self, task_status_delay: float = 0.0) -> None:
+    def __init__(self, task_status_delay: float = 0.0, claims_transfers: bool = False) -> None:
         self.vms: dict[str, Vm] = {}
         self._lock = threading.Lock()
         self._task_status_delay = task_status_delay  # past 10 s: blocks like upstream vSphere
+        self._claims_transfers = claims_transfers  # then imports answer another checksum
 
     def _vm(self, vm_id: str, context: grpc.ServicerContext) -> Vm:
         if vm_id not in self.vms:
@@ -43,7 +44,11 @@ class BrokenProvider(pb_grpc.ProviderServicer):
         return pb.ValidateResponse(ok=True, message="broken on purpose")
 
     def GetCapabilities(self, request: Any, context: Any) -> pb.GetCapabilitiesResponse:
-        return pb.GetCapabilitiesResponse(supports_snapshots=True)  # a claim it does not keep
+        return pb.GetCapabilitiesResponse(  # claims it does not keep
+            supports_snapshots=True,
+            supports_disk_export=self._claims_transfers,
+            supports_disk_import=self._claims_transfers,
+        )
 
     def ListVMs(self, request: Any, context: Any) -> pb.ListVMsResponse:
         return pb.ListVMsResponse(
@@ -140,19 +145,26 @@ class BrokenProvider(pb_grpc.ProviderServicer):
 
     def ExportDisk(self, request: Any, context: grpc.ServicerContext) -> pb.ExportDiskResponse:
         self._vm(request.vm_id, context)
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "export is not implemented")
+        if not self._claims_transfers:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "export is not implemented")
+        return pb.ExportDiskResponse(export_id="export-1", checksum="a" * 64)
 
     def ImportDisk(self, request: Any, context: grpc.ServicerContext) -> pb.ImportDiskResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "import is not implemented")
+        if not self._claims_transfers:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "import is not implemented")
+        # not the bytes exported: another checksum
+        return pb.ImportDiskResponse(disk_id="disk-1", path="/imported.qcow2", checksum="b" * 64)
 
     def ImagePrepare(self, request: Any, context: grpc.ServicerContext) -> pb.ImagePrepareResponse:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "images are not implemented")
 
 
 @contextmanager
-def broken_provider(task_status_delay: float = 0.0) -> Iterator[tuple[str, BrokenProvider]]:
+def broken_provider(
+    task_status_delay: float = 0.0, claims_transfers: bool = False
+) -> Iterator[tuple[str, BrokenProvider]]:
     """The broken provider on a free loopback port: (endpoint, its servicer)."""
-    servicer = BrokenProvider(task_status_delay)
+    servicer = BrokenProvider(task_status_delay, claims_transfers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     pb_grpc.add_ProviderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

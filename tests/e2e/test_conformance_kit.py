@@ -34,8 +34,18 @@ def clause_results(report_file: Path) -> dict[str, dict[str, str]]:
 # --- every backend --------------------------------------------------------------------------
 
 
+# The fake prepares http(s) images without fetching them and stages pvc transfers in memory.
+FAKE_IMAGE_AND_STAGING = [
+    *(
+        "--prepare-image-json",
+        json.dumps({"source": {"http": {"url": "http://images/base.qcow2"}}}),
+    ),
+    *("--staging-url", "pvc://conformance/kit.qcow2", "--staging-backend", "pvc"),
+]
+
+
 def _fake(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    return {"PROVIDER_TYPE": "fake"}, []
+    return {"PROVIDER_TYPE": "fake"}, FAKE_IMAGE_AND_STAGING
 
 
 def _libvirt_test_driver(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
@@ -80,11 +90,14 @@ BACKENDS: dict[str, Backend] = {
 if qemu_enabled():  # opt-in, as every libvirt-on-QEMU test (PYRIGAUD_TEST_QEMU=1)
     BACKENDS["libvirt-qemu"] = _qemu
 # What each backend claims, so a skip is only ever an unclaimed feature.
+# Claimed images and transfers are checked only where the run passes an image and a staging
+# store (the fake); elsewhere they are skipped, naming the flag, or unclaimed.
+TRANSFERS = {"image-prepare", "disk-export-import"}
 EXPECTED_SKIPS = {
     "fake": {"unclaimed-import", "unclaimed-export"},
-    "libvirt-test-driver": {"unclaimed-import", "unclaimed-export"},
-    "libvirt-qemu": {"unclaimed-import", "unclaimed-export"},
-    "vsphere-simulator": set(),
+    "libvirt-test-driver": {"unclaimed-import", "unclaimed-export", *TRANSFERS},
+    "libvirt-qemu": {"unclaimed-import", "unclaimed-export", *TRANSFERS},
+    "vsphere-simulator": TRANSFERS,
 }
 
 
@@ -204,6 +217,38 @@ def test_read_only_runs_only_clauses_that_change_nothing(tmp_path: Path) -> None
     assert not any(clause.mutating for clause in selected(read_only_run=True))
 
 
+def test_claimed_images_and_transfers_pass_with_the_flags_and_hide_the_credential(
+    tmp_path: Path,
+) -> None:
+    secret = "kit-secret-value-0123"
+    with served({"PROVIDER_TYPE": "fake"}, tmp_path) as server:
+        ran = kit(
+            *("conformance", server.endpoint, "--prefix", "kit-transfers"),
+            *FAKE_IMAGE_AND_STAGING,
+            *("--staging-credential", f"token={secret}", "--json", str(tmp_path / "r.json")),
+        )
+        left = names_listed(server.endpoint)
+    results = clause_results(tmp_path / "r.json")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    for key in TRANSFERS:
+        assert results[key]["result"] == "passed", results[key]["reason"]
+    assert secret not in ran.stdout + ran.stderr + (tmp_path / "r.json").read_text()
+    assert not any(name.startswith("kit-transfers") for name in left)
+
+
+def test_claimed_images_and_transfers_without_the_flags_are_skipped_naming_them(
+    tmp_path: Path,
+) -> None:
+    with served({"PROVIDER_TYPE": "fake"}, tmp_path) as server:
+        ran = kit("conformance", server.endpoint, "--json", str(tmp_path / "r.json"))
+    results = clause_results(tmp_path / "r.json")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert results["image-prepare"]["result"] == "skipped"
+    assert results["image-prepare"]["reason"].endswith("pass --prepare-image-json")
+    assert results["disk-export-import"]["result"] == "skipped"
+    assert results["disk-export-import"]["reason"].endswith("pass --staging-url")
+
+
 # --- a broken provider ----------------------------------------------------------------------
 
 
@@ -236,6 +281,24 @@ def test_a_broken_provider_fails_with_a_report_naming_each_fault(tmp_path: Path)
     suite = ET.parse(tmp_path / "r.xml").getroot()
     assert suite.get("failures") == "4"
     assert left == set()  # failing clauses did not keep the cleanup from removing the VMs
+
+
+def test_an_import_whose_checksum_differs_from_the_export_fails_its_clause(
+    tmp_path: Path,
+) -> None:
+    with broken_provider(claims_transfers=True) as (endpoint, servicer):
+        ran = kit(
+            *("conformance", endpoint, "--prefix", "kit-broken-transfer"),
+            *("--staging-url", "pvc://conformance/kit.qcow2", "--json", str(tmp_path / "r.json")),
+        )
+        left = {vm.name for vm in servicer.vms.values()}
+    assert ran.returncode == 1
+    entry = clause_results(tmp_path / "r.json")["disk-export-import"]
+    assert entry["result"] == "failed"
+    assert entry["reason"] == (
+        f"ImportDisk checksum {'b' * 64!r} differs from the export's {'a' * 64!r}"
+    )
+    assert left == set()
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyrigaud.client.conformance import read_only, with_vms
+from pyrigaud.client.conformance import read_only, transfers, with_vms
 from pyrigaud.client.conformance.session import Session
 
 
@@ -69,6 +69,16 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     _write("clone", "Clone: a target id, the clone exists", with_vms.clone),
     _write("linked-clone", "Linked clone when claimed", with_vms.linked_clone),
+    _write(
+        "image-prepare",
+        "Claimed ImagePrepare: same id twice, Create from it",
+        transfers.image_prepare,
+    ),
+    _write(
+        "disk-export-import",
+        "Claimed ExportDisk + ImportDisk: checksums match, Create from it",
+        transfers.disk_export_import,
+    ),
     _write(
         "unclaimed-export", "Unclaimed export refused honestly", with_vms.unclaimed_export_refused
     ),

@@ -12,7 +12,7 @@ from typing import TextIO
 from pyrigaud.client.conformance import report as reports
 from pyrigaud.client.conformance.catalogue import Clause, selected
 from pyrigaud.client.conformance.runner import Progress, Result, run
-from pyrigaud.client.conformance.session import Options, Session
+from pyrigaud.client.conformance.session import Options, Session, Staging
 from pyrigaud.client.connection import EndpointError, Target, open_channel, stub_for
 
 EXIT_CONFORMANT = 0
@@ -42,6 +42,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--graceful-timeout", type=int, default=10, help="graceful_timeout_seconds to send"
     )
+    parser.add_argument(
+        "--prepare-image-json",
+        default="",
+        help="the ImagePrepare image_json for a claimed image import, e.g. "
+        '\'{"source": {"libvirt": {"path": "/var/lib/images/base.qcow2"}}}\'',
+    )
+    parser.add_argument(
+        "--staging-url", default="", help="where a claimed ExportDisk/ImportDisk stages the disk"
+    )
+    parser.add_argument(
+        "--staging-backend", choices=("pvc", "s3", "nfs"), default="pvc", help="its backend_type"
+    )
+    parser.add_argument(
+        "--storage-options-json", default="", help="its storage_options_json, sent as given"
+    )
+    parser.add_argument(
+        "--staging-credential",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a credentials entry for the staging store (repeatable; never shown)",
+    )
     parser.add_argument("--junit", type=Path, help="write a JUnit XML report")
     parser.add_argument("--json", type=Path, help="write a JSON report")
 
@@ -53,6 +75,19 @@ def _object(flag: str, text: str) -> dict[str, object]:
     if not isinstance(parsed, dict):
         raise ValueError(f"{flag} must be a JSON object")
     return parsed
+
+
+def _staging(args: argparse.Namespace) -> Staging | None:
+    if not args.staging_url:
+        return None
+    _object("--storage-options-json", args.storage_options_json)  # a JSON object, or empty
+    credentials = {}
+    for entry in args.staging_credential:
+        key, equals, value = entry.partition("=")
+        if not (key and equals):
+            raise ValueError("--staging-credential must be KEY=VALUE")  # the value stays unsaid
+        credentials[key] = value
+    return Staging(args.staging_url, args.staging_backend, args.storage_options_json, credentials)
 
 
 def _progress(stream: TextIO) -> Progress:
@@ -76,12 +111,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         image = _object("--image-json", args.image_json)
         placement = _object("--placement-json", args.placement_json)
+        prepare_image = _object("--prepare-image-json", args.prepare_image_json)
+        staging = _staging(args)
         channel = open_channel(Target(args.endpoint, args.tls_dir, args.server_name))
     except (ValueError, EndpointError) as error:
         print(f"pyrigaud conformance: {error}", file=sys.stderr)
         return EXIT_USAGE
     prefix = args.prefix or f"conformance-{secrets.token_hex(3)}"
-    options = Options(prefix, image, placement, args.graceful_timeout)
+    options = Options(prefix, image, placement, args.graceful_timeout, prepare_image, staging)
     with channel:
         session = Session(stub_for(channel), options)
         report = run(args.endpoint, selected(args.read_only), session, _progress(sys.stderr))

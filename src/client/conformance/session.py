@@ -50,12 +50,25 @@ class RpcRefusedError(Exception):
         self.refusal = refusal
 
 
+@dataclass(frozen=True)
+class Staging:
+    """Where the disk-transfer clause stages its disk (--staging-*); the credentials are
+    sent to the provider and never shown."""
+
+    url: str
+    backend: str = "pvc"
+    storage_options_json: str = ""
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)
+
+
 @dataclass
 class Options:
     prefix: str
     image: dict[str, Any] = field(default_factory=dict)  # --image-json, a VMImage object
     placement: dict[str, Any] = field(default_factory=dict)  # --placement-json
     graceful_timeout_seconds: int = 10
+    prepare_image: dict[str, Any] = field(default_factory=dict)  # --prepare-image-json
+    staging: Staging | None = None  # --staging-url and its companions
 
 
 @dataclass
@@ -129,8 +142,11 @@ class Session:
     def name(self, suffix: str) -> str:
         return f"{self.options.prefix}-{suffix}"
 
-    def create_request(self, suffix: str, cpu: int = 1, memory: str = "256Mi") -> Any:
-        spec = VMSpec(name=self.name(suffix), cpu=cpu, memory=memory, extra=self.options.image)
+    def create_request(
+        self, suffix: str, cpu: int = 1, memory: str = "256Mi", image: dict[str, Any] | None = None
+    ) -> Any:
+        extra = self.options.image if image is None else image
+        spec = VMSpec(name=self.name(suffix), cpu=cpu, memory=memory, extra=extra)
         fields = create_fields(spec)
         return pb.CreateRequest(
             name=spec.name,
@@ -141,9 +157,10 @@ class Session:
             placement_json=json.dumps(self.options.placement) if self.options.placement else "",
         )
 
-    def create(self, suffix: str) -> str:
-        """Create a VM of the run (remembered for the cleanup before anything can fail)."""
-        request = self.create_request(suffix)
+    def create(self, suffix: str, image: dict[str, Any] | None = None) -> str:
+        """Create a VM of the run (remembered for the cleanup before anything can fail);
+        `image` replaces --image-json."""
+        request = self.create_request(suffix, image=image)
         self.in_flight[request.name] = request
         try:
             response = self.call("Create", request)

@@ -216,9 +216,7 @@ def linked_clone(session: Session) -> None:
 
 def unclaimed_export_refused(session: Session) -> None:
     if session.claims("supports_disk_export"):
-        raise NotApplicableError(
-            "export is claimed; checking it needs staging storage the kit lacks"
-        )
+        raise NotApplicableError("export is claimed (disk-export-import checks it)")
     request = pb.ExportDiskRequest(
         vm_id=session.needs_vm(),
         destination_url="pvc://conformance/export.qcow2",

@@ -1,6 +1,7 @@
 """DiskTransfer on the fake hypervisor: exports and imports answer as a host would, staging a
 few bytes standing for the disk in memory (by URL), so checksums, their verification, retries
-and name clashes behave as on a real backend; an imported disk is attached to nothing."""
+and name clashes behave as on a real backend; an imported disk is attached to nothing
+(it becomes a base image a Create can name)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from dataclasses import dataclass
 
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.fake.hypervisor import DISK_DIR, FakeDisk, FakeHypervisor
+from pyrigaud.adapters.hypervisors.fake.hypervisor import (
+    DISK_DIR,
+    FakeDisk,
+    FakeHypervisor,
+    FakeImage,
+)
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import (
     DiskDetails,
@@ -60,9 +66,14 @@ class FakeDiskTransfer:
                 raise ExpectedError(
                     ProviderError.already_exists(f"target_name: {name!r} has other content")
                 )
+            path = f"{DISK_DIR}/{name}.qcow2"
+            # the imported disk is a base a Create can name as its image path
+            self.hypervisor.images.setdefault(
+                path, FakeImage(id=name, path=path, size_gib=IMPORTED_DISK_GIB)
+            )
             return ImportResult(
                 disk_id=name,
-                path=f"{DISK_DIR}/{name}.qcow2",
+                path=path,
                 actual_size_bytes=IMPORTED_DISK_GIB * GIB,
                 checksum=checksum,
             )
