@@ -249,6 +249,15 @@ def test_claimed_images_and_transfers_without_the_flags_are_skipped_naming_them(
     assert results["disk-export-import"]["reason"].endswith("pass --staging-url")
 
 
+def test_a_staging_credential_without_a_key_is_a_usage_error_that_shows_no_value() -> None:
+    ran = kit(
+        *("conformance", "127.0.0.1:1", "--staging-url", "pvc://conformance/kit.qcow2"),
+        *("--staging-credential", "kit-secret-value-0123"),
+    )
+    assert ran.returncode == 2
+    assert ran.stderr == "pyrigaud conformance: --staging-credential must be KEY=VALUE\n"
+
+
 # --- a broken provider ----------------------------------------------------------------------
 
 
