@@ -52,15 +52,21 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
     TransferVolumes,
     VirStorageVol,
     refusing_unsupported,
-    staged_chunks,
-    unwrap,
     volume_chunks,
-    volume_into_staging,
 )
 from pyrigaud.adapters.staging.progress import TransferProgress
+from pyrigaud.adapters.staging.transfers import (
+    checked_location,
+    checksum_mismatch,
+    expected_sha256,
+    imported_name,
+    staged_chunks,
+    sweep_dead_transfers,
+    unwrap,
+    write_staged,
+)
 from pyrigaud.application.ports.staging import StagedReader, StagingBackends
 from pyrigaud.domain import fields
-from pyrigaud.domain.bounds import name_problem
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import (
@@ -124,7 +130,7 @@ class LibvirtDiskTransfer:
         )
 
     def _export(self, conn: VirConnect, dom: VirDomain, request: ExportRequest) -> ExportResult:
-        destination = _location(request.destination, fields.DESTINATION_URL)
+        destination = checked_location(request.destination, fields.DESTINATION_URL)
         if request.format not in EXPORT_FORMATS:
             raise ExpectedError(
                 ProviderError.unsupported(
@@ -146,12 +152,12 @@ class LibvirtDiskTransfer:
                     "power it off first, then export"
                 )
             )
-        self._sweep_staged(destination)
+        sweep_dead_transfers(self.staging, destination, self.abandoned_after_seconds)
         with self._standalone_volume(conn, disk.path, request.format) as volume:
             writer = unwrap(self.staging.open_write(destination, _file_size(volume)))
             progress = TransferProgress(f"export of VM {facts.name!r}", destination)
             digest = refusing_unsupported(
-                "download", lambda: volume_into_staging(conn, volume, writer, progress)
+                "download", lambda: write_staged(writer, volume_chunks(conn, volume), progress)
             )
         progress.finished(digest)
         return ExportResult(
@@ -185,12 +191,12 @@ class LibvirtDiskTransfer:
             yield conn.storageVolLookupByPath(copy)
 
     def _import(self, conn: VirConnect, request: ImportRequest) -> ImportResult:
-        source = _location(request.source, fields.SOURCE_URL)
-        expected = _expected_sha256(request)
-        name = f"{_target_name(request.target_name, source)}.qcow2"
+        source = checked_location(request.source, fields.SOURCE_URL)
+        expected = expected_sha256(request)
+        name = f"{imported_name(request.target_name, source, '.qcow2')}.qcow2"
         pool_name = request.storage_hint or self.host.pools.default_pool
         pool = find_pool(conn, pool_name, self.host.pools, fields.STORAGE_HINT)
-        self._sweep_staged(source)
+        sweep_dead_transfers(self.staging, source, self.abandoned_after_seconds)
         reader = unwrap(self.staging.open_read(source))
         try:
             with self._staged_volume(conn, pool, reader, source, expected) as (staged, digest):
@@ -238,12 +244,7 @@ class LibvirtDiskTransfer:
         ) as staged:
             digest = reader.digest()
             if expected is not None and digest.sha256 != expected:
-                raise ExpectedError(
-                    ProviderError.failed_precondition(
-                        f"expected_checksum: the staged object's sha256 is {digest.sha256}, not "
-                        f"{expected}; nothing was imported (export the disk again)"
-                    )
-                )
+                raise checksum_mismatch(digest.sha256, expected)
             landed = volume_facts(conn, staged)
             if landed is None or landed.format != staged_format:
                 raise ExpectedError(
@@ -278,32 +279,6 @@ class LibvirtDiskTransfer:
         if not same:
             raise ExpectedError(clash)
         return existing
-
-    def _sweep_staged(self, location: StagedLocation) -> None:
-        """Where a transfer goes, the staged temporaries of dead ones go first (the periodic
-        sweep cannot reach a bucket or an NFS export it was never told about)."""
-        swept = self.staging.sweep(location, self.abandoned_after_seconds)
-        if isinstance(swept, Failure):
-            logger.warning("could not sweep staged leftovers: %s", swept.failure())
-        elif swept.unwrap():
-            logger.info("removed %d abandoned staged temporaries", swept.unwrap())
-
-
-def _location(location: StagedLocation | None, field: str) -> StagedLocation:
-    if location is None:  # the wire parser always fills it
-        raise ExpectedError(ProviderError.invalid_spec(field, "was not checked"))
-    return location
-
-
-def _expected_sha256(request: ImportRequest) -> str | None:
-    if not request.verify_checksum:
-        return None
-    expected = request.expected_checksum.strip().lower().removeprefix("sha256:")
-    if len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected):
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.EXPECTED_CHECKSUM, "must be 64 hex digits")
-        )
-    return expected
 
 
 def _staged_format(header: bytes) -> str:
@@ -346,22 +321,6 @@ def _file_size(volume: VirStorageVol) -> int | None:
         return int(volume.infoFlags(libvirt.VIR_STORAGE_VOL_GET_PHYSICAL)[2])
     except libvirt.libvirtError:
         return None
-
-
-def _target_name(target_name: str, source: StagedLocation) -> str:
-    """The volume's name before `.qcow2`: as given, else the staged object's stem."""
-    stem = source.name
-    for suffix in (".qcow2", ".raw", ".vmdk", ".img"):
-        stem = stem.removesuffix(suffix)
-    name = target_name.removesuffix(".qcow2") if target_name else stem
-    problem = name_problem(name)
-    if problem is not None:
-        raise ExpectedError(
-            ProviderError.invalid_spec(
-                fields.TARGET_NAME, f"{problem} (it names the imported volume)"
-            )
-        )
-    return name
 
 
 def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:

@@ -17,16 +17,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import libvirt
-from returns.result import Failure, Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.storage import VirStoragePool, delete_volume
-from pyrigaud.adapters.staging.progress import TransferProgress
 from pyrigaud.application.ports import Clock
-from pyrigaud.application.ports.staging import StagedReader, StagedWriter
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.staging import StagedDigest
 from pyrigaud.domain.staging_names import transfer_volume_name, transfer_volume_started_at
 
 CHUNK_BYTES = 1024 * 1024
@@ -35,13 +31,6 @@ VirStorageVol = Any
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-
-def unwrap(result: Result[T, ProviderError]) -> T:
-    """The value, or the failure raised as the ExpectedError `host.run` turns back into it."""
-    if isinstance(result, Failure):
-        raise ExpectedError(result.failure())
-    return result.unwrap()
 
 
 def volume_chunks(conn: VirConnect, volume: VirStorageVol) -> Iterator[bytes]:
@@ -81,28 +70,6 @@ def _received(stream: Any) -> bytes:
     if isinstance(data, int):  # -2 (would block) only happens on non-blocking streams
         raise libvirt.libvirtError(f"the libvirt stream answered {data} instead of data")
     return bytes(data)
-
-
-def volume_into_staging(
-    conn: VirConnect, volume: VirStorageVol, writer: StagedWriter, progress: TransferProgress
-) -> StagedDigest:
-    """Every byte of the volume into `writer`, committed; on any failure (a cancelled call
-    too) the writer is aborted, so nothing stays staged under a temporary or the final name."""
-    try:
-        for chunk in volume_chunks(conn, volume):
-            unwrap(writer.write(chunk))
-            progress.add(len(chunk))
-    except BaseException:
-        writer.abort()
-        raise
-    return unwrap(writer.commit())
-
-
-def staged_chunks(reader: StagedReader, progress: TransferProgress) -> Iterator[bytes]:
-    """The staged object's chunks, counted (and stopped when the call is gone)."""
-    while chunk := unwrap(reader.read_chunk()):
-        progress.add(len(chunk))
-        yield chunk
 
 
 def refusing_unsupported(direction: str, transfer: Callable[[], T]) -> T:
