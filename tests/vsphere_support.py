@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,10 +21,12 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
+from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import LeftoverPolicy
@@ -60,15 +64,25 @@ def backend_over(
     clock: Clock | None = None,
     defaults: Placement | None = None,
     on_resync: Callable[[], None] = lambda: None,
+    staging: StagingBackends | None = None,
 ) -> Backend:
     """Every port over `session`, as one replica of the provider has them (`on_resync` is told
-    each time the inventory cache's update feed broke and reads everything again)."""
+    each time the inventory cache's update feed broke and reads everything again); disks are
+    staged in `staging`, else in PVCs under a temporary directory."""
     return vsphere_backend(
         session,
         defaults=defaults or Placement(),
         clock=clock or SystemClock(),
         on_resync=on_resync,
+        staging=staging or scratch_staging(),
     )
+
+
+def scratch_staging() -> StagingBackends:
+    """Staging storage whose PVCs live under a temporary directory of this test session."""
+    root = tempfile.mkdtemp(prefix="pyrigaud-vsphere-pvc-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return staging_by_backend("tests/vsphere", SystemClock(), root)
 
 
 def create_use_case(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.domain.models import Placement
 from pyrigaud.entrypoints.metrics import Metrics
 
@@ -57,7 +58,6 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         LibvirtConnection,
     )
     from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings  # noqa: PLC0415
-    from pyrigaud.adapters.staging.registry import staging_by_backend  # noqa: PLC0415
 
     connection = LibvirtConnection(
         settings.endpoint,
@@ -72,10 +72,17 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         domain_type=settings.resolved_libvirt_domain_type,
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
-        staging=staging_by_backend(
-            settings.owner_mark, services.clock, str(settings.migration_storage_root)
-        ),
+        staging=_staging(settings, services),
         transfer_owner=settings.owner_mark,
+    )
+
+
+def _staging(settings: Settings, services: BackendServices) -> StagingBackends:
+    """Where ExportDisk/ImportDisk stage disks: the mounted PVCs, S3 and NFS as installed."""
+    from pyrigaud.adapters.staging.registry import staging_by_backend  # noqa: PLC0415
+
+    return staging_by_backend(
+        settings.owner_mark, services.clock, str(settings.migration_storage_root)
     )
 
 
@@ -98,6 +105,8 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         allow_loopback_urls=settings.image_url_allow_loopback,
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
+        staging=_staging(settings, services),
+        scratch_dir=str(settings.transfer_scratch_dir) if settings.transfer_scratch_dir else None,
     )
 
 

@@ -76,6 +76,8 @@ class Settings(BaseModel):
     migration_storage_root: Path = Field(
         Path("/mnt/migration-storage"), alias="PYRIGAUD_MIGRATION_STORAGE_ROOT"
     )
+    # Where disk format conversions keep anonymous scratch files (unset: the temporary directory).
+    transfer_scratch_dir: Path | None = Field(None, alias="PYRIGAUD_TRANSFER_SCRATCH_DIR")
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     rate_qps: float = Field(0.0, alias="PYRIGAUD_RATE_QPS", ge=0, le=10000)  # 0: no rate limit

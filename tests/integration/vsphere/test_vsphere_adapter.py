@@ -48,6 +48,7 @@ from vsphere_support import (
     create_use_case,
     eventually,
     running_simulator,
+    scratch_staging,
     template_request,
     vm_ref,
 )
@@ -362,7 +363,12 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
 
     def build() -> Backend:
         return build_vsphere_backend(
-            simulator.endpoint, secret, insecure=True, defaults=Placement(), on_relogin=lambda: None
+            simulator.endpoint,
+            secret,
+            insecure=True,
+            defaults=Placement(),
+            on_relogin=lambda: None,
+            staging=scratch_staging(),
         )
 
     assert build().health.check().ok

@@ -37,7 +37,14 @@ from pyrigaud.domain.models import (
 from contract.harness import made
 from image_server_support import ImageServer, serving
 from support import error_kind, error_of, ok
-from vsphere_support import TEMPLATE_VM, Simulator, template_request, vim, vm_ref
+from vsphere_support import (
+    TEMPLATE_VM,
+    Simulator,
+    scratch_staging,
+    template_request,
+    vim,
+    vm_ref,
+)
 
 OWNER = OwnerMark(provider="tests/vsphere-images")
 
@@ -46,7 +53,11 @@ OWNER = OwnerMark(provider="tests/vsphere-images")
 def images_backend(simulator: Simulator) -> Backend:
     """The backend as `pyrigaud serve` builds it with PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK set."""
     return vsphere_backend(
-        simulator.session(), defaults=Placement(), clock=SystemClock(), allow_loopback_urls=True
+        simulator.session(),
+        defaults=Placement(),
+        clock=SystemClock(),
+        allow_loopback_urls=True,
+        staging=scratch_staging(),
     )
 
 
@@ -202,6 +213,7 @@ def test_the_url_rules_refuse_before_any_traffic(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback,
+        staging=scratch_staging(),
     )
     with serving({"/tiny.ova": ova}) as server:
         source = ImageSource(

@@ -24,6 +24,7 @@ from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTaskTracker
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.domain.models import Placement
 
 
@@ -37,12 +38,16 @@ def build_vsphere_backend(
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
     on_call: Callable[[], None] = lambda: None,
+    staging: StagingBackends,
+    scratch_dir: str | None = None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
     time an expired session is replaced by a new login, `on_resync` each time the inventory
     cache's update feed broke and reads the whole inventory again, `on_call` each call the
     ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
-    lets ImagePrepare fetch from loopback (tests only)."""
+    lets ImagePrepare fetch from loopback (tests only); `staging` is where ExportDisk/ImportDisk
+    stage disks (what it reaches is advertised), `scratch_dir` where their format conversions
+    keep anonymous scratch files (None: the system's temporary directory)."""
     session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin, on_call)
     return vsphere_backend(
         session,
@@ -50,6 +55,8 @@ def build_vsphere_backend(
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback_urls,
         on_resync=on_resync,
+        staging=staging,
+        scratch_dir=scratch_dir,
     )
 
 
@@ -60,6 +67,8 @@ def vsphere_backend(
     clock: Clock,
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
+    staging: StagingBackends,
+    scratch_dir: str | None = None,
 ) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
     (the wall clock that every replica shares). The inventory cache's feed starts now, and
@@ -75,11 +84,11 @@ def vsphere_backend(
         power=_refreshing(VSpherePowerControl(vcenter), cache),
         inventory=VSphereInventory(vcenter, cache),
         health=VSphereHealth(session),
-        capabilities=VSphereCapabilities(),
+        capabilities=VSphereCapabilities(staging.backends),
         tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
         snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
         cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
-        disk_transfer=VSphereDiskTransfer(vcenter),
+        disk_transfer=VSphereDiskTransfer(vcenter, staging, defaults, scratch_dir=scratch_dir),
         images=VSphereImages(vcenter, defaults, allow_loopback_urls=allow_loopback_urls),
     )
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pyrigaud.adapters.hypervisors.vsphere.devices import DISK_PROVISIONING
+from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
 from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, provider_error
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.domain.models import Capabilities, HealthReport
+from pyrigaud.domain.models import Capabilities, HealthReport, TransferBackend
 
 
 class VSphereHealth:
@@ -21,20 +22,34 @@ class VSphereHealth:
         return HealthReport(ok=True, message="vCenter reachable")
 
 
+VSPHERE_CAPABILITIES = Capabilities(
+    supports_reconfigure_online=True,  # CPU/memory where hot-add is enabled
+    supports_disk_expansion_online=True,
+    supports_snapshots=True,
+    supports_memory_snapshots=True,
+    supports_linked_clones=True,
+    supports_image_import=True,  # OVA/OVF URLs through an NFC import lease
+    supports_clone=True,
+    supports_hardware_upgrade=True,
+    supported_disk_types=tuple(DISK_PROVISIONING),
+    supported_network_types=("portgroup", "distributed-portgroup"),
+    # Through NFC export and import leases, converted in the pod (disk_transfer.py); the
+    # backends are those the staging storage reaches on this machine (VSphereCapabilities).
+    supports_disk_export=True,
+    supports_disk_import=True,
+    supported_export_formats=EXPORT_FORMATS,
+    supported_import_formats=IMPORT_FORMATS,
+    supported_transfer_modes=("relay",),
+)
+
+
 class VSphereCapabilities:
-    """Fixed for the backend: images imported from OVA/OVF URLs; no disk export or import
-    (ExportDisk and ImportDisk answer UNIMPLEMENTED)."""
+    def __init__(self, staging_backends: tuple[TransferBackend, ...]) -> None:
+        """`staging_backends`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
+        names = tuple(backend.value for backend in staging_backends)
+        self._capabilities = VSPHERE_CAPABILITIES.model_copy(
+            update={"supported_export_backends": names, "supported_import_backends": names}
+        )
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            supports_reconfigure_online=True,  # CPU/memory where hot-add is enabled
-            supports_disk_expansion_online=True,
-            supports_snapshots=True,
-            supports_memory_snapshots=True,
-            supports_linked_clones=True,
-            supports_image_import=True,
-            supports_clone=True,
-            supports_hardware_upgrade=True,
-            supported_disk_types=tuple(DISK_PROVISIONING),
-            supported_network_types=("portgroup", "distributed-portgroup"),
-        )
+        return self._capabilities

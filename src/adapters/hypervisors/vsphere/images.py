@@ -18,11 +18,7 @@ from returns.result import Result
 from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, run
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
 from pyrigaud.adapters.hypervisors.vsphere.ovf_package import fetch_referenced, fetched_package
-from pyrigaud.adapters.hypervisors.vsphere.placement import (
-    named_entity,
-    resolve_on_datastore,
-    roomiest_member,
-)
+from pyrigaud.adapters.hypervisors.vsphere.placement import import_location
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.domain import fields
@@ -75,11 +71,7 @@ class VSphereImages:
         return PreparedImage(id=request.target_name)
 
     def _import(self, instance: Any, source: ImageSource, request: PrepareImageRequest) -> None:
-        location = resolve_on_datastore(
-            instance,
-            Placement(cluster=self._defaults.cluster, folder=self._defaults.folder),
-            self._datastore(instance, request.storage_hint),
-        )
+        location = import_location(instance, self._defaults, request.storage_hint)
         loopback = self._allow_loopback_urls
         with fetched_package(
             source.url,
@@ -97,20 +89,3 @@ class VSphereImages:
             with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
                 wait(instance, vm.Destroy_Task())
             raise
-
-    def _datastore(self, instance: Any, hint: str) -> Any:
-        """storage_hint, else PROVIDER_DEFAULT_DATASTORE, else the roomiest datastore of
-        PROVIDER_DEFAULT_STORAGE_POD."""
-        name = hint or self._defaults.datastore
-        if name:
-            return named_entity(instance, vim.Datastore, name, fields.STORAGE_HINT)
-        pod_name = self._defaults.storage_pod
-        if pod_name:
-            pod = named_entity(instance, vim.StoragePod, pod_name, fields.STORAGE_HINT)
-            return roomiest_member(instance, pod, pod_name)
-        raise ExpectedError(
-            ProviderError.invalid_spec(
-                fields.STORAGE_HINT,
-                "name the datastore to import into (or set PROVIDER_DEFAULT_DATASTORE)",
-            )
-        )

@@ -128,6 +128,28 @@ def resolve_on_datastore(instance: Any, placement: Placement, datastore: Any) ->
     return Location(folder=folder, pool=pool, datastore=datastore, host=host)
 
 
+def import_location(instance: Any, defaults: Placement, storage_hint: str) -> Location:
+    """Where an imported image or disk lands: the datastore `storage_hint` names, else
+    PROVIDER_DEFAULT_DATASTORE, else the roomiest datastore of PROVIDER_DEFAULT_STORAGE_POD; in
+    the default cluster and folder."""
+    name = storage_hint or defaults.datastore
+    if name:
+        datastore = named_entity(instance, vim.Datastore, name, fields.STORAGE_HINT)
+    elif defaults.storage_pod:
+        pod = named_entity(instance, vim.StoragePod, defaults.storage_pod, fields.STORAGE_HINT)
+        datastore = roomiest_member(instance, pod, defaults.storage_pod)
+    else:
+        raise ExpectedError(
+            ProviderError.invalid_spec(
+                fields.STORAGE_HINT,
+                "name the datastore to import into (or set PROVIDER_DEFAULT_DATASTORE)",
+            )
+        )
+    return resolve_on_datastore(
+        instance, Placement(cluster=defaults.cluster, folder=defaults.folder), datastore
+    )
+
+
 def _datacenter_of(instance: Any, entity: Any) -> Any:
     while not isinstance(entity, vim.Datacenter):
         entity = retrieve(instance, [entity], ("parent",))[0]["parent"]

@@ -45,9 +45,9 @@ class VSphereSnapshots:
         operation = TaskOperation(
             f"deleting snapshot {snapshot_id!r}",
             vm_id,
-            lambda instance: self._snapshot(instance, vm_id, snapshot_id).RemoveSnapshot_Task(
-                False
-            ),
+            lambda instance: find_snapshot(
+                self._vcenter, instance, vm_id, snapshot_id
+            ).RemoveSnapshot_Task(False),
         )
         return begin(self._vcenter.session, operation)
 
@@ -57,17 +57,11 @@ class VSphereSnapshots:
         operation = TaskOperation(
             f"reverting to snapshot {snapshot_id!r}",
             vm_id,
-            lambda instance: self._snapshot(instance, vm_id, snapshot_id).RevertToSnapshot_Task(),
+            lambda instance: find_snapshot(
+                self._vcenter, instance, vm_id, snapshot_id
+            ).RevertToSnapshot_Task(),
         )
         return begin(self._vcenter.session, operation)
-
-    def _snapshot(self, instance: Any, vm_id: str, snapshot_id: str) -> Any:
-        for tree in snapshot_trees(self._vcenter, instance, vm_id):
-            if snapshot_id in (tree.snapshot._moId, tree.name):
-                return tree.snapshot
-        raise ExpectedError(
-            ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
-        )
 
 
 def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> list[Any]:
@@ -85,3 +79,13 @@ def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> list[Any]:
         trees.append(tree)
         pending.extend(tree.childSnapshotList or ())
     return trees
+
+
+def find_snapshot(vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+    """The VM's snapshot named by MoRef value or name; NOT_FOUND otherwise."""
+    for tree in snapshot_trees(vcenter, instance, vm_id):
+        if snapshot_id in (tree.snapshot._moId, tree.name):
+            return tree.snapshot
+    raise ExpectedError(
+        ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
+    )
