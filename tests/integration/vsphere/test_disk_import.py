@@ -12,8 +12,9 @@ from typing import Any, BinaryIO, cast
 
 import pytest
 from ova_support import DATASTORE, stream_optimized_vmdk
+from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 
-from pyrigaud.adapters.hypervisors.vsphere import datastore_files
+from pyrigaud.adapters.hypervisors.vsphere import datastore_files, disk_import
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
     Location,
@@ -141,6 +142,43 @@ def test_a_failure_mid_upload_leaves_no_vm_and_no_folder(
 
     assert raised.value.error.kind is ErrorKind.UNAVAILABLE
     assert "scratch disk failed" in raised.value.error.message
+    assert name not in _vm_names(instance)
+    assert not datastore_files.exists(instance, folder)
+
+
+def test_a_failure_after_the_lease_deletes_the_folder_with_the_disk(
+    instance: Any,
+    location: Location,
+    vmdk: Path,
+    folders: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once detached, the disk is no longer the VM's, so destroying the VM would keep it on
+    vCenter (the simulator's Destroy_Task removes the whole home folder instead): here the VM
+    is detached from and unregistered before the failure, so only the folder's deletion can
+    take the files away."""
+    name = "vs-import-late-failure"
+    folder = f"[{DATASTORE}] {name}"
+    folders.append(folder)
+    detached: list[str] = []
+
+    def detach_then_fail(instance: Any, vm: Any) -> str:
+        disk = next(
+            d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)
+        )
+        removal = vim.vm.device.VirtualDeviceSpec(operation="remove", device=disk)
+        WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[removal])))
+        vm.UnregisterVM()
+        detached.append(str(disk.backing.fileName))
+        raise vim.fault.InvalidState(msg="a late failure")
+
+    monkeypatch.setattr(disk_import, "_keep_disk", detach_then_fail)
+    with vmdk.open("rb") as reader, pytest.raises(ExpectedError) as raised:
+        _import(instance, reader, vmdk.stat().st_size, name, location)
+
+    assert raised.value.error.kind is ErrorKind.FAILED_PRECONDITION
+    assert detached
+    assert detached[0].startswith(f"{folder}/")
     assert name not in _vm_names(instance)
     assert not datastore_files.exists(instance, folder)
 
