@@ -79,7 +79,9 @@ class VSphereImages:
             checksum_type=source.checksum_type,
             allow_loopback=loopback,
         ) as package:
-            spec = import_spec(instance, package, request.target_name, location)
+            spec = import_spec(
+                instance, package.descriptor, request.target_name, location, _refused_package
+            )
             hrefs = [str(item.path) for item in spec.fileItem or ()]
             fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
             vm = import_vm(instance, package, spec, location)
@@ -89,3 +91,10 @@ class VSphereImages:
             with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
                 wait(instance, vm.Destroy_Task())
             raise
+
+
+def _refused_package(problems: str) -> ProviderError:
+    """A descriptor vCenter cannot use is the image's fault: its URL is the field named."""
+    return ProviderError.invalid_spec(
+        fields.PREPARE_OVA_URL, f"vCenter refuses the OVF: {problems}"
+    )

@@ -10,12 +10,12 @@ import contextlib
 import http.client
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, fault_message
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -44,36 +44,32 @@ def ready_lease_info(lease: Any) -> Any:
 def send_to_lease(
     stub: Any, url: str, *, create: bool, size: int, reader: Any, progress: LeaseProgress
 ) -> None:
-    """PUT (a new file) or POST the bytes to the lease URL, over the session's TLS settings.
-    vCenter answers its URLs with `*` as the host: the endpoint the session talks to."""
-    parts = urlsplit(url)
-    host = stub.host if parts.hostname == "*" else parts.netloc
-    connection = stub.scheme(host, **stub.schemeArgs)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    """PUT (a new file) or POST the bytes to the lease URL, over the session's TLS settings."""
     try:
-        connection.putrequest("PUT" if create else "POST", target)
-        connection.putheader("Content-Type", "application/x-vnd.vmware-streamVmdk")
-        connection.putheader("Content-Length", str(size))
-        if stub.cookie:
-            connection.putheader("Cookie", stub.cookie)
-        connection.endheaders()
-        while chunk := reader.read(CHUNK_BYTES):
-            connection.send(chunk)
-            progress.add(len(chunk))
-        response = connection.getresponse()
-        response.read()
-    except (OSError, http.client.HTTPException) as error:
-        raise ExpectedError(
-            ProviderError.unavailable(f"uploading a disk through the NFC lease: {error}")
-        ) from error
-    finally:
-        connection.close()
-    if not 200 <= response.status < 300:
-        raise ExpectedError(
-            ProviderError.unavailable(
-                f"uploading a disk through the NFC lease: HTTP {response.status}"
-            )
+        connection = open_request(
+            stub,
+            "PUT" if create else "POST",
+            url,
+            {"Content-Type": "application/x-vnd.vmware-streamVmdk", "Content-Length": str(size)},
         )
+        try:
+            while chunk := reader.read(CHUNK_BYTES):
+                connection.send(chunk)
+                progress.add(len(chunk))
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+    except (OSError, http.client.HTTPException) as error:
+        raise _upload_failed(error) from error
+    if not 200 <= response.status < 300:
+        raise _upload_failed(f"HTTP {response.status}")
+
+
+def _upload_failed(reason: object) -> ExpectedError:
+    return ExpectedError(
+        ProviderError.unavailable(f"uploading a disk through the NFC lease: {reason}")
+    )
 
 
 class LeaseProgress:

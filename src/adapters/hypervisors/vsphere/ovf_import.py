@@ -8,8 +8,9 @@ it is still there: an import leaves a whole VM or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import IO, Any, Protocol
 
 from pyVmomi import vim as untyped_vim
 
@@ -19,21 +20,33 @@ from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     ready_lease_info,
     send_to_lease,
 )
-from pyrigaud.adapters.hypervisors.vsphere.ovf_package import Package
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
-from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
 
 
-def import_spec(instance: Any, package: Package, name: str, location: Location) -> Any:
-    """vCenter's import spec for the package (its fileItem list names the files to send);
-    a descriptor vCenter cannot use is INVALID_SPEC naming the URL."""
+class PackageFiles(Protocol):
+    """The files an OVF descriptor references, by href: a fetched package, or one disk."""
+
+    def size(self, href: str) -> int: ...
+
+    def open(self, href: str) -> AbstractContextManager[IO[bytes]]: ...
+
+
+def import_spec(
+    instance: Any,
+    descriptor: str,
+    name: str,
+    location: Location,
+    refused: Callable[[str], ProviderError],
+) -> Any:
+    """vCenter's import spec for the descriptor, thin disks (its fileItem list names the files
+    to send); a descriptor vCenter cannot use is `refused(its problems)`."""
     params = vim.OvfManager.CreateImportSpecParams(entityName=name, diskProvisioning="thin")
     result = instance.content.ovfManager.CreateImportSpec(
-        ovfDescriptor=package.descriptor,
+        ovfDescriptor=descriptor,
         resourcePool=location.pool,
         datastore=location.datastore,
         cisp=params,
@@ -42,15 +55,11 @@ def import_spec(instance: Any, package: Package, name: str, location: Location) 
         problems = "; ".join(
             getattr(fault, "msg", "") or type(fault).__name__ for fault in result.error
         )
-        raise ExpectedError(
-            ProviderError.invalid_spec(
-                fields.PREPARE_OVA_URL, f"vCenter refuses the OVF: {problems}"
-            )
-        )
+        raise ExpectedError(refused(problems))
     return result
 
 
-def import_vm(instance: Any, package: Package, spec: Any, location: Location) -> Any:
+def import_vm(instance: Any, package: PackageFiles, spec: Any, location: Location) -> Any:
     """The VM made from the package (powered off), its disks uploaded through the lease."""
     lease = location.pool.ImportVApp(
         spec=spec.importSpec, folder=location.folder, host=location.host
@@ -66,7 +75,7 @@ def import_vm(instance: Any, package: Package, spec: Any, location: Location) ->
 
 
 def _upload(
-    instance: Any, lease: Any, urls: Sequence[Any], package: Package, items: Sequence[Any]
+    instance: Any, lease: Any, urls: Sequence[Any], package: PackageFiles, items: Sequence[Any]
 ) -> None:
     """Each file item's bytes to the device URL of the same import key, in one stream each."""
     by_key = {str(url.importKey): url for url in urls}

@@ -1,0 +1,194 @@
+"""A streamOptimized VMDK landed on a datastore as a plain disk file, the way vCenter's own
+tools (and upstream's provider) do it: vCenter accepts disk bytes only through an NFC import
+lease, which belongs to a VM being imported. So a transient VM is imported from a one-disk OVF
+(thin), the bytes go through its lease, and once the lease completes the disk is detached
+(its file kept) and the VM unregistered: what stays is `[ds] <name>/` holding the disk, which
+Create then builds a VM around (disk_vm.py).
+
+A failed import leaves nothing: the lease is aborted, the transient VM destroyed and the
+`[ds] <name>` folder deleted before the failure is raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO
+from xml.etree import ElementTree as ET
+
+from pyVmomi import vim as untyped_vim
+
+from pyrigaud.adapters.hypervisors.vsphere import datastore_files
+from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, provider_error
+from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
+from pyrigaud.adapters.hypervisors.vsphere.placement import Location
+from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
+from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+
+# pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
+vim: Any = untyped_vim
+
+OVF = "http://schemas.dmtf.org/ovf/envelope/1"
+RASD = "http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_ResourceAllocationSettingData"
+VSSD = "http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_VirtualSystemSettingData"
+STREAM_OPTIMIZED = "http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized"
+DISK_HREF = "disk.vmdk"
+# What vCenter would escape or read as a path in a VM (and so folder) name.
+UNUSABLE_NAME = re.compile(r"[/\\%\x00-\x1f\x7f]")
+
+for prefix, namespace in (("ovf", OVF), ("rasd", RASD), ("vssd", VSSD)):
+    ET.register_namespace(prefix, namespace)
+
+
+def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue calls)
+    instance: Any,
+    vmdk: BinaryIO,
+    size_bytes: int,
+    name: str,
+    location: Location,
+    capacity_bytes: int,
+) -> str:
+    """Upload `vmdk` (a streamOptimized VMDK of `size_bytes` bytes, read from its start) as a
+    disk of `capacity_bytes` in `[ds] <name>/` on the location's datastore; its datastore
+    path. ALREADY_EXISTS when that folder exists (it is left alone)."""
+    if not name or name in {".", ".."} or UNUSABLE_NAME.search(name):
+        raise ExpectedError(
+            ProviderError.invalid_spec(
+                fields.TARGET_NAME, "must be a plain name (no '/', '\\', '%' or control chars)"
+            )
+        )
+    try:
+        return _land(instance, _OneDisk(vmdk, size_bytes), name, location, capacity_bytes)
+    except EXPECTED_FAILURES as error:
+        raise ExpectedError(provider_error(error, f"importing disk {name!r}")) from error
+
+
+def _land(instance: Any, disk: _OneDisk, name: str, location: Location, capacity_bytes: int) -> str:
+    datastore = str(retrieve(instance, [location.datastore], ("name",))[0]["name"])
+    folder = f"[{datastore}] {name}"
+    if datastore_files.exists(instance, folder):
+        raise ExpectedError(
+            ProviderError.already_exists(f"datastore {datastore!r} already holds {name!r}")
+        )
+    try:
+        descriptor = one_disk_descriptor(name, disk.size_bytes, capacity_bytes)
+        spec = import_spec(instance, descriptor, name, location, _refused)
+        # A failure inside import_vm aborts the lease and destroys the VM it was making.
+        vm = import_vm(instance, disk, spec, location)
+        try:
+            return _keep_disk(instance, vm)
+        except BaseException:
+            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+                wait(instance, vm.Destroy_Task())
+            raise
+    except BaseException:
+        with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+            datastore_files.delete(instance, folder)
+        raise
+
+
+def one_disk_descriptor(name: str, size_bytes: int, capacity_bytes: int) -> str:
+    """The OVF of a VM with one streamOptimized disk on an LSI Logic controller. It has a
+    <System> element: vCenter tolerates none, the simulator's CreateImportSpec does not."""
+    envelope = ET.Element(_ovf("Envelope"))
+    references = _child(envelope, _ovf("References"))
+    _child(
+        references,
+        _ovf("File"),
+        attributes={_ovf("id"): "file1", _ovf("href"): DISK_HREF, _ovf("size"): str(size_bytes)},
+    )
+    disks = _child(envelope, _ovf("DiskSection"))
+    _child(disks, _ovf("Info"), "The imported disk")
+    _child(
+        disks,
+        _ovf("Disk"),
+        attributes={
+            _ovf("diskId"): "disk1",
+            _ovf("fileRef"): "file1",
+            _ovf("capacity"): str(capacity_bytes),
+            _ovf("format"): STREAM_OPTIMIZED,
+        },
+    )
+    system = _child(envelope, _ovf("VirtualSystem"), attributes={_ovf("id"): "vm"})
+    _child(system, _ovf("Info"), "A transient VM carrying the imported disk")
+    _child(system, _ovf("Name"), name)
+    os_section = _child(system, _ovf("OperatingSystemSection"), attributes={_ovf("id"): "101"})
+    _child(os_section, _ovf("Info"), "Linux 64-bit")
+    hardware = _child(system, _ovf("VirtualHardwareSection"))
+    _child(hardware, _ovf("Info"), "Virtual hardware")
+    settings = _child(hardware, _ovf("System"))
+    for tag, text in (
+        ("ElementName", "Virtual Hardware Family"),
+        ("InstanceID", "0"),
+        ("VirtualSystemIdentifier", name),
+        ("VirtualSystemType", "vmx-10"),
+    ):
+        _child(settings, f"{{{VSSD}}}{tag}", text)
+    # Each item's rasd elements in the schema's (alphabetical) order.
+    for item in (
+        {"ElementName": "1 virtual CPU", "InstanceID": "1", "ResourceType": "3",
+         "VirtualQuantity": "1"},
+        {"AllocationUnits": "byte * 2^20", "ElementName": "128 MB of memory", "InstanceID": "2",
+         "ResourceType": "4", "VirtualQuantity": "128"},
+        {"Address": "0", "ElementName": "SCSI controller 0", "InstanceID": "3",
+         "ResourceSubType": "lsilogic", "ResourceType": "6"},
+        {"AddressOnParent": "0", "ElementName": "Hard disk 1", "HostResource": "ovf:/disk/disk1",
+         "InstanceID": "4", "Parent": "3", "ResourceType": "17"},
+    ):  # fmt: skip
+        element = _child(hardware, _ovf("Item"))
+        for tag, text in sorted(item.items()):
+            _child(element, f"{{{RASD}}}{tag}", text)
+    return ET.tostring(envelope, encoding="unicode", xml_declaration=True)
+
+
+@dataclass(frozen=True)
+class _OneDisk:
+    """The one file the descriptor references: the caller's VMDK (theirs to close)."""
+
+    reader: BinaryIO
+    size_bytes: int
+
+    def size(self, href: str) -> int:
+        return self.size_bytes
+
+    @contextlib.contextmanager
+    def open(self, href: str) -> Iterator[IO[bytes]]:
+        self.reader.seek(0)
+        yield self.reader
+
+
+def _keep_disk(instance: Any, vm: Any) -> str:
+    """Detach the imported VM's disk without deleting its file, unregister the VM, and
+    return the disk's datastore path."""
+    devices = retrieve(instance, [vm], ("config.hardware.device",))[0].get("config.hardware.device")
+    disks = [d for d in devices or () if isinstance(d, vim.vm.device.VirtualDisk)]
+    if len(disks) != 1:
+        raise ExpectedError(
+            ProviderError.internal(f"the disk import made a VM with {len(disks)} disks, not 1")
+        )
+    # No fileOperation: the device goes, the file stays.
+    removal = vim.vm.device.VirtualDeviceSpec(operation="remove", device=disks[0])
+    wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[removal])))
+    vm.UnregisterVM()
+    return str(disks[0].backing.fileName)
+
+
+def _refused(problems: str) -> ProviderError:
+    """vCenter refusing the descriptor this module wrote is this module's fault."""
+    return ProviderError.internal(f"vCenter refuses the disk import's OVF: {problems}")
+
+
+def _ovf(tag: str) -> str:
+    return f"{{{OVF}}}{tag}"
+
+
+def _child(
+    parent: ET.Element, tag: str, text: str | None = None, attributes: dict[str, str] | None = None
+) -> ET.Element:
+    element = ET.SubElement(parent, tag, attributes or {})
+    element.text = text
+    return element
