@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,25 +14,13 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from guest_support import READY, console
 from replica_support import Replica
-from staging_support import NfsServer, S3Server, ganesha_nfs, moto_s3
+from staging_support import NfsServer, S3Server
 
 pytestmark = pytest.mark.timeout(600)
 
 CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
 BOOT_SECONDS = 120
 TRANSFER_SECONDS = 1800
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
-    with ganesha_nfs(tmp_path_factory.mktemp("ganesha")) as server:
-        yield server
 
 
 def _staging(kind: str, request: pytest.FixtureRequest) -> tuple[str, str, dict[str, str]]:

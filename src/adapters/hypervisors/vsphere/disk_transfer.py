@@ -207,7 +207,7 @@ class VSphereDiskTransfer:
         sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
         reader = unwrap(self._staging.open_read(source))
         try:
-            earlier = datastore_files.read_small(instance, record_path)
+            earlier = self._earlier_record(instance, record_path, f"[{datastore}] {name}")
             if earlier is not None:
                 return self._earlier_import(
                     earlier, reader, source, expected=expected, name=name, datastore=datastore
@@ -270,6 +270,21 @@ class VSphereDiskTransfer:
         digest = reader.digest()
         progress.finished(digest)
         return capacity, digest
+
+    def _earlier_record(self, instance: Any, record_path: str, folder: str) -> bytes | None:
+        """The record of an earlier import under this name whose disk is still there; the
+        record of a disk deleted since (with the VM made around it) goes with its folder."""
+        record = datastore_files.read_small(instance, record_path)
+        if record is None:
+            return None
+        try:
+            path = str(json.loads(record)["path"])
+        except (ValueError, KeyError, TypeError):
+            return record  # not ours to judge: a clash below
+        if datastore_files.exists(instance, path):
+            return record
+        datastore_files.delete(instance, folder)
+        return None
 
     def _earlier_import(
         self,

@@ -1,0 +1,236 @@
+"""The real test guest crosses hypervisors and boots: the manager's VMMigration sequence over
+gRPC between a `pyrigaud serve` on libvirtd + QEMU and one on the vSphere simulator.
+
+libvirt -> vSphere through S3 (qcow2 staged, a streamOptimized vmdk landing through an NFC import
+lease), then vSphere -> libvirt through a PVC and through NFS (read through an NFC export lease,
+staged as qcow2). The disk the final imports hold is byte for byte the guest's (its raw content
+compared), and a VM created from it boots on QEMU and prints its ready marker: the bytes survived
+two conversions each way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+
+from guest_support import READY, console
+from replica_support import Replica
+from staging_support import NfsServer, S3Server
+from vsphere_support import shared_simulator
+
+pytestmark = pytest.mark.timeout(900)
+
+CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
+BOOT_SECONDS = 120
+TRANSFER_SECONDS = 1800  # the manager's deadline for ExportDisk and ImportDisk
+DATASTORE = "LocalDS_0"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """What the manager derives from spec.storage: type, URL, options JSON and credentials."""
+
+    backend_type: str
+    url: str
+    options_json: str = ""
+    credentials: dict[str, str] | None = None
+
+
+@pytest.fixture(scope="module")
+def vsphere(migration_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    """`pyrigaud serve` on the vSphere simulator, mounting the same PVCs as the libvirt one."""
+    environ = shared_simulator().serve_environ(
+        PROVIDER_DEFAULT_DATASTORE=DATASTORE,
+        PROVIDER_NAMESPACE="ns",
+        PROVIDER_NAME="cross-vsphere",
+        PYRIGAUD_MIGRATION_STORAGE_ROOT=str(migration_root),
+    )
+    replica = Replica(environ, tmp_path_factory.mktemp("cross-vsphere"))
+    yield replica
+    replica.stop()
+
+
+def _s3(server: S3Server) -> Storage:
+    options = {
+        "backend": "s3",
+        "bucket": server.bucket,
+        "endpoint": server.endpoint,
+        "region": "us-east-1",
+        "usePathStyle": True,
+    }
+    return Storage(
+        "s3",
+        f"s3://{server.bucket}/vmmigrations/ns/cross-out/export.vmdk",
+        json.dumps(options, separators=(",", ":")),
+        {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key},
+    )
+
+
+def _nfs(server: NfsServer) -> Storage:
+    options = {
+        "backend": "nfs",
+        "usePathStyle": False,
+        "server": server.server,
+        "export": str(server.export),
+    }
+    url = f"nfs://{server.server}{server.export}/vmmigrations-ns-cross-back-nfs-export.qcow2"
+    return Storage("nfs", url, json.dumps(options, separators=(",", ":")))
+
+
+def _pvc(root: Path) -> Storage:
+    (root / "mig-pvc").mkdir(parents=True, exist_ok=True)
+    return Storage("pvc", "pvc://mig-pvc/vmmigrations/ns/cross-back-pvc/export.qcow2")
+
+
+def _migrate(
+    source: pb_grpc.ProviderStub,
+    vm_id: str,
+    target: pb_grpc.ProviderStub,
+    storage: Storage,
+    *,
+    target_name: str,
+    import_format: str,
+) -> pb.ImportDiskResponse:
+    """GetCapabilities, Power OFF, SnapshotCreate, ExportDisk, ImportDisk, SnapshotDelete: the
+    manager's requests, as it sends them (MIGRATION.md §2)."""
+    for stub, backends in (
+        (source, "supported_export_backends"),
+        (target, "supported_import_backends"),
+    ):
+        caps = stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=10)
+        assert storage.backend_type in getattr(caps, backends)
+    source.Power(pb.PowerRequest(id=vm_id, op=pb.POWER_OP_OFF), timeout=60)
+    snapshot = source.SnapshotCreate(
+        pb.SnapshotCreateRequest(vm_id=vm_id, name=f"{target_name}-mig"), timeout=300
+    ).snapshot_id
+    common = {
+        "credentials": storage.credentials or {},
+        "backend_type": storage.backend_type,
+        "transfer_mode": "relay",
+        "storage_options_json": storage.options_json,
+    }
+    started = time.monotonic()
+    exported = source.ExportDisk(
+        pb.ExportDiskRequest(
+            vm_id=vm_id,
+            snapshot_id=snapshot,
+            destination_url=storage.url,
+            format="qcow2",
+            **common,
+        ),
+        timeout=TRANSFER_SECONDS,
+    )
+    imported = target.ImportDisk(
+        pb.ImportDiskRequest(
+            source_url=storage.url,
+            format=import_format,
+            target_name=f"{target_name}-migrated",
+            verify_checksum=True,
+            expected_checksum=exported.checksum,
+            **common,
+        ),
+        timeout=TRANSFER_SECONDS,
+    )
+    print(f"{storage.backend_type}: moved in {time.monotonic() - started:.1f} s")
+    source.SnapshotDelete(pb.SnapshotDeleteRequest(vm_id=vm_id, snapshot_id=snapshot), timeout=300)
+    assert imported.disk_id
+    assert imported.checksum == exported.checksum
+    return imported
+
+
+def _create_from(
+    stub: pb_grpc.ProviderStub, name: str, imported: pb.ImportDiskResponse, label: str
+) -> str:
+    """Create with the manager's six-key image_json naming the imported disk's path."""
+    image_json = json.dumps(
+        {
+            "TemplateName": "",
+            "Path": imported.path,
+            "URL": "",
+            "Format": label,
+            "Checksum": "",
+            "ChecksumType": "sha256",
+        }
+    )
+    created = stub.Create(
+        pb.CreateRequest(name=name, class_json=CLASS_JSON, image_json=image_json), timeout=300
+    )
+    return str(created.id)
+
+
+def _raw_sha256(path: str) -> str:
+    """The SHA-256 of the disk an image file holds (its raw content, whatever its format)."""
+    converted = subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", path, "/dev/stdout"],
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    return hashlib.sha256(converted.stdout).hexdigest()
+
+
+def test_the_guest_goes_to_vsphere_and_back_and_boots(
+    provider: Replica,
+    vsphere: Replica,
+    conn: Any,
+    prepared_image: str,
+    s3_server: S3Server,
+    nfs_server: NfsServer,
+    migration_root: Path,
+) -> None:
+    kvm, vs = provider.stub, vsphere.stub
+    original = _raw_sha256(prepared_image)
+    made: list[tuple[pb_grpc.ProviderStub, str]] = []
+    try:
+        source = kvm.Create(
+            pb.CreateRequest(
+                name="cross-src",
+                class_json=CLASS_JSON,
+                image_json=json.dumps({"Path": prepared_image, "Format": "qcow2"}),
+            ),
+            timeout=300,
+        ).id
+        made.append((kvm, source))
+        on_vsphere = _migrate(
+            kvm, source, vs, _s3(s3_server), target_name="cross-vs", import_format="qcow2"
+        )
+        assert on_vsphere.path.startswith(f"[{DATASTORE}] ")
+        kvm.Delete(pb.DeleteRequest(id=source), timeout=300)
+        made.remove((kvm, source))
+        vs_vm = _create_from(vs, "cross-vs", on_vsphere, "vmdk")
+        made.append((vs, vs_vm))
+        assert vs.Describe(pb.DescribeRequest(id=vs_vm), timeout=10).exists
+
+        for storage in (_pvc(migration_root), _nfs(nfs_server)):
+            back = _migrate(
+                vs,
+                vs_vm,
+                kvm,
+                storage,
+                target_name=f"cross-back-{storage.backend_type}",
+                import_format="qcow2",
+            )
+            assert _raw_sha256(back.path) == original, storage.backend_type
+
+        booted = _create_from(kvm, "cross-back", back, "qcow2")
+        made.append((kvm, booted))
+        started = time.monotonic()
+        kvm.Power(pb.PowerRequest(id=booted, op=pb.POWER_OP_ON), timeout=120)
+        with console(conn, conn.lookupByUUIDString(booted)) as serial:
+            ready = serial.wait_for(READY, BOOT_SECONDS)
+        print(f"crossed guest ready {time.monotonic() - started:.1f} s after Power ON")
+        assert float(ready["uptime"]) > 0
+    finally:
+        for stub, vm_id in reversed(made):
+            stub.Delete(pb.DeleteRequest(id=vm_id), timeout=300)
