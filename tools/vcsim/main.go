@@ -470,13 +470,16 @@ type exportedDisk struct {
 // exportDisks answers ExportVm and ExportSnapshot, which the simulator lacks, as vCenter does:
 // a VM that is not powered off cannot be exported (InvalidPowerState; a snapshot can be, in
 // any power state); otherwise a ready HttpNfcLease with one device URL per disk, in device
-// order, and a running export task on the VM or snapshot.
+// order, and a running export task.
 func (c corrected) exportDisks(w http.ResponseWriter, r *http.Request, method, id string) {
 	// The simulator answers first: its NotAuthenticated or ManagedObjectNotFound stand as they are.
 	probe := httptest.NewRecorder()
 	c.next.ServeHTTP(probe, r)
-	vm, entity := exportSource(method, id)
+	vm, snapshot := exportSource(method, id)
 	if vm == nil || !bytes.Contains(probe.Body.Bytes(), []byte("MethodNotFound")) {
+		for name, values := range probe.Header() {
+			w.Header()[name] = values
+		}
 		w.WriteHeader(probe.Code)
 		_, _ = w.Write(probe.Body.Bytes())
 		return
@@ -486,7 +489,7 @@ func (c corrected) exportDisks(w http.ResponseWriter, r *http.Request, method, i
 	simulator.Map.WithLock(vm, func() {
 		state = vm.Runtime.PowerState
 		devices := vm.Config.Hardware.Device
-		if snapshot, ok := entity.(*simulator.VirtualMachineSnapshot); ok {
+		if snapshot != nil {
 			devices = snapshot.Config.Hardware.Device
 		} else if state != types.VirtualMachinePowerStatePoweredOff {
 			return
@@ -501,9 +504,9 @@ func (c corrected) exportDisks(w http.ResponseWriter, r *http.Request, method, i
 	answer(w, "Export"+method, lease.Self)
 }
 
-// exportSource is the VM whose disks ExportVm or ExportSnapshot serves, and the VM or snapshot
-// the call names (nil when there is none: the simulator's answer says so).
-func exportSource(method, id string) (*simulator.VirtualMachine, mo.Reference) {
+// exportSource is the VM whose disks ExportVm or ExportSnapshot serves, and for ExportSnapshot
+// the snapshot (nil VM when the call names none: the simulator's answer says so).
+func exportSource(method, id string) (*simulator.VirtualMachine, *simulator.VirtualMachineSnapshot) {
 	if method == "Snapshot" {
 		ref := types.ManagedObjectReference{Type: "VirtualMachineSnapshot", Value: id}
 		snapshot, ok := simulator.Map.Get(ref).(*simulator.VirtualMachineSnapshot)
@@ -514,7 +517,7 @@ func exportSource(method, id string) (*simulator.VirtualMachine, mo.Reference) {
 		return vm, snapshot
 	}
 	vm, _ := simulator.Map.Get(types.ManagedObjectReference{Type: "VirtualMachine", Value: id}).(*simulator.VirtualMachine)
-	return vm, vm
+	return vm, nil
 }
 
 // newExportLease makes the lease of an export of these disks of the VM, with its running task
@@ -563,6 +566,7 @@ func newExportLease(vm *simulator.VirtualMachine, task string, devices []types.B
 	return lease
 }
 
+// diskBacking is the disk's file backing (nil for a kind the simulator does not make).
 func diskBacking(disk *types.VirtualDisk) *types.VirtualDiskFlatVer2BackingInfo {
 	backing, _ := disk.Backing.(*types.VirtualDiskFlatVer2BackingInfo)
 	return backing
