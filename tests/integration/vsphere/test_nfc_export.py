@@ -19,7 +19,7 @@ from pyVmomi import vmodl as untyped_vmodl
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
 from pyrigaud.adapters.hypervisors.vsphere.nfc_export import ExportedDisk, exported_disk
-from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import CHUNK_BYTES
+from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import CHUNK_BYTES, receiving_from_lease
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.domain.errors import ErrorKind, ExpectedError
@@ -229,3 +229,12 @@ def test_a_missing_disk_is_not_found_and_aborts_the_lease(instance: Any, blank_v
         pytest.fail("a disk the VM lacks was exported")
     assert raised.value.error.kind is ErrorKind.NOT_FOUND
     assert _export_task_ending(instance, blank_vm, "exportVm")[0] == "error"
+
+
+def test_a_lease_url_vcenter_refuses_is_unavailable(instance: Any) -> None:
+    """The GET of a lease that is not (or no longer) there answers 404."""
+    url = "https://*/nfc/httpnfclease-0/disk-0.vmdk"
+    with pytest.raises(ExpectedError) as raised, receiving_from_lease(instance._stub, url):
+        pytest.fail("a lease that does not exist served a disk")
+    assert raised.value.error.kind is ErrorKind.UNAVAILABLE
+    assert "HTTP 404" in raised.value.error.message
