@@ -4,10 +4,10 @@
 lease's device URL, which serves the disk as one streamOptimized VMDK.
 
 Why the lease and not the datastore's file access: the lease serves one self-contained,
-compressed file whatever the datastore layout (flat, sparse, delta chains of linked clones and
-snapshots, vSAN or vVol objects that have no files at all), consistent while it is held (vCenter
-blocks power-on and reconfiguration), and it needs only the VApp.Export privilege, not browse
-and read rights on every datastore the disk chain touches.
+compressed file whatever the datastore layout (flat or sparse extents, the delta chains of
+linked clones and snapshots, vSAN or vVol disks whose data is no plain datastore file), held
+still while the lease lasts (vCenter blocks power-on, destroy and migration), and it needs only
+the VApp.Export privilege, not browse and read rights on every datastore the chain touches.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def exported_disk(instance: Any, source: Any, disk_index: int) -> Iterator[Expor
     """The disk at `disk_index` among the VM's virtual disks (device order, 0 first) of
     `source`, a vim.VirtualMachine (powered off) or a vim.vm.Snapshot, being read through an
     export lease. Leaving normally completes the lease; an exception aborts it, and that
-    exception is the one that propagates."""
+    exception is the one that propagates (vCenter faults other than those mapped here stay
+    faults, for the caller's `run` to map)."""
     lease = _export_lease(source)
     try:
         info = ready_lease_info(lease, ProviderError.unavailable)
