@@ -20,6 +20,13 @@
 // and Destroy_Task deletes only the VM's home directory, where vCenter deletes every disk
 // attached to the VM wherever it lives.
 //
+// For disk exports: the simulator has no ExportVm and no ExportSnapshot. The launcher answers
+// them as vCenter does: InvalidPowerState for ExportVm of a VM that is not powered off, else a
+// ready HttpNfcLease (with an export task that succeeds on HttpNfcLeaseComplete and fails on
+// HttpNfcLeaseAbort) whose device URLs serve each disk as a streamOptimized vmdk: the bytes an
+// import lease stored in the disk file as they are, or, for a disk the simulator left blank, a
+// vmdk of the disk's capacity holding no grains.
+//
 // Every simulated task completes before its call returns, so with -held-task the launcher also
 // makes one task that stays running forever and prints its MoRef on a second line: the only
 // way to see an unfinished task through the API.
@@ -28,12 +35,16 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/binary"
+	"encoding/xml"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/signal"
@@ -44,6 +55,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
@@ -60,6 +72,10 @@ var clones sync.Mutex
 // name, from ImportVApp until HttpNfcLeaseComplete or HttpNfcLeaseAbort.
 var uploads sync.Map
 
+// exports maps an export lease (its MoRef value) to what it serves, from ExportVm or
+// ExportSnapshot until HttpNfcLeaseComplete or HttpNfcLeaseAbort.
+var exports sync.Map
+
 var (
 	cloneCall     = regexp.MustCompile(`<CloneVM_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
 	revertCall    = regexp.MustCompile(`<RevertToSnapshot_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
@@ -69,7 +85,8 @@ var (
 	returnedTask  = regexp.MustCompile(`<returnval\b[^>]*>(task-[^<]+)</returnval>`)
 	createCall    = regexp.MustCompile(`<CreateVM_Task\b`)
 	importCall    = regexp.MustCompile(`<ImportVApp\b`)
-	leaseEndCall  = regexp.MustCompile(`<HttpNfcLease(?:Complete|Abort)\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	leaseEndCall  = regexp.MustCompile(`<HttpNfcLease(Complete|Abort)\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+	exportCall    = regexp.MustCompile(`<Export(Vm|Snapshot)\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
 	destroyCall   = regexp.MustCompile(`<Destroy_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
 	returnedRef   = regexp.MustCompile(`<returnval\b[^>]*>([^<]+)</returnval>`)
 )
@@ -144,6 +161,9 @@ func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if strings.HasPrefix(r.URL.Path, "/nfc/") && r.Method == http.MethodGet && serveExport(w, r) {
+		return
+	}
 	if r.URL.Path != "/sdk" { // datastore files and NFC transfers pass whole, whatever their size
 		c.next.ServeHTTP(w, r)
 		return
@@ -170,8 +190,14 @@ func (c corrected) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.destroyWithDisks(w, r, string(m[1]))
 		return
 	}
+	if m := exportCall.FindSubmatch(body); m != nil {
+		c.exportDisks(w, r, string(m[1]), string(m[2]))
+		return
+	}
 	if m := leaseEndCall.FindSubmatch(body); m != nil {
-		uploads.Delete(string(m[1]))
+		uploads.Delete(string(m[2]))
+		c.endLease(w, r, string(m[1]), string(m[2]))
+		return
 	}
 	c.next.ServeHTTP(w, r)
 	if m := revertCall.FindSubmatch(body); m != nil {
@@ -269,13 +295,40 @@ func refuseTask(w http.ResponseWriter, entity mo.Reference, method string, fault
 	task := simulator.CreateTask(entity, method, func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		return nil, fault
 	})
-	ref := task.Run()
+	answer(w, method, task.Run())
+}
+
+// answer writes the SOAP response of a call to method that returns the MoRef.
+func answer(w http.ResponseWriter, method string, ref types.ManagedObjectReference) {
+	envelope(w, http.StatusOK, fmt.Sprintf(
+		`<%[1]sResponse xmlns="urn:vim25"><returnval type="%[2]s">%[3]s</returnval></%[1]sResponse>`,
+		method, ref.Type, ref.Value))
+}
+
+// refuse writes a SOAP fault as the simulator does: the detail element is named after the
+// fault's type, which its xsi:type gives.
+func refuse(w http.ResponseWriter, message string, fault types.BaseMethodFault) {
+	kind := reflect.TypeOf(fault).Elem().Name()
+	var detail, text bytes.Buffer
+	start := xml.StartElement{Name: xml.Name{Local: kind + "Fault"}, Attr: []xml.Attr{
+		{Name: xml.Name{Local: "xmlns"}, Value: "urn:vim25"},
+		{Name: xml.Name{Local: "xsi:type"}, Value: kind},
+	}}
+	if err := xml.NewEncoder(&detail).EncodeElement(fault, start); err != nil {
+		log.Printf("encoding %s: %s", kind, err)
+	}
+	_ = xml.EscapeText(&text, []byte(message))
+	envelope(w, http.StatusInternalServerError, `<soapenv:Fault><faultcode>ServerFaultCode</faultcode>`+
+		`<faultstring>`+text.String()+`</faultstring><detail>`+detail.String()+`</detail></soapenv:Fault>`)
+}
+
+func envelope(w http.ResponseWriter, status int, body string) {
 	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
-	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+	w.WriteHeader(status)
+	fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?>`+
 		`<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" `+
 		`xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">`+
-		`<soapenv:Body><%[1]sResponse xmlns="urn:vim25"><returnval type="Task">%[2]s</returnval>`+
-		`</%[1]sResponse></soapenv:Body></soapenv:Envelope>`, method, ref.Value)
+		`<soapenv:Body>`+body+`</soapenv:Body></soapenv:Envelope>`)
 }
 
 // createWithUniqueName fails the CreateVM_Task with DuplicateName when the folder already
@@ -328,15 +381,12 @@ func (c corrected) importWithUploads(w http.ResponseWriter, r *http.Request, bod
 // receiveUpload writes an import lease's upload into the device's file; false when the lease
 // or device is not one an import noted (the simulator then answers as it would).
 func receiveUpload(w http.ResponseWriter, r *http.Request) bool {
-	parts := strings.Split(r.URL.Path, "/")
-	if len(parts) < 2 {
-		return false
-	}
-	files, ok := uploads.Load(parts[len(parts)-2])
+	lease, name := leaseFile(r.URL.Path)
+	files, ok := uploads.Load(lease)
 	if !ok {
 		return false
 	}
-	file, ok := files.(map[string]string)[parts[len(parts)-1]]
+	file, ok := files.(map[string]string)[name]
 	if !ok {
 		return false
 	}
@@ -354,6 +404,12 @@ func receiveUpload(w http.ResponseWriter, r *http.Request) bool {
 	}
 	w.WriteHeader(http.StatusOK)
 	return true
+}
+
+// leaseFile splits an NFC URL path, /nfc/<lease>/<file>, into the lease and the file name.
+func leaseFile(urlPath string) (string, string) {
+	lease, file := path.Split(urlPath)
+	return path.Base(lease), file
 }
 
 // vmsNamed is every VM of that name, by MoRef value.
@@ -395,6 +451,283 @@ func localPath(datastorePath string) string {
 		}
 	}
 	return ""
+}
+
+// exportLease is what an export lease serves, by the file name its device URLs end with, and
+// the export task vCenter shows for it.
+type exportLease struct {
+	task  *simulator.Task
+	disks map[string]exportedDisk
+}
+
+// exportedDisk is one disk of an export: its files on the host, its own first, then its
+// parents' (a delta disk the simulator left blank reads through to its parent), and its size.
+type exportedDisk struct {
+	files    []string
+	capacity int64
+}
+
+// exportDisks answers ExportVm and ExportSnapshot, which the simulator lacks, as vCenter does:
+// a VM that is not powered off cannot be exported (InvalidPowerState; a snapshot can be, in
+// any power state); otherwise a ready HttpNfcLease with one device URL per disk, in device
+// order, and a running export task.
+func (c corrected) exportDisks(w http.ResponseWriter, r *http.Request, method, id string) {
+	// The simulator answers first: its NotAuthenticated or ManagedObjectNotFound stand as they are.
+	probe := httptest.NewRecorder()
+	c.next.ServeHTTP(probe, r)
+	vm, snapshot := exportSource(method, id)
+	if vm == nil || !bytes.Contains(probe.Body.Bytes(), []byte("MethodNotFound")) {
+		for name, values := range probe.Header() {
+			w.Header()[name] = values
+		}
+		w.WriteHeader(probe.Code)
+		_, _ = w.Write(probe.Body.Bytes())
+		return
+	}
+	var lease *simulator.HttpNfcLease
+	var state types.VirtualMachinePowerState
+	simulator.Map.WithLock(vm, func() {
+		state = vm.Runtime.PowerState
+		devices := vm.Config.Hardware.Device
+		if snapshot != nil {
+			devices = snapshot.Config.Hardware.Device
+		} else if state != types.VirtualMachinePowerStatePoweredOff {
+			return
+		}
+		lease = newExportLease(vm, "export"+method, devices)
+	})
+	if lease == nil {
+		refuse(w, "The attempted operation cannot be performed in the current state ("+string(state)+").",
+			&types.InvalidPowerState{RequestedState: types.VirtualMachinePowerStatePoweredOff, ExistingState: state})
+		return
+	}
+	answer(w, "Export"+method, lease.Self)
+}
+
+// exportSource is the VM whose disks ExportVm or ExportSnapshot serves, and for ExportSnapshot
+// the snapshot (nil VM when the call names none: the simulator's answer says so).
+func exportSource(method, id string) (*simulator.VirtualMachine, *simulator.VirtualMachineSnapshot) {
+	if method == "Snapshot" {
+		ref := types.ManagedObjectReference{Type: "VirtualMachineSnapshot", Value: id}
+		snapshot, ok := simulator.Map.Get(ref).(*simulator.VirtualMachineSnapshot)
+		if !ok {
+			return nil, nil
+		}
+		vm, _ := simulator.Map.Get(snapshot.Vm).(*simulator.VirtualMachine)
+		return vm, snapshot
+	}
+	vm, _ := simulator.Map.Get(types.ManagedObjectReference{Type: "VirtualMachine", Value: id}).(*simulator.VirtualMachine)
+	return vm, nil
+}
+
+// newExportLease makes the lease of an export of these disks of the VM, with its running task
+// (on the VM, for a snapshot too: a task's entity is a managed entity); its device URLs end
+// with disk-<n>.vmdk, as vCenter's do.
+func newExportLease(vm *simulator.VirtualMachine, task string, devices []types.BaseVirtualDevice) *simulator.HttpNfcLease {
+	lease := &simulator.HttpNfcLease{HttpNfcLease: mo.HttpNfcLease{
+		Info:  &types.HttpNfcLeaseInfo{Entity: vm.Self, LeaseTimeout: 300},
+		State: types.HttpNfcLeaseStateReady,
+	}}
+	simulator.Map.Put(lease)
+	lease.Info.Lease = lease.Self
+	export := exportLease{disks: map[string]exportedDisk{}}
+	for _, device := range devices {
+		disk, ok := device.(*types.VirtualDisk)
+		if !ok {
+			continue
+		}
+		n := len(export.disks)
+		name := fmt.Sprintf("disk-%d.vmdk", n)
+		exported := exportedDisk{capacity: disk.CapacityInBytes}
+		if exported.capacity == 0 {
+			exported.capacity = disk.CapacityInKB * 1024
+		}
+		for backing := diskBacking(disk); backing != nil; backing = backing.Parent {
+			exported.files = append(exported.files, localPath(backing.FileName))
+		}
+		export.disks[name] = exported
+		_, size := exported.content()
+		lease.Info.TotalDiskCapacityInKB += exported.capacity / 1024
+		lease.Info.DeviceUrl = append(lease.Info.DeviceUrl, types.HttpNfcLeaseDeviceUrl{
+			Key:       fmt.Sprintf("/%s/disk:%d", vm.Self.Value, n),
+			ImportKey: fmt.Sprintf("/%s/disk:%d", vm.Name, n),
+			Url:       (&url.URL{Scheme: "https", Host: "*", Path: path.Join("/nfc", lease.Self.Value, name)}).String(),
+			Disk:      types.NewBool(true),
+			TargetId:  name,
+			FileSize:  size,
+		})
+	}
+	export.task = simulator.CreateTask(vm, task, nil)
+	simulator.Map.Update(export.task, []types.PropertyChange{
+		{Name: "info.startTime", Val: time.Now()},
+		{Name: "info.state", Val: types.TaskInfoStateRunning},
+	})
+	exports.Store(lease.Self.Value, export)
+	return lease
+}
+
+// diskBacking is the disk's file backing (nil for a kind the simulator does not make).
+func diskBacking(disk *types.VirtualDisk) *types.VirtualDiskFlatVer2BackingInfo {
+	backing, _ := disk.Backing.(*types.VirtualDiskFlatVer2BackingInfo)
+	return backing
+}
+
+// content is the file to serve (the first of the chain that holds bytes, "" for none: the disk
+// was never written) and its size.
+func (d exportedDisk) content() (string, int64) {
+	for _, file := range d.files {
+		if info, err := os.Stat(file); err == nil && info.Size() > 0 {
+			return file, info.Size()
+		}
+	}
+	return "", int64(len(blankStreamVMDK(d.capacity)))
+}
+
+// serveExport answers a GET of an export lease's device URL with the disk as a streamOptimized
+// vmdk; false when the lease is not an export lease (the simulator then answers).
+func serveExport(w http.ResponseWriter, r *http.Request) bool {
+	lease, name := leaseFile(r.URL.Path)
+	export, ok := exports.Load(lease)
+	if !ok {
+		return false
+	}
+	disk, ok := export.(exportLease).disks[name]
+	if !ok {
+		http.NotFound(w, r)
+		return true
+	}
+	file, size := disk.content()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	if file == "" {
+		_, _ = w.Write(blankStreamVMDK(disk.capacity))
+		return true
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return true
+	}
+	defer f.Close()
+	if _, err := io.Copy(w, f); err != nil {
+		log.Printf("nfc GET %s: %s", file, err)
+	}
+	return true
+}
+
+// endLease lets the simulator complete or abort the lease, then, for an export lease, ends its
+// task (success on HttpNfcLeaseComplete, RequestCanceled on HttpNfcLeaseAbort) and removes the
+// lease, which vCenter no longer knows once it is complete or aborted.
+func (c corrected) endLease(w http.ResponseWriter, r *http.Request, method, id string) {
+	response := &recorder{ResponseWriter: w}
+	c.next.ServeHTTP(response, r)
+	export, ok := exports.Load(id)
+	if !ok || !bytes.Contains(response.body.Bytes(), []byte("HttpNfcLease"+method+"Response")) {
+		return
+	}
+	exports.Delete(id)
+	changes := []types.PropertyChange{
+		{Name: "info.completeTime", Val: time.Now()},
+		{Name: "info.state", Val: types.TaskInfoStateSuccess},
+	}
+	if method == "Abort" {
+		changes[1].Val = types.TaskInfoStateError
+		changes = append(changes, types.PropertyChange{Name: "info.error", Val: types.LocalizedMethodFault{
+			Fault: &types.RequestCanceled{}, LocalizedMessage: "The task was canceled by a user.",
+		}})
+	}
+	simulator.Map.Update(export.(exportLease).task, changes)
+	simulator.Map.Remove(types.ManagedObjectReference{Type: "HttpNfcLease", Value: id})
+}
+
+const (
+	sector       = 512
+	grainSectors = 128 // 64 KiB grains, as vCenter and qemu-img write them
+	gtEntries    = 512 // grain table entries: one grain table covers 32 MiB
+	descSectors  = 20
+	overhead     = 128 // header and descriptor take the first grain's room
+)
+
+// sparseHeader is the VMDK sparse extent header (little-endian, packed) of VMware's Virtual
+// Disk Format 5.0.
+type sparseHeader struct {
+	Magic              uint32
+	Version            uint32
+	Flags              uint32
+	Capacity           uint64
+	GrainSize          uint64
+	DescriptorOffset   uint64
+	DescriptorSize     uint64
+	NumGTEsPerGT       uint32
+	RgdOffset          uint64
+	GdOffset           uint64
+	OverHead           uint64
+	UncleanShutdown    uint8
+	SingleEndLineChar  uint8
+	NonEndLineChar     uint8
+	DoubleEndLineChar1 uint8
+	DoubleEndLineChar2 uint8
+	CompressAlgorithm  uint16
+}
+
+// streamMarker starts each metadata block of a streamOptimized vmdk: Val counts its sectors
+// (Size 0 tells it from a grain).
+type streamMarker struct {
+	Val        uint64
+	Size, Type uint32
+}
+
+// blankStreamVMDK is the streamOptimized vmdk of a disk of that capacity that holds no grains,
+// as vCenter exports a disk never written: the header (grain directory at the end), the
+// descriptor, the grain directory marker and an all-zero directory (no grain tables: every
+// grain reads as zeros), then the footer (the header with the directory's offset) and the
+// end-of-stream marker, each sector-aligned.
+func blankStreamVMDK(capacity int64) []byte {
+	sectors := uint64((capacity + sector - 1) / sector)
+	gdEntries := (sectors + grainSectors*gtEntries - 1) / (grainSectors * gtEntries)
+	gdSectors := (gdEntries*4 + sector - 1) / sector
+	header := sparseHeader{
+		Magic:              0x564d444b, // "KDMV"
+		Version:            3,
+		Flags:              1 | 1<<16 | 1<<17, // newline test, compressed grains, markers
+		Capacity:           sectors,
+		GrainSize:          grainSectors,
+		DescriptorOffset:   1,
+		DescriptorSize:     descSectors,
+		NumGTEsPerGT:       gtEntries,
+		GdOffset:           ^uint64(0), // in the footer
+		OverHead:           overhead,
+		SingleEndLineChar:  '\n',
+		NonEndLineChar:     ' ',
+		DoubleEndLineChar1: '\r',
+		DoubleEndLineChar2: '\n',
+		CompressAlgorithm:  1, // deflate
+	}
+	var out bytes.Buffer
+	put := func(v interface{}) {
+		start := out.Len()
+		_ = binary.Write(&out, binary.LittleEndian, v)
+		out.Write(make([]byte, (sector-(out.Len()-start)%sector)%sector))
+	}
+	marker := func(val uint64, kind uint32) { put(streamMarker{Val: val, Type: kind}) }
+	put(header)
+	cylinders := sectors / (16 * 63)
+	if cylinders > 16383 {
+		cylinders = 16383
+	}
+	out.WriteString(fmt.Sprintf("# Disk DescriptorFile\nversion=1\nCID=%08x\nparentCID=ffffffff\n"+
+		"createType=\"streamOptimized\"\n\n# Extent description\nRW %d SPARSE \"disk.vmdk\"\n\n"+
+		"# The Disk Data Base\n#DDB\n\nddb.virtualHWVersion = \"4\"\nddb.geometry.cylinders = \"%d\"\n"+
+		"ddb.geometry.heads = \"16\"\nddb.geometry.sectors = \"63\"\nddb.adapterType = \"lsilogic\"\n",
+		crc32.ChecksumIEEE([]byte(strconv.FormatUint(sectors, 10))), sectors, cylinders))
+	out.Write(make([]byte, overhead*sector-out.Len()))
+	marker(gdSectors, 2) // grain directory
+	out.Write(make([]byte, gdSectors*sector))
+	marker(1, 3) // footer
+	header.GdOffset = overhead + 1
+	put(header)
+	marker(0, 0) // end of stream
+	return out.Bytes()
 }
 
 // destroyWithDisks deletes, once the VM is destroyed, the disk files it had attached outside

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -27,15 +28,18 @@ LEASE_READY_SECONDS = 300.0
 PROGRESS_EVERY_SECONDS = 5.0
 
 
-def ready_lease_info(lease: Any) -> Any:
-    """The lease's info once it is ready (its device URLs); a lease in error is its fault."""
+def ready_lease_info(
+    lease: Any, failed: Callable[[str], ProviderError] = ProviderError.internal
+) -> Any:
+    """The lease's info once it is ready (its device URLs); a lease in error is its fault, as
+    the `failed` kind of error."""
     deadline = time.monotonic() + LEASE_READY_SECONDS
     while True:
         state = lease.state
         if state == vim.HttpNfcLease.State.ready:
             return lease.info
         if state == vim.HttpNfcLease.State.error:
-            raise ExpectedError(ProviderError.internal(fault_message(lease.error)))
+            raise ExpectedError(failed(fault_message(lease.error)))
         if time.monotonic() > deadline:
             raise ExpectedError(ProviderError.unavailable("the NFC lease never became ready"))
         time.sleep(LEASE_POLL_SECONDS)
@@ -45,13 +49,10 @@ def send_to_lease(
     stub: Any, url: str, *, create: bool, size: int, reader: Any, progress: LeaseProgress
 ) -> None:
     """PUT (a new file) or POST the bytes to the lease URL, over the session's TLS settings."""
+    doing = "uploading a disk through the NFC lease"
+    headers = {"Content-Type": "application/x-vnd.vmware-streamVmdk", "Content-Length": str(size)}
     try:
-        connection = open_request(
-            stub,
-            "PUT" if create else "POST",
-            url,
-            {"Content-Type": "application/x-vnd.vmware-streamVmdk", "Content-Length": str(size)},
-        )
+        connection = open_request(stub, "PUT" if create else "POST", url, headers)
         try:
             while chunk := reader.read(CHUNK_BYTES):
                 connection.send(chunk)
@@ -61,21 +62,46 @@ def send_to_lease(
         finally:
             connection.close()
     except (OSError, http.client.HTTPException) as error:
-        raise _upload_failed(error) from error
+        raise transfer_failed(doing, error) from error
+    _check_status(response, doing)
+
+
+@contextlib.contextmanager
+def receiving_from_lease(stub: Any, url: str) -> Iterator[http.client.HTTPResponse]:
+    """GET the lease URL over the session's TLS settings: the response, its status checked
+    and its body still to read (what fails while reading it is `transfer_failed`); the
+    connection is closed on exit."""
+    doing = "downloading a disk through the NFC lease"
+    try:
+        connection = open_request(stub, "GET", url, {})
+    except (OSError, http.client.HTTPException) as error:
+        raise transfer_failed(doing, error) from error
+    try:
+        try:
+            response = connection.getresponse()
+        except (OSError, http.client.HTTPException) as error:
+            raise transfer_failed(doing, error) from error
+        _check_status(response, doing)
+        yield response
+    finally:
+        connection.close()
+
+
+def transfer_failed(doing: str, error: BaseException) -> ExpectedError:
+    """A transfer that broke off: vCenter or the network is to blame, so it may be retried."""
+    return ExpectedError(ProviderError.unavailable(f"{doing}: {error}"))
+
+
+def _check_status(response: http.client.HTTPResponse, doing: str) -> None:
     if not 200 <= response.status < 300:
-        raise _upload_failed(f"HTTP {response.status}")
-
-
-def _upload_failed(reason: object) -> ExpectedError:
-    return ExpectedError(
-        ProviderError.unavailable(f"uploading a disk through the NFC lease: {reason}")
-    )
+        raise ExpectedError(ProviderError.unavailable(f"{doing}: HTTP {response.status}"))
 
 
 class LeaseProgress:
-    """Percent of the bytes sent, told to the lease every few seconds: an idle lease expires."""
+    """Percent of the bytes moved, told to the lease every few seconds: an idle lease expires.
+    With no total known, the percent stays 0 until done (the report still keeps it alive)."""
 
-    def __init__(self, lease: Any, total: int) -> None:
+    def __init__(self, lease: Any, total: int | None) -> None:
         self._lease = lease
         self._total = total
         self._sent = 0
@@ -87,19 +113,25 @@ class LeaseProgress:
             self.report()
 
     def report(self, *, done: bool = False) -> None:
-        percent = 100 if done else min(99, self._sent * 100 // self._total)
-        self._lease.HttpNfcLeaseProgress(percent)
+        moved = min(99, self._sent * 100 // self._total) if self._total else 0
+        self._lease.HttpNfcLeaseProgress(100 if done else moved)
         self._told = time.monotonic()
 
 
+def abandon_lease(lease: Any) -> None:
+    """Abort the lease, if vCenter has not already ended it; the caller's failure is the one
+    reported."""
+    with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+        lease.HttpNfcLeaseAbort()
+
+
 def abort_lease(instance: Any, lease: Any) -> None:
-    """Abort the lease and destroy the VM it made, if vCenter has not already; the caller's
-    failure is the one reported."""
+    """Abort an import lease and destroy the VM it made, if vCenter has not already; the
+    caller's failure is the one reported."""
     entity = None
     with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
         entity = lease.info.entity if lease.info is not None else None
-    with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-        lease.HttpNfcLeaseAbort()
+    abandon_lease(lease)
     if entity is not None:
         with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
             wait(instance, entity.Destroy_Task())
