@@ -100,7 +100,7 @@ def write_qcow2(raw_chunks: Iterable[bytes], capacity_bytes: int, file: BinaryIO
     size = round_up(capacity_bytes, SECTOR_BYTES)
     span = _L2_ENTRIES * CLUSTER_BYTES
     l1_size = -(-size // span)
-    l1_clusters = max(1, -(-l1_size * 8 // CLUSTER_BYTES))
+    l1_clusters = -(-l1_size * 8 // CLUSTER_BYTES)  # none for an empty disk: no leak
     l1 = [0] * l1_size  # 8 bytes per 512 MiB of disk
     next_cluster = 1 + l1_clusters
     file.seek(next_cluster * CLUSTER_BYTES)
@@ -171,7 +171,7 @@ def _header(size: int, l1_size: int, refcount_offset: int, refcount_clusters: in
         size,
         0,
         l1_size,
-        CLUSTER_BYTES,
+        CLUSTER_BYTES if l1_size else 0,  # the L1 table follows the header cluster
         refcount_offset,
         refcount_clusters,
         0,
