@@ -70,8 +70,8 @@ def test_qemu_checks_and_reads_back_what_is_written(tmp_path: Path, size: int, c
 
 
 def test_a_disk_past_several_l2_tables_keeps_zero_clusters_unallocated(tmp_path: Path) -> None:
-    """1.25 GiB of mostly zeros with data near each 512 MiB boundary: three L2 tables (one
-    empty one left out), and only the data clusters allocated."""
+    """1.25 GiB of mostly zeros with data across the first 512 MiB boundary and past the
+    second: three L2 tables, and only the four data clusters allocated."""
     size = GIB + GIB // 4
     source = tmp_path / "source.raw"
     with source.open("wb") as file:
