@@ -5,6 +5,8 @@ grain tables after their grains, the grain directory, a footer and an end-of-str
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import os
 import struct
 import zlib
@@ -47,6 +49,8 @@ _LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is he
 # Deflate at level 1: a multi-GiB disk streams through one Python thread and the network, so
 # compressing speed matters more than the few percent a higher level would save.
 _LEVEL = 1
+_THREADS = min(4, os.cpu_count() or 1)
+_IN_FLIGHT = 16 * _THREADS  # grains handed to the deflate threads and not yet written
 
 
 def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) -> Iterator[bytes]:
@@ -63,13 +67,12 @@ def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) ->
     directory = [0] * tables  # 4 bytes per 32 MiB of disk
     table: list[int] = []
     table_index = 0
-    for grain, data in nonzero_blocks(raw_chunks, capacity_bytes, GRAIN_BYTES):
+    for grain, compressed in _deflated_grains(raw_chunks, capacity_bytes):
         while grain // ENTRIES_PER_TABLE > table_index:
             directory[table_index] = _write_table(out, table)
             table, table_index = [], table_index + 1
         table.extend([0] * (grain % ENTRIES_PER_TABLE - len(table)))
         table.append(out.sector())
-        compressed = zlib.compress(data, _LEVEL)
         out.add(_GRAIN_MARKER.pack(grain * GRAIN_SECTORS, len(compressed)))
         out.add(compressed)
         out.pad_to_sector()
@@ -85,6 +88,31 @@ def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) ->
     out.add(_header(sectors, len(descriptor) // SECTOR_BYTES, directory_sector))
     out.add(_marker(0, MARKER_EOS))
     yield from out.flushed(final=True)
+
+
+def _deflated_grains(
+    raw_chunks: Iterable[bytes], capacity_bytes: int
+) -> Iterator[tuple[int, bytes]]:
+    """(grain, its deflated bytes) for every non-zero grain, in order. Deflate is the cost of
+    an export and zlib lets go of the GIL, so grains are deflated on a few threads; at most
+    _IN_FLIGHT grains (a few MiB) wait at once."""
+    pending: collections.deque[tuple[int, concurrent.futures.Future[bytes]]] = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(_THREADS, "vmdk-deflate") as pool:
+        for grain, data in nonzero_blocks(raw_chunks, capacity_bytes, GRAIN_BYTES):
+            pending.append((grain, pool.submit(_deflate, data)))
+            if len(pending) >= _IN_FLIGHT:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
+
+
+def _deflate(data: bytes) -> bytes:
+    """zlib.compress(data, level 1), through a compress object: unlike zlib.compress, it lets
+    go of the GIL while it works, so the deflate threads run at once."""
+    deflater = zlib.compressobj(_LEVEL)
+    return deflater.compress(data) + deflater.flush()
 
 
 def decode_stream_optimized(
