@@ -175,10 +175,10 @@ def decode_stream_optimized(
     yield from zero_chunks(capacity_bytes - emitted)
 
 
-def stream_optimized_capacity(header: bytes) -> int:
+def stream_optimized_capacity(header: bytes, *, field: str = fields.SOURCE_URL) -> int:
     """The disk's capacity in bytes, from a sparse VMDK's first sector."""
     if len(header) < _HEADER.size or not header.startswith(MAGIC):
-        raise ExpectedError(ProviderError.invalid_spec(fields.SOURCE_URL, "not a sparse vmdk"))
+        raise _invalid(field, "not a sparse vmdk")
     return int(_HEADER.unpack_from(header)[3]) * SECTOR_BYTES
 
 
