@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -31,13 +30,10 @@ from typing import Any
 import libvirt
 from returns.result import Failure, Result
 
+from pyrigaud.adapters.disk_images.formats import disk_format_of
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.download import (
-    UnusableImageError,
-    image_format_of,
-    peek_header,
-)
+from pyrigaud.adapters.hypervisors.libvirt.download import peek_header
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -81,7 +77,6 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
-VMDK_SPARSE_MAGIC = b"KDMV"
 VirDomain = Any
 
 logger = logging.getLogger(__name__)
@@ -224,7 +219,9 @@ class LibvirtDiskTransfer:
         their digest; removed when the block ends."""
         progress = TransferProgress(f"import of {source.name!r}", source)
         header, chunks = peek_header(staged_chunks(reader, progress))
-        staged_format = _staged_format(header)
+        # qcow2, vmdk (sparse, self-contained) or raw; an image that would make the
+        # conversion open another file of the host is refused.
+        staged_format = disk_format_of(header, field=fields.SOURCE_URL)
         # A raw placeholder of the object's exact size: the upload leaves exactly its bytes,
         # and the pool's refresh reads the format and virtual size back from them.
         size = reader.size_bytes if reader.size_bytes is not None else len(header)
@@ -279,26 +276,6 @@ class LibvirtDiskTransfer:
         if not same:
             raise ExpectedError(clash)
         return existing
-
-
-def _staged_format(header: bytes) -> str:
-    """qcow2, vmdk (sparse, self-contained) or raw, from the bytes themselves; an image that
-    would make the conversion open another file of the host is refused."""
-    if header.startswith(VMDK_SPARSE_MAGIC):
-        # A sparse extent of capacity 0 is a descriptor in disguise: its extents are files.
-        if len(header) < 20 or struct.unpack_from("<Q", header, 12)[0] == 0:
-            raise _unusable("the vmdk image names other extent files; give a monolithic one")
-        return "vmdk"
-    if header.startswith(b"# Disk DescriptorFile"):
-        raise _unusable("a vmdk descriptor names other extent files; give a monolithic one")
-    try:
-        return image_format_of(header)
-    except UnusableImageError as error:
-        raise _unusable(str(error)) from error
-
-
-def _unusable(problem: str) -> ExpectedError:
-    return ExpectedError(ProviderError.invalid_spec(fields.SOURCE_URL, problem))
 
 
 def _converted(conn: VirConnect, pool: VirStoragePool, staged: str, name: str) -> str:

@@ -6,14 +6,9 @@ The download itself is the shared `pyrigaud.adapters.downloads`.
 from __future__ import annotations
 
 import itertools
-import struct
 from collections.abc import Iterator
 
-QCOW2_MAGIC = b"QFI\xfb"
-# A qcow2 header: magic, version, backing file offset ... (72 bytes), then in version 3 the
-# incompatible feature bits, of which bit 2 says the data lives in an external file.
-HEADER_BYTES = 80
-QCOW2_EXTERNAL_DATA_FILE = 1 << 2
+from pyrigaud.adapters.disk_images.formats import HEADER_BYTES, QCOW2_MAGIC, qcow2_refusal
 
 
 class UnusableImageError(Exception):
@@ -40,12 +35,7 @@ def image_format_of(header: bytes) -> str:
         raise UnusableImageError("the server sent an empty image")
     if not header.startswith(QCOW2_MAGIC):
         return "raw"
-    if len(header) < HEADER_BYTES:
-        raise UnusableImageError("the qcow2 image is shorter than its own header")
-    version, backing_offset = struct.unpack_from(">IQ", header, 4)
-    if backing_offset:
-        raise UnusableImageError("the qcow2 image names a backing file; give a standalone image")
-    (incompatible,) = struct.unpack_from(">Q", header, 72)
-    if version >= 3 and incompatible & QCOW2_EXTERNAL_DATA_FILE:
-        raise UnusableImageError("the qcow2 image keeps its data in an external file")
+    problem = qcow2_refusal(header)
+    if problem:
+        raise UnusableImageError(problem)
     return "qcow2"

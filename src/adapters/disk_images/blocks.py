@@ -1,0 +1,105 @@
+"""What the codecs share: cutting a raw stream into fixed blocks and emitting runs of zeros."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+
+MAX_CHUNK_BYTES = 4 * 1024 * 1024  # no chunk a codec yields is larger: memory stays bounded
+SECTOR_BYTES = 512
+_ZEROS = bytes(MAX_CHUNK_BYTES)
+
+
+def round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+def nonzero_blocks(
+    raw_chunks: Iterable[bytes], capacity_bytes: int, block_bytes: int
+) -> Iterator[tuple[int, bytes]]:
+    """(index, block) for every block of the raw disk that holds a non-zero byte, in order.
+
+    The chunks may have any sizes but must total exactly `capacity_bytes`; the last block is
+    padded with zeros. All-zero blocks are found by comparing with one preallocated zero block
+    (a memcmp), never byte by byte in Python.
+    """
+    zero_block = bytes(block_bytes)
+    pending = bytearray()
+    received = 0
+    index = 0
+    for chunk in raw_chunks:
+        received += len(chunk)
+        if received > capacity_bytes:
+            raise _wrong_length(f"more than {capacity_bytes}", capacity_bytes)
+        view = memoryview(chunk)
+        if pending:
+            taken = view[: block_bytes - len(pending)]
+            pending += taken
+            view = view[len(taken) :]
+            if len(pending) < block_bytes:
+                continue
+            if pending != zero_block:
+                yield index, bytes(pending)
+            pending.clear()
+            index += 1
+        whole = len(view) - len(view) % block_bytes
+        for start in range(0, whole, block_bytes):
+            block = view[start : start + block_bytes].tobytes()
+            if block != zero_block:
+                yield index, block
+            index += 1
+        pending += view[whole:]
+    if received != capacity_bytes:
+        raise _wrong_length(str(received), capacity_bytes)
+    if pending:
+        pending += bytes(block_bytes - len(pending))
+        if pending != zero_block:
+            yield index, bytes(pending)
+
+
+def _wrong_length(received: str, capacity_bytes: int) -> ExpectedError:
+    return ExpectedError(
+        ProviderError.failed_precondition(
+            f"the raw disk stream gave {received} bytes, not its capacity of {capacity_bytes}"
+        )
+    )
+
+
+def zero_chunks(length: int) -> Iterator[bytes]:
+    """`length` zero bytes in chunks of at most MAX_CHUNK_BYTES, from one shared buffer."""
+    while length >= MAX_CHUNK_BYTES:
+        yield _ZEROS
+        length -= MAX_CHUNK_BYTES
+    if length:
+        yield _ZEROS[:length]
+
+
+class ChunkReader:
+    """Exact-length reads over a stream of chunks of any sizes (sequential, never seeks)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = bytearray()
+        self.position = 0  # bytes consumed so far
+
+    def read(self, length: int) -> bytes | None:
+        """The next `length` bytes, or None when the stream ends first."""
+        while len(self._buffer) < length:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return None
+            self._buffer += chunk
+        taken = bytes(self._buffer[:length])
+        del self._buffer[:length]
+        self.position += length
+        return taken
+
+    def skip(self, length: int) -> bool:
+        """Pass over `length` bytes, a bounded piece at a time; False when the stream ends first."""
+        while length > 0:
+            step = min(length, MAX_CHUNK_BYTES)
+            if self.read(step) is None:
+                return False
+            length -= step
+        return True

@@ -1,0 +1,293 @@
+"""streamOptimized VMDK, the only disk format vCenter's NFC leases speak, encoded and decoded
+sequentially: a sparse-extent header, then one marker and deflated grain per non-zero grain,
+grain tables after their grains, the grain directory, a footer and an end-of-stream marker.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+
+from pyrigaud.adapters.disk_images.blocks import (
+    MAX_CHUNK_BYTES,
+    SECTOR_BYTES,
+    ChunkReader,
+    nonzero_blocks,
+    round_up,
+    zero_chunks,
+)
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+
+GRAIN_BYTES = 65536
+GRAIN_SECTORS = GRAIN_BYTES // SECTOR_BYTES
+MAGIC = b"KDMV"
+VERSION = 3
+FLAG_NEWLINE_DETECT = 1 << 0
+FLAG_COMPRESSED = 1 << 16
+FLAG_MARKERS = 1 << 17
+STREAM_FLAGS = FLAG_NEWLINE_DETECT | FLAG_COMPRESSED | FLAG_MARKERS  # what VMware writes
+COMPRESS_DEFLATE = 1
+GD_AT_END = 0xFFFF_FFFF_FFFF_FFFF
+ENTRIES_PER_TABLE = 512  # grain table entries: one table maps 32 MiB
+TABLE_SECTORS = ENTRIES_PER_TABLE * 4 // SECTOR_BYTES
+OVERHEAD_SECTORS = 128  # header and descriptor, then the first grain at 64 KiB
+DESCRIPTOR_OFFSET = 1
+MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
+# The sparse extent header: magic, version, flags, capacity, grainSize, descriptorOffset,
+# descriptorSize, numGTEsPerGT, rgdOffset, gdOffset, overHead, uncleanShutdown, the four
+# newline-detection characters and compressAlgorithm; padded to one sector.
+_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
+_MARKER = struct.Struct("<QII")
+_GRAIN_MARKER = struct.Struct("<QI")
+_FLUSH_BYTES = 1024 * 1024  # output is gathered to about this much (always <= 4 MiB) per chunk
+_LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
+# Deflate at level 1: a multi-GiB disk streams through one Python thread and the network, so
+# compressing speed matters more than the few percent a higher level would save.
+_LEVEL = 1
+_THREADS = min(4, os.cpu_count() or 1)
+_IN_FLIGHT = 16 * _THREADS  # grains handed to the deflate threads and not yet written
+
+
+def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) -> Iterator[bytes]:
+    """The raw disk (exactly `capacity_bytes`, any chunking) as a streamOptimized VMDK, never
+    seeking back: the leading header says the grain directory is at the end, the footer says
+    where. All-zero grains are left out; the last partial grain is padded with zeros."""
+    sectors = round_up(capacity_bytes, SECTOR_BYTES) // SECTOR_BYTES
+    out = _Output()
+    descriptor = _descriptor(sectors)
+    out.add(_header(sectors, len(descriptor) // SECTOR_BYTES, GD_AT_END))
+    out.add(descriptor)
+    out.pad_to(OVERHEAD_SECTORS * SECTOR_BYTES)
+    tables = -(-sectors // (GRAIN_SECTORS * ENTRIES_PER_TABLE))
+    directory = [0] * tables  # 4 bytes per 32 MiB of disk
+    table: list[int] = []
+    table_index = 0
+    for grain, compressed in _deflated_grains(raw_chunks, capacity_bytes):
+        while grain // ENTRIES_PER_TABLE > table_index:
+            directory[table_index] = _write_table(out, table)
+            table, table_index = [], table_index + 1
+        table.extend([0] * (grain % ENTRIES_PER_TABLE - len(table)))
+        table.append(out.sector())
+        out.add(_GRAIN_MARKER.pack(grain * GRAIN_SECTORS, len(compressed)))
+        out.add(compressed)
+        out.pad_to_sector()
+        yield from out.flushed()
+    if tables:
+        directory[table_index] = _write_table(out, table)
+    directory_bytes = struct.pack(f"<{tables}I", *directory)
+    out.add(_marker(round_up(len(directory_bytes), SECTOR_BYTES) // SECTOR_BYTES, MARKER_GD))
+    directory_sector = out.sector()
+    out.add(directory_bytes)
+    out.pad_to_sector()
+    out.add(_marker(1, MARKER_FOOTER))
+    out.add(_header(sectors, len(descriptor) // SECTOR_BYTES, directory_sector))
+    out.add(_marker(0, MARKER_EOS))
+    yield from out.flushed(final=True)
+
+
+def _deflated_grains(
+    raw_chunks: Iterable[bytes], capacity_bytes: int
+) -> Iterator[tuple[int, bytes]]:
+    """(grain, its deflated bytes) for every non-zero grain, in order. Deflate is the cost of
+    an export and zlib lets go of the GIL, so grains are deflated on a few threads; at most
+    _IN_FLIGHT grains (a few MiB) wait at once."""
+    pending: collections.deque[tuple[int, concurrent.futures.Future[bytes]]] = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(_THREADS, "vmdk-deflate") as pool:
+        for grain, data in nonzero_blocks(raw_chunks, capacity_bytes, GRAIN_BYTES):
+            pending.append((grain, pool.submit(_deflate, data)))
+            if len(pending) >= _IN_FLIGHT:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
+
+
+def _deflate(data: bytes) -> bytes:
+    """zlib.compress(data, level 1), through a compress object: unlike zlib.compress, it lets
+    go of the GIL while it works, so the deflate threads run at once."""
+    deflater = zlib.compressobj(_LEVEL)
+    return deflater.compress(data) + deflater.flush()
+
+
+def decode_stream_optimized(
+    chunks: Iterable[bytes], *, field: str = fields.SOURCE_URL
+) -> Iterator[bytes]:
+    """The raw disk (exactly its capacity, chunks <= 4 MiB) of a streamOptimized VMDK in any
+    chunking, read sequentially. Grains must come in increasing order; grain tables, the grain
+    directory and the footer are passed over; the end-of-stream marker ends the disk."""
+    reader = ChunkReader(chunks)
+    header = reader.read(SECTOR_BYTES)
+    if header is None or not is_stream_optimized(header):
+        raise _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
+    (_, _, _, capacity, grain_sectors, _, _, _, _, _, overhead, _, _, algorithm) = (
+        _HEADER.unpack_from(header)
+    )
+    if algorithm != COMPRESS_DEFLATE:
+        raise _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
+    if not 1 <= grain_sectors <= _LARGEST_GRAIN_SECTORS:
+        raise _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
+    if overhead < 1 or not reader.skip((overhead - 1) * SECTOR_BYTES):
+        raise _invalid(field, "the vmdk ends inside its header")
+    capacity_bytes = capacity * SECTOR_BYTES
+    grain_bytes = grain_sectors * SECTOR_BYTES
+    emitted = 0  # bytes of the disk yielded so far
+    next_free = 0  # the first byte a following grain may start at
+    while True:
+        marker = reader.read(_GRAIN_MARKER.size)
+        if marker is None:
+            raise _invalid(field, "the vmdk ends before its end-of-stream marker")
+        lba, size = _GRAIN_MARKER.unpack(marker)
+        if size == 0:
+            kind = reader.read(SECTOR_BYTES - _GRAIN_MARKER.size)
+            if kind is None:
+                raise _invalid(field, "the vmdk ends inside a marker")
+            (marker_type,) = struct.unpack_from("<I", kind)
+            if marker_type == MARKER_EOS:
+                break
+            if marker_type not in (MARKER_GT, MARKER_GD, MARKER_FOOTER):
+                raise _invalid(field, f"the vmdk has a marker of unknown type {marker_type}")
+            if not reader.skip(lba * SECTOR_BYTES):
+                raise _invalid(field, "the vmdk ends inside its metadata")
+            continue
+        start = lba * SECTOR_BYTES
+        if start < next_free:
+            raise _invalid(
+                field,
+                f"the vmdk's grains are not in increasing order (sector {lba} comes after "
+                f"sector {next_free // SECTOR_BYTES - grain_sectors}); a stream must be sequential",
+            )
+        if start >= capacity_bytes:
+            raise _invalid(field, f"the vmdk has a grain at sector {lba}, beyond its capacity")
+        compressed = reader.read(size)
+        if compressed is None or not reader.skip(-(_GRAIN_MARKER.size + size) % SECTOR_BYTES):
+            raise _invalid(field, "the vmdk ends inside a grain")
+        data = _inflated(compressed, grain_bytes, field)[: capacity_bytes - start]
+        yield from zero_chunks(start - emitted)
+        yield data
+        emitted = start + len(data)
+        next_free = start + grain_bytes
+    yield from zero_chunks(capacity_bytes - emitted)
+
+
+def stream_optimized_capacity(header: bytes, *, field: str = fields.SOURCE_URL) -> int:
+    """The disk's capacity in bytes, from a sparse VMDK's first sector."""
+    if len(header) < _HEADER.size or not header.startswith(MAGIC):
+        raise _invalid(field, "not a sparse vmdk")
+    return int(_HEADER.unpack_from(header)[3]) * SECTOR_BYTES
+
+
+def is_stream_optimized(header: bytes) -> bool:
+    """A sparse VMDK header whose grains are compressed and carry markers."""
+    if len(header) < _HEADER.size or not header.startswith(MAGIC):
+        return False
+    flags = int(_HEADER.unpack_from(header)[2])
+    return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
+
+
+def _header(sectors: int, descriptor_sectors: int, directory_sector: int) -> bytes:
+    return _HEADER.pack(
+        MAGIC,
+        VERSION,
+        STREAM_FLAGS,
+        sectors,
+        GRAIN_SECTORS,
+        DESCRIPTOR_OFFSET,
+        descriptor_sectors,
+        ENTRIES_PER_TABLE,
+        0,
+        directory_sector,
+        OVERHEAD_SECTORS,
+        0,
+        b"\n \r\n",
+        COMPRESS_DEFLATE,
+    ).ljust(SECTOR_BYTES, b"\0")
+
+
+def _descriptor(sectors: int) -> bytes:
+    """The embedded descriptor VMware expects: one sparse extent, an LSI Logic disk."""
+    cylinders = min(sectors // (255 * 63), 65535)
+    text = (
+        "# Disk DescriptorFile\n"
+        "version=1\n"
+        f"CID={int.from_bytes(os.urandom(4)):08x}\n"
+        "parentCID=ffffffff\n"
+        'createType="streamOptimized"\n'
+        "\n"
+        "# Extent description\n"
+        f'RW {sectors} SPARSE "x.vmdk"\n'
+        "\n"
+        "# The Disk Data Base\n"
+        "#DDB\n"
+        "\n"
+        'ddb.adapterType = "lsilogic"\n'
+        f'ddb.geometry.cylinders = "{cylinders}"\n'
+        'ddb.geometry.heads = "255"\n'
+        'ddb.geometry.sectors = "63"\n'
+        'ddb.virtualHWVersion = "4"\n'
+    ).encode()
+    return text.ljust(round_up(len(text), SECTOR_BYTES), b"\0")
+
+
+def _marker(sectors: int, kind: int) -> bytes:
+    return _MARKER.pack(sectors, 0, kind).ljust(SECTOR_BYTES, b"\0")
+
+
+def _write_table(out: _Output, table: list[int]) -> int:
+    """Write one grain table after its grains; its sector for the directory (0: none needed)."""
+    if not table:
+        return 0
+    out.add(_marker(TABLE_SECTORS, MARKER_GT))
+    sector = out.sector()
+    out.add(struct.pack(f"<{ENTRIES_PER_TABLE}I", *table, *[0] * (ENTRIES_PER_TABLE - len(table))))
+    return sector
+
+
+def _inflated(compressed: bytes, grain_bytes: int, field: str) -> bytes:
+    """One grain's bytes; a grain inflating past its size is refused before it is held."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(compressed, grain_bytes)
+    except zlib.error as error:
+        raise _invalid(field, f"a vmdk grain does not inflate ({error})") from error
+    if inflater.unconsumed_tail:
+        raise _invalid(field, "a vmdk grain inflates to more than its grain size")
+    return data
+
+
+def _invalid(field: str, problem: str) -> ExpectedError:
+    return ExpectedError(ProviderError.invalid_spec(field, problem))
+
+
+class _Output:
+    """The encoded bytes, gathered into chunks of about a MiB, and the sector they reach."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._written = 0
+
+    def add(self, data: bytes) -> None:
+        self._pending += data
+
+    def sector(self) -> int:
+        return (self._written + len(self._pending)) // SECTOR_BYTES
+
+    def pad_to_sector(self) -> None:
+        self._pending += bytes(-len(self._pending) % SECTOR_BYTES)
+
+    def pad_to(self, offset: int) -> None:
+        self._pending += bytes(offset - self._written - len(self._pending))
+
+    def flushed(self, *, final: bool = False) -> Iterator[bytes]:
+        """The gathered bytes once there is enough of them (all of them when `final`)."""
+        if len(self._pending) < _FLUSH_BYTES and not final:
+            return
+        for start in range(0, len(self._pending), MAX_CHUNK_BYTES):
+            yield bytes(self._pending[start : start + MAX_CHUNK_BYTES])
+        self._written += len(self._pending)
+        self._pending.clear()

@@ -1,0 +1,64 @@
+"""Disks for the disk image codec tests, and the real qemu-img that checks what they make."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+GRAIN = 65536
+MIB = 1024 * 1024
+
+
+def sparse_disk(size: int, seed: int) -> bytes:
+    """A disk of `size` bytes: random 64 KiB grains, zero grains and grains zero but for a
+    few bytes, mixed; the tail is not grain- or sector-aligned when `size` is not."""
+    chooser = random.Random(seed)
+    disk = bytearray(size)
+    for start in range(0, size, GRAIN):
+        end = min(start + GRAIN, size)
+        kind = chooser.choice(("zero", "zero", "random", "speck"))
+        if kind == "random":
+            disk[start:end] = chooser.randbytes(end - start)
+        elif kind == "speck":
+            disk[chooser.randrange(start, end)] = 0xA5
+    return bytes(disk)
+
+
+def chunked(data: bytes, size: int) -> Iterator[bytes]:
+    return (data[start : start + size] for start in range(0, len(data), size))
+
+
+def file_chunks(path: Path, size: int = 4 * MIB) -> Iterator[bytes]:
+    with path.open("rb") as file:
+        while chunk := file.read(size):
+            yield chunk
+
+
+def qemu_img(*args: str | Path) -> str:
+    command = ["qemu-img", *map(str, args)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def qemu_info(path: Path) -> Any:
+    return json.loads(qemu_img("info", "--output=json", path))
+
+
+def to_raw(path: Path, out: Path) -> bytes:
+    qemu_img("convert", "-O", "raw", path, out)
+    return out.read_bytes()
+
+
+def write_file(path: Path, chunks: Iterable[bytes]) -> list[int]:
+    """Write the chunks; their sizes."""
+    sizes = []
+    with path.open("wb") as file:
+        for chunk in chunks:
+            sizes.append(len(chunk))
+            file.write(chunk)
+    return sizes
