@@ -74,6 +74,7 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         allow_loopback_urls=settings.image_url_allow_loopback,
         staging=_staging(settings, services),
         transfer_owner=settings.owner_mark,
+        scratch_dir=_scratch_dir(settings),
     )
 
 
@@ -84,6 +85,11 @@ def _staging(settings: Settings, services: BackendServices) -> StagingBackends:
     return staging_by_backend(
         settings.owner_mark, services.clock, str(settings.migration_storage_root)
     )
+
+
+def _scratch_dir(settings: Settings) -> str | None:
+    """PYRIGAUD_TRANSFER_SCRATCH_DIR, where disk conversions keep anonymous scratch files."""
+    return str(settings.transfer_scratch_dir) if settings.transfer_scratch_dir else None
 
 
 def _vsphere(settings: Settings, services: BackendServices) -> Backend:
@@ -106,7 +112,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
         staging=_staging(settings, services),
-        scratch_dir=str(settings.transfer_scratch_dir) if settings.transfer_scratch_dir else None,
+        scratch_dir=_scratch_dir(settings),
     )
 
 

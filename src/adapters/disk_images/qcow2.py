@@ -16,6 +16,7 @@ from typing import BinaryIO
 from pyrigaud.adapters.disk_images.blocks import (
     MAX_CHUNK_BYTES,
     SECTOR_BYTES,
+    ChunkReader,
     nonzero_blocks,
     round_up,
     zero_chunks,
@@ -40,6 +41,10 @@ _COPIED = 1 << 63  # the cluster's refcount is exactly one
 _COMPRESSED = 1 << 62
 _ZERO = 1 << 0
 _LARGEST_L1_BYTES = 32 * 1024 * 1024  # QEMU's own limit
+# An internal snapshot's entry: l1_table_offset, l1_size, id_str_size, name_size, date_sec,
+# date_nsec, vm_clock_nsec, vm_state_size, extra_data_size; then extra data, id and name.
+_SNAPSHOT_ENTRY = struct.Struct(">QIHHIIQII")
+_MOST_SNAPSHOTS = 65536  # QEMU's own limit
 
 CLUSTER_BITS = 16
 CLUSTER_BYTES = 1 << CLUSTER_BITS
@@ -55,23 +60,33 @@ def qcow2_virtual_size(header: bytes, *, field: str = fields.SOURCE_URL) -> int:
     return int(struct.unpack_from(">Q", header, 24)[0])
 
 
-def read_qcow2(file: BinaryIO, *, field: str = fields.SOURCE_URL) -> Iterator[bytes]:
-    """The raw disk of a standalone qcow2 file: exactly its virtual size, chunks <= 4 MiB.
+def read_qcow2(
+    file: BinaryIO,
+    *,
+    field: str = fields.SOURCE_URL,
+    snapshot: str | None = None,
+    backing: Iterable[bytes] | None = None,
+) -> Iterator[bytes]:
+    """The raw disk of a qcow2 file: exactly its virtual size, chunks <= 4 MiB.
 
-    An image that names another file (backing file, external data file), is encrypted, uses
-    extended L2 entries, a compression other than zlib or an incompatible feature this reader
-    does not know is refused before a byte is yielded.
+    With `snapshot` (an internal snapshot's name or id) the disk as that snapshot holds it.
+    With `backing` (the raw disk of its backing chain, read in step) the clusters this image
+    leaves unallocated are the backing's; without it an image naming a backing file is refused.
+    An image that keeps its data in an external file, is encrypted, uses extended L2 entries, a
+    compression other than zlib or an incompatible feature this reader does not know is refused
+    before a byte is yielded.
     """
-    image = _Image.parse(file, field)
-    out = _RunReader(file)
+    image = _Image.parse(file, field, allow_backing=backing is not None)
+    l1_offset, l1_size = image.l1_table(snapshot) if snapshot else (image.l1_offset, None)
+    out = _RunReader(file, None if backing is None else ChunkReader(backing))
     clusters_per_l2 = image.cluster_bytes // 8
     remaining = image.size
-    for l1_entry in image.l1_entries():
+    for l1_entry in image.l1_entries(l1_offset, l1_size):
         span = min(remaining, clusters_per_l2 * image.cluster_bytes)
         remaining -= span
         l2_offset = l1_entry & _OFFSET_MASK
         if not l2_offset:
-            yield from out.zeros(span)
+            yield from out.unallocated(span)
             continue
         l2 = struct.unpack(
             f">{clusters_per_l2}Q", _read_at(file, l2_offset, image.cluster_bytes, field)
@@ -81,9 +96,12 @@ def read_qcow2(file: BinaryIO, *, field: str = fields.SOURCE_URL) -> Iterator[by
             span -= length
             if entry & _COMPRESSED:
                 yield from out.flush()
+                out.pass_backing(length)
                 yield image.inflated(entry, length)
-            elif (entry & _ZERO and image.version >= 3) or not entry & _OFFSET_MASK:
+            elif entry & _ZERO and image.version >= 3:
                 yield from out.zeros(length)
+            elif not entry & _OFFSET_MASK:
+                yield from out.unallocated(length)
             else:
                 yield from out.data(entry & _OFFSET_MASK, length)
     yield from out.flush()
@@ -191,23 +209,26 @@ class _Image:
     cluster_bits: int
     size: int
     l1_offset: int
+    snapshot_count: int = 0
+    snapshots_offset: int = 0
 
     @property
     def cluster_bytes(self) -> int:
         return 1 << self.cluster_bits
 
     @classmethod
-    def parse(cls, file: BinaryIO, field: str) -> _Image:
+    def parse(cls, file: BinaryIO, field: str, *, allow_backing: bool = False) -> _Image:
         file.seek(0)
         header = file.read(_V3_HEADER_BYTES)
         if len(header) < _V2_HEADER.size or not header.startswith(MAGIC):
             raise _invalid(field, "not a qcow2 image")
-        (_, version, backing, _, cluster_bits, size, crypt, l1_size, l1_offset, *_) = (
+        (_, version, backing, _, cluster_bits, size, crypt, l1_size, l1_offset, *rest) = (
             _V2_HEADER.unpack_from(header)
         )
+        snapshot_count, snapshots_offset = rest[-2], rest[-1]
         if version not in (2, 3):
             raise _invalid(field, f"qcow2 version {version} is not supported (only 2 and 3)")
-        if backing:
+        if backing and not allow_backing:
             raise _invalid(field, "the qcow2 image names a backing file; give a standalone image")
         if crypt:
             raise _invalid(field, "the qcow2 image is encrypted; give an unencrypted image")
@@ -225,16 +246,41 @@ class _Image:
             cluster_bits=cluster_bits,
             size=size,
             l1_offset=l1_offset,
+            snapshot_count=snapshot_count,
+            snapshots_offset=snapshots_offset,
         )
 
-    def l1_entries(self) -> Iterator[int]:
-        """The L1 entries covering the virtual size, read a bounded piece at a time."""
+    def l1_entries(self, offset: int, size: int | None) -> Iterator[int]:
+        """The L1 entries at `offset` covering the virtual size, read a bounded piece at a
+        time; past `size` entries (a snapshot's table, of a smaller disk) they are empty."""
         needed = -(-self.size // ((self.cluster_bytes // 8) * self.cluster_bytes))
+        present = needed if size is None else min(needed, size)
         step = MAX_CHUNK_BYTES // 8
-        for start in range(0, needed, step):
-            count = min(step, needed - start)
-            raw = _read_at(self.file, self.l1_offset + start * 8, count * 8, self.field)
+        for start in range(0, present, step):
+            count = min(step, present - start)
+            raw = _read_at(self.file, offset + start * 8, count * 8, self.field)
             yield from struct.unpack(f">{count}Q", raw)
+        yield from [0] * (needed - present)
+
+    def l1_table(self, snapshot: str) -> tuple[int, int]:
+        """The (offset, entries) of the L1 table of the internal snapshot named or numbered
+        `snapshot`; NOT_FOUND when the image has none such."""
+        position = self.snapshots_offset
+        for _ in range(min(self.snapshot_count, _MOST_SNAPSHOTS)):
+            entry = _read_at(self.file, position, _SNAPSHOT_ENTRY.size, self.field)
+            l1_offset, l1_size, id_size, name_size, *_, extra_size = _SNAPSHOT_ENTRY.unpack(entry)
+            names_at = position + _SNAPSHOT_ENTRY.size + extra_size
+            names = _read_at(self.file, names_at, id_size + name_size, self.field)
+            if snapshot in (
+                names[:id_size].decode(errors="replace"),
+                names[id_size:].decode(errors="replace"),
+            ):
+                return l1_offset, l1_size
+            position = names_at + id_size + name_size
+            position += -position % 8
+        raise ExpectedError(
+            ProviderError.not_found(f"the qcow2 image has no internal snapshot {snapshot!r}")
+        )
 
     def inflated(self, entry: int, length: int) -> bytes:
         """A compressed cluster's first `length` bytes (raw deflate, as QEMU writes it)."""
@@ -283,8 +329,9 @@ class _RunReader:
     """Gathers runs of zeros and of host-contiguous data clusters, and yields them in
     reads of at most 4 MiB."""
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: BinaryIO, backing: ChunkReader | None = None) -> None:
         self._file = file
+        self._backing = backing
         self._zeros = 0
         self._start = 0
         self._length = 0
@@ -292,13 +339,31 @@ class _RunReader:
     def zeros(self, length: int) -> Iterator[bytes]:
         if self._length:
             yield from self.flush()
+        self.pass_backing(length)
         self._zeros += length
+
+    def unallocated(self, length: int) -> Iterator[bytes]:
+        """Clusters this image does not hold: its backing's bytes, else zeros."""
+        if self._backing is None:
+            yield from self.zeros(length)
+            return
+        yield from self.flush()
+        while length:
+            step = min(length, MAX_CHUNK_BYTES)
+            yield self._backing.read(step) or bytes(step)  # past the backing's end: zeros
+            length -= step
+
+    def pass_backing(self, length: int) -> None:
+        """Keep the backing in step over clusters this image holds itself."""
+        if self._backing is not None:
+            self._backing.skip(length)
 
     def data(self, offset: int, length: int) -> Iterator[bytes]:
         if self._zeros or (self._length and offset != self._start + self._length):
             yield from self.flush()
         if not self._length:
             self._start = offset
+        self.pass_backing(length)
         self._length += length
         if self._length >= MAX_CHUNK_BYTES:
             yield from self.flush()

@@ -124,3 +124,10 @@ def peek(chunks: Iterable[bytes], count: int) -> tuple[bytes, Iterator[bytes]]:
         taken.append(chunk)
         size += len(chunk)
     return b"".join(taken)[:count], itertools.chain(taken, stream)
+
+
+def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Iterator[bytes]:
+    """`chunks`, counted as they pass (and stopped when the call is gone)."""
+    for chunk in chunks:
+        progress.add(len(chunk))
+        yield chunk

@@ -169,15 +169,18 @@ def _create_from(
     return str(created.id)
 
 
-def _raw_sha256(path: str) -> str:
+def _raw_sha256(path: str, scratch: Path) -> str:
     """The SHA-256 of the disk an image file holds (its raw content, whatever its format)."""
-    converted = subprocess.run(
-        ["qemu-img", "convert", "-O", "raw", path, "/dev/stdout"],
+    raw = scratch / "disk.raw"
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", path, str(raw)],
         capture_output=True,
         check=True,
         timeout=300,
     )
-    return hashlib.sha256(converted.stdout).hexdigest()
+    digest = hashlib.sha256(raw.read_bytes()).hexdigest()
+    raw.unlink()
+    return digest
 
 
 def test_the_guest_goes_to_vsphere_and_back_and_boots(
@@ -188,9 +191,10 @@ def test_the_guest_goes_to_vsphere_and_back_and_boots(
     s3_server: S3Server,
     nfs_server: NfsServer,
     migration_root: Path,
+    tmp_path: Path,
 ) -> None:
     kvm, vs = provider.stub, vsphere.stub
-    original = _raw_sha256(prepared_image)
+    original = _raw_sha256(prepared_image, tmp_path)
     made: list[tuple[pb_grpc.ProviderStub, str]] = []
     try:
         source = kvm.Create(
@@ -221,7 +225,7 @@ def test_the_guest_goes_to_vsphere_and_back_and_boots(
                 target_name=f"cross-back-{storage.backend_type}",
                 import_format="qcow2",
             )
-            assert _raw_sha256(back.path) == original, storage.backend_type
+            assert _raw_sha256(back.path, tmp_path) == original, storage.backend_type
 
         booted = _create_from(kvm, "cross-back", back, "qcow2")
         made.append((kvm, booted))

@@ -182,7 +182,7 @@ def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(host: Host) -> None:
     assert "elsewhere" in error_of(imported).message
 
 
-def test_what_libvirt_cannot_export_is_unsupported(host: Host) -> None:
+def test_what_libvirt_cannot_export_is_refused(host: Host) -> None:
     vm_id = host.vm()
     port = host.backend.disk_transfer
 
@@ -191,8 +191,8 @@ def test_what_libvirt_cannot_export_is_unsupported(host: Host) -> None:
 
     assert error_of(vmdk).kind is ErrorKind.UNSUPPORTED
     assert "vmdk" in error_of(vmdk).message
-    assert error_of(snapshot).kind is ErrorKind.UNSUPPORTED
-    assert "snapshot" in error_of(snapshot).message
+    assert error_of(snapshot).kind is ErrorKind.NOT_FOUND  # a snapshot the VM does not have
+    assert "before-upgrade" in error_of(snapshot).message
 
 
 def test_s3_credentials_and_options_are_checked_naming_the_wire_key(host: Host) -> None:

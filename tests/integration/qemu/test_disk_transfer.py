@@ -28,7 +28,14 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 )
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.domain.models import (
+    CreateRequest,
+    DiskQuery,
+    OwnerMark,
+    SnapshotRequest,
+    VMClass,
+    VMImage,
+)
 from pyrigaud.domain.power import PowerState
 
 from libvirt_support import libvirt_test_backend
@@ -47,7 +54,7 @@ from staging_support import (
     s3_credentials,
     s3_options,
 )
-from support import ManualClock, error_of, ok
+from support import ManualClock, error_kind, error_of, ok
 from transfer_support import export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
@@ -112,13 +119,16 @@ class Site:
         request = CreateRequest(name=name, vm_class=SMALL, image=image)
         return ok(self.backend.lifecycle.start_create(request, OWNER)).id
 
-    def export(self, vm_id: str, name: str, disk_format: str = "qcow2") -> Any:
+    def export(
+        self, vm_id: str, name: str, disk_format: str = "qcow2", snapshot_id: str = ""
+    ) -> Any:
         return export_disk(
             self.backend.disk_transfer,
             vm_id,
             self.staged.url(name),
             backend=self.staged.backend,
             disk_format=disk_format,
+            snapshot_id=snapshot_id,
             options=self.staged.options,
             credentials=self.staged.credentials,
         )
@@ -303,3 +313,39 @@ def test_refused_s3_credentials_are_permission_denied_and_leave_nothing(s3_site:
         assert "wrong-secret" not in error_of(refused).message
     assert site.volume_names() == before
     assert site.staged.stored("d2.qcow2") is None
+
+
+def test_the_state_at_a_snapshot_is_exported_not_what_came_after(
+    site: Site, tmp_path: Path
+) -> None:
+    """The manager exports at the snapshot it took: that state, flattened over the base image,
+    whatever was written to the disk since."""
+    source = site.vm("xfer-snap")
+    assert site.backend.snapshots is not None
+    taken = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="mig")))
+    disk = ok(site.backend.disk_transfer.disk_details(DiskQuery(vm_id=source)))
+    written = subprocess.run(
+        ["qemu-io", "-c", "write -P 0x55 0 1M", disk.path], capture_output=True, check=False
+    )
+    assert written.returncode == 0, written.stderr
+    before = site.volume_names()
+
+    raw = ok(site.export(source, "snap.raw", "raw", snapshot_id=taken.id))
+    assert site.staged.stored("snap.raw") == site.content
+    assert raw.checksum == _sha256(site.content)
+    ok(site.export(source, "snap.qcow2", "qcow2", snapshot_id=taken.id))
+    staged = site.staged.stored("snap.qcow2")
+    assert staged is not None
+    image = tmp_path / "snap.qcow2"
+    image.write_bytes(staged)
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", str(image), str(tmp_path / "snap.raw")],
+        capture_output=True,
+        check=True,
+    )
+    assert (tmp_path / "snap.raw").read_bytes() == site.content
+    now = ok(site.export(source, "now.raw", "raw"))
+    assert now.checksum != raw.checksum  # the write after the snapshot is in the current state
+    assert site.volume_names() == before, "the flattened backing made for the export was kept"
+    missing = site.export(source, "none.raw", "raw", snapshot_id="no-such")
+    assert error_kind(missing) is ErrorKind.NOT_FOUND

@@ -179,3 +179,37 @@ def test_input_shorter_than_capacity_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExpectedError, match="gave 131071 bytes") as raised:
         write_image(tmp_path / "short.qcow2", [b"\1" * 131071], 131072)
     assert raised.value.error.kind is ErrorKind.FAILED_PRECONDITION
+
+
+def test_an_internal_snapshot_of_an_overlay_reads_as_qemu_reads_it(tmp_path: Path) -> None:
+    """The state at a snapshot, with the clusters the overlay leaves to its backing read from
+    the backing's raw disk in step (what libvirt's export of a snapshot does)."""
+    base = tmp_path / "base.raw"
+    base.write_bytes(sparse_disk(6 * MIB, 21))
+    overlay = tmp_path / "overlay.qcow2"
+    qemu_img("create", "-f", "qcow2", "-b", base, "-F", "raw", overlay, "8M")
+    steps = ("write -P 0x22 1M 512k", "write -c -P 0x44 3M 64k")
+    for command in steps:
+        subprocess.run(["qemu-io", "-c", command, str(overlay)], check=True, capture_output=True)
+    qemu_img("snapshot", "-c", "mig", overlay)
+    for command in ("write -P 0x33 0 2M", "write -z 4M 1M"):  # after the snapshot: not in it
+        subprocess.run(["qemu-io", "-c", command, str(overlay)], check=True, capture_output=True)
+    expected = tmp_path / "expected.raw"
+    qemu_img("convert", "-l", "snapshot.name=mig", "-O", "raw", overlay, expected)
+    with overlay.open("rb") as file:
+        got = b"".join(read_qcow2(file, snapshot="mig", backing=file_chunks(base, 1_000_003)))
+    assert got == expected.read_bytes()
+    with overlay.open("rb") as file:  # the current state, the same way
+        now = b"".join(read_qcow2(file, backing=file_chunks(base)))
+    current = tmp_path / "current.raw"
+    qemu_img("convert", "-O", "raw", overlay, current)
+    assert now == current.read_bytes()
+
+
+def test_a_snapshot_the_image_lacks_is_not_found(tmp_path: Path) -> None:
+    image = tmp_path / "plain.qcow2"
+    qemu_img("create", "-f", "qcow2", image, "1M")
+    qemu_img("snapshot", "-c", "one", image)
+    with image.open("rb") as file, pytest.raises(ExpectedError) as raised:
+        list(read_qcow2(file, snapshot="two"))
+    assert raised.value.error.kind is ErrorKind.NOT_FOUND

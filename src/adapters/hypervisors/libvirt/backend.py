@@ -38,6 +38,7 @@ def build_libvirt_backend(
     staging: StagingBackends,
     transfer_owner: str,
     volume_writer: VolumeWriter = upload_volume,
+    scratch_dir: str | None = None,
 ) -> Backend:
     """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
@@ -45,7 +46,8 @@ def build_libvirt_backend(
     `staging` is where ExportDisk/ImportDisk stage disks (pvc, s3, nfs: what it reaches is
     advertised); `transfer_owner` marks the temporary volumes of transfers as this provider's,
     for the sweep; `volume_writer` puts bytes into a volume (a libvirt stream unless a test's
-    driver cannot stream).
+    driver cannot stream); `scratch_dir` is where a snapshot's export keeps its anonymous
+    scratch files (None: the system's temporary directory).
     """
     inventory: LibvirtInventory
     # The cache fills itself by the inventory's listing, which reads through the cache: the
@@ -66,7 +68,10 @@ def build_libvirt_backend(
     )
     inventory = LibvirtInventory(host)
     disk_transfer = LibvirtDiskTransfer(
-        host, staging, TransferVolumes(owner=transfer_owner, clock=clock)
+        host,
+        staging,
+        TransferVolumes(owner=transfer_owner, clock=clock),
+        scratch_dir=scratch_dir,
     )
     return Backend(
         lifecycle=LibvirtVMLifecycle(host),

@@ -7,7 +7,9 @@ any transport, and nothing here runs a program on the host or in the pod.
 Export refuses a running (or paused) VM: QEMU writes to its disk, so a copy would not be from one
 point in time. A disk that overlays an image, or a requested format other than the disk's own, is
 first copied by libvirt into a temporary standalone volume of that format in the same pool
-(flattened and converted on the libvirt host), streamed, then removed.
+(flattened and converted on the libvirt host), streamed, then removed. The state at a snapshot
+(`snapshot_id`, which the manager's sequence always sends) is read from the qcow2 file's
+internal snapshot by `snapshot_export.py`, in a scratch file of the pod.
 
 Import stages the bytes in a temporary volume of the target pool (format conversion needs a
 seekable file, and the pool has the room a pod's /tmp lacks), checks their SHA-256 before
@@ -31,11 +33,15 @@ import libvirt
 from returns.result import Failure, Result
 
 from pyrigaud.adapters.disk_images.formats import disk_format_of
+from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
+from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.download import peek_header
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_disk
+from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
     find_pool,
@@ -91,6 +97,8 @@ class LibvirtDiskTransfer:
     volumes: TransferVolumes
     # Staged temporaries and temporary volumes older than this belong to dead transfers.
     abandoned_after_seconds: float = 2 * TRANSFER_DEADLINE_SECONDS
+    # Where a snapshot's export keeps its anonymous scratch files (None: the temp directory).
+    scratch_dir: str | None = None
 
     def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         return self.host.run(
@@ -132,12 +140,6 @@ class LibvirtDiskTransfer:
                     f"format {request.format!r}: libvirt exports qcow2 or raw"
                 )
             )
-        if request.snapshot_id:
-            raise ExpectedError(
-                ProviderError.unsupported(
-                    "exporting a snapshot is not supported: revert to it, then export the disk"
-                )
-            )
         facts = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         disk = _chosen_disk(facts.name, facts.disks, request.disk_id)
         if dom.isActive():
@@ -148,6 +150,10 @@ class LibvirtDiskTransfer:
                 )
             )
         sweep_dead_transfers(self.staging, destination, self.abandoned_after_seconds)
+        if request.snapshot_id:
+            find_snapshot(Guest(dom), request.snapshot_id)
+            digest = self._export_snapshot(conn, disk.path, request, destination)
+            return _exported(digest)
         with self._standalone_volume(conn, disk.path, request.format) as volume:
             writer = unwrap(self.staging.open_write(destination, _file_size(volume)))
             progress = TransferProgress(f"export of VM {facts.name!r}", destination)
@@ -155,11 +161,46 @@ class LibvirtDiskTransfer:
                 "download", lambda: write_staged(writer, volume_chunks(conn, volume), progress)
             )
         progress.finished(digest)
-        return ExportResult(
-            export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
-            estimated_size_bytes=digest.size_bytes,
-            checksum=digest.sha256,
-        )
+        return _exported(digest)
+
+    def _export_snapshot(
+        self, conn: VirConnect, path: str, request: ExportRequest, destination: StagedLocation
+    ) -> StagedDigest:
+        """The disk at an internal snapshot (snapshot_export.py), staged as raw, or as qcow2
+        built in a scratch file first (its tables precede its data)."""
+        disk = volume_facts(conn, path)
+        if disk is None:
+            raise ExpectedError(ProviderError.not_found(f"no volume at {path!r}"))
+        doing = f"export of snapshot {request.snapshot_id!r}"
+        reading = TransferProgress(f"{doing}, reading the disk", destination)
+        with contextlib.ExitStack() as stack:
+            backing = (
+                stack.enter_context(self._standalone_volume(conn, disk.backing_path, "raw"))
+                if disk.backing_path
+                else None
+            )
+            raw = stack.enter_context(
+                snapshot_disk(
+                    conn,
+                    disk,
+                    request.snapshot_id,
+                    backing=backing,
+                    scratch_dir=self.scratch_dir,
+                    progress=reading,
+                )
+            )
+            progress = TransferProgress(doing, destination)
+            if request.format == "raw":
+                writer = unwrap(self.staging.open_write(destination, disk.capacity_bytes))
+                digest = write_staged(writer, raw, progress)
+            else:
+                image = stack.enter_context(scratch_file(self.scratch_dir))
+                size = write_qcow2(raw, disk.capacity_bytes, image)
+                image.seek(0)
+                writer = unwrap(self.staging.open_write(destination, size))
+                digest = write_staged(writer, file_chunks(image), progress)
+        progress.finished(digest)
+        return digest
 
     @contextlib.contextmanager
     def _standalone_volume(
@@ -276,6 +317,14 @@ class LibvirtDiskTransfer:
         if not same:
             raise ExpectedError(clash)
         return existing
+
+
+def _exported(digest: StagedDigest) -> ExportResult:
+    return ExportResult(
+        export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
+        estimated_size_bytes=digest.size_bytes,
+        checksum=digest.sha256,
+    )
 
 
 def _converted(conn: VirConnect, pool: VirStoragePool, staged: str, name: str) -> str:

@@ -32,19 +32,20 @@ class LibvirtSnapshots:
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
         def delete(conn: VirConnect) -> None:
-            _snapshot(Guest.by_id(conn, vm_id), snapshot_id).delete(0)
+            find_snapshot(Guest.by_id(conn, vm_id), snapshot_id).delete(0)
 
         return self._host.run(f"delete snapshot {snapshot_id!r} of {vm_id!r}", delete)
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
         def revert(conn: VirConnect) -> None:
             guest = Guest.by_id(conn, vm_id)
-            guest.dom.revertToSnapshot(_snapshot(guest, snapshot_id), 0)
+            guest.dom.revertToSnapshot(find_snapshot(guest, snapshot_id), 0)
 
         return self._host.mutate(vm_id, f"revert {vm_id!r} to snapshot {snapshot_id!r}", revert)
 
 
-def _snapshot(guest: Guest, snapshot_id: str) -> Any:
+def find_snapshot(guest: Guest, snapshot_id: str) -> Any:
+    """The VM's snapshot of that name; NOT_FOUND otherwise."""
     try:
         return guest.dom.snapshotLookupByName(snapshot_id, 0)
     except libvirt.libvirtError as error:

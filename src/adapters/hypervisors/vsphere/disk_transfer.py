@@ -25,7 +25,7 @@ from returns.result import Result
 
 from pyrigaud.adapters.disk_images.formats import disk_format_of
 from pyrigaud.adapters.disk_images.qcow2 import qcow2_virtual_size, read_qcow2, write_qcow2
-from pyrigaud.adapters.disk_images.scratch import scratch_file
+from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file, spool
 from pyrigaud.adapters.disk_images.stream_optimized import (
     decode_stream_optimized,
     encode_stream_optimized,
@@ -44,6 +44,7 @@ from pyrigaud.adapters.staging.progress import TransferProgress
 from pyrigaud.adapters.staging.transfers import (
     checked_location,
     checksum_mismatch,
+    counted,
     expected_sha256,
     imported_name,
     peek,
@@ -71,7 +72,6 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 EXPORT_FORMATS = ("vmdk", "qcow2", "raw")
 IMPORT_FORMATS = ("vmdk", "qcow2", "raw")  # what the staged bytes may be, judged by their header
 HEADER_BYTES = 512
-SCRATCH_CHUNK_BYTES = 1024 * 1024
 RECORD_SUFFIX = ".pyrigaud-import.json"
 
 
@@ -189,13 +189,13 @@ class VSphereDiskTransfer:
     ) -> StagedDigest:
         """qcow2's tables come before its data: the image is built in a scratch file first."""
         reading = TransferProgress(f"{doing}, reading from vCenter", destination)
-        header, vmdk = peek(_counted(vmdk, reading), HEADER_BYTES)
+        header, vmdk = peek(counted(vmdk, reading), HEADER_BYTES)
         with scratch_file(self._scratch_dir) as scratch:
             size = write_qcow2(
                 decode_stream_optimized(vmdk), stream_optimized_capacity(header), scratch
             )
             scratch.seek(0)
-            return self._staged(destination, _file_chunks(scratch), size, doing)
+            return self._staged(destination, file_chunks(scratch), size, doing)
 
     def _import(self, instance: Any, request: ImportRequest) -> ImportResult:
         source = checked_location(request.source, fields.SOURCE_URL)
@@ -251,7 +251,7 @@ class VSphereDiskTransfer:
                     )
                 )
             capacity = stream_optimized_capacity(header)
-            _write_all(vmdk, chunks)
+            spool(chunks, vmdk)
         elif staged_format == "raw":
             capacity = reader.size_bytes if reader.size_bytes is not None else 0
             if reader.size_bytes is None:
@@ -260,13 +260,13 @@ class VSphereDiskTransfer:
                         fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
                     )
                 )
-            _write_all(vmdk, encode_stream_optimized(chunks, capacity))
+            spool(encode_stream_optimized(chunks, capacity), vmdk)
         else:
             capacity = qcow2_virtual_size(header)
             with scratch_file(self._scratch_dir) as qcow2:
-                _write_all(qcow2, chunks)
+                spool(chunks, qcow2)
                 qcow2.seek(0)
-                _write_all(vmdk, encode_stream_optimized(read_qcow2(qcow2), capacity))
+                spool(encode_stream_optimized(read_qcow2(qcow2), capacity), vmdk)
         digest = reader.digest()
         progress.finished(digest)
         return capacity, digest
@@ -323,19 +323,3 @@ def _disk_index(disks: list[Any], disk_id: str, vm: str) -> int:
             return index
     missing = f"no disk {disk_id!r}" if disk_id else "no disks"
     raise ExpectedError(ProviderError.not_found(f"VM {vm!r} has {missing}"))
-
-
-def _counted(chunks: Iterable[bytes], progress: TransferProgress) -> Iterator[bytes]:
-    for chunk in chunks:
-        progress.add(len(chunk))
-        yield chunk
-
-
-def _write_all(file: IO[bytes], chunks: Iterable[bytes]) -> None:
-    for chunk in chunks:
-        file.write(chunk)
-
-
-def _file_chunks(file: IO[bytes]) -> Iterator[bytes]:
-    while chunk := file.read(SCRATCH_CHUNK_BYTES):
-        yield chunk

@@ -1,0 +1,169 @@
+"""vSphere ExportDisk and ImportDisk through the staging storage port, on the simulator: a disk
+of known bytes imported from a PVC (as raw, qcow2 and streamOptimized vmdk), a VM made around
+it, and its disk exported back in every format, compared byte for byte after conversion by the
+real qemu-img; retries, clashes, checksum mismatches and a running VM."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.application.backend import Backend
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.models import (
+    CreateRequest,
+    OwnerMark,
+    Placement,
+    SnapshotRequest,
+    VMClass,
+    VMImage,
+)
+
+from contract.harness import made
+from support import error_kind, ok
+from transfer_support import export_disk, import_disk
+from vsphere_support import Simulator, backend_over, create_use_case, remove_vms_made_since
+
+OWNER = OwnerMark(provider="tests/vsphere-transfer")
+GRAIN = 64 * 1024
+PVC = "mig"
+
+
+def _disk_bytes(seed: int) -> bytes:
+    """3 MiB + 1 KiB of random grains and zero grains (the zero ones stay sparse)."""
+    rng = random.Random(seed)
+    grains = [rng.randbytes(GRAIN) if i % 3 else bytes(GRAIN) for i in range(48)]
+    return b"".join(grains) + rng.randbytes(1024)
+
+
+RAW = _disk_bytes(14)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / PVC).mkdir()
+    return tmp_path
+
+
+@pytest.fixture
+def ports(simulator: Simulator, root: Path) -> Iterator[Backend]:
+    backend = backend_over(
+        simulator.session(),
+        defaults=Placement(datastore="LocalDS_0"),
+        staging=staging_by_backend("tests/vsphere-transfer", SystemClock(), str(root)),
+    )
+    before = {vm.id for vm in ok(backend.inventory.list_vms())}
+    yield backend
+    remove_vms_made_since(backend, before)
+
+
+def _qemu_img(*arguments: str) -> None:
+    subprocess.run(["qemu-img", *arguments], check=True, capture_output=True, timeout=120)
+
+
+def _staged(root: Path, name: str, raw: bytes, disk_format: str) -> str:
+    """RAW staged on the PVC as `disk_format` (made by qemu-img); the pvc:// URL."""
+    raw_path = root / f"{name}.source.raw"
+    raw_path.write_bytes(raw)
+    target = root / PVC / name
+    if disk_format == "raw":
+        target.write_bytes(raw)
+    else:
+        options = ["-o", "subformat=streamOptimized"] if disk_format == "vmdk" else ["-c"]
+        _qemu_img("convert", "-f", "raw", "-O", disk_format, *options, str(raw_path), str(target))
+    return f"pvc://{PVC}/{name}"
+
+
+def _raw_of(path: Path, size: int) -> bytes:
+    raw = path.with_suffix(".back.raw")
+    _qemu_img("convert", "-O", "raw", str(path), str(raw))
+    return raw.read_bytes()[:size]
+
+
+def _vm_around(ports: Backend, name: str, disk_path: str) -> str:
+    request = CreateRequest(
+        name=name,
+        vm_class=VMClass(cpu=1, memory_mib=256),
+        image=VMImage(path=disk_path, format="vmdk"),
+    )
+    return made(ports.tasks, create_use_case(ports, OWNER)(request))
+
+
+@pytest.mark.parametrize("staged_format", ["raw", "qcow2", "vmdk"])
+def test_a_disk_comes_in_and_goes_out_in_every_format_with_its_bytes(
+    ports: Backend, root: Path, staged_format: str
+) -> None:
+    name = f"xfer-{staged_format}"
+    url = _staged(root, f"{name}.{staged_format}", RAW, staged_format)
+    imported = ok(import_disk(ports.disk_transfer, url, target_name=name, disk_format="qcow2"))
+    assert imported.path.startswith(f"[LocalDS_0] {name}/")
+    assert imported.actual_size_bytes == (root / PVC / f"{name}.{staged_format}").stat().st_size
+    vm_id = _vm_around(ports, name, imported.path)
+    for out in ("vmdk", "qcow2", "raw"):
+        exported = ok(
+            export_disk(
+                ports.disk_transfer, vm_id, f"pvc://{PVC}/{name}.out.{out}", disk_format=out
+            )
+        )
+        staged = root / PVC / f"{name}.out.{out}"
+        assert exported.estimated_size_bytes == staged.stat().st_size
+        assert _raw_of(staged, len(RAW)) == RAW, out
+
+
+def test_a_retried_import_answers_the_same_and_other_bytes_clash(
+    ports: Backend, root: Path
+) -> None:
+    url = _staged(root, "retry.raw", RAW, "raw")
+    first = ok(import_disk(ports.disk_transfer, url, target_name="xfer-retry", disk_format="raw"))
+    again = ok(import_disk(ports.disk_transfer, url, target_name="xfer-retry", disk_format="raw"))
+    assert again == first
+    verified = ok(
+        import_disk(
+            ports.disk_transfer,
+            url,
+            target_name="xfer-retry",
+            disk_format="raw",
+            expected_checksum=first.checksum,
+        )
+    )
+    assert verified == first
+    other = _staged(root, "other.raw", _disk_bytes(15), "raw")
+    clash = import_disk(ports.disk_transfer, other, target_name="xfer-retry", disk_format="raw")
+    assert error_kind(clash) is ErrorKind.ALREADY_EXISTS
+
+
+def test_a_checksum_mismatch_lands_nothing(ports: Backend, root: Path) -> None:
+    url = _staged(root, "mismatch.raw", RAW, "raw")
+    wrong = import_disk(
+        ports.disk_transfer, url, target_name="xfer-mismatch", expected_checksum="0" * 64
+    )
+    assert error_kind(wrong) is ErrorKind.FAILED_PRECONDITION
+    retried = ok(import_disk(ports.disk_transfer, url, target_name="xfer-mismatch"))
+    assert retried.path.startswith("[LocalDS_0] xfer-mismatch/")  # nothing was in the way
+
+
+def test_a_running_vm_exports_only_from_a_snapshot(ports: Backend, root: Path) -> None:
+    url = _staged(root, "running.raw", RAW, "raw")
+    imported = ok(import_disk(ports.disk_transfer, url, target_name="xfer-running"))
+    vm_id = _vm_around(ports, "xfer-running", imported.path)
+    ok(ports.power.power_on(vm_id))
+    refused = export_disk(ports.disk_transfer, vm_id, f"pvc://{PVC}/running.out", disk_format="raw")
+    assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
+    assert ports.snapshots is not None
+    snapshot = ok(ports.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="mig")))
+    ok(
+        export_disk(
+            ports.disk_transfer,
+            vm_id,
+            f"pvc://{PVC}/running.out",
+            disk_format="raw",
+            snapshot_id=snapshot.id,
+        )
+    )
+    assert _raw_of(root / PVC / "running.out", len(RAW)) == RAW
