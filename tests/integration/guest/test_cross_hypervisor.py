@@ -112,7 +112,7 @@ def _migrate(
         assert storage.backend_type in getattr(caps, backends)
     source.Power(pb.PowerRequest(id=vm_id, op=pb.POWER_OP_OFF), timeout=60)
     snapshot = source.SnapshotCreate(
-        pb.SnapshotCreateRequest(vm_id=vm_id, name=f"{target_name}-mig"), timeout=300
+        pb.SnapshotCreateRequest(vm_id=vm_id, name_hint=f"{target_name}-mig"), timeout=300
     ).snapshot_id
     common = {
         "credentials": storage.credentials or {},
