@@ -65,16 +65,19 @@ def backend_over(
     defaults: Placement | None = None,
     on_resync: Callable[[], None] = lambda: None,
     staging: StagingBackends | None = None,
+    owner: str = "tests/vsphere",
 ) -> Backend:
     """Every port over `session`, as one replica of the provider has them (`on_resync` is told
     each time the inventory cache's update feed broke and reads everything again); disks are
-    staged in `staging`, else in PVCs under a temporary directory."""
+    staged in `staging`, else in PVCs under a temporary directory; the VMs imports make carry
+    the `owner` mark until complete."""
     return vsphere_backend(
         session,
         defaults=defaults or Placement(),
         clock=clock or SystemClock(),
         on_resync=on_resync,
         staging=staging or scratch_staging(),
+        owner=owner,
     )
 
 

@@ -112,6 +112,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
         staging=_staging(settings, services),
+        owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
     )
 

@@ -6,6 +6,7 @@ files the import's caller keeps beside a disk."""
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -22,6 +23,7 @@ from pyrigaud.adapters.hypervisors.vsphere.placement import (
     resolve_on_datastore,
 )
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import building_marks
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind, ExpectedError
@@ -71,7 +73,15 @@ def _vm_names(instance: Any) -> set[str]:
 
 
 def _import(instance: Any, reader: BinaryIO, size: int, name: str, location: Location) -> str:
-    return import_stream_optimized(instance, reader, size, name, location, len(RAW))
+    return import_stream_optimized(
+        instance,
+        reader,
+        size,
+        name,
+        location,
+        len(RAW),
+        marks=building_marks(OWNER.provider, time.time()),
+    )
 
 
 def test_the_disk_lands_with_the_bytes_sent_and_no_vm_stays(

@@ -369,6 +369,7 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
             defaults=Placement(),
             on_relogin=lambda: None,
             staging=scratch_staging(),
+            owner=OWNER.provider,
         )
 
     assert build().health.check().ok

@@ -58,6 +58,7 @@ def images_backend(simulator: Simulator) -> Backend:
         clock=SystemClock(),
         allow_loopback_urls=True,
         staging=scratch_staging(),
+        owner=OWNER.provider,
     )
 
 
@@ -214,6 +215,7 @@ def test_the_url_rules_refuse_before_any_traffic(
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback,
         staging=scratch_staging(),
+        owner=OWNER.provider,
     )
     with serving({"/tiny.ova": ova}) as server:
         source = ImageSource(

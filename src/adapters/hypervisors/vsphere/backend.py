@@ -22,6 +22,7 @@ from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession, creden
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import VSphereSnapshots
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTaskTracker
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.ports.staging import StagingBackends
@@ -39,6 +40,7 @@ def build_vsphere_backend(
     on_resync: Callable[[], None] = lambda: None,
     on_call: Callable[[], None] = lambda: None,
     staging: StagingBackends,
+    owner: str,
     scratch_dir: str | None = None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
@@ -47,7 +49,8 @@ def build_vsphere_backend(
     ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
     lets ImagePrepare fetch from loopback (tests only); `staging` is where ExportDisk/ImportDisk
     stage disks (what it reaches is advertised), `scratch_dir` where their format conversions
-    keep anonymous scratch files (None: the system's temporary directory)."""
+    keep anonymous scratch files (None: the system's temporary directory); `owner` is this
+    provider's owner mark, written on the VMs imports make until they are complete."""
     session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin, on_call)
     return vsphere_backend(
         session,
@@ -56,6 +59,7 @@ def build_vsphere_backend(
         allow_loopback_urls=allow_loopback_urls,
         on_resync=on_resync,
         staging=staging,
+        owner=owner,
         scratch_dir=scratch_dir,
     )
 
@@ -68,6 +72,7 @@ def vsphere_backend(
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
     staging: StagingBackends,
+    owner: str,
     scratch_dir: str | None = None,
 ) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
@@ -77,6 +82,7 @@ def vsphere_backend(
     cache = InventoryCache(vcenter)
     follow(session, cache, on_resync)
     clone_maker = CloneMaker(vcenter, defaults, clock)
+    marks = ImportMarks(owner, clock)
     return Backend(
         lifecycle=_refreshing(
             VSphereVMLifecycle(vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock)), cache
@@ -88,8 +94,10 @@ def vsphere_backend(
         tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
         snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
         cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
-        disk_transfer=VSphereDiskTransfer(vcenter, staging, defaults, scratch_dir=scratch_dir),
-        images=VSphereImages(vcenter, defaults, allow_loopback_urls=allow_loopback_urls),
+        disk_transfer=VSphereDiskTransfer(
+            vcenter, staging, defaults, marks, scratch_dir=scratch_dir
+        ),
+        images=VSphereImages(vcenter, defaults, marks, allow_loopback_urls=allow_loopback_urls),
     )
 
 

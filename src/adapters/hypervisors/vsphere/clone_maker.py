@@ -23,7 +23,7 @@ from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.placement import merged, resolve
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
-from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, building_marks
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.errors import ExpectedError, ProviderError
@@ -119,7 +119,7 @@ class CloneMaker:
 
         A racing replica's clone of the same name fails with DuplicateName (ALREADY_EXISTS)."""
         # Whole seconds, rounded down: the mark never claims a start later than the real one.
-        marks = {OWNER_KEY: order.owner.provider, BUILDING_KEY: str(int(self._clock.now()))}
+        marks = building_marks(order.owner.provider, self._clock.now())
         # The marks exist as soon as the VM does, so a racing replica sees whose it is and
         # a crash part-way leaves a VM that is known to be unfinished.
         clone_spec.config = vim.vm.ConfigSpec(

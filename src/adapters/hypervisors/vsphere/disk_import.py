@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 from xml.etree import ElementTree as ET
@@ -51,10 +51,13 @@ def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue
     name: str,
     location: Location,
     capacity_bytes: int,
+    *,
+    marks: Mapping[str, str],
 ) -> str:
     """Upload `vmdk` (a streamOptimized VMDK of `size_bytes` bytes, read from its start) as a
     disk of `capacity_bytes` in `[ds] <name>/` on the location's datastore; its datastore
-    path. ALREADY_EXISTS when that folder exists (it is left alone)."""
+    path. ALREADY_EXISTS when that folder exists (it is left alone). The transient VM carries
+    `marks` (the building mark lets the leftover sweep remove one a killed provider left)."""
     if not name or name in {".", ".."} or UNUSABLE_NAME.search(name):
         raise ExpectedError(
             ProviderError.invalid_spec(
@@ -62,12 +65,19 @@ def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue
             )
         )
     try:
-        return _land(instance, _OneDisk(vmdk, size_bytes), name, location, capacity_bytes)
+        return _land(instance, _OneDisk(vmdk, size_bytes), name, location, capacity_bytes, marks)
     except EXPECTED_FAILURES as error:
         raise ExpectedError(provider_error(error, f"importing disk {name!r}")) from error
 
 
-def _land(instance: Any, disk: _OneDisk, name: str, location: Location, capacity_bytes: int) -> str:
+def _land(  # noqa: PLR0917
+    instance: Any,
+    disk: _OneDisk,
+    name: str,
+    location: Location,
+    capacity_bytes: int,
+    marks: Mapping[str, str],
+) -> str:
     datastore = str(retrieve(instance, [location.datastore], ("name",))[0]["name"])
     folder = f"[{datastore}] {name}"
     if datastore_files.exists(instance, folder):
@@ -78,7 +88,7 @@ def _land(instance: Any, disk: _OneDisk, name: str, location: Location, capacity
         descriptor = one_disk_descriptor(name, disk.size_bytes, capacity_bytes)
         spec = import_spec(instance, descriptor, name, location, _refused)
         # A failure inside import_vm aborts the lease and destroys the VM it was making.
-        vm = import_vm(instance, disk, spec, location)
+        vm = import_vm(instance, disk, spec, location, marks)
         try:
             return _keep_disk(instance, vm)
         except BaseException:

@@ -39,7 +39,11 @@ from pyrigaud.adapters.hypervisors.vsphere.nfc_export import exported_disk
 from pyrigaud.adapters.hypervisors.vsphere.placement import import_location
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
-from pyrigaud.adapters.hypervisors.vsphere.vm_rows import power_state, virtual_disks
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
+    ImportMarks,
+    power_state,
+    virtual_disks,
+)
 from pyrigaud.adapters.staging.progress import TransferProgress
 from pyrigaud.adapters.staging.transfers import (
     checked_location,
@@ -83,6 +87,7 @@ class VSphereDiskTransfer:
         vcenter: VCenter,
         staging: StagingBackends,
         defaults: Placement,
+        marks: ImportMarks,
         *,
         scratch_dir: str | None = None,
         abandoned_after_seconds: float = 2 * TRANSFER_DEADLINE_SECONDS,
@@ -90,6 +95,7 @@ class VSphereDiskTransfer:
         self._vcenter = vcenter
         self._staging = staging
         self._defaults = defaults
+        self._marks = marks
         self._scratch_dir = scratch_dir
         self._abandoned_after_seconds = abandoned_after_seconds
 
@@ -204,6 +210,9 @@ class VSphereDiskTransfer:
         location = import_location(instance, self._defaults, request.storage_hint)
         datastore = str(location.datastore.name)
         record_path = f"[{datastore}] {name}/{name}{RECORD_SUFFIX}"
+        transient = self._vcenter.record(instance, name)
+        if transient is not None:
+            self._marks.refuse_unfinished(transient, "an import of the disk")
         sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
         reader = unwrap(self._staging.open_read(source))
         try:
@@ -218,7 +227,9 @@ class VSphereDiskTransfer:
                     raise checksum_mismatch(digest.sha256, expected)
                 size = vmdk.tell()
                 vmdk.seek(0)
-                path = import_stream_optimized(instance, vmdk, size, name, location, capacity)
+                path = import_stream_optimized(
+                    instance, vmdk, size, name, location, capacity, marks=self._marks.building()
+                )
         finally:
             reader.close()
         result = ImportResult(

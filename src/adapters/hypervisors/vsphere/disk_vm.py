@@ -40,7 +40,11 @@ from pyrigaud.adapters.hypervisors.vsphere.placement import (
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
-from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
+    BUILDING_KEY,
+    OWNER_KEY,
+    building_marks,
+)
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
@@ -91,10 +95,11 @@ class DiskVMMaker:
         guest = guest_customization(
             request.networks, host_name="", domain="", time_zone="", named=CREATE_ATTACHMENTS
         )
-        marks = {OWNER_KEY: owner.provider}
-        if guest is not None:
-            # Whole seconds, rounded down: the mark never claims a start later than the real one.
-            marks[BUILDING_KEY] = str(int(self._clock.now()))
+        marks = (
+            {OWNER_KEY: owner.provider}
+            if guest is None
+            else building_marks(owner.provider, self._clock.now())
+        )
         spec = self._config(instance, request, marks, datastore_name)
         task = location.folder.CreateVM_Task(config=spec, pool=location.pool, host=location.host)
         if guest is None:

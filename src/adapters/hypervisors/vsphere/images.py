@@ -21,6 +21,7 @@ from pyrigaud.adapters.hypervisors.vsphere.ovf_package import fetch_referenced, 
 from pyrigaud.adapters.hypervisors.vsphere.placement import import_location
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, ImportMarks
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import ImageSource, Placement, PreparedImage, PrepareImageRequest
@@ -30,11 +31,20 @@ vim: Any = untyped_vim
 
 
 class VSphereImages:
-    def __init__(self, vcenter: VCenter, defaults: Placement, *, allow_loopback_urls: bool) -> None:
-        """`defaults` are the PROVIDER_DEFAULT_* placement settings; `allow_loopback_urls` is
+    def __init__(
+        self,
+        vcenter: VCenter,
+        defaults: Placement,
+        marks: ImportMarks,
+        *,
+        allow_loopback_urls: bool,
+    ) -> None:
+        """`defaults` are the PROVIDER_DEFAULT_* placement settings; `marks` what an imported
+        VM carries until it is complete; `allow_loopback_urls` is
         PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK (tests only)."""
         self._vcenter = vcenter
         self._defaults = defaults
+        self._marks = marks
         self._allow_loopback_urls = allow_loopback_urls
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
@@ -46,7 +56,9 @@ class VSphereImages:
 
     def _prepare(self, instance: Any, request: PrepareImageRequest) -> PreparedImage:
         source = request.source
-        if self._vcenter.vm_named(instance, request.target_name) is not None:
+        existing = self._vcenter.record(instance, request.target_name)
+        if existing is not None:
+            self._marks.refuse_unfinished(existing, "an import of the image")
             return PreparedImage(id=request.target_name)
         if source.template_name:
             if self._vcenter.vm_named(instance, source.template_name) is None:
@@ -84,8 +96,9 @@ class VSphereImages:
             )
             hrefs = [str(item.path) for item in spec.fileItem or ()]
             fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
-            vm = import_vm(instance, package, spec, location)
+            vm = import_vm(instance, package, spec, location, self._marks.building())
         try:
+            self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
             vm.MarkAsTemplate()
         except BaseException:
             with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):

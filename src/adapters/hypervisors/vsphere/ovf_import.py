@@ -8,7 +8,7 @@ it is still there: an import leaves a whole VM or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import IO, Any, Protocol
 
@@ -59,8 +59,21 @@ def import_spec(
     return result
 
 
-def import_vm(instance: Any, package: PackageFiles, spec: Any, location: Location) -> Any:
-    """The VM made from the package (powered off), its disks uploaded through the lease."""
+def import_vm(
+    instance: Any,
+    package: PackageFiles,
+    spec: Any,
+    location: Location,
+    marks: Mapping[str, str],
+) -> Any:
+    """The VM made from the package (powered off), its disks uploaded through the lease. It
+    carries `marks` (extraConfig) from its first moment: the building mark lets the leftover
+    sweep remove what a provider killed mid-import left."""
+    config = spec.importSpec.configSpec
+    config.extraConfig = [
+        *(config.extraConfig or ()),
+        *(vim.option.OptionValue(key=key, value=value) for key, value in marks.items()),
+    ]
     lease = location.pool.ImportVApp(
         spec=spec.importSpec, folder=location.folder, host=location.host
     )

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
+from pyrigaud.application.ports import Clock
 from pyrigaud.domain.addresses import routable_addresses
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, OwnerMark, VMInfo, VMRecord
 from pyrigaud.domain.power import PowerState
 
@@ -22,6 +25,37 @@ OWNER_KEY = "pyrigaud.owner"
 BUILDING_KEY = "pyrigaud.building"
 SHUTDOWN_DEADLINE_KEY = "pyrigaud.shutdownDeadline"
 RECORD_PROPERTIES = ("name", "config.extraConfig", "config.instanceUuid")
+
+
+def building_marks(owner: str, now: float) -> dict[str, str]:
+    """The marks of a VM made in steps: this provider's, building since `now` (whole seconds,
+    rounded down: the mark never claims a start later than the real one). A VM still so marked
+    once the leftover deadline passed is removed by the sweep."""
+    return {OWNER_KEY: owner, BUILDING_KEY: str(int(now))}
+
+
+@dataclass(frozen=True)
+class ImportMarks:
+    """The marks a VM made by an NFC import carries until it is complete (ImagePrepare's
+    template, ImportDisk's transient VM), dated by the wall clock every replica shares."""
+
+    owner: str
+    clock: Clock
+
+    def building(self) -> dict[str, str]:
+        return building_marks(self.owner, self.clock.now())
+
+    @staticmethod
+    def refuse_unfinished(record: VMRecord, doing: str) -> None:
+        """UNAVAILABLE for a VM of the name whose import has not finished: in progress, or
+        cut off (the leftover sweep removes it once the deadline passed); a retry then works."""
+        if record.building_since is not None:
+            raise ExpectedError(
+                ProviderError.unavailable(
+                    f"{doing} {record.name!r} has not finished (a provider was importing it, "
+                    "or was stopped part-way: the leftover sweep removes that); retry later"
+                )
+            )
 
 
 def vm_id(row: Mapping[str, Any]) -> str:
