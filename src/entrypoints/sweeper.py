@@ -42,7 +42,9 @@ class LeftoverSweeper:
                 logger.warning("leftover sweep could not list unfinished VMs: %s", error)
             case Success(report):
                 for name in report.removed:
-                    logger.info("removed the leftover of a Create killed part-way: VM %r", name)
+                    logger.info(
+                        "removed the leftover of a Create or an import killed part-way: VM %r", name
+                    )
                 for name in report.removed_transfer_volumes:
                     logger.info("removed the temporary volume of a dead transfer: %r", name)
                 for failure in report.failures:

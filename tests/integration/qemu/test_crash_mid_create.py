@@ -62,7 +62,7 @@ def test_a_create_killed_part_way_is_swept_by_the_next_process(
         {**ENVIRON, "PYRIGAUD_ABANDONED_AFTER_SECONDS": "0"}, tmp_path_factory.mktemp("next")
     )
     try:
-        swept = f"leftover of a Create killed part-way: VM {name!r}"
+        swept = f"killed part-way: VM {name!r}"
         assert survivor.logged(swept, SWEEP_SECONDS)  # the start-up sweep has run
         assert _domain_names(conn) == []
         assert _volume_names(conn) == []

@@ -71,7 +71,7 @@ def test_a_create_killed_part_way_is_swept_by_the_next_process(
         environ(slow_upgrades, PYRIGAUD_ABANDONED_AFTER_SECONDS="0"), tmp_path / "next"
     )
     try:
-        swept = f"leftover of a Create killed part-way: VM {NAME!r}"
+        swept = f"killed part-way: VM {NAME!r}"
         assert survivor.logged(swept, SETTLE_SECONDS)  # the start-up sweep has run
         assert watcher.lifecycle.find_by_name(NAME).unwrap() is None
     finally:

@@ -22,6 +22,7 @@ from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.use_cases.prepare_image import PrepareImage
 from pyrigaud.domain.errors import ErrorKind
@@ -293,3 +294,32 @@ def test_a_vm_is_created_from_the_prepared_template(
         assert vm.config.hardware.numCPU == 1
     finally:
         ok(images_backend.lifecycle.delete(vm_id))
+
+
+def test_an_import_not_finished_is_not_taken_for_the_prepared_image(
+    images_backend: Backend, instance: Any, imported: list[str], ova: bytes
+) -> None:
+    """The imported VM carries the building mark until it is a template: a VM of the name a
+    killed provider left still marked is UNAVAILABLE (the sweep removes it), never the image."""
+    name = "vs-ova-unfinished"
+    imported.append(name)
+    assert images_backend.images is not None
+    with serving({"/tiny.ova": ova}) as server:
+        ok(images_backend.images.prepare_image(_ova_request(server, name)))
+        template = _named(instance, name)[0]
+        marks = {option.key: option.value for option in template.config.extraConfig}
+        assert marks[OWNER_KEY] == OWNER.provider
+        assert not marks.get(BUILDING_KEY)
+        left = _named(instance, TEMPLATE_VM)[0]  # stands for the VM a killed import left
+        _set_building_mark(left, "1")
+        try:
+            unfinished = images_backend.images.prepare_image(_ova_request(server, TEMPLATE_VM))
+        finally:
+            _set_building_mark(left, "")
+    assert error_kind(unfinished) is ErrorKind.UNAVAILABLE
+    assert server.requests == ["/tiny.ova"]  # nothing fetched for the unfinished one
+
+
+def _set_building_mark(vm: Any, value: str) -> None:
+    mark = vim.option.OptionValue(key=BUILDING_KEY, value=value)
+    WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[mark])))
