@@ -17,6 +17,7 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CreateRequest,
+    DiskDefaults,
     DiskSpec,
     NetworkAttachment,
     OwnerMark,
@@ -208,3 +209,20 @@ def test_two_creates_racing_for_a_name_make_one_vm() -> None:
         winner = next(vm for vm, state in zip(started, states, strict=True) if not state.error)
         assert ok(create_use_case(replicas[0], OWNER)(request)).id == winner.id
         session.close()
+
+
+def test_the_class_root_disk_size_grows_the_attached_disk(
+    backend: Backend, simulator: Simulator, instance: Any
+) -> None:
+    path = _imported_disk(simulator, instance, "vs-disk-grown")
+    vm_class = VMClass(cpu=1, memory_mib=256, disk_defaults=DiskDefaults(size_gib=3))
+    created = ok(
+        create_use_case(backend, OWNER)(_disk_request("vs-disk-grown", path, vm_class=vm_class))
+    )
+    assert created.task is None  # grown within the call, under the building mark
+    vm = vm_ref(instance, created.id)
+    root = next(d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk))
+    assert (root.backing.fileName, root.capacityInKB) == (path, 3 * 1024 * 1024)
+    marks = {option.key: option.value for option in vm.config.extraConfig}
+    assert not marks.get(BUILDING_KEY)
+    ok(backend.lifecycle.delete(created.id))

@@ -4,8 +4,9 @@
 CreateVM_Task makes the VM whole or not at all, with the class, cloud-init guestinfo, NICs,
 extra disks and ownership mark in its one config spec, the disk attached as it is (persistent,
 on a new LSI Logic controller) and the VM's home on the disk's datastore, as upstream's provider
-does. Only a guest customization (static IPs, time zone) needs a second task: that VM is made
-with the building mark, customized, then unmarked, and a failure on the way destroys it again
+does. A guest customization (static IPs, time zone) or a class root-disk size larger than the
+disk (grown, never shrunk) needs more tasks: that VM is made with the building mark, grown and
+customized, then unmarked, and a failure on the way destroys it again
 with the imported disk detached first, so a retry finds the disk where it was.
 
 Once the VM is complete, the disk is the VM's own: Delete destroys the VM and vCenter deletes
@@ -29,7 +30,7 @@ from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     hardware_version,
 )
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
-from pyrigaud.adapters.hypervisors.vsphere.devices import new_disks, nic_count
+from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks, nic_count
 from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
@@ -49,7 +50,7 @@ from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement
+from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMChanges
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -95,20 +96,25 @@ class DiskVMMaker:
         guest = guest_customization(
             request.networks, host_name="", domain="", time_zone="", named=CREATE_ATTACHMENTS
         )
+        root_gib = request.vm_class.disk_defaults.size_gib or None
+        in_steps = guest is not None or root_gib is not None
         marks = (
-            {OWNER_KEY: owner.provider}
-            if guest is None
-            else building_marks(owner.provider, self._clock.now())
+            building_marks(owner.provider, self._clock.now())
+            if in_steps
+            else {OWNER_KEY: owner.provider}
         )
         spec = self._config(instance, request, marks, datastore_name)
         task = location.folder.CreateVM_Task(config=spec, pool=location.pool, host=location.host)
-        if guest is None:
+        if not in_steps:
             started = VSphereTask(task=str(task._moId), vm_id=spec.instanceUuid)
             return CreatedVM(id=spec.instanceUuid, task=started.task_ref())
         vm = wait(instance, task)
         try:
-            nics = nic_count([], spec.deviceChange)
-            wait(instance, vm.CustomizeVM_Task(guest.spec(nics)))
+            if root_gib is not None:
+                self._grow_root_disk(instance, vm, root_gib)
+            if guest is not None:
+                nics = nic_count([], spec.deviceChange)
+                wait(instance, vm.CustomizeVM_Task(guest.spec(nics)))
             self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
         except BaseException:
             # Leave no half-built VM behind, and the imported disk where it was.
@@ -116,6 +122,15 @@ class DiskVMMaker:
                 destroy_keeping_foreign_disks(instance, self._vcenter, vm)
             raise
         return CreatedVM(id=spec.instanceUuid)
+
+    def _grow_root_disk(self, instance: Any, vm: Any, size_gib: int) -> None:
+        """The class's root-disk size, when the attached disk is smaller (it never shrinks)."""
+        devices = self._vcenter.devices(instance, vm)
+        disks = [d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)]
+        if not disks or disks[0].capacityInKB >= size_gib * 1024 * 1024:
+            return
+        edits = disk_growth(devices, VMChanges(root_disk_gib=size_gib))
+        wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=edits)))
 
     def _config(
         self,
