@@ -27,7 +27,7 @@ from pyrigaud.domain.models import ImageSource, Placement, PrepareImageRequest
 
 from image_server_support import serving
 from support import ok
-from vsphere_support import TEMPLATE_VM, Simulator, vim
+from vsphere_support import TEMPLATE_VM, Simulator, scratch_staging, vim
 
 vmodl: Any = untyped_vmodl  # pyVmomi's fault classes are untyped
 
@@ -61,7 +61,12 @@ def imported_vm(
     vmdk = stream_optimized_vmdk(raw, tmp_path_factory.mktemp("nfc-export"))
     session = simulator.session()
     backend = vsphere_backend(
-        session, defaults=Placement(), clock=SystemClock(), allow_loopback_urls=True
+        session,
+        defaults=Placement(),
+        clock=SystemClock(),
+        allow_loopback_urls=True,
+        staging=scratch_staging(),
+        owner="tests/vsphere-nfc-export",
     )
     assert backend.images is not None
     with serving({"/disk.ova": ova_of(ovf_descriptor(vmdk, len(raw)), vmdk)}) as server:

@@ -51,17 +51,20 @@ def _settled(stub: pb_grpc.ProviderStub, task: pb.TaskRef) -> pb.TaskStatusRespo
         time.sleep(0.2)
 
 
-def test_capabilities_claim_image_import_and_no_disk_transfer(
+def test_capabilities_claim_image_import_and_disk_transfer(
     served: pb_grpc.ProviderStub,
 ) -> None:
     capabilities = served.GetCapabilities(pb.GetCapabilitiesRequest())
     assert capabilities.supports_image_import
-    assert not capabilities.supports_disk_export
-    assert not capabilities.supports_disk_import
-    assert list(capabilities.supported_export_formats) == []
-    assert list(capabilities.supported_import_formats) == []
-    assert list(capabilities.supported_export_backends) == []
-    assert list(capabilities.supported_import_backends) == []
+    assert capabilities.supports_disk_export
+    assert capabilities.supports_disk_import
+    assert list(capabilities.supported_export_formats) == ["vmdk", "qcow2", "raw"]
+    assert list(capabilities.supported_import_formats) == ["vmdk", "qcow2", "raw"]
+    assert "pvc" in capabilities.supported_export_backends
+    assert list(capabilities.supported_import_backends) == list(
+        capabilities.supported_export_backends
+    )
+    assert list(capabilities.supported_transfer_modes) == ["relay"]
 
 
 def test_image_prepare_imports_the_ova_url_of_the_crd(
