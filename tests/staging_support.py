@@ -486,3 +486,28 @@ def nfs_case(server: NfsServer, migration: str) -> StagingCase:
         return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES)
 
     return StagingCase(TransferBackend.NFS, adapter(OWNER), locate, stored, leftovers, adapter)
+
+
+def manager_s3_options(server: S3Server, prefix: str = "") -> tuple[str, dict[str, str]]:
+    """The storage_options_json and credentials the manager sends for this S3 server."""
+    options: dict[str, object] = {
+        "backend": "s3",
+        "bucket": server.bucket,
+        "endpoint": server.endpoint,
+        "region": "us-east-1",
+        **({"prefix": prefix} if prefix else {}),
+        "usePathStyle": True,
+    }
+    credentials = {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key}
+    return json.dumps(options, separators=(",", ":")), credentials
+
+
+def manager_nfs_options(server: NfsServer) -> str:
+    """The storage_options_json the manager sends for this NFS server."""
+    options = {
+        "backend": "nfs",
+        "usePathStyle": False,
+        "server": server.server,
+        "export": str(server.export),
+    }
+    return json.dumps(options, separators=(",", ":"))

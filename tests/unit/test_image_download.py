@@ -7,12 +7,12 @@ import struct
 
 import pytest
 
+from pyrigaud.adapters.disk_images.formats import peek_header
 from pyrigaud.adapters.downloads import PROGRESS_EVERY_BYTES, logged_progress
 from pyrigaud.adapters.hypervisors.libvirt.download import (
     QCOW2_MAGIC,
     UnusableImageError,
     image_format_of,
-    peek_header,
 )
 
 MIB = 1024**2

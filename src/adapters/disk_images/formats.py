@@ -7,7 +7,9 @@ become the disk's.
 
 from __future__ import annotations
 
+import itertools
 import struct
+from collections.abc import Iterable, Iterator
 
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
@@ -58,3 +60,17 @@ def _refusal(header: bytes) -> str | None:
     if header.startswith(QCOW2_MAGIC):
         return qcow2_refusal(header)
     return None
+
+
+def peek_header(
+    chunks: Iterable[bytes], count: int = HEADER_BYTES
+) -> tuple[bytes, Iterator[bytes]]:
+    """The image's first `count` bytes (all of a shorter one) and the whole image, still to
+    read: its format is judged before a byte is stored."""
+    stream = iter(chunks)
+    taken: list[bytes] = []
+    size = 0
+    while size < count and (chunk := next(stream, b"")):
+        taken.append(chunk)
+        size += len(chunk)
+    return b"".join(taken)[:count], itertools.chain(taken, stream)

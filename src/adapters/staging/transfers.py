@@ -5,7 +5,6 @@ progress, aborting the staged object on any failure."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -113,17 +112,6 @@ def staged_chunks(reader: StagedReader, progress: TransferProgress) -> Iterator[
     while chunk := unwrap(reader.read_chunk()):
         progress.add(len(chunk))
         yield chunk
-
-
-def peek(chunks: Iterable[bytes], count: int) -> tuple[bytes, Iterator[bytes]]:
-    """The first `count` bytes (all of a shorter stream) and the whole stream, still to read."""
-    stream = iter(chunks)
-    taken: list[bytes] = []
-    size = 0
-    while size < count and (chunk := next(stream, b"")):
-        taken.append(chunk)
-        size += len(chunk)
-    return b"".join(taken)[:count], itertools.chain(taken, stream)
 
 
 def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Iterator[bytes]:

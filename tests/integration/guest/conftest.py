@@ -16,7 +16,6 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from guest_support import guest_image
 from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled, remove_pool_leftovers
 from replica_support import Replica
-from staging_support import NfsServer, S3Server, ganesha_nfs, moto_s3
 
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
@@ -52,18 +51,6 @@ def pool(conn: Any) -> Any:
 def migration_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the PVCs of pvc:// staging URLs are mounted, for every provider of a module."""
     return tmp_path_factory.mktemp("migration-storage")
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
-    with ganesha_nfs(tmp_path_factory.mktemp("ganesha")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

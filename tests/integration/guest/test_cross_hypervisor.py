@@ -26,7 +26,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 
 from guest_support import READY, console
 from replica_support import Replica
-from staging_support import NfsServer, S3Server
+from staging_support import NfsServer, S3Server, manager_nfs_options, manager_s3_options
 from vsphere_support import shared_simulator
 
 pytestmark = pytest.mark.timeout(900)
@@ -62,30 +62,14 @@ def vsphere(migration_root: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def _s3(server: S3Server) -> Storage:
-    options = {
-        "backend": "s3",
-        "bucket": server.bucket,
-        "endpoint": server.endpoint,
-        "region": "us-east-1",
-        "usePathStyle": True,
-    }
-    return Storage(
-        "s3",
-        f"s3://{server.bucket}/vmmigrations/ns/cross-out/export.vmdk",
-        json.dumps(options, separators=(",", ":")),
-        {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key},
-    )
+    options, credentials = manager_s3_options(server)
+    url = f"s3://{server.bucket}/vmmigrations/ns/cross-out/export.vmdk"
+    return Storage("s3", url, options, credentials)
 
 
 def _nfs(server: NfsServer) -> Storage:
-    options = {
-        "backend": "nfs",
-        "usePathStyle": False,
-        "server": server.server,
-        "export": str(server.export),
-    }
     url = f"nfs://{server.server}{server.export}/vmmigrations-ns-cross-back-nfs-export.qcow2"
-    return Storage("nfs", url, json.dumps(options, separators=(",", ":")))
+    return Storage("nfs", url, manager_nfs_options(server))
 
 
 def _pvc(root: Path) -> Storage:

@@ -14,7 +14,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from guest_support import READY, console
 from replica_support import Replica
-from staging_support import NfsServer, S3Server
+from staging_support import NfsServer, S3Server, manager_nfs_options, manager_s3_options
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -27,25 +27,11 @@ def _staging(kind: str, request: pytest.FixtureRequest) -> tuple[str, str, dict[
     """The URL, storage_options_json and credentials the manager sends for `kind`."""
     if kind == "s3":
         s3: S3Server = request.getfixturevalue("s3_server")
-        options = {
-            "backend": "s3",
-            "bucket": s3.bucket,
-            "endpoint": s3.endpoint,
-            "region": "us-east-1",
-            "usePathStyle": True,
-        }
-        credentials = {"accessKeyID": s3.access_key_id, "secretAccessKey": s3.secret_access_key}
-        url = f"s3://{s3.bucket}/vmmigrations/ns/guest/export.vmdk"
-        return url, json.dumps(options, separators=(",", ":")), credentials
+        options, credentials = manager_s3_options(s3)
+        return f"s3://{s3.bucket}/vmmigrations/ns/guest/export.vmdk", options, credentials
     nfs: NfsServer = request.getfixturevalue("nfs_server")
-    options = {
-        "backend": "nfs",
-        "usePathStyle": False,
-        "server": nfs.server,
-        "export": str(nfs.export),
-    }
     url = f"nfs://{nfs.server}{nfs.export}/vmmigrations-ns-guest-export.qcow2"
-    return url, json.dumps(options, separators=(",", ":")), {}
+    return url, manager_nfs_options(nfs), {}
 
 
 @pytest.mark.parametrize("kind", ["s3", "nfs"])

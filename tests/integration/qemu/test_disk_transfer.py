@@ -44,9 +44,7 @@ from staging_support import (
     NfsServer,
     S3Server,
     StagingCase,
-    ganesha_nfs,
     migration_name,
-    moto_s3,
     nfs_case,
     nfs_options,
     pvc_case,
@@ -62,18 +60,6 @@ POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
 BASE_BYTES = 36 * 1024**2  # over two of the 16 MiB ranges a volume download streams at a time
 OWNER = OwnerMark(provider="tests/disk-transfer")
 SMALL = VMClass(cpu=1, memory_mib=256)
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
-    with ganesha_nfs(tmp_path_factory.mktemp("ganesha")) as server:
-        yield server
 
 
 @dataclass

@@ -25,24 +25,12 @@ from qemu_support import (
     remove_pool_leftovers,
 )
 from replica_support import Replica
-from staging_support import NfsServer, S3Server, ganesha_nfs, moto_s3
+from staging_support import NfsServer, S3Server, manager_nfs_options, manager_s3_options
 
 POOL = "pyrigaud-walk"
 POOL_PATH = Path("/var/lib/pyrigaud-test/walk")
 BASE_BYTES = 8 * 1024**2
 TRANSFER_SECONDS = 1800  # the manager's deadline for ExportDisk and ImportDisk
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
-    with ganesha_nfs(tmp_path_factory.mktemp("ganesha")) as server:
-        yield server
 
 
 @dataclass(frozen=True)
@@ -63,26 +51,12 @@ def _storage(kind: str, request: pytest.FixtureRequest, root: Path) -> Storage:
         return Storage("pvc", url, "", {})
     if kind == "s3":
         s3: S3Server = request.getfixturevalue("s3_server")
-        options = {
-            "backend": "s3",
-            "bucket": s3.bucket,
-            "endpoint": s3.endpoint,
-            "region": "us-east-1",
-            "prefix": "lab",
-            "usePathStyle": True,
-        }
+        options, credentials = manager_s3_options(s3, prefix="lab")
         url = f"s3://{s3.bucket}/lab/vmmigrations/ns/{migration}/export.vmdk"
-        credentials = {"accessKeyID": s3.access_key_id, "secretAccessKey": s3.secret_access_key}
-        return Storage("s3", url, json.dumps(options, separators=(",", ":")), credentials)
+        return Storage("s3", url, options, credentials)
     nfs: NfsServer = request.getfixturevalue("nfs_server")
-    options = {
-        "backend": "nfs",
-        "usePathStyle": False,
-        "server": nfs.server,
-        "export": str(nfs.export),
-    }
     url = f"nfs://{nfs.server}{nfs.export}/vmmigrations-ns-{migration}-export.qcow2"
-    return Storage("nfs", url, json.dumps(options, separators=(",", ":")), {})
+    return Storage("nfs", url, manager_nfs_options(nfs), {})
 
 
 @pytest.fixture

@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from staging_support import (
-    NfsServer,
-    S3Server,
     StagingCase,
-    ganesha_nfs,
     migration_name,
-    moto_s3,
     nfs_case,
     pvc_case,
     s3_case,
 )
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def nfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NfsServer]:
-    with ganesha_nfs(tmp_path_factory.mktemp("ganesha")) as server:
-        yield server
 
 
 def make_case(kind: str, request: pytest.FixtureRequest, root: Path) -> StagingCase:

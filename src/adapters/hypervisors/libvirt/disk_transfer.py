@@ -32,12 +32,11 @@ from typing import Any
 import libvirt
 from returns.result import Failure, Result
 
-from pyrigaud.adapters.disk_images.formats import disk_format_of
+from pyrigaud.adapters.disk_images.formats import disk_format_of, peek_header
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
 from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.download import peek_header
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_disk

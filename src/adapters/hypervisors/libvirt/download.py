@@ -5,24 +5,11 @@ The download itself is the shared `pyrigaud.adapters.downloads`.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-
-from pyrigaud.adapters.disk_images.formats import HEADER_BYTES, QCOW2_MAGIC, qcow2_refusal
+from pyrigaud.adapters.disk_images.formats import QCOW2_MAGIC, qcow2_refusal
 
 
 class UnusableImageError(Exception):
     """The image may not become a VM's disk (it would make QEMU open other files of the host)."""
-
-
-def peek_header(chunks: Iterator[bytes]) -> tuple[bytes, Iterator[bytes]]:
-    """The image's first HEADER_BYTES (all of a shorter one) and the whole body, still to read."""
-    taken: list[bytes] = []
-    size = 0
-    while size < HEADER_BYTES and (chunk := next(chunks, b"")):
-        taken.append(chunk)
-        size += len(chunk)
-    return b"".join(taken)[:HEADER_BYTES], itertools.chain(taken, chunks)
 
 
 def image_format_of(header: bytes) -> str:

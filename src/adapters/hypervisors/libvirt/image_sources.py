@@ -16,6 +16,7 @@ from typing import Any
 
 import libvirt
 
+from pyrigaud.adapters.disk_images.formats import peek_header
 from pyrigaud.adapters.downloads import (
     ChecksumMismatchError,
     Download,
@@ -29,7 +30,6 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.download import (
     UnusableImageError,
     image_format_of,
-    peek_header,
 )
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (

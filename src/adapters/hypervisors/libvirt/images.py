@@ -14,8 +14,8 @@ from typing import Any
 
 from returns.result import Result
 
+from pyrigaud.adapters.disk_images.formats import peek_header
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.download import peek_header
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
     PREPARE_FIELDS,

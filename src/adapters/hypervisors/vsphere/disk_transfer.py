@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from returns.result import Result
 
-from pyrigaud.adapters.disk_images.formats import disk_format_of
+from pyrigaud.adapters.disk_images.formats import disk_format_of, peek_header
 from pyrigaud.adapters.disk_images.qcow2 import qcow2_virtual_size, read_qcow2, write_qcow2
 from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file, spool
 from pyrigaud.adapters.disk_images.stream_optimized import (
@@ -51,7 +51,6 @@ from pyrigaud.adapters.staging.transfers import (
     counted,
     expected_sha256,
     imported_name,
-    peek,
     staged_chunks,
     sweep_dead_transfers,
     unwrap,
@@ -169,7 +168,7 @@ class VSphereDiskTransfer:
             if request.format == "vmdk":
                 digest = self._staged(destination, vmdk, disk.size_bytes, doing)
             elif request.format == "raw":
-                header, vmdk = peek(vmdk, HEADER_BYTES)
+                header, vmdk = peek_header(vmdk, HEADER_BYTES)
                 raw = decode_stream_optimized(vmdk)
                 size = stream_optimized_capacity(header)
                 digest = self._staged(destination, raw, size, doing)
@@ -195,7 +194,7 @@ class VSphereDiskTransfer:
     ) -> StagedDigest:
         """qcow2's tables come before its data: the image is built in a scratch file first."""
         reading = TransferProgress(f"{doing}, reading from vCenter", destination)
-        header, vmdk = peek(counted(vmdk, reading), HEADER_BYTES)
+        header, vmdk = peek_header(counted(vmdk, reading), HEADER_BYTES)
         with scratch_file(self._scratch_dir) as scratch:
             size = write_qcow2(
                 decode_stream_optimized(vmdk), stream_optimized_capacity(header), scratch
@@ -250,7 +249,7 @@ class VSphereDiskTransfer:
         """The staged disk as a streamOptimized vmdk in `vmdk`; its capacity and the digest of
         the staged bytes (all of them read)."""
         progress = TransferProgress(f"import of {source.name!r}", source)
-        header, chunks = peek(staged_chunks(reader, progress), HEADER_BYTES)
+        header, chunks = peek_header(staged_chunks(reader, progress), HEADER_BYTES)
         staged_format = disk_format_of(header)
         if staged_format == "vmdk":
             if not is_stream_optimized(header):
