@@ -383,6 +383,28 @@ def test_a_broken_provider_fails_with_a_report_naming_each_fault(tmp_path: Path)
     assert left == set()  # failing clauses did not keep the cleanup from removing the VMs
 
 
+def test_a_reboot_that_stops_the_vm_and_a_disk_without_a_path_fail_their_clauses(
+    tmp_path: Path,
+) -> None:
+    with broken_provider(reboot_and_disk_faults=True) as (endpoint, servicer):
+        ran = kit(
+            *("conformance", endpoint, "--prefix", "kit-broken-power"),
+            *("--json", str(tmp_path / "r.json")),
+        )
+        left = {vm.name for vm in servicer.vms.values()}
+    assert ran.returncode == 1
+    results = clause_results(tmp_path / "r.json")
+    assert results["reboot"]["result"] == "failed"
+    assert results["reboot"]["reason"] == (
+        "Power REBOOT answered done; Describe then says Off, not On"
+    )
+    assert results["disk-info"]["result"] == "failed"
+    assert results["disk-info"]["reason"].startswith("GetDiskInfo(")
+    assert results["disk-info"]["reason"].endswith(") answered a disk with an empty path")
+    assert results["hardware-upgrade"]["result"] == "passed"
+    assert left == set()
+
+
 def test_an_import_whose_checksum_differs_from_the_export_fails_its_clause(
     tmp_path: Path,
 ) -> None:
