@@ -176,6 +176,7 @@ class KitRun:
     prefix: str
     after: set[str]  # the VM names listed after the run (other suites share libvirtd)
     left: list[str]  # what the report says no RPC removes
+    workdir: Path  # the run's own files (the staging PVC under migration/)
 
 
 def _run_on(backend: str, tmp_path: Path) -> KitRun:
@@ -191,7 +192,7 @@ def _run_on(backend: str, tmp_path: Path) -> KitRun:
     results = clause_results(tmp_path / "report.json")
     junit = ET.parse(tmp_path / "report.xml").getroot()
     left = json.loads((tmp_path / "report.json").read_text())["left"]
-    return KitRun(ran, results, junit, prefix, after, left)
+    return KitRun(ran, results, junit, prefix, after, left, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -246,25 +247,27 @@ def test_images_and_transfers_ran_and_what_they_made_is_gone_or_named(
     backend: str, kit_runs: Callable[[str], KitRun]
 ) -> None:
     """Given an image to prepare and a staging store, the claimed ImagePrepare, ExportDisk and
-    ImportDisk ran. vSphere lists the prepared template (Delete removes it) and the VM made from
-    the imported disk takes the disk along; libvirt's volumes no RPC removes: the report names
-    them, and they are exactly what the run left in its pool."""
+    ImportDisk ran. The staged export is on the operator's store: named as left. vSphere lists
+    the prepared template (Delete removes it) and the VM made from the imported disk takes the
+    disk along; libvirt's volumes no RPC removes: the report names them, and they are exactly
+    what the run left in its pool."""
     run = kit_runs(backend)
     for key in TRANSFERS:
         assert run.results[key]["result"] == "passed", run.results[key]["reason"]
+    staged = f"staged export pvc://{STAGING_PVC}/conformance.qcow2"
+    assert (run.workdir / "migration" / STAGING_PVC / "conformance.qcow2").is_file()
     if backend == "vsphere-simulator":
-        assert run.left == []
+        assert run.left == [staged]
         return
     pool = TEST_POOL_PATH.parent / "kit"
+    image, imported = f"{run.prefix}-image.qcow2", f"{run.prefix}-imported.qcow2"
     assert run.left == [
-        f"prepared image {pool}/{run.prefix}-image.qcow2",
-        f"imported disk {pool}/{run.prefix}-imported.qcow2",
+        f"prepared image {pool}/{image}",
+        staged,
+        f"imported disk {pool}/{imported}",
     ]
-    assert f"left: imported disk {pool}/{run.prefix}-imported.qcow2" in run.ran.stdout
-    assert sorted(_empty_kit_pool()) == [
-        f"{run.prefix}-image.qcow2",
-        f"{run.prefix}-imported.qcow2",
-    ]
+    assert f"left: imported disk {pool}/{imported} (no RPC removes it)" in run.ran.stdout
+    assert sorted(_empty_kit_pool()) == [image, imported]
 
 
 @pytest.mark.slow

@@ -96,6 +96,9 @@ def disk_export_import(session: Session) -> None:
     exported = session.answer("ExportDisk", export, claimed="supports_disk_export")
     session.wait("ExportDisk", exported.task)
     expect(bool(exported.checksum), "ExportDisk answered no checksum")
+    session.left.append(
+        f"staged export {staging.url}"
+    )  # on the operator's store, not the provider's
     importing = pb.ImportDiskRequest(
         source_url=staging.url,
         format=disk_format,
