@@ -56,7 +56,8 @@ def image_prepare(session: Session) -> None:
 def _remove_prepared(session: Session, name: str, shown: str) -> None:
     """A prepared image without a path is a named thing of the provider's, a vSphere template:
     Delete removes it once ListVMs shows it (an inventory cache may show it a moment after
-    ImagePrepare). An image with a path is a file or volume no RPC removes: it stays `left`."""
+    ImagePrepare); one ListVMs never shows stays `left`. (An image with a path is a file or a
+    volume, which no RPC removes.)"""
     give_up = time.monotonic() + LISTING_LAG_SECONDS
     image = session.listed_named(name)
     while image is None and time.monotonic() < give_up:
@@ -96,9 +97,7 @@ def disk_export_import(session: Session) -> None:
     exported = session.answer("ExportDisk", export, claimed="supports_disk_export")
     session.wait("ExportDisk", exported.task)
     expect(bool(exported.checksum), "ExportDisk answered no checksum")
-    session.left.append(
-        f"staged export {staging.url}"
-    )  # on the operator's store, not the provider's
+    session.left.append(f"staged export {staging.url}")  # the operator's store, not the provider's
     importing = pb.ImportDiskRequest(
         source_url=staging.url,
         format=disk_format,
@@ -126,7 +125,8 @@ def disk_export_import(session: Session) -> None:
         "Checksum": "",
         "ChecksumType": "sha256",
     }
-    if _create_and_remove(session, "from-import", image) == imported.path:
+    own_disk = _create_and_remove(session, "from-import", image)
+    if imported.path and own_disk == imported.path:
         session.left.remove(shown)
 
 
