@@ -1,6 +1,8 @@
 """A deliberately broken provider.v1 endpoint, for the conformance kit to catch: it answers
 UNKNOWN for a VM it does not have (Describe) and claims snapshots it then refuses. Everything
-else it does as the contract says, so the kit's report must name exactly those faults."""
+else it does as the contract says, so the kit's report must name exactly those faults; on
+request it breaks more (a reboot that stops the VM and a disk without a path, an import with
+another checksum, a TaskStatus past the deadline)."""
 
 from __future__ import annotations
 
@@ -28,12 +30,21 @@ class Vm:
     on: bool = False
 
 
+DISK_BYTES = 2**30
+
+
 class BrokenProvider(pb_grpc.ProviderServicer):
-    def __init__(self, task_status_delay: float = 0.0, claims_transfers: bool = False) -> None:
+    def __init__(
+        self,
+        task_status_delay: float = 0.0,
+        claims_transfers: bool = False,
+        reboot_and_disk_faults: bool = False,
+    ) -> None:
         self.vms: dict[str, Vm] = {}
         self._lock = threading.Lock()
         self._task_status_delay = task_status_delay  # past 10 s: blocks like upstream vSphere
         self._claims_transfers = claims_transfers  # then imports answer another checksum
+        self._reboot_and_disk_faults = reboot_and_disk_faults
 
     def _vm(self, vm_id: str, context: grpc.ServicerContext) -> Vm:
         if vm_id not in self.vms:
@@ -95,7 +106,8 @@ class BrokenProvider(pb_grpc.ProviderServicer):
         vm = self._vm(request.id, context)
         if request.op == pb.POWER_OP_UNSPECIFIED:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "op: unspecified")
-        vm.on = request.op in (pb.POWER_OP_ON, pb.POWER_OP_REBOOT)
+        rebooted_on = not self._reboot_and_disk_faults  # the fault: REBOOT leaves it Off
+        vm.on = request.op == pb.POWER_OP_ON or (request.op == pb.POWER_OP_REBOOT and rebooted_on)
         return pb.TaskResponse()
 
     def Reconfigure(self, request: Any, context: grpc.ServicerContext) -> pb.TaskResponse:
@@ -140,8 +152,11 @@ class BrokenProvider(pb_grpc.ProviderServicer):
         return pb.TaskResponse()
 
     def GetDiskInfo(self, request: Any, context: grpc.ServicerContext) -> pb.GetDiskInfoResponse:
-        self._vm(request.vm_id, context)
-        return pb.GetDiskInfoResponse()
+        vm = self._vm(request.vm_id, context)
+        path = "" if self._reboot_and_disk_faults else f"/disks/{vm.name}.qcow2"  # the fault
+        return pb.GetDiskInfoResponse(
+            disk_id="disk-0", format="qcow2", path=path, virtual_size_bytes=DISK_BYTES
+        )
 
     def ExportDisk(self, request: Any, context: grpc.ServicerContext) -> pb.ExportDiskResponse:
         self._vm(request.vm_id, context)
@@ -161,10 +176,12 @@ class BrokenProvider(pb_grpc.ProviderServicer):
 
 @contextmanager
 def broken_provider(
-    task_status_delay: float = 0.0, claims_transfers: bool = False
+    task_status_delay: float = 0.0,
+    claims_transfers: bool = False,
+    reboot_and_disk_faults: bool = False,
 ) -> Iterator[tuple[str, BrokenProvider]]:
     """The broken provider on a free loopback port: (endpoint, its servicer)."""
-    servicer = BrokenProvider(task_status_delay, claims_transfers)
+    servicer = BrokenProvider(task_status_delay, claims_transfers, reboot_and_disk_faults)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     pb_grpc.add_ProviderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

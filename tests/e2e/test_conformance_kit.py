@@ -11,6 +11,7 @@ import signal
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +20,17 @@ import pytest
 from pyrigaud.client.conformance.catalogue import CLAUSES, selected
 
 from broken_provider import broken_provider
+from image_server_support import qcow2_of, raw_image, serving
 from kit_support import PYRIGAUD, kit, names_listed, served
 from pki_support import Authority, mount_secret
-from qemu_support import qemu_enabled
+from qemu_support import (
+    QEMU_URI,
+    TEST_POOL_PATH,
+    ensure_dir_pool,
+    open_qemu,
+    qemu_enabled,
+    remove_pool_leftovers,
+)
 
 ALL_KEYS = [clause.key for clause in CLAUSES]
 
@@ -44,44 +53,100 @@ FAKE_IMAGE_AND_STAGING = [
 ]
 
 
-def _fake(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    return {"PROVIDER_TYPE": "fake"}, FAKE_IMAGE_AND_STAGING
+# What a backend's run is given: the serve environment and the kit's arguments.
+Setup = tuple[dict[str, str], list[str]]
+STAGING_PVC = "kit-staging"  # a PVC "mounted" under the served provider's migration root
 
 
-def _libvirt_test_driver(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    return {}, []  # serve's default: libvirt on test:///default
-
-
-def _vsphere(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    from vsphere_support import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
-
-    image = json.dumps({"TemplateName": TEMPLATE_VM})
-    return shared_simulator().serve_environ(), ["--image-json", image]
-
-
-def _qemu(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    """qemu:///system, the run's disks in a dir pool of the kit's own (the shared test pool is
-    wiped by other QEMU tests' cleanup), emptied of any crashed run's leftovers first."""
-    from qemu_support import (  # noqa: PLC0415
-        QEMU_URI,
-        TEST_POOL_PATH,
-        ensure_dir_pool,
-        open_qemu,
-        remove_pool_leftovers,
+def _staged(migration_root: Path) -> Setup:
+    """A pvc:// staging URL whose PVC the served provider has mounted."""
+    (migration_root / STAGING_PVC).mkdir(parents=True)
+    return (
+        {"PYRIGAUD_MIGRATION_STORAGE_ROOT": str(migration_root)},
+        ["--staging-url", f"pvc://{STAGING_PVC}/conformance.qcow2", "--staging-backend", "pvc"],
     )
 
-    pool, path = "pyrigaud-kit", TEST_POOL_PATH.parent / "kit"
+
+def _prepares(source: dict[str, object]) -> list[str]:
+    return ["--prepare-image-json", json.dumps({"source": source})]
+
+
+@contextmanager
+def _fake(tmp_path: Path) -> Iterator[Setup]:
+    yield {"PROVIDER_TYPE": "fake"}, FAKE_IMAGE_AND_STAGING
+
+
+@contextmanager
+def _libvirt_test_driver(tmp_path: Path) -> Iterator[Setup]:
+    yield {}, []  # serve's default: libvirt on test:///default
+
+
+@contextmanager
+def _vsphere(tmp_path: Path) -> Iterator[Setup]:
+    """The simulator's template for Create; a tiny OVA on loopback to prepare; pvc staging."""
+    from ova_support import DATASTORE, ova_of, ovf_descriptor, tiny_disk  # noqa: PLC0415
+
+    from vsphere_support import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
+
+    raw, vmdk = tiny_disk(tmp_path)
+    staging_env, staging = _staged(tmp_path / "migration")
+    with serving({"/tiny.ova": ova_of(ovf_descriptor(vmdk, len(raw)), vmdk)}) as images:
+        env = shared_simulator().serve_environ(
+            PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK="true",
+            PROVIDER_DEFAULT_DATASTORE=DATASTORE,  # where ImagePrepare and ImportDisk land
+            **staging_env,
+        )
+        image = json.dumps({"TemplateName": TEMPLATE_VM})
+        yield (
+            env,
+            [
+                *("--image-json", image),
+                *_prepares({"vsphere": {"ovaURL": images.url("/tiny.ova")}}),
+                *staging,
+            ],
+        )
+
+
+KIT_POOL = "pyrigaud-kit"
+
+
+@contextmanager
+def _qemu(tmp_path: Path) -> Iterator[Setup]:
+    """qemu:///system, the run's disks in a dir pool of the kit's own (the shared test pool is
+    wiped by other QEMU tests' cleanup), emptied of any crashed run's leftovers first; a small
+    qcow2 on loopback to prepare; pvc staging."""
+    _empty_kit_pool()
+    raw = raw_image(1024 * 1024)
+    staging_env, staging = _staged(tmp_path / "migration")
+    with serving({"/base.qcow2": qcow2_of(raw, tmp_path)}) as images:
+        env = {
+            "PROVIDER_ENDPOINT": QEMU_URI,
+            "LIBVIRT_DOMAIN_TYPE": "qemu",
+            "PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK": "true",
+            **staging_env,
+        }
+        yield (
+            env,
+            [
+                *("--placement-json", json.dumps({"Datastore": KIT_POOL})),
+                *_prepares({"http": {"url": images.url("/base.qcow2")}}),
+                *staging,
+            ],
+        )
+
+
+def _empty_kit_pool() -> list[str]:
+    """Every domain and volume of the kit's pool removed; their names."""
+    path = TEST_POOL_PATH.parent / "kit"
     conn = open_qemu()
     try:
-        ensure_dir_pool(conn, pool, path)
-        remove_pool_leftovers(conn, pool, path)
+        ensure_dir_pool(conn, KIT_POOL, path)
+        return remove_pool_leftovers(conn, KIT_POOL, path)
     finally:
         conn.close()
-    env = {"PROVIDER_ENDPOINT": QEMU_URI, "LIBVIRT_DOMAIN_TYPE": "qemu"}
-    return env, ["--placement-json", json.dumps({"Datastore": pool})]
 
 
-Backend = Callable[[Path], tuple[dict[str, str], list[str]]]
+Backend = Callable[[Path], AbstractContextManager[Setup]]
 BACKENDS: dict[str, Backend] = {
     "fake": _fake,
     "libvirt-test-driver": _libvirt_test_driver,
@@ -89,15 +154,15 @@ BACKENDS: dict[str, Backend] = {
 }
 if qemu_enabled():  # opt-in, as every libvirt-on-QEMU test (PYRIGAUD_TEST_QEMU=1)
     BACKENDS["libvirt-qemu"] = _qemu
-# What each backend claims, so a skip is only ever an unclaimed feature.
-# Claimed images and transfers are checked only where the run passes an image and a staging
-# store (the fake); elsewhere they are skipped, naming the flag, or unclaimed.
+# What each backend claims, so a skip is only ever an unclaimed feature; images and disk
+# transfers run wherever they are claimed (the test driver has no image source or staging).
 TRANSFERS = {"image-prepare", "disk-export-import"}
+UNCLAIMED = {"unclaimed-import", "unclaimed-export"}
 EXPECTED_SKIPS = {
-    "fake": {"unclaimed-import", "unclaimed-export"},
-    "libvirt-test-driver": {"unclaimed-import", "unclaimed-export", *TRANSFERS},
-    "libvirt-qemu": {"unclaimed-import", "unclaimed-export", *TRANSFERS},
-    "vsphere-simulator": TRANSFERS,
+    "fake": UNCLAIMED,
+    "libvirt-test-driver": {*UNCLAIMED, *TRANSFERS, "hardware-upgrade"},
+    "libvirt-qemu": {*UNCLAIMED, "hardware-upgrade"},
+    "vsphere-simulator": UNCLAIMED,
 }
 
 
@@ -109,15 +174,14 @@ class KitRun:
     results: dict[str, dict[str, str]]
     junit: ET.Element
     prefix: str
-    before: set[str]  # the VM names listed before the run, and after it
-    after: set[str]
+    after: set[str]  # the VM names listed after the run (other suites share libvirtd)
+    left: list[str]  # what the report says no RPC removes
+    workdir: Path  # the run's own files (the staging PVC under migration/)
 
 
 def _run_on(backend: str, tmp_path: Path) -> KitRun:
-    env, arguments = BACKENDS[backend](tmp_path)
     prefix = f"kit-{backend}"
-    with served(env, tmp_path) as server:
-        before = names_listed(server.endpoint)
+    with BACKENDS[backend](tmp_path) as (env, arguments), served(env, tmp_path) as server:
         ran = kit(
             *("conformance", server.endpoint, "--prefix", prefix),
             *("--json", str(tmp_path / "report.json"), "--junit", str(tmp_path / "report.xml")),
@@ -127,7 +191,8 @@ def _run_on(backend: str, tmp_path: Path) -> KitRun:
     assert (tmp_path / "report.json").exists(), ran.stderr
     results = clause_results(tmp_path / "report.json")
     junit = ET.parse(tmp_path / "report.xml").getroot()
-    return KitRun(ran, results, junit, prefix, before, after)
+    left = json.loads((tmp_path / "report.json").read_text())["left"]
+    return KitRun(ran, results, junit, prefix, after, left, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -171,16 +236,45 @@ def test_the_run_is_conformant_reported_and_leaves_no_vm(
     assert f"[{len(ALL_KEYS)}/{len(ALL_KEYS)}] no-unknown-internal: passed" in run.ran.stderr
     assert (run.junit.get("tests"), run.junit.get("failures")) == (str(len(ALL_KEYS)), "0")
     assert run.junit.get("skipped") == str(len(EXPECTED_SKIPS[backend]))
-    assert run.after == run.before  # every VM of the run is gone
     assert not any(name.startswith(run.prefix) for name in run.after)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend", [backend for backend in ("vsphere-simulator", "libvirt-qemu") if backend in BACKENDS]
+)
+def test_images_and_transfers_ran_and_what_they_made_is_gone_or_named(
+    backend: str, kit_runs: Callable[[str], KitRun]
+) -> None:
+    """Given an image to prepare and a staging store, the claimed ImagePrepare, ExportDisk and
+    ImportDisk ran. The staged export is on the operator's store: named as left. vSphere lists
+    the prepared template (Delete removes it) and the VM made from the imported disk takes the
+    disk along; libvirt's volumes no RPC removes: the report names them, and they are exactly
+    what the run left in its pool."""
+    run = kit_runs(backend)
+    for key in TRANSFERS:
+        assert run.results[key]["result"] == "passed", run.results[key]["reason"]
+    staged = f"staged export pvc://{STAGING_PVC}/conformance.qcow2"
+    assert (run.workdir / "migration" / STAGING_PVC / "conformance.qcow2").is_file()
+    if backend == "vsphere-simulator":
+        assert run.left == [staged]
+        return
+    pool = TEST_POOL_PATH.parent / "kit"
+    image, imported = f"{run.prefix}-image.qcow2", f"{run.prefix}-imported.qcow2"
+    assert run.left == [
+        f"prepared image {pool}/{image}",
+        staged,
+        f"imported disk {pool}/{imported}",
+    ]
+    assert f"left: imported disk {pool}/{imported} (no RPC removes it)" in run.ran.stdout
+    assert sorted(_empty_kit_pool()) == [image, imported]
 
 
 @pytest.mark.slow
 def test_without_an_image_a_backend_with_no_blank_disks_is_told_what_to_pass(
     tmp_path: Path,
 ) -> None:
-    env, _arguments = _vsphere(tmp_path)
-    with served(env, tmp_path) as server:
+    with _vsphere(tmp_path) as (env, _arguments), served(env, tmp_path) as server:
         ran = kit("conformance", server.endpoint, "--json", str(tmp_path / "r.json"))
     assert ran.returncode == 1
     results = clause_results(tmp_path / "r.json")
@@ -290,6 +384,28 @@ def test_a_broken_provider_fails_with_a_report_naming_each_fault(tmp_path: Path)
     suite = ET.parse(tmp_path / "r.xml").getroot()
     assert suite.get("failures") == "4"
     assert left == set()  # failing clauses did not keep the cleanup from removing the VMs
+
+
+def test_a_reboot_that_stops_the_vm_and_a_disk_without_a_path_fail_their_clauses(
+    tmp_path: Path,
+) -> None:
+    with broken_provider(reboot_and_disk_faults=True) as (endpoint, servicer):
+        ran = kit(
+            *("conformance", endpoint, "--prefix", "kit-broken-power"),
+            *("--json", str(tmp_path / "r.json")),
+        )
+        left = {vm.name for vm in servicer.vms.values()}
+    assert ran.returncode == 1
+    results = clause_results(tmp_path / "r.json")
+    assert results["reboot"]["result"] == "failed"
+    assert results["reboot"]["reason"] == (
+        "Power REBOOT answered done; Describe then says Off, not On"
+    )
+    assert results["disk-info"]["result"] == "failed"
+    assert results["disk-info"]["reason"].startswith("GetDiskInfo(")
+    assert results["disk-info"]["reason"].endswith(") answered a disk with an empty path")
+    assert results["hardware-upgrade"]["result"] == "passed"
+    assert left == set()
 
 
 def test_an_import_whose_checksum_differs_from_the_export_fails_its_clause(

@@ -50,10 +50,12 @@ CLAUSES: tuple[Clause, ...] = (
     _write(
         "list-vms-complete", "ListVMs lists it with name, cpu, memory", with_vms.list_vms_complete
     ),
+    _write("disk-info", "GetDiskInfo: a path and a size; missing VM NOT_FOUND", with_vms.disk_info),
     _write("power-on", "Power ON (idempotent); UNSPECIFIED invalid", with_vms.power_on),
     _write(
         "describe-running", "Describe: flat provider_raw_json, real ips", with_vms.describe_running
     ),
+    _write("reboot", "Power REBOOT: OK or a done task, the VM On", with_vms.reboot),
     _write(
         "graceful-shutdown",
         "SHUTDOWN_GRACEFUL: an answerable task, ends Off",
@@ -61,6 +63,11 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     _write(
         "power-off-idempotent", "OFF / SHUTDOWN on a stopped VM: OK", with_vms.power_off_idempotent
+    ),
+    _write(
+        "hardware-upgrade",
+        "HardwareUpgrade works, or is refused honestly",
+        with_vms.hardware_upgrade,
     ),
     _write("reconfigure", "Reconfigure applies CPU and memory", with_vms.reconfigure),
     _write("snapshots", "Snapshots work when claimed, refused when not", with_vms.snapshots),

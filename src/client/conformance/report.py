@@ -29,6 +29,7 @@ def table(report: Report) -> str:
     lines.append("")
     lines.append(f"{report.endpoint}: {summary}")
     lines.extend(f"cleanup: {problem}" for problem in report.cleanup_problems)
+    lines.extend(f"left: {what} (no RPC removes it)" for what in report.left)
     if report.interrupted:
         lines.append("interrupted: the run's VMs were removed")
     lines.append("CONFORMANT" if report.ok else "NOT CONFORMANT")
@@ -42,6 +43,7 @@ def as_json(report: Report) -> str:
             "ok": report.ok,
             "interrupted": report.interrupted,
             "cleanup_problems": list(report.cleanup_problems),
+            "left": list(report.left),
             "clauses": [
                 {
                     "clause": result.key,

@@ -40,6 +40,7 @@ class Report:
     results: tuple[Result, ...]
     cleanup_problems: tuple[str, ...]
     interrupted: bool
+    left: tuple[str, ...] = ()  # what the run made and no RPC removes (not a failure)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +86,7 @@ def run(endpoint: str, clauses: Sequence[Clause], session: Session, progress: Pr
         )
     finally:
         problems = tuple(_uninterruptible(session.cleanup))
-    return Report(endpoint, tuple(results), problems, interrupted)
+    return Report(endpoint, tuple(results), problems, interrupted, tuple(session.left))
 
 
 def _uninterruptible(cleanup: Callable[[], list[str]]) -> list[str]:

@@ -19,6 +19,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 BUG_CODES = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
 REFUSED_UNCLAIMED = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION})
 TASK_POLL_SECONDS = 0.5
+BLANK_DISK_SIZE = "1Gi"  # the root disk a VM without an image asks (its class's DiskDefaults)
 
 
 class ContractBreachError(Exception):
@@ -80,6 +81,7 @@ class Session:
     created: dict[str, str] = field(default_factory=dict)  # name -> id, for the cleanup
     in_flight: dict[str, Any] = field(default_factory=dict)  # name -> CreateRequest unanswered
     refusals: list[Refusal] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # what no RPC removes, told to the operator
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -146,7 +148,9 @@ class Session:
         self, suffix: str, cpu: int = 1, memory: str = "256Mi", image: dict[str, Any] | None = None
     ) -> Any:
         extra = self.options.image if image is None else image
-        spec = VMSpec(name=self.name(suffix), cpu=cpu, memory=memory, extra=extra)
+        spec = VMSpec(
+            name=self.name(suffix), cpu=cpu, memory=memory, disk_size=disk_size(extra), extra=extra
+        )
         fields = create_fields(spec)
         return pb.CreateRequest(
             name=spec.name,
@@ -187,6 +191,10 @@ class Session:
         listed: pb.ListVMsResponse = self.answer("ListVMs", pb.ListVMsRequest())
         return next((vm for vm in listed.vms if vm.id == vm_id), None)
 
+    def listed_named(self, name: str) -> pb.VMInfo | None:
+        listed: pb.ListVMsResponse = self.answer("ListVMs", pb.ListVMsRequest())
+        return next((vm for vm in listed.vms if vm.name == name), None)
+
     def power(self, vm_id: str, op: int, graceful_timeout: int = 0) -> None:
         request = pb.PowerRequest(id=vm_id, op=op, graceful_timeout_seconds=graceful_timeout)  # type: ignore[arg-type]
         self.wait("Power", self.answer("Power", request).task)
@@ -223,6 +231,12 @@ class Session:
         except (RpcRefusedError, ContractBreachError):
             return []
         return [vm for vm in listed.vms if vm.name.startswith(self.options.prefix + "-")]
+
+
+def disk_size(image: dict[str, Any]) -> str:
+    """The class asks a root-disk size only for a blank disk: an image has its own size, which
+    a smaller class size would ask to shrink."""
+    return "" if image else BLANK_DISK_SIZE
 
 
 def missing_id() -> str:

@@ -12,16 +12,18 @@ from pyrigaud.client.conformance.session import (
     NotApplicableError,
     RpcRefusedError,
     Session,
+    disk_size,
     expect,
     flat_strings,
     missing_id,
 )
-from pyrigaud.client.payloads import VMSpec, clone_class_json, desired_json
+from pyrigaud.client.payloads import VMSpec, clone_class_json, desired_json, quantity_bytes
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from .read_only import INVALID, NOT_FOUND
 
 GRACE_MARGIN_SECONDS = 30  # past the graceful timeout, the fallback power-off must be done
+NEWEST_HARDWARE = 0  # HardwareUpgrade's target_version: the newest the host offers
 
 
 def create(session: Session) -> None:
@@ -49,6 +51,23 @@ def list_vms_complete(session: Session) -> None:
     expect((vm.cpu, vm.memory_mib) == (1, 256), f"ListVMs cpu/memory {vm.cpu}/{vm.memory_mib}")
     for disk in vm.disks:
         expect(bool(disk.path or disk.id), "a listed disk has neither path nor id")
+
+
+def disk_info(session: Session) -> None:
+    """GetDiskInfo of the run's VM names its disk by path, with a size (at least the class's
+    when it asks one); an unknown VM is NOT_FOUND."""
+    vm_id = session.needs_vm()
+    info = session.answer("GetDiskInfo", pb.GetDiskInfoRequest(vm_id=vm_id))
+    expect(bool(info.path), f"GetDiskInfo({vm_id!r}) answered a disk with an empty path")
+    asked = disk_size(session.options.image)
+    least = quantity_bytes(asked) if asked else 1
+    expect(
+        info.virtual_size_bytes >= least,
+        f"GetDiskInfo virtual_size_bytes {info.virtual_size_bytes}"
+        + (f", under the {asked} the class asked" if asked else ""),
+    )
+    unknown = pb.GetDiskInfoRequest(vm_id=missing_id())
+    session.refused("GetDiskInfo", unknown, NOT_FOUND, "a missing VM is NOT_FOUND")
 
 
 def power_on(session: Session) -> None:
@@ -84,6 +103,16 @@ def describe_running(session: Session) -> None:
         )
 
 
+def reboot(session: Session) -> None:
+    """REBOOT of the running VM answers OK or a task that ends done; the VM is On after it."""
+    vm_id = session.needs_vm()
+    before = session.describe(vm_id).power_state
+    expect(before == "On", f"needs the VM On (power-on left it {before})")
+    session.power(vm_id, pb.POWER_OP_REBOOT)
+    after = session.describe(vm_id).power_state
+    expect(after == "On", f"Power REBOOT answered done; Describe then says {after}, not On")
+
+
 def graceful_shutdown(session: Session) -> None:
     vm_id = session.needs_vm()
     timeout = session.options.graceful_timeout_seconds
@@ -109,6 +138,28 @@ def power_off_idempotent(session: Session) -> None:
     session.power(vm_id, pb.POWER_OP_OFF)
     session.power(vm_id, pb.POWER_OP_SHUTDOWN_GRACEFUL, 60)
     expect(session.describe(vm_id).power_state == "Off", "OFF on a stopped VM changed its state")
+
+
+def hardware_upgrade(session: Session) -> None:
+    """No capability names HardwareUpgrade: a provider that upgrades finishes it on the stopped
+    VM (still there, still Off); one that does not refuses UNIMPLEMENTED/FAILED_PRECONDITION."""
+    vm_id = session.needs_vm()
+    request = pb.HardwareUpgradeRequest(id=vm_id, target_version=NEWEST_HARDWARE)
+    try:
+        upgraded = session.call("HardwareUpgrade", request)
+    except RpcRefusedError as refused:
+        if refused.refusal.code in REFUSED_UNCLAIMED:
+            raise NotApplicableError(
+                f"the provider does not upgrade hardware ({refused.refusal})"
+            ) from refused
+        raise
+    session.wait("HardwareUpgrade", upgraded.task)
+    described = session.describe(vm_id)
+    expect(described.exists, "the VM is gone after HardwareUpgrade")
+    expect(
+        described.power_state == "Off",
+        f"HardwareUpgrade of a stopped VM left it {described.power_state}",
+    )
 
 
 def reconfigure(session: Session) -> None:
