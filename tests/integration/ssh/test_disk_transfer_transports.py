@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import libvirt
 import pytest
 
@@ -238,3 +239,35 @@ def test_a_disk_and_its_snapshot_cross_the_transport_both_ways_with_their_data(
     assert at_snapshot.checksum != exported.checksum
     assert provider.staged.stored("copy.raw") == now
     assert provider.staged.case.leftovers() == [], "a staged temporary was left behind"
+
+
+def _volume_names(daemon: Daemon) -> set[str]:
+    pool = daemon.conn.storagePoolLookupByName(daemon.pool)
+    pool.refresh(0)
+    return {str(volume.name()) for volume in pool.listAllVolumes(0)}
+
+
+def _refused(call: Callable[[], object]) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as refused:
+        call()
+    return refused.value
+
+
+def test_retries_and_wrong_checksums_leave_no_volume_behind_over_the_transport(
+    daemon: Daemon, provider: Provider
+) -> None:
+    """The temporary volumes an import stages in, and removes, live on the remote daemon."""
+    content = os.urandom(BASE_BYTES)
+    source = provider.vm("xport-retried", _base_volume(daemon, content), "raw")
+    exported = provider.export(source, "r.qcow2", "qcow2")
+    provider.export(source, "r.raw", "raw")  # other bytes, which that checksum does not fit
+    first = provider.import_("r.qcow2", "xport-again", exported.checksum)
+    volumes = _volume_names(daemon)
+
+    again = provider.import_("r.qcow2", "xport-again", exported.checksum)
+    wrong = _refused(lambda: provider.import_("r.raw", "xport-wrong", exported.checksum))
+
+    assert again == first  # its first answer was lost
+    assert wrong.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "expected_checksum" in (wrong.details() or "")
+    assert _volume_names(daemon) == volumes, "a retry or a refused import left a volume"
