@@ -100,10 +100,15 @@ def make_backend(
     opener: Opener = libvirt.open,
     volume_writer: VolumeWriter = upload_volume,
     allow_loopback_urls: bool = False,
+    migration_storage_root: str = MIGRATION_STORAGE_ROOT,
 ) -> tuple[Backend, LibvirtConnection]:
     connection = LibvirtConnection(uri, opener=opener)
     backend = libvirt_test_backend(
-        connection, clock, volume_writer=volume_writer, allow_loopback_urls=allow_loopback_urls
+        connection,
+        clock,
+        volume_writer=volume_writer,
+        allow_loopback_urls=allow_loopback_urls,
+        migration_storage_root=migration_storage_root,
     )
     return backend, connection
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
-from contract.harness import Harness
+from contract.harness import Harness, staging_root
 from libvirt_support import libvirt_test_backend
 from support import ManualClock
 
@@ -154,6 +155,7 @@ class QemuHost:
     backend: Backend
     clock: ManualClock
     image: VMImage
+    staging_root: Path  # the backend's PVC root (contract.harness.STAGING_PVC mounted)
 
     def request(self, name: str, **changes: object) -> CreateRequest:
         """A small blank VM, changed by `changes`."""
@@ -169,17 +171,20 @@ def qemu_host() -> Iterator[QemuHost]:
         image = VMImage(path=add_base_image(conn), format="qcow2")
         clock = ManualClock()
         connection = LibvirtConnection(QEMU_URI)
-        backend = libvirt_test_backend(
-            connection,
-            clock,
-            domain_type="qemu",
-            pools=PoolSettings(default_pool=TEST_POOL, default_pool_path=str(TEST_POOL_PATH)),
-        )
-        try:
-            yield QemuHost(backend=backend, clock=clock, image=image)
-        finally:
-            connection.close()
-            remove_test_leftovers(conn)
+        with tempfile.TemporaryDirectory(prefix="pyrigaud-pvc-") as directory:
+            root = staging_root(Path(directory))
+            backend = libvirt_test_backend(
+                connection,
+                clock,
+                domain_type="qemu",
+                pools=PoolSettings(default_pool=TEST_POOL, default_pool_path=str(TEST_POOL_PATH)),
+                migration_storage_root=str(root),
+            )
+            try:
+                yield QemuHost(backend=backend, clock=clock, image=image, staging_root=root)
+            finally:
+                connection.close()
+                remove_test_leftovers(conn)
     finally:
         conn.close()
 
@@ -192,4 +197,5 @@ def qemu_harness() -> Iterator[Harness]:
             clock=host.clock,
             image=host.image,
             guest_reports_addresses=False,
+            staging_root=host.staging_root,
         )

@@ -39,12 +39,13 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from contract.harness import Harness
+from contract.harness import Harness, staging_root
 from support import ManualClock, error_kind
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
 TEMPLATE_VM = "DC0_H0_VM0"  # a VM the default VPX inventory always has
+SIMULATOR_DATASTORE = "LocalDS_0"  # the default VPX inventory's datastore
 
 
 def template_request(
@@ -81,11 +82,13 @@ def backend_over(
     )
 
 
-def scratch_staging() -> StagingBackends:
-    """Staging storage whose PVCs live under a temporary directory of this test session."""
-    root = tempfile.mkdtemp(prefix="pyrigaud-vsphere-pvc-")
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
-    return staging_by_backend("tests/vsphere", SystemClock(), root)
+def scratch_staging(root: Path | None = None) -> StagingBackends:
+    """Staging storage whose PVCs live under `root`, else a temporary directory of this test
+    session."""
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="pyrigaud-vsphere-pvc-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return staging_by_backend("tests/vsphere", SystemClock(), str(root))
 
 
 def create_use_case(
@@ -205,18 +208,27 @@ def vm_ref(instance: Any, vm_id: str) -> Any:
 def contract_harness() -> Iterator[Harness]:
     """The contract suite's harness on the shared simulator; a test's VMs are deleted after it."""
     clock = ManualClock()
-    backend = shared_simulator().backend(clock)
-    before = {vm.id for vm in backend.inventory.list_vms().unwrap()}
-    yield Harness(
-        backend=backend,
-        clock=clock,
-        image=VMImage(template_name=TEMPLATE_VM),
-        guest_reports_addresses=False,  # simulated VMs have no guest unless a test sets one
-        blank_images=False,
-        # ImagePrepare verifies a template (imports from URLs: test_vsphere_image_import.py).
-        prepare_source=ImageSource(origin="vsphere", template_name=TEMPLATE_VM),
-    )
-    remove_vms_made_since(backend, before)
+    with tempfile.TemporaryDirectory(prefix="pyrigaud-vsphere-pvc-") as directory:
+        root = staging_root(Path(directory))
+        backend = backend_over(
+            shared_simulator().session(),
+            clock,
+            # what PROVIDER_DEFAULT_DATASTORE names: where an import lands without a storage_hint
+            defaults=Placement(datastore=SIMULATOR_DATASTORE),
+            staging=scratch_staging(root),
+        )
+        before = {vm.id for vm in backend.inventory.list_vms().unwrap()}
+        yield Harness(
+            backend=backend,
+            clock=clock,
+            image=VMImage(template_name=TEMPLATE_VM),
+            guest_reports_addresses=False,  # simulated VMs have no guest unless a test sets one
+            blank_images=False,
+            # ImagePrepare verifies a template (imports from URLs: test_vsphere_image_import.py).
+            prepare_source=ImageSource(origin="vsphere", template_name=TEMPLATE_VM),
+            staging_root=root,
+        )
+        remove_vms_made_since(backend, before)
 
 
 def remove_vms_made_since(backend: Backend, before: set[str]) -> None:

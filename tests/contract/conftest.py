@@ -20,7 +20,7 @@ from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.models import Capabilities, OwnerMark, VMImage
 
-from contract.harness import Harness
+from contract.harness import Harness, staging_root
 from libvirt_support import add_base_image, isolated_host_uri, make_backend
 from qemu_support import qemu_enabled, qemu_harness
 from support import ManualClock
@@ -28,10 +28,17 @@ from vsphere_support import contract_harness as vsphere_simulator_harness
 
 
 def _fake() -> Iterator[Harness]:
+    """The fake stages bytes in memory by URL: its staging root is only the harness's."""
     clock = ManualClock()
     fake = FakeHypervisor(clock)
     fake.add_image("/images/base.qcow2", size_gib=2)
-    yield Harness(backend=fake_backend(fake), clock=clock, image=VMImage(path="/images/base.qcow2"))
+    with tempfile.TemporaryDirectory() as directory:
+        yield Harness(
+            backend=fake_backend(fake),
+            clock=clock,
+            image=VMImage(path="/images/base.qcow2"),
+            staging_root=staging_root(Path(directory)),
+        )
 
 
 class _NoOptionalPorts:
@@ -60,9 +67,14 @@ def _libvirt_test_driver() -> Iterator[Harness]:
     """libvirt's built-in test driver: a fresh in-memory host per connection, no daemon."""
     clock = ManualClock()
     with tempfile.TemporaryDirectory() as directory:
-        backend, connection = make_backend(isolated_host_uri(Path(directory)), clock)
+        root = staging_root(Path(directory) / "staging")
+        backend, connection = make_backend(
+            isolated_host_uri(Path(directory)), clock, migration_storage_root=str(root)
+        )
         image = VMImage(path=add_base_image(connection), format="qcow2")
-        yield Harness(backend=backend, clock=clock, image=image)
+        yield Harness(
+            backend=backend, clock=clock, image=image, staging_root=root, moves_bytes=False
+        )
         connection.close()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from returns.result import Result
 
@@ -24,6 +25,14 @@ SETTLE_PAUSE_SECONDS = 0.1
 
 # The ports a backend may lack (Backend's optional fields), by name.
 OPTIONAL_PORTS = ("snapshots", "cloning", "images", "disk_transfer")
+STAGING_PVC = "contract-pvc"  # the PVC every harness's staging root has mounted
+STAGED_FOLDER = "vmmigrations/contract"
+
+
+def staging_root(directory: Path) -> Path:
+    """`directory` as a PVC root with STAGING_PVC mounted in it (made here)."""
+    (directory / STAGING_PVC).mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 @dataclass
@@ -37,11 +46,27 @@ class Harness:
     blank_images: bool = True
     # What ImagePrepare makes `image` from; None: a copy of the volume at `image.path`.
     prepare_source: ImageSource | None = None
+    # The PVC root (PYRIGAUD_MIGRATION_STORAGE_ROOT) the backend's staging was built with, with
+    # STAGING_PVC mounted under it; None where the backend has no disk transfer.
+    staging_root: Path | None = None
+    # False where the hypervisor cannot hold a disk's bytes (libvirt's test driver): ExportDisk
+    # and ImportDisk must then answer UNSUPPORTED.
+    moves_bytes: bool = True
 
     def request(self, name: str, **changes: object) -> CreateRequest:
         image = VMImage() if self.blank_images else self.image
         base = CreateRequest(name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=image)
         return base.model_copy(update=changes)
+
+    def staged_url(self, name: str) -> str:
+        """A pvc:// location on the harness's staging PVC, as the manager names one."""
+        assert self.staging_root is not None, "this backend was built without staging"
+        return f"pvc://{STAGING_PVC}/{STAGED_FOLDER}/{name}"
+
+    def staged_file(self, name: str) -> Path:
+        """Where `staged_url(name)` is a file under the staging root."""
+        assert self.staging_root is not None, "this backend was built without staging"
+        return self.staging_root / STAGING_PVC / STAGED_FOLDER / name
 
     def ownership(self, owner: OwnerMark) -> OwnershipRule:
         """The application's ownership rule over this backend, as Create and Clone use it."""

@@ -7,7 +7,15 @@ from collections.abc import Iterator
 import pytest
 
 from qemu_support import ensure_test_pool, open_qemu, qemu_enabled, remove_test_leftovers
-from ssh_support import SecretWriter, SshServer, Started, running_sshd, secret_directory
+from ssh_support import (
+    SaslDaemon,
+    SecretWriter,
+    SshServer,
+    Started,
+    running_sshd,
+    sasl_libvirtd,
+    secret_directory,
+)
 
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
@@ -16,6 +24,13 @@ collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 def sshd() -> Iterator[SshServer]:
     with running_sshd() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def sasl_daemon() -> Iterator[SaslDaemon]:
+    """An unprivileged libvirtd on loopback that asks for a SASL password over TCP."""
+    with sasl_libvirtd() as daemon:
+        yield daemon
 
 
 @pytest.fixture

@@ -8,24 +8,17 @@ daemon's; the remote side runs a small netcat stand-in (libvirt's `proxy=netcat`
 relay. What is under test is the SSH side: libvirt's libssh transport asking the auth callback
 for the password, and the callback answering from the credentials port.
 
-TCP: the system daemon cannot be restarted with a listener under the other tests, so a second,
-unprivileged libvirtd (its `qemu:///session`) listens on loopback with `auth_tcp = "sasl"`, a
-DIGEST-MD5 sasldb of its own (libvirt offers only mechanisms with a security layer on plain
-TCP) and a random password.
+TCP: a second, unprivileged libvirtd asks for a SASL password (libvirtd_support.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import secrets
-import shutil
 import socket
 import subprocess
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +30,17 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, create_vm, start_provider
 from qemu_support import TEST_POOL
-from ssh_support import SecretWriter, SshServer, Started, free_loopback_port, running_sshd
+from ssh_support import (
+    SASL_USER,
+    SaslDaemon,
+    SecretWriter,
+    SshServer,
+    Started,
+    running_sshd,
+    throwaway_account,
+)
 
 DAEMON_SOCKET = "/run/libvirt/libvirt-sock"
-LIBVIRTD = Path("/usr/sbin/libvirtd")
-SASLPASSWD = Path("/usr/sbin/saslpasswd2")
-SASL_USER = "pyrigaud"
-DAEMON_START_SECONDS = 60.0
 CHUNK = 65536
 # What libvirt runs remotely as `<netcat> [-q0] -U <socket>`: stdin/stdout to a unix socket.
 NETCAT_STAND_IN = """#!/usr/bin/python3
@@ -106,25 +103,6 @@ def password_sshd() -> Iterator[SshServer]:
         yield server
 
 
-@contextlib.contextmanager
-def throwaway_account(*groups: str) -> Iterator[tuple[pwd.struct_passwd, Path]]:
-    """A local account and a directory it owns (others may read), both removed afterwards."""
-    user = f"pyrigaud-pw-{secrets.token_hex(4)}"
-    directory = Path(tempfile.mkdtemp(prefix="pyrigaud-account-"))
-    home = ["--no-create-home", "--home-dir", str(directory), "--shell", "/bin/sh"]
-    membership = ["--groups", ",".join(groups)] if groups else []
-    subprocess.run(["useradd", *home, *membership, user], check=True)
-    try:
-        account = pwd.getpwnam(user)
-        directory.chmod(0o755)
-        os.chown(directory, account.pw_uid, account.pw_gid)
-        yield account, directory
-    finally:
-        # --force: an SSH session of a closed connection may still be on its way out.
-        subprocess.run(["userdel", "--force", user], check=True)
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 @pytest.fixture
 def login() -> Iterator[PasswordLogin]:
     """A local account with a random password that reaches the daemon through a relay."""
@@ -142,72 +120,6 @@ def login() -> Iterator[PasswordLogin]:
             yield PasswordLogin(account.pw_name, password, query)
         finally:
             relay.close()
-
-
-@dataclass(frozen=True)
-class SaslDaemon:
-    port: int
-    password: str  # SASL_USER's
-
-
-@pytest.fixture(scope="module")
-def sasl_libvirtd() -> Iterator[SaslDaemon]:
-    """An unprivileged libvirtd whose TCP listener on loopback asks for a SASL password."""
-    for needed in (LIBVIRTD, SASLPASSWD):
-        if not needed.exists():
-            pytest.fail(f"the SASL test needs {needed} (libvirt-daemon, sasl2-bin)")
-    password = secrets.token_urlsafe(24)
-    port = free_loopback_port()
-    with throwaway_account() as (account, directory):
-        sasldb = directory / "passwd.db"
-        (directory / "libvirt.conf").write_text(f"mech_list: digest-md5\nsasldb_path: {sasldb}\n")
-        subprocess.run(
-            [str(SASLPASSWD), "-p", "-c", "-a", "libvirt", "-f", str(sasldb), SASL_USER],
-            input=password,
-            text=True,
-            check=True,
-        )
-        os.chown(sasldb, account.pw_uid, account.pw_gid)
-        config = directory / "libvirtd.conf"
-        config.write_text(
-            'listen_tls = 0\nlisten_tcp = 1\nlisten_addr = "127.0.0.1"\n'
-            f'tcp_port = "{port}"\nauth_tcp = "sasl"\n'
-        )
-        environment = {
-            "PATH": os.environ["PATH"],
-            "HOME": str(directory),
-            "XDG_RUNTIME_DIR": str(directory / "run"),
-            "SASL_CONF_PATH": str(directory),  # libvirt.conf: the mechanism and the sasldb
-        }
-        with (directory / "libvirtd.log").open("w") as log:
-            daemon = subprocess.Popen(
-                [str(LIBVIRTD), "--listen", "-f", str(config)],
-                user=account.pw_uid,
-                group=account.pw_gid,
-                extra_groups=[],
-                env=environment,
-                cwd=directory,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            _wait_until_listening(daemon, port, directory / "libvirtd.log")
-            yield SaslDaemon(port, password)
-        finally:
-            daemon.kill()
-            daemon.wait()
-
-
-def _wait_until_listening(daemon: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    """libvirtd says nowhere when it listens: try the port until it answers (bounded)."""
-    deadline = time.monotonic() + DAEMON_START_SECONDS
-    while daemon.poll() is None and time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    daemon.kill()
-    pytest.fail(f"libvirtd did not listen on 127.0.0.1:{port}: {log.read_text()[-2000:]}")
 
 
 def serve(started: Started, endpoint: str, secret: Path) -> RunningProvider:
@@ -235,7 +147,7 @@ def over_ssh(
 
 
 def over_tcp(started: Started, daemon: SaslDaemon, secret: Path) -> RunningProvider:
-    return serve(started, f"qemu+tcp://127.0.0.1:{daemon.port}/session", secret)
+    return serve(started, daemon.uri, secret)
 
 
 def password_secret(sshd: SshServer, login: PasswordLogin, password: str) -> dict[str, str]:
@@ -286,25 +198,25 @@ def test_a_rotated_password_is_used_without_a_restart(
 
 
 def test_a_sasl_password_over_tcp_validates_and_lists(
-    sasl_libvirtd: SaslDaemon, write_secret: SecretWriter, started: Started
+    sasl_daemon: SaslDaemon, write_secret: SecretWriter, started: Started
 ) -> None:
-    secret = write_secret({"username": SASL_USER, "password": sasl_libvirtd.password})
-    running = over_tcp(started, sasl_libvirtd, secret)
+    secret = write_secret({"username": SASL_USER, "password": sasl_daemon.password})
+    running = over_tcp(started, sasl_daemon, secret)
     answer = validate(running)
     assert answer.ok, answer.message
     running.stub.ListVMs(pb.ListVMsRequest(), timeout=60)
 
 
 def test_a_wrong_sasl_password_fails_validate_and_a_rotated_one_is_used(
-    sasl_libvirtd: SaslDaemon, write_secret: SecretWriter, started: Started
+    sasl_daemon: SaslDaemon, write_secret: SecretWriter, started: Started
 ) -> None:
     wrong = secrets.token_urlsafe(24)
     secret = write_secret({"username": SASL_USER, "password": wrong})
-    running = over_tcp(started, sasl_libvirtd, secret)
+    running = over_tcp(started, sasl_daemon, secret)
     refused = validate(running)
     assert not refused.ok
     assert "authentication failed" in refused.message.lower()
     assert wrong not in refused.message
-    write_secret({"username": SASL_USER, "password": sasl_libvirtd.password})
+    write_secret({"username": SASL_USER, "password": sasl_daemon.password})
     answer = validate(running)
     assert answer.ok, answer.message

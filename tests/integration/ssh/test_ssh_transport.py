@@ -12,7 +12,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from e2e_support import RunningProvider, create_vm, start_provider
 from qemu_support import TEST_POOL
-from ssh_support import SecretWriter, SshServer, Started
+from ssh_support import SecretWriter, SshServer, Started, good_secret
 
 TRANSPORTS = ("ssh", "libssh")
 
@@ -34,14 +34,6 @@ def serve(
     )
     started.append(running)
     return running
-
-
-def good_secret(sshd: SshServer) -> dict[str, str]:
-    return {
-        "username": "root",
-        "ssh-privatekey": sshd.user_key,
-        "known_hosts": sshd.host_key_line,
-    }
 
 
 def validate(running: RunningProvider) -> pb.ValidateResponse:
