@@ -38,7 +38,6 @@ from staging_support import (
     S3Server,
     StagingCase,
     migration_name,
-    moto_s3,
     pvc_case,
     s3_case,
     s3_credentials,
@@ -50,12 +49,6 @@ BASE_BYTES = 20 * MiB  # over one of the 16 MiB ranges a volume download streams
 WRITTEN = b"\x55" * MiB  # what the guest "writes" at offset 0 after the snapshot
 TRANSFER_SECONDS = 1800  # the manager's deadline for ExportDisk and ImportDisk
 SESSION_POOL = "pyrigaud-transfer"
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_s3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
 
 
 @dataclass(frozen=True)
