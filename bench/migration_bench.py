@@ -89,6 +89,7 @@ class Row:
     floor_seconds: float
     bytes: int
     rss_growth_mib: float
+    synced_floor_seconds: float | None = None  # PVC: the floor, then its file fsynced
 
     @property
     def ratio(self) -> float:
@@ -105,6 +106,7 @@ class Storage:
     credentials: dict[str, str]
     upload: Callable[[Path, str], None]  # the floor: a local file to the staged name
     download: Callable[[str, Path], None]  # the floor: the staged name to a local file
+    folder: Path | None = None  # PVC: where the staged names are files
 
 
 def rss_bytes() -> int:
@@ -156,6 +158,7 @@ def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
         download=lambda name, target: _cp(
             root / "mig" / "vmmigrations" / "ns" / "bench" / name, target
         ),
+        folder=root / "mig" / "vmmigrations" / "ns" / "bench",
     )
     for folder in ("moto", "ganesha"):
         (workdir / folder).mkdir()
@@ -284,18 +287,37 @@ def _one_storage(
     if not floor_file.exists():  # the staged bytes, as a file in the pool
         place.download("export.qcow2", floor_file)
     floor, _, _ = measured(lambda: place.upload(floor_file, "floor.qcow2"))
+    synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
     size = exported.estimated_size_bytes
-    rows = [Row("libvirt", place.kind, "export", "qcow2", seconds, floor, size, rss / MiB)]
+    rows = [Row("libvirt", place.kind, "export", "qcow2", seconds, floor, size, rss / MiB, synced)]
     seconds, rss, imported = measured(
         lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
     )
     landed = POOL_PATH / "bench-floor-in.qcow2"
     floor, _, _ = measured(lambda: place.download("floor.qcow2", landed))
+    synced = floor + _fsync_seconds(landed) if place.folder else None
     landed.unlink()
     connection.call(lambda conn: delete_volume(conn, imported.path))
     size = imported.actual_size_bytes
-    rows.append(Row("libvirt", place.kind, "import", "qcow2", seconds, floor, size, rss / MiB))
+    rows.append(
+        Row("libvirt", place.kind, "import", "qcow2", seconds, floor, size, rss / MiB, synced)
+    )
     return rows
+
+
+def _fsync_seconds(path: Path) -> float:
+    """How long the fsync of a file the floor just wrote takes: pyrigaud's PVC writer fsyncs
+    before its rename, and the `cp` floor does not."""
+
+    def fsync() -> None:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    took, _, _ = measured(fsync)
+    return took
 
 
 def _vsphere(
@@ -372,18 +394,23 @@ def _import(port: Any, place: Storage, url: str, target_name: str, checksum: str
 
 def report(rows: list[Row]) -> str:
     lines = [
-        "| hypervisor | storage | op | pyrigaud | floor | ratio | RSS growth |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| hypervisor | storage | op | pyrigaud | floor | ratio | floor + fsync | RSS growth |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         mib_s = row.bytes / MiB / row.seconds
         floor_mib_s = row.bytes / MiB / row.floor_seconds
         met = row.ratio >= TARGET_FACTOR and row.rss_growth_mib < TARGET_RSS_MIB
+        synced = (
+            f"{row.synced_floor_seconds:.1f} s ({row.synced_floor_seconds / row.seconds:.2f}x)"
+            if row.synced_floor_seconds is not None
+            else "-"
+        )
         lines.append(
             f"| {row.hypervisor} | {row.storage} | {row.direction} {row.disk_format} "
             f"| {row.seconds:.1f} s ({mib_s:.0f} MiB/s) "
             f"| {row.floor_seconds:.1f} s ({floor_mib_s:.0f} MiB/s) | {row.ratio:.2f}x"
-            f"{'' if met else ' (below target)'} | {row.rss_growth_mib:.1f} MiB |"
+            f"{'' if met else ' (below target)'} | {synced} | {row.rss_growth_mib:.1f} MiB |"
         )
     return "\n".join(lines)
 
