@@ -301,7 +301,7 @@ class S3Writer(TemporaryWriter):
 
     def _upload_part(self, part: bytes) -> None:
         """Start uploading `part` in the background, once fewer than PARTS_IN_FLIGHT are; a
-        finished part's failure is raised here (or at the commit), so the writer aborts."""
+        finished part's failure is raised here, so the writer aborts."""
         if self._upload_id is None:
             self._upload_id = self._start_upload()
             self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
@@ -314,8 +314,6 @@ class S3Writer(TemporaryWriter):
             self._parts.append(self._in_flight.pop(0).result())
         assert self._uploads is not None  # made with the upload
         self._in_flight.append(self._uploads.submit(self._sent_part, self._upload_id, number, part))
-        if number == 1:  # the first goes alone: a refusing store shows at the write that sent it
-            self._parts.append(self._in_flight.pop(0).result())
 
     def _next_number(self) -> int:
         return len(self._parts) + len(self._in_flight) + 1
