@@ -1,23 +1,33 @@
-"""ExportDisk / ImportDisk of a 2 GiB disk through each staging storage, against a plain copy.
+"""ExportDisk / ImportDisk of a 2 GiB disk through each staging storage, on libvirt and on
+vSphere, against a plain copy.
 
 Usage (from the repository root, as root, with the project's venv; needs libvirtd + QEMU,
-moto and nfs-ganesha, as the tests do):
+moto, nfs-ganesha and Go for the vCenter simulator, as the tests do):
 
-    .venv/bin/python bench/migration_bench.py              # 2 GiB, ~5 minutes
-    .venv/bin/python bench/migration_bench.py --gib 1 --json out.json
+    .venv/bin/python bench/migration_bench.py              # 2 GiB, ~30 minutes (moto is slow)
+    .venv/bin/python bench/migration_bench.py --gib 0.25 --json out.json
 
-A VM is created (pyrigaud's Create) from a raw volume of random bytes in a pool of its own, so
-its disk is a qcow2 overlay, as a migrated VM's is. Then, per storage -- a PVC folder, moto's S3
-server and nfs-ganesha, all on loopback, started here the way the tests start them -- the
-libvirt adapter (in this process, requests read by the wire parsers) exports the disk as qcow2
-and imports it back with checksum verification, side by side with the floor: the same bytes
-copied to the same place by the plainest tool (`cp` for the PVC, boto3's own managed
+libvirt: a VM is created (pyrigaud's Create) from a raw volume of random bytes in a pool of its
+own, so its disk is a qcow2 overlay, as a migrated VM's is. Then, per storage -- a PVC folder,
+moto's S3 server and nfs-ganesha, all on loopback, started here the way the tests start them --
+the libvirt adapter (in this process, requests read by the wire parsers) exports the disk as
+qcow2 and imports it back with checksum verification, side by side with the floor: the same
+bytes copied to the same place by the plainest tool (`cp` for the PVC, boto3's own managed
 multipart upload/download for S3, libnfs's `nfs-cp` for NFS), from and to a file in the same
 pool. Export includes libvirt's flattening of the overlay; import includes staging in a
-temporary volume and libvirt's conversion into the final qcow2 volume. RSS growth is this
-process's peak resident set during the transfer minus the one before it. The targets
-(issue 11): >= 0.8x the floor's throughput, RSS growth < 64 MiB. The script reports, it does
-not assert.
+temporary volume and libvirt's conversion into the final qcow2 volume.
+
+vSphere (on the vCenter simulator launcher): per storage, the same random disk staged as raw is
+imported (converted in this process into a streamOptimized vmdk, sent through an NFC import
+lease), a VM is made around the first import, and its disk is exported as qcow2 and as vmdk
+(an NFC export lease's streamOptimized vmdk, converted in this process). A vSphere row's floor
+is the libvirt row's floor throughput on the same storage and direction, over the vSphere row's
+bytes (the floor copies are the same few GiB either way; moto's floor download alone takes
+minutes).
+
+RSS growth is this process's peak resident set during the transfer minus the one before it.
+The targets (issue 11): >= 0.8x the floor's throughput, RSS growth < 64 MiB. The script
+reports, it does not assert.
 """
 
 from __future__ import annotations
@@ -52,10 +62,12 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_xml,
 )
 from pyrigaud.adapters.staging.registry import staging_by_backend
-from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
 
+from contract.harness import made
 from staging_support import ganesha_nfs, moto_s3
 from transfer_support import export_disk, import_disk
+from vsphere_support import backend_over, create_use_case, running_simulator
 
 URI = "qemu:///system"
 POOL = "pyrigaud-bench-migration"
@@ -69,12 +81,15 @@ TARGET_RSS_MIB = 64
 
 @dataclass
 class Row:
+    hypervisor: str
     storage: str
-    direction: str
+    direction: str  # "export" or "import"
+    disk_format: str  # what was staged
     seconds: float
     floor_seconds: float
     bytes: int
     rss_growth_mib: float
+    synced_floor_seconds: float | None = None  # PVC: the floor, then its file fsynced
 
     @property
     def ratio(self) -> float:
@@ -91,6 +106,7 @@ class Storage:
     credentials: dict[str, str]
     upload: Callable[[Path, str], None]  # the floor: a local file to the staged name
     download: Callable[[str, Path], None]  # the floor: the staged name to a local file
+    folder: Path | None = None  # PVC: where the staged names are files
 
 
 def rss_bytes() -> int:
@@ -142,6 +158,7 @@ def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
         download=lambda name, target: _cp(
             root / "mig" / "vmmigrations" / "ns" / "bench" / name, target
         ),
+        folder=root / "mig" / "vmmigrations" / "ns" / "bench",
     )
     for folder in ("moto", "ganesha"):
         (workdir / folder).mkdir()
@@ -208,9 +225,8 @@ def bench_pool(conn: Any) -> Iterator[Any]:
         shutil.rmtree(POOL_PATH, ignore_errors=True)
 
 
-def run(gib: int) -> list[Row]:
-    size = gib * 1024**3
-    rows: list[Row] = []
+def run(gib: float) -> list[Row]:
+    size = int(gib * 1024**3) // CHUNK * CHUNK
     conn = libvirt.open(URI)
     workdir = Path(tempfile.mkdtemp(prefix="migration-bench-"))
     with ExitStack() as stack:
@@ -224,13 +240,14 @@ def run(gib: int) -> list[Row]:
         connection = LibvirtConnection(URI)
         stack.callback(connection.close)
         clock = SystemClock()
+        staging = staging_by_backend(OWNER, clock, str(root))
         backend = build_libvirt_backend(
             connection,
             clock,
             domain_type="qemu",
             pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
             allow_loopback_urls=False,
-            staging=staging_by_backend(OWNER, clock, str(root)),
+            staging=staging,
             transfer_owner=OWNER,
         )
         image = VMImage(path=str(base.path()), format="raw")
@@ -240,6 +257,12 @@ def run(gib: int) -> list[Row]:
         vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
         try:
             rows = _compare(backend, connection, places, vm_id)
+            floors = {(row.storage, row.direction): row.bytes / row.floor_seconds for row in rows}
+            simulator = stack.enter_context(running_simulator())
+            vsphere = backend_over(
+                simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
+            )
+            rows += _vsphere(vsphere, places, Path(base.path()), floors)
         finally:
             backend.lifecycle.delete(vm_id)
     return rows
@@ -260,71 +283,145 @@ def _one_storage(
     """Export and import through `place`, each beside its floor."""
     port = backend.disk_transfer
     url = place.url("export.qcow2")
-
-    def export() -> Any:
-        return unwrapped(
-            export_disk(
-                port,
-                vm_id,
-                url,
-                backend=place.kind,
-                options=place.options,
-                credentials=place.credentials,
-            )
-        )
-
-    seconds, rss, exported = measured(export)
+    seconds, rss, exported = measured(lambda: _export(port, vm_id, place, url, "qcow2"))
     if not floor_file.exists():  # the staged bytes, as a file in the pool
         place.download("export.qcow2", floor_file)
     floor, _, _ = measured(lambda: place.upload(floor_file, "floor.qcow2"))
-    rows = [Row(place.kind, "export", seconds, floor, exported.estimated_size_bytes, rss / MiB)]
-
-    def import_() -> Any:
-        return unwrapped(
-            import_disk(
-                port,
-                url,
-                target_name=f"bench-{place.kind}",
-                backend=place.kind,
-                expected_checksum=exported.checksum,
-                options=place.options,
-                credentials=place.credentials,
-            )
-        )
-
-    seconds, rss, imported = measured(import_)
+    synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
+    size = exported.estimated_size_bytes
+    rows = [Row("libvirt", place.kind, "export", "qcow2", seconds, floor, size, rss / MiB, synced)]
+    seconds, rss, imported = measured(
+        lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
+    )
     landed = POOL_PATH / "bench-floor-in.qcow2"
     floor, _, _ = measured(lambda: place.download("floor.qcow2", landed))
+    synced = floor + _fsync_seconds(landed) if place.folder else None
     landed.unlink()
     connection.call(lambda conn: delete_volume(conn, imported.path))
-    rows.append(Row(place.kind, "import", seconds, floor, imported.actual_size_bytes, rss / MiB))
+    size = imported.actual_size_bytes
+    rows.append(
+        Row("libvirt", place.kind, "import", "qcow2", seconds, floor, size, rss / MiB, synced)
+    )
     return rows
+
+
+def _fsync_seconds(path: Path) -> float:
+    """How long the fsync of a file the floor just wrote takes: pyrigaud's PVC writer fsyncs
+    before its rename, and the `cp` floor does not."""
+
+    def fsync() -> None:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    took, _, _ = measured(fsync)
+    return took
+
+
+def _vsphere(
+    backend: Any, places: list[Storage], raw: Path, floors: dict[tuple[str, str], float]
+) -> list[Row]:
+    """Per storage: the raw disk imported, a VM around the first import, its disk exported as
+    qcow2 and vmdk; floors from the libvirt rows' throughput."""
+    port = backend.disk_transfer
+    rows: list[Row] = []
+    vm_id = ""
+
+    def row(place: Storage, direction: str, disk_format: str, took: Any, size: int) -> Row:
+        seconds, rss = took
+        floor = size / floors[(place.kind, direction)]
+        return Row("vsphere", place.kind, direction, disk_format, seconds, floor, size, rss / MiB)
+
+    for place in places:
+        place.upload(raw, "vsphere-in.raw")
+        url = place.url("vsphere-in.raw")
+        seconds, rss, imported = measured(
+            lambda: _import(port, place, url, f"bench-{place.kind}", "")  # noqa: B023
+        )
+        rows.append(row(place, "import", "raw", (seconds, rss), imported.actual_size_bytes))
+        if not vm_id:
+            vm_id = _vm_around(backend, imported.path)
+        for disk_format in ("qcow2", "vmdk"):
+            out = place.url(f"vsphere-out.{disk_format}")
+            seconds, rss, exported = measured(
+                lambda: _export(port, vm_id, place, out, disk_format)  # noqa: B023
+            )
+            size = exported.estimated_size_bytes
+            rows.append(row(place, "export", disk_format, (seconds, rss), size))
+        print(report(rows[-3:]), flush=True)
+    return rows
+
+
+def _vm_around(backend: Any, disk_path: str) -> str:
+    request = CreateRequest(
+        name="bench-migration",
+        vm_class=VMClass(cpu=1, memory_mib=256),
+        image=VMImage(path=disk_path, format="vmdk"),
+    )
+    owner = OwnerMark(provider=OWNER)
+    return made(backend.tasks, create_use_case(backend, owner)(request))
+
+
+def _export(port: Any, vm_id: str, place: Storage, url: str, disk_format: str) -> Any:
+    return unwrapped(
+        export_disk(
+            port,
+            vm_id,
+            url,
+            backend=place.kind,
+            disk_format=disk_format,
+            options=place.options,
+            credentials=place.credentials,
+        )
+    )
+
+
+def _import(port: Any, place: Storage, url: str, target_name: str, checksum: str) -> Any:
+    return unwrapped(
+        import_disk(
+            port,
+            url,
+            target_name=target_name,
+            backend=place.kind,
+            expected_checksum=checksum,
+            options=place.options,
+            credentials=place.credentials,
+        )
+    )
 
 
 def report(rows: list[Row]) -> str:
     lines = [
-        "| storage | op | pyrigaud | floor | ratio | RSS growth |",
-        "|---|---|---:|---:|---:|---:|",
+        "| hypervisor | storage | op | pyrigaud | floor | ratio | floor + fsync | RSS growth |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         mib_s = row.bytes / MiB / row.seconds
         floor_mib_s = row.bytes / MiB / row.floor_seconds
         met = row.ratio >= TARGET_FACTOR and row.rss_growth_mib < TARGET_RSS_MIB
+        synced = (
+            f"{row.synced_floor_seconds:.1f} s ({row.synced_floor_seconds / row.seconds:.2f}x)"
+            if row.synced_floor_seconds is not None
+            else "-"
+        )
         lines.append(
-            f"| {row.storage} | {row.direction} | {row.seconds:.1f} s ({mib_s:.0f} MiB/s) "
+            f"| {row.hypervisor} | {row.storage} | {row.direction} {row.disk_format} "
+            f"| {row.seconds:.1f} s ({mib_s:.0f} MiB/s) "
             f"| {row.floor_seconds:.1f} s ({floor_mib_s:.0f} MiB/s) | {row.ratio:.2f}x"
-            f"{'' if met else ' (below target)'} | {row.rss_growth_mib:.1f} MiB |"
+            f"{'' if met else ' (below target)'} | {synced} | {row.rss_growth_mib:.1f} MiB |"
         )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gib", type=int, default=2)
+    parser.add_argument("--gib", type=float, default=2)
     parser.add_argument("--json", type=Path)
     arguments = parser.parse_args()
     rows = run(arguments.gib)
-    print("\nAll storages:")
+    print("\nAll rows:")
     print(report(rows))
     if arguments.json:
         arguments.json.write_text(json.dumps([asdict(row) for row in rows], indent=2))

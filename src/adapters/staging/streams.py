@@ -12,7 +12,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.staging import StagedDigest
 
-CHUNK_BYTES = 1024 * 1024  # what one read returns at most: memory stays bounded
+CHUNK_BYTES = 4 * 1024 * 1024  # what one read returns at most: bounded, few calls per GiB
 T = TypeVar("T")
 
 

@@ -57,7 +57,7 @@ from transfer_support import export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
-BASE_BYTES = 36 * 1024**2  # over two of the 16 MiB ranges a volume download streams at a time
+BASE_BYTES = 36 * 1024**2  # over one of the 32 MiB ranges a volume download streams at a time
 OWNER = OwnerMark(provider="tests/disk-transfer")
 SMALL = VMClass(cpu=1, memory_mib=256)
 
