@@ -8,12 +8,11 @@ UploadPart included, on transient failures (connection errors, 5xx, throttling) 
 backoff; the body of a part is bytes, so a retry resends it whole. It is AWS's own, well-kept
 client, and boto3-stubs types it for mypy.
 
-A writer uploads up to PARTS_IN_FLIGHT parts at once while it fills the next (as boto3's own
-managed transfer does), so it holds at most PARTS_IN_FLIGHT + 1 parts in memory. With a known
-size the part size is the smallest that fits the object in S3's 10,000 parts (never under
-PART_BYTES); with an unknown size it doubles every 1,000 parts, so any object S3 accepts
-(5 TiB) fits. An object smaller than one part is one PutObject. Nothing appears under the
-final key before CompleteMultipartUpload, and any failure aborts the upload.
+A writer holds at most one part in memory. With a known size the part size is the smallest
+that fits the object in S3's 10,000 parts (never under PART_BYTES); with an unknown size it
+doubles every 1,000 parts, so any object S3 accepts (5 TiB) fits. An object smaller than one
+part is one PutObject. Nothing appears under the final key before CompleteMultipartUpload, and
+any failure aborts the upload.
 
 S3 lists uploads in progress without their metadata (and S3 servers such as moto do not even
 report their start), so each upload gets a marker object beside its key, named like the other
@@ -27,7 +26,6 @@ import json
 import math
 import secrets
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -52,7 +50,6 @@ PART_BYTES = 8 * MiB  # S3's floor is 5 MiB for every part but the last
 MAX_PART_BYTES = 5 * 1024 * MiB
 MAX_PARTS = 10_000
 PARTS_PER_DOUBLING = 1_000
-PARTS_IN_FLIGHT = 3  # uploads overlap the reading of the next part, and each other
 MAX_OBJECT_BYTES = 5 * 1024 * 1024 * MiB
 DENIED_CODES = frozenset(
     {
@@ -256,12 +253,10 @@ class S3Writer(TemporaryWriter):
         self._buffer = bytearray()
         self._upload_id: str | None = None
         self._parts: list[CompletedPartTypeDef] = []
-        self._in_flight: list[Future[CompletedPartTypeDef]] = []
-        self._uploads: ThreadPoolExecutor | None = None
 
     def _write(self, chunk: bytes) -> None:
         self._buffer += chunk
-        while len(self._buffer) >= (size := self._plan.part_bytes(self._next_number())):
+        while len(self._buffer) >= (size := self._plan.part_bytes(len(self._parts) + 1)):
             part = bytes(self._buffer[:size])
             del self._buffer[:size]
             self._upload_part(part)
@@ -278,9 +273,6 @@ class S3Writer(TemporaryWriter):
             return
         if self._buffer:
             self._upload_part(bytes(self._buffer))
-        while self._in_flight:
-            self._parts.append(self._in_flight.pop(0).result())
-        self._stop_uploads()
         upload_id, parts = self._upload_id, self._parts
         _calling(
             self._location,
@@ -294,32 +286,18 @@ class S3Writer(TemporaryWriter):
 
     def _abort(self) -> None:
         self._buffer.clear()
-        self._stop_uploads()  # parts still uploading finish (or fail) before the abort
-        self._in_flight.clear()
         if self._upload_id is not None:
             _remove_marked_upload(self._client, self._location, self._marker, self._upload_id)
 
     def _upload_part(self, part: bytes) -> None:
-        """Start uploading `part` in the background, once fewer than PARTS_IN_FLIGHT are; a
-        finished part's failure is raised here, so the writer aborts."""
+        bucket, key = self._location.container, self._location.key
         if self._upload_id is None:
             self._upload_id = self._start_upload()
-            self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
-        number = self._next_number()
+        upload_id, number = self._upload_id, len(self._parts) + 1
         if number > MAX_PARTS:
             raise ExpectedError(
                 ProviderError.resource_exhausted(f"{self.url}: more than {MAX_PARTS} parts")
             )
-        if len(self._in_flight) == PARTS_IN_FLIGHT:
-            self._parts.append(self._in_flight.pop(0).result())
-        assert self._uploads is not None  # made with the upload
-        self._in_flight.append(self._uploads.submit(self._sent_part, self._upload_id, number, part))
-
-    def _next_number(self) -> int:
-        return len(self._parts) + len(self._in_flight) + 1
-
-    def _sent_part(self, upload_id: str, number: int, part: bytes) -> CompletedPartTypeDef:
-        bucket, key = self._location.container, self._location.key
         answer = _calling(
             self._location,
             "write",
@@ -327,12 +305,7 @@ class S3Writer(TemporaryWriter):
                 Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=part
             ),
         )
-        return {"ETag": answer["ETag"], "PartNumber": number}
-
-    def _stop_uploads(self) -> None:
-        if self._uploads is not None:
-            self._uploads.shutdown(wait=True, cancel_futures=True)
-            self._uploads = None
+        self._parts.append({"ETag": answer["ETag"], "PartNumber": number})
 
     def _start_upload(self) -> str:
         """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
