@@ -255,25 +255,31 @@ def run(gib: float) -> list[Row]:
             name="bench-migration", vm_class=VMClass(cpu=1, memory_mib=256), image=image
         )
         vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
+        simulator = stack.enter_context(running_simulator())
+        vsphere = backend_over(
+            simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
+        )
         try:
-            rows = _compare(backend, connection, places, vm_id)
-            floors = {(row.storage, row.direction): row.bytes / row.floor_seconds for row in rows}
-            simulator = stack.enter_context(running_simulator())
-            vsphere = backend_over(
-                simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
-            )
-            rows += _vsphere(vsphere, places, Path(base.path()), floors)
+            return _compare(backend, connection, vsphere, places, vm_id, Path(base.path()))
         finally:
             backend.lifecycle.delete(vm_id)
-    return rows
 
 
-def _compare(backend: Any, connection: Any, places: list[Storage], vm_id: str) -> list[Row]:
+def _compare(
+    backend: Any, connection: Any, vsphere: Any, places: list[Storage], vm_id: str, raw: Path
+) -> list[Row]:
+    """Per storage, libvirt then vSphere: a storage's rows are measured close together (the
+    NFS server's registration with the shared rpcbind lasts only so long beside other tests)."""
     rows: list[Row] = []
     floor_file = POOL_PATH / "bench-floor.qcow2"
+    vsphere_vm = ""
     for place in places:
-        rows.extend(_one_storage(backend, connection, place, vm_id, floor_file))
-        print(report(rows[-2:]), flush=True)  # as it goes: S3's floor on moto is slow
+        measured_rows = _one_storage(backend, connection, place, vm_id, floor_file)
+        floors = {row.direction: row.bytes / row.floor_seconds for row in measured_rows}
+        more, vsphere_vm = _vsphere(vsphere, place, raw, floors, vsphere_vm)
+        measured_rows += more
+        print(report(measured_rows), flush=True)  # as it goes: S3's floor on moto is slow
+        rows += measured_rows
     return rows
 
 
@@ -321,37 +327,30 @@ def _fsync_seconds(path: Path) -> float:
 
 
 def _vsphere(
-    backend: Any, places: list[Storage], raw: Path, floors: dict[tuple[str, str], float]
-) -> list[Row]:
-    """Per storage: the raw disk imported, a VM around the first import, its disk exported as
-    qcow2 and vmdk; floors from the libvirt rows' throughput."""
+    backend: Any, place: Storage, raw: Path, floors: dict[str, float], vm_id: str
+) -> tuple[list[Row], str]:
+    """The raw disk imported through `place`, a VM around it unless `vm_id` names one already,
+    its disk exported as qcow2 and vmdk; floors from the libvirt rows' throughput. The rows
+    and the VM's id."""
     port = backend.disk_transfer
-    rows: list[Row] = []
-    vm_id = ""
 
-    def row(place: Storage, direction: str, disk_format: str, took: Any, size: int) -> Row:
+    def row(direction: str, disk_format: str, took: tuple[float, float], size: int) -> Row:
         seconds, rss = took
-        floor = size / floors[(place.kind, direction)]
+        floor = size / floors[direction]
         return Row("vsphere", place.kind, direction, disk_format, seconds, floor, size, rss / MiB)
 
-    for place in places:
-        place.upload(raw, "vsphere-in.raw")
-        url = place.url("vsphere-in.raw")
-        seconds, rss, imported = measured(
-            lambda: _import(port, place, url, f"bench-{place.kind}", "")  # noqa: B023
+    place.upload(raw, "vsphere-in.raw")
+    url = place.url("vsphere-in.raw")
+    seconds, rss, imported = measured(lambda: _import(port, place, url, f"bench-{place.kind}", ""))
+    rows = [row("import", "raw", (seconds, rss), imported.actual_size_bytes)]
+    vm_id = vm_id or _vm_around(backend, imported.path)
+    for disk_format in ("qcow2", "vmdk"):
+        out = place.url(f"vsphere-out.{disk_format}")
+        seconds, rss, exported = measured(
+            lambda: _export(port, vm_id, place, out, disk_format)  # noqa: B023
         )
-        rows.append(row(place, "import", "raw", (seconds, rss), imported.actual_size_bytes))
-        if not vm_id:
-            vm_id = _vm_around(backend, imported.path)
-        for disk_format in ("qcow2", "vmdk"):
-            out = place.url(f"vsphere-out.{disk_format}")
-            seconds, rss, exported = measured(
-                lambda: _export(port, vm_id, place, out, disk_format)  # noqa: B023
-            )
-            size = exported.estimated_size_bytes
-            rows.append(row(place, "export", disk_format, (seconds, rss), size))
-        print(report(rows[-3:]), flush=True)
-    return rows
+        rows.append(row("export", disk_format, (seconds, rss), exported.estimated_size_bytes))
+    return rows, vm_id
 
 
 def _vm_around(backend: Any, disk_path: str) -> str:
