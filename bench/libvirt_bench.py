@@ -164,6 +164,31 @@ print(int(next(line for line in status if line.startswith("VmRSS")).split()[1]) 
 """
 
 
+def filled_rss(stub: Any, ids: list[str], server_pid: int) -> float:
+    """The server's RSS once every domain is in its cache: a ListVMs, a Describe of each, and
+    a ListVMs again (the manager's steady state)."""
+    stub.ListVMs(pb.ListVMsRequest(), timeout=RPC_TIMEOUT)
+    for vm_id in ids:
+        stub.Describe(pb.DescribeRequest(id=vm_id), timeout=RPC_TIMEOUT)
+    stub.ListVMs(pb.ListVMsRequest(), timeout=RPC_TIMEOUT)
+    return rss_mib(server_pid)
+
+
+def daemon_memory(processes: Processes, node: Path) -> str:
+    """The same host opened inside libvirtd (`test+unix://`), as a real hypervisor's domains
+    live in the daemon and not in the provider: the server's RSS is then its own alone."""
+    uri = f"test+unix://{node}"
+    if subprocess.run(
+        ["virsh", "-q", "-c", uri, "uri"], check=False, capture_output=True
+    ).returncode:
+        return "libvirtd not answering: no figure with the host inside the daemon"
+    channel, server_pid = start_pyrigaud(processes, uri)
+    stub = pb_grpc.ProviderStub(channel)
+    ids = [vm.id for vm in stub.ListVMs(pb.ListVMsRequest(), timeout=RPC_TIMEOUT).vms]
+    rss = filled_rss(stub, ids, server_pid)
+    return f"the same host inside libvirtd (test+unix://): server RSS {rss:.0f} MiB"
+
+
 def driver_alone_mib(uri: str) -> float:
     """The RSS of a bare Python that only opens the host: the test driver keeps every domain
     of the host in the process that opens it, pyrigaud's server included."""
@@ -273,14 +298,12 @@ def bench_size(
     validates = timed(
         lambda: stub.Validate(pb.ValidateRequest(), timeout=RPC_TIMEOUT), args.validate_calls
     )
-    for vm_id in ids:  # every domain described once: all of them in the cache
-        stub.Describe(pb.DescribeRequest(id=vm_id), timeout=RPC_TIMEOUT)
-    list_vms()
-    server_rss = rss_mib(server_pid)
+    server_rss = filled_rss(stub, ids, server_pid)
     driver = driver_alone_mib(uri)
     memory = (
         f"Server RSS with {size:,} domains in its cache (after ListVMs and a Describe of each): "
         f"{server_rss:.0f} MiB; a bare Python holding the same test-driver host: {driver:.0f} MiB"
+        f"; {daemon_memory(processes, node)}"
     )
 
     budget = args.virsh_budget

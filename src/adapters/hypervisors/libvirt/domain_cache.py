@@ -34,8 +34,6 @@ import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
-from pyrigaud.domain.models import VMInfo
 
 VirDomain = Any
 AddressReader = Callable[[VirDomain], tuple[str, ...]]
@@ -109,31 +107,6 @@ def read_view(dom: VirDomain, *, with_live: bool = True) -> DomainView:
 def listed_view(state: int, facts: DomainFacts, live: DomainFacts | None = None) -> DomainView:
     """A view from what a listing read; a shut-off domain runs nothing but its definition."""
     return DomainView(state, facts, facts if state == libvirt.VIR_DOMAIN_SHUTOFF else live)
-
-
-@dataclass(frozen=True, slots=True)
-class ListedVM:
-    """What one listing answered for a VM and from what, to answer again while nothing changed."""
-
-    facts: DomainFacts
-    state: int
-    ips: tuple[str, ...]
-    volumes: tuple[VolumeFacts | None, ...]
-    info: VMInfo
-
-    def still(
-        self,
-        facts: DomainFacts,
-        state: int,
-        ips: tuple[str, ...],
-        volumes: tuple[VolumeFacts | None, ...],
-    ) -> bool:
-        return (
-            self.facts is facts
-            and self.state == state
-            and self.ips == ips
-            and self.volumes == volumes
-        )
 
 
 class DomainCache:

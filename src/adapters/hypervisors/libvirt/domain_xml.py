@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
@@ -248,10 +249,11 @@ def _parse_disk(element: ET.Element) -> DiskDevice | None:
         return None
     driver = element.find("driver")
     target = element.find("target")
+    # A host's domains repeat formats, targets and NIC words: one string each, interned.
     return DiskDevice(
         path=source.get("file") or source.get("dev") or source.get("volume") or "",
-        format=driver.get("type", "raw") if driver is not None else "raw",
-        target=target.get("dev", "") if target is not None else "",
+        format=sys.intern(driver.get("type", "raw")) if driver is not None else "raw",
+        target=sys.intern(target.get("dev", "")) if target is not None else "",
     )
 
 
@@ -264,9 +266,9 @@ def _parse_nic(element: ET.Element) -> NicDevice:
     mac = element.find("mac")
     model = element.find("model")
     return NicDevice(
-        kind=kind,
-        source=name,
-        model=model.get("type", "") if model is not None else "",
+        kind=sys.intern(kind),
+        source=sys.intern(name),
+        model=sys.intern(model.get("type", "")) if model is not None else "",
         mac=mac.get("address", "") if mac is not None else "",
     )
 

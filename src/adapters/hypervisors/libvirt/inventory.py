@@ -18,7 +18,6 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
     RUNNING_STATES,
     DomainCache,
     DomainView,
-    ListedVM,
     listed_view,
     read_view,
 )
@@ -81,8 +80,6 @@ class LibvirtInventory:
         self._domains: DomainCache = host.domains
         # One listing at a time (the cache's warm-up is one): a second would redo the same reads.
         self._listing = threading.Lock()
-        # What the last listing answered per VM, reused while its inputs are the same objects.
-        self._listed: dict[str, ListedVM] = {}
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """From the cache when it holds the VM (no libvirt call at all), else read and kept."""
@@ -153,7 +150,7 @@ class LibvirtInventory:
                 conn.domainListGetStats(domains, libvirt.VIR_DOMAIN_STATS_STATE) if domains else []
             )
             volumes = volumes_by_path(conn) if domains else {}
-            before, now = self._listed, {}
+            listed = []
             for dom, stats in states:
                 vm_id = str(dom.UUIDString())
                 state = int(stats["state.state"])
@@ -163,15 +160,11 @@ class LibvirtInventory:
                     load.keep_view(vm_id, view)
                 running = state in RUNNING_STATES
                 ips = (self._domains.addresses(vm_id) or ()) if running else ()
-                disks = tuple(volumes.get(disk.path) for disk in view.facts.disks)
-                listed = before.get(vm_id)
-                if listed is None or not listed.still(view.facts, state, ips, disks):
-                    info = _info(vm_id, view.facts, state, ips, volumes.get)
-                    listed = ListedVM(view.facts, state, ips, disks, info)
-                now[vm_id] = listed
-            self._listed = now  # only the current domains: bounded by the host
-            load.keep_addresses_of(set(now))
-        return [listed.info for listed in now.values()]
+                listed.append(_info(vm_id, view.facts, state, ips, volumes.get))
+            load.keep_addresses_of({info.id for info in listed})
+        # Answers are built afresh, not kept: at 10,000 domains kept answers held ~18 MiB
+        # to save ~0.4 s per listing.
+        return listed
 
     def _last_addresses(
         self, conn: VirConnect, view: DomainView, dom: VirDomain | None
