@@ -1,10 +1,12 @@
 """What every hypervisor's ExportDisk and ImportDisk do alike around the staging storage port:
 read the checked location and expected checksum of a request, name the imported disk, sweep
-dead transfers' temporaries where a transfer goes, and move chunks in or out of the store with
-progress, aborting the staged object on any failure."""
+dead transfers' temporaries where a transfer goes, move chunks in or out of the store with
+progress (aborting the staged object on any failure), and answer a retried import from the
+record kept beside the disk it made."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -16,12 +18,14 @@ from pyrigaud.application.ports.staging import StagedReader, StagedWriter, Stagi
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.models import ImportRequest
+from pyrigaud.domain.models import ImportRequest, ImportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 T = TypeVar("T")
 
 STAGED_SUFFIXES = (".qcow2", ".raw", ".vmdk", ".img")
+# Beside an imported disk: its import's answer, so a retry answers the same or clashes.
+RECORD_SUFFIX = ".pyrigaud-import.json"
 
 logger = logging.getLogger(__name__)
 
@@ -119,3 +123,38 @@ def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Iterator[byt
     for chunk in chunks:
         progress.add(len(chunk))
         yield chunk
+
+
+def import_record(result: ImportResult) -> bytes:
+    """The record kept beside an imported disk."""
+    return json.dumps(result.model_dump()).encode()
+
+
+def answer_again(
+    record: bytes,
+    reader: StagedReader,
+    source: StagedLocation,
+    *,
+    expected: str | None,
+    name: str,
+    place: str,
+) -> ImportResult:
+    """A retried import (its first answer was lost) of the same staged bytes answers what
+    the record says, without importing again; other bytes under that name (even ones that
+    would convert to the same disk) are a clash."""
+    try:
+        earlier: ImportResult | None = ImportResult.model_validate(json.loads(record))
+    except ValueError:
+        earlier = None
+    if earlier is not None and expected is None:
+        for _ in staged_chunks(reader, TransferProgress(f"checksum of {name!r}", source)):
+            pass
+        expected = reader.digest().sha256
+    if earlier is None or earlier.checksum != expected:
+        raise ExpectedError(
+            ProviderError.already_exists(
+                f"target_name: {place} already has an imported disk {name!r} with other "
+                "content; delete it or pick another target_name"
+            )
+        )
+    return earlier

@@ -200,7 +200,8 @@ def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site)
     facts = volume_facts(site.conn, imported.path)
     assert facts is not None
     assert (facts.format, facts.capacity_bytes, facts.backing_path) == ("qcow2", BASE_BYTES, "")
-    assert site.volume_names() == before | {"xfer-restored.qcow2"}, "a temporary was kept"
+    record = "xfer-restored.qcow2.pyrigaud-import.json"  # the answer, for a retry
+    assert site.volume_names() == before | {"xfer-restored.qcow2", record}, "a temporary was kept"
 
     copy = site.vm("xfer-copy", imported.path, "qcow2")
     raw = ok(site.export(copy, "copy.raw", "raw"))
@@ -252,6 +253,35 @@ def test_transfers_retried_after_success_answer_the_same(site: Site) -> None:
     clash = site.import_("other.raw", "xfer-again", disk_format="raw")
     assert error_of(clash).kind is ErrorKind.ALREADY_EXISTS
     assert "other content" in error_of(clash).message
+    assert site.volume_names() == volumes
+
+
+def test_other_bytes_of_the_same_disk_under_an_imported_name_clash(site: Site) -> None:
+    """The record beside an imported disk names the staged bytes it came from: the same disk
+    staged as raw is not the qcow2 that was imported, though both would convert alike."""
+    source = site.vm("xfer-recorded")
+    as_qcow2 = ok(site.export(source, "d.qcow2"))
+    ok(site.export(source, "d.raw", "raw"))
+    ok(site.import_("d.qcow2", "xfer-recorded-in", checksum=as_qcow2.checksum))
+    volumes = site.volume_names()
+    assert "xfer-recorded-in.qcow2.pyrigaud-import.json" in volumes
+
+    clash = site.import_("d.raw", "xfer-recorded-in", disk_format="raw")
+    assert error_of(clash).kind is ErrorKind.ALREADY_EXISTS
+    assert site.volume_names() == volumes
+
+
+def test_the_record_of_a_deleted_disk_does_not_stop_a_new_import(site: Site) -> None:
+    source = site.vm("xfer-forgotten")
+    ok(site.export(source, "f.raw", "raw"))
+    first = ok(site.import_("f.raw", "xfer-forgotten-in", disk_format="raw"))
+    volumes = site.volume_names()
+    site.conn.storageVolLookupByPath(first.path).delete(0)  # deleted outside pyrigaud
+
+    site.staged.put("g.raw", os.urandom(65536))
+    again = ok(site.import_("g.raw", "xfer-forgotten-in", disk_format="raw"))
+    assert again.path == first.path
+    assert again.checksum != first.checksum
     assert site.volume_names() == volumes
 
 

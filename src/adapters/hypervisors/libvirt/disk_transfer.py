@@ -17,6 +17,8 @@ anything else is made, then has libvirt convert them into the final qcow2 volume
 (`createXMLFrom`: qcow2, raw or a sparse vmdk in, judged by the bytes' header, never by the
 `format` field or the key's name). A killed provider leaves at most a marked temporary the sweep
 removes; the final volume is made by libvirtd in one call, which a provider's death does not cut.
+A small volume beside it, `<disk>.pyrigaud-import.json`, keeps the import's answer: a retry of
+the same staged bytes answers it without importing again, other bytes are ALREADY_EXISTS.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_disk
 from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
+    delete_volume,
     find_pool,
     find_volume,
     volume_facts,
@@ -57,9 +60,12 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
 )
 from pyrigaud.adapters.staging.progress import TransferProgress
 from pyrigaud.adapters.staging.transfers import (
+    RECORD_SUFFIX,
+    answer_again,
     checked_location,
     checksum_mismatch,
     expected_sha256,
+    import_record,
     imported_name,
     staged_chunks,
     sweep_dead_transfers,
@@ -82,6 +88,7 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
+MAX_RECORD_BYTES = 64 * 1024
 VirDomain = Any
 
 logger = logging.getLogger(__name__)
@@ -232,17 +239,54 @@ class LibvirtDiskTransfer:
         sweep_dead_transfers(self.staging, source, self.abandoned_after_seconds)
         reader = unwrap(self.staging.open_read(source))
         try:
+            record = _earlier_record(conn, pool, name)
+            if record is not None:
+                return answer_again(
+                    record,
+                    reader,
+                    source,
+                    expected=expected,
+                    name=name,
+                    place=f"storage pool {pool_name!r}",
+                )
             with self._staged_volume(conn, pool, reader, source, expected) as (staged, digest):
                 existing = find_volume(pool, name)
                 if existing is None:
                     path = _converted(conn, pool, staged, name)
-                else:
+                else:  # no record: its import was killed before it kept one
                     path = self._earlier_import(conn, pool, staged, existing, pool_name)
         finally:
             reader.close()
-        return ImportResult(
+        result = ImportResult(
             disk_id=name, path=path, actual_size_bytes=digest.size_bytes, checksum=digest.sha256
         )
+        self._keep_record(conn, pool, name, result, made_now=existing is None)
+        return result
+
+    def _keep_record(
+        self,
+        conn: VirConnect,
+        pool: VirStoragePool,
+        name: str,
+        result: ImportResult,
+        *,
+        made_now: bool,
+    ) -> None:
+        """The import's answer in a small volume beside the disk; a disk this call made goes
+        if its record cannot be kept."""
+        record = import_record(result)
+        try:
+            write_new_volume(
+                conn,
+                pool,
+                volume_xml(f"{name}{RECORD_SUFFIX}", len(record), volume_format="raw"),
+                (record,),
+                self.host.write_volume,
+            )
+        except BaseException:
+            if made_now:
+                delete_volume(conn, result.path)
+            raise
 
     @contextlib.contextmanager
     def _staged_volume(
@@ -294,9 +338,9 @@ class LibvirtDiskTransfer:
     def _earlier_import(
         self, conn: VirConnect, pool: VirStoragePool, staged: str, existing: str, pool_name: str
     ) -> str:
-        """A retried import (its first answer was lost) finds its own volume: the staged bytes
-        converted again give the same volume (the conversion is deterministic), answered again;
-        other content is a name clash."""
+        """A disk of that name without a record (its import was killed before keeping one):
+        the staged bytes converted again give the same volume (the conversion is
+        deterministic) if they made it; other content is a name clash."""
         clash = ProviderError.already_exists(
             f"target_name: storage pool {pool_name!r} already has a volume "
             f"{PurePosixPath(existing).name!r} with other content; delete it or pick another "
@@ -322,6 +366,21 @@ def _exported(digest: StagedDigest) -> ExportResult:
         estimated_size_bytes=digest.size_bytes,
         checksum=digest.sha256,
     )
+
+
+def _earlier_record(conn: VirConnect, pool: VirStoragePool, name: str) -> bytes | None:
+    """The record of an earlier import into volume `name` that is still there; the record of
+    a volume deleted since is removed."""
+    record_path = find_volume(pool, f"{name}{RECORD_SUFFIX}")
+    if record_path is None:
+        return None
+    if find_volume(pool, name) is None:
+        delete_volume(conn, record_path)
+        return None
+    record = conn.storageVolLookupByPath(record_path)
+    if int(record.info()[1]) > MAX_RECORD_BYTES:
+        return b""  # not one of ours: a clash
+    return b"".join(refusing_unsupported("download", lambda: list(volume_chunks(conn, record))))
 
 
 def _converted(conn: VirConnect, pool: VirStoragePool, staged: str, name: str) -> str:

@@ -46,10 +46,13 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
 )
 from pyrigaud.adapters.staging.progress import TransferProgress
 from pyrigaud.adapters.staging.transfers import (
+    RECORD_SUFFIX,
+    answer_again,
     checked_location,
     checksum_mismatch,
     counted,
     expected_sha256,
+    import_record,
     imported_name,
     staged_chunks,
     sweep_dead_transfers,
@@ -75,7 +78,6 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 EXPORT_FORMATS = ("vmdk", "qcow2", "raw")
 IMPORT_FORMATS = ("vmdk", "qcow2", "raw")  # what the staged bytes may be, judged by their header
 HEADER_BYTES = 512
-RECORD_SUFFIX = ".pyrigaud-import.json"
 
 
 class VSphereDiskTransfer:
@@ -217,8 +219,13 @@ class VSphereDiskTransfer:
         try:
             earlier = self._earlier_record(instance, record_path, f"[{datastore}] {name}")
             if earlier is not None:
-                return self._earlier_import(
-                    earlier, reader, source, expected=expected, name=name, datastore=datastore
+                return answer_again(
+                    earlier,
+                    reader,
+                    source,
+                    expected=expected,
+                    name=name,
+                    place=f"datastore {datastore!r}",
                 )
             with scratch_file(self._scratch_dir) as vmdk:
                 capacity, digest = self._stream_optimized(reader, source, vmdk)
@@ -235,9 +242,7 @@ class VSphereDiskTransfer:
             disk_id=name, path=path, actual_size_bytes=digest.size_bytes, checksum=digest.sha256
         )
         try:
-            datastore_files.write_small(
-                instance, record_path, json.dumps(result.model_dump()).encode()
-            )
+            datastore_files.write_small(instance, record_path, import_record(result))
         except BaseException:
             datastore_files.delete(instance, f"[{datastore}] {name}")
             raise
@@ -295,35 +300,6 @@ class VSphereDiskTransfer:
             return record
         datastore_files.delete(instance, folder)
         return None
-
-    def _earlier_import(
-        self,
-        record: bytes,
-        reader: StagedReader,
-        source: StagedLocation,
-        *,
-        expected: str | None,
-        name: str,
-        datastore: str,
-    ) -> ImportResult:
-        """A retried import (its first answer was lost) of the same bytes answers the same;
-        other bytes under that name are a clash."""
-        try:
-            earlier = ImportResult.model_validate(json.loads(record))
-        except ValueError:
-            earlier = None
-        if earlier is not None and expected is None:
-            for _ in staged_chunks(reader, TransferProgress(f"checksum of {name!r}", source)):
-                pass
-            expected = reader.digest().sha256
-        if earlier is None or earlier.checksum != expected:
-            raise ExpectedError(
-                ProviderError.already_exists(
-                    f"target_name: datastore {datastore!r} already has an imported disk "
-                    f"{name!r} with other content; delete it or pick another target_name"
-                )
-            )
-        return earlier
 
 
 def _disk_index(disks: list[Any], disk_id: str, vm: str) -> int:
