@@ -180,6 +180,19 @@ def _sha256(content: bytes | None) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+def test_capabilities_tell_what_moves_and_how(site: Site) -> None:
+    caps = site.backend.capabilities.capabilities()
+
+    assert caps.supports_disk_export
+    assert caps.supports_disk_import
+    assert caps.supported_export_formats == ("qcow2", "raw")
+    assert caps.supported_import_formats == ("qcow2", "raw", "vmdk")
+    # What this machine's staging reaches: the s3 extra and libnfs are installed here.
+    assert caps.supported_export_backends == caps.supported_import_backends == ("pvc", "nfs", "s3")
+    assert caps.supported_transfer_modes == ("relay",)
+    assert not caps.supports_export_compression
+
+
 def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site) -> None:
     source = site.vm("xfer-source")
     before = site.volume_names()

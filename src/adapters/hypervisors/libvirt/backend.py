@@ -78,7 +78,7 @@ def build_libvirt_backend(
         power=LibvirtPowerControl(host),
         inventory=inventory,
         health=LibvirtHealth(host),
-        capabilities=LibvirtCapabilities(staging.backends),
+        capabilities=LibvirtCapabilities(host, staging.backends),
         tasks=LibvirtTasks(),
         snapshots=LibvirtSnapshots(host),
         cloning=LibvirtCloning(host),

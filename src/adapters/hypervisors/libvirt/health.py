@@ -3,12 +3,16 @@ its host answers. libvirt has no native tasks: every operation here completes in
 
 from __future__ import annotations
 
+import libvirt
+
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.domain.errors import ExpectedError
 from pyrigaud.domain.models import Capabilities, HealthReport, TransferBackend
 from pyrigaud.domain.tasks import TaskState
 
+TEST_DRIVER = "TEST"  # virConnectGetType of libvirt's test driver
 LIBVIRT_CAPABILITIES = Capabilities(
     supports_reconfigure_online=True,
     supports_disk_expansion_online=True,
@@ -51,15 +55,33 @@ class LibvirtHealth:
 
 
 class LibvirtCapabilities:
-    def __init__(self, staging_backends: tuple[TransferBackend, ...]) -> None:
+    """What the backend can do on its host. Disk export and import need volume streams, which
+    libvirt's test driver lacks (it answers them UNIMPLEMENTED): there they are not claimed."""
+
+    def __init__(self, host: LibvirtHost, staging_backends: tuple[TransferBackend, ...]) -> None:
         """`staging_backends`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
         names = tuple(backend.value for backend in staging_backends)
+        self._host = host
         self._capabilities = LIBVIRT_CAPABILITIES.model_copy(
             update={"supported_export_backends": names, "supported_import_backends": names}
         )
+        self._without_streams = LIBVIRT_CAPABILITIES.model_copy(
+            update={
+                "supports_disk_export": False,
+                "supports_disk_import": False,
+                "supported_export_formats": (),
+                "supported_import_formats": (),
+            }
+        )
 
     def capabilities(self) -> Capabilities:
-        return self._capabilities
+        """One call asks which driver answers; a host that cannot be reached is claimed as a
+        hypervisor (its transfers then answer UNAVAILABLE, as every other call does)."""
+        try:
+            driver = self._host.connection.call(lambda conn: str(conn.getType()))
+        except (libvirt.libvirtError, ExpectedError):
+            return self._capabilities
+        return self._without_streams if driver == TEST_DRIVER else self._capabilities
 
 
 class LibvirtTasks:
