@@ -29,8 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from returns.result import Result
 
@@ -133,6 +131,11 @@ class S3Staging:
         return as_result(swept)
 
     def _client(self, location: StagedLocation) -> S3Client:
+        # Imported here, at the first S3 transfer: boto3 and its configuration take ~9 MiB a
+        # provider that never stages to S3 should not hold.
+        import boto3  # noqa: PLC0415
+        from botocore.config import Config  # noqa: PLC0415
+
         credentials = location.credentials
         if credentials is None:  # parse_staged_location always sets them for s3
             raise ExpectedError(ProviderError.invalid_spec("credentials", "required for s3"))
