@@ -27,6 +27,12 @@
 // import lease stored in the disk file as they are, or, for a disk the simulator left blank, a
 // vmdk of the disk's capacity holding no grains.
 //
+// For update sets: the simulator's WaitForUpdatesEx ignores maxObjectUpdates (a view's first
+// update set comes in one answer, however large) and collects each filter's whole spec again
+// for every object update it dispatches (seconds per change over a view of 10,000 VMs). The
+// launcher's property collector (type collector) pages update sets as vCenter does and sends a
+// change to an object as the filter's properties that change touched, read from that object.
+//
 // Every simulated task completes before its call returns, so with -held-task the launcher also
 // makes one task that stays running forever and prints its MoRef on a second line: the only
 // way to see an unfinished task through the API.
@@ -34,6 +40,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/xml"
@@ -59,8 +66,10 @@ import (
 
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
@@ -113,6 +122,7 @@ func main() {
 		log.Fatalf("vcsim-launcher: building the inventory: %v", err)
 	}
 	defer model.Remove()
+	useCollector()
 
 	model.Service.TLS = new(tls.Config)
 	model.Service.Listen = &url.URL{
@@ -988,4 +998,458 @@ func deepCopy(v reflect.Value) reflect.Value {
 	default:
 		return v
 	}
+}
+
+// collector is the simulator's PropertyCollector with WaitForUpdatesEx answered as vCenter
+// does. The simulator's own answers every object update it dispatches by collecting each
+// filter's whole spec again (at 10,000 VMs, seconds per change) and ignores maxObjectUpdates
+// (the first update set of a large view comes in one answer). This one keeps, per filter, the
+// objects it has reported: a change to one of them sends the filter's properties that change
+// touched, read afresh from that object alone; the filter's object set is walked again (the
+// references only) when a property it traverses changes or one of its objects is removed; and
+// an update set larger than maxObjectUpdates is sent in pages marked truncated, each with a
+// version that continues it.
+//
+// The simulator makes a session's collectors by instantiating the type registered for the
+// root one, so collectors work from their zero value.
+type collector struct {
+	simulator.PropertyCollector
+
+	polling  sync.Mutex // one WaitForUpdatesEx at a time; guards the fields below it
+	version  int        // of the last update set answered
+	backlog  []types.PropertyFilterUpdate
+	reported map[types.ManagedObjectReference]map[types.ManagedObjectReference]struct{}
+
+	mu     sync.Mutex // guards the fields below it (the registry calls the handlers)
+	events []change
+	wake   chan struct{}
+	cancel context.CancelFunc
+}
+
+// change is what the registry told of an object: the properties it changed, or its removal.
+type change struct {
+	obj   types.ManagedObjectReference
+	names []string
+	gone  bool
+}
+
+// settle lets the rest of a burst (a task's creation, its states, the object it works on)
+// arrive before a change is answered, so that the burst goes in one update set.
+const settle = 20 * time.Millisecond
+
+// useCollector makes every session's PropertyCollector a collector.
+func useCollector() {
+	root := simulator.Map.Get(vim25.ServiceInstance).(*simulator.ServiceInstance).Content.PropertyCollector
+	pc := &collector{}
+	pc.Self = root
+	simulator.Map.Put(pc)
+}
+
+func (c *collector) CreatePropertyCollector(ctx *simulator.Context, r *types.CreatePropertyCollector) soap.HasFault {
+	made := &collector{}
+	made.Self.Type = "PropertyCollector" // the session names an object after its Go type otherwise
+	return &methods.CreatePropertyCollectorBody{Res: &types.CreatePropertyCollectorResponse{
+		Returnval: ctx.Session.Put(made).Reference(),
+	}}
+}
+
+func (c *collector) DestroyPropertyCollector(ctx *simulator.Context, r *types.DestroyPropertyCollector) soap.HasFault {
+	c.CancelWaitForUpdates(&types.CancelWaitForUpdates{This: r.This})
+	ctx.Map.RemoveHandler(c)
+	return c.PropertyCollector.DestroyPropertyCollector(ctx, r)
+}
+
+func (c *collector) CancelWaitForUpdates(r *types.CancelWaitForUpdates) soap.HasFault {
+	c.mu.Lock()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.mu.Unlock()
+	return &methods.CancelWaitForUpdatesBody{Res: new(types.CancelWaitForUpdatesResponse)}
+}
+
+// PutObject ignores a new object: it joins a filter only through a traversed property (a
+// container view's "view" for one), whose change says so.
+func (c *collector) PutObject(mo.Reference) {}
+
+func (c *collector) UpdateObject(obj mo.Reference, changes []types.PropertyChange) {
+	names := make([]string, len(changes))
+	for i := range changes {
+		names[i] = changes[i].Name
+	}
+	c.note(change{obj: obj.Reference(), names: names})
+}
+
+func (c *collector) RemoveObject(ref types.ManagedObjectReference) {
+	c.note(change{obj: ref, gone: true})
+}
+
+func (c *collector) note(e change) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, e)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// WaitForUpdates is the deprecated form: no options, so it waits until there is something.
+func (c *collector) WaitForUpdates(ctx *simulator.Context, r *types.WaitForUpdates) soap.HasFault {
+	body := &methods.WaitForUpdatesBody{}
+	res := c.WaitForUpdatesEx(ctx, &types.WaitForUpdatesEx{This: r.This, Version: r.Version})
+	if res.Fault() != nil {
+		body.Fault_ = res.Fault()
+	} else if set := res.(*methods.WaitForUpdatesExBody).Res.Returnval; set != nil {
+		body.Res = &types.WaitForUpdatesResponse{Returnval: *set}
+	}
+	return body
+}
+
+func (c *collector) WaitForUpdatesEx(ctx *simulator.Context, r *types.WaitForUpdatesEx) soap.HasFault {
+	c.polling.Lock()
+	defer c.polling.Unlock()
+	body := &methods.WaitForUpdatesExBody{Res: new(types.WaitForUpdatesExResponse)}
+
+	wait, cancel := context.WithCancel(context.Background())
+	once, limit := false, 0
+	if options := r.Options; options != nil {
+		limit = int(options.MaxObjectUpdates)
+		if seconds := options.MaxWaitSeconds; seconds != nil {
+			once = *seconds == 0
+			if *seconds > 0 {
+				wait, cancel = context.WithTimeout(context.Background(), time.Duration(*seconds)*time.Second)
+			}
+		}
+	}
+	defer cancel()
+	c.mu.Lock()
+	c.cancel = cancel
+	if c.wake == nil {
+		c.wake = make(chan struct{}, 1)
+	}
+	c.mu.Unlock()
+
+	initial := r.Version == ""
+	switch {
+	case initial:
+		c.restart(ctx)
+	case r.Version != strconv.Itoa(c.version):
+		body.Fault_ = simulator.Fault("version is not the last one returned", &types.InvalidArgument{InvalidProperty: "version"})
+		body.Res = nil
+		return body
+	}
+	for {
+		if len(c.backlog) == 0 {
+			updates, fault := c.changes(ctx)
+			if fault != nil {
+				body.Fault_ = simulator.Fault("", fault)
+				body.Res = nil
+				return body
+			}
+			c.backlog = updates
+		}
+		if len(c.backlog) != 0 || initial {
+			body.Res.Returnval = c.page(limit)
+			return body
+		}
+		if once {
+			return body
+		}
+		select {
+		case <-wait.Done():
+			if wait.Err() == context.Canceled {
+				body.Fault_ = simulator.Fault("", new(types.RequestCanceled))
+				body.Res = nil
+			}
+			return body
+		case <-c.wake:
+			time.Sleep(settle)
+		}
+	}
+}
+
+// restart forgets what every filter reported and what was left to send: all is read again.
+func (c *collector) restart(ctx *simulator.Context) {
+	ctx.Map.AddHandler(c) // before reading, so that no change falls between the read and the listening
+	c.mu.Lock()
+	c.events = nil
+	c.mu.Unlock()
+	c.backlog = nil
+	c.reported = make(map[types.ManagedObjectReference]map[types.ManagedObjectReference]struct{})
+}
+
+// page takes at most limit ObjectUpdates (all when limit is 0) off the backlog as the next
+// update set, truncated when some are left.
+func (c *collector) page(limit int) *types.UpdateSet {
+	set := new(types.UpdateSet)
+	for taken := 0; len(c.backlog) != 0 && (limit <= 0 || taken < limit); {
+		update := &c.backlog[0]
+		n := len(update.ObjectSet)
+		if limit > 0 && n > limit-taken {
+			n = limit - taken
+		}
+		set.FilterSet = append(set.FilterSet, types.PropertyFilterUpdate{Filter: update.Filter, ObjectSet: update.ObjectSet[:n]})
+		update.ObjectSet = update.ObjectSet[n:]
+		taken += n
+		if len(update.ObjectSet) == 0 {
+			c.backlog = c.backlog[1:]
+		}
+	}
+	if len(c.backlog) != 0 {
+		set.Truncated = types.NewBool(true)
+	}
+	c.version++
+	set.Version = strconv.Itoa(c.version)
+	return set
+}
+
+// changes turns the registry's changes since the last call into each filter's updates; a
+// filter not seen before reports all its objects as entering.
+func (c *collector) changes(ctx *simulator.Context) ([]types.PropertyFilterUpdate, types.BaseMethodFault) {
+	c.mu.Lock()
+	events := c.events
+	c.events = nil
+	c.mu.Unlock()
+
+	var updates []types.PropertyFilterUpdate
+	live := make(map[types.ManagedObjectReference]bool, len(c.Filter))
+	for _, ref := range c.Filter {
+		live[ref] = true
+		filter, ok := ctx.Session.Get(ref).(*simulator.PropertyFilter)
+		if !ok {
+			continue
+		}
+		objects, fault := c.filterChanges(ctx, filter, events)
+		if fault != nil {
+			return nil, fault
+		}
+		if len(objects) != 0 {
+			updates = append(updates, types.PropertyFilterUpdate{Filter: ref, ObjectSet: objects})
+		}
+	}
+	for ref := range c.reported {
+		if !live[ref] { // destroyed
+			delete(c.reported, ref)
+		}
+	}
+	return updates, nil
+}
+
+// filterChanges is one filter's share of the events: objects that entered its set (with its
+// properties), left it, or changed properties it selects (those alone).
+func (c *collector) filterChanges(ctx *simulator.Context, filter *simulator.PropertyFilter, events []change) ([]types.ObjectUpdate, types.BaseMethodFault) {
+	reported, known := c.reported[filter.Self]
+	if !known {
+		reported = make(map[types.ManagedObjectReference]struct{})
+		c.reported[filter.Self] = reported
+		contents, fault := retrieve(ctx, filter.Spec)
+		return entering(contents, reported), fault
+	}
+
+	traversed := traversedPaths(filter.Spec.ObjectSet)
+	rewalk := false
+	gone := make(map[types.ManagedObjectReference]bool)
+	var touched []types.ManagedObjectReference
+	names := make(map[types.ManagedObjectReference][]string)
+	for _, e := range events {
+		_, member := reported[e.obj]
+		if e.gone {
+			gone[e.obj] = true
+			rewalk = rewalk || member
+			continue
+		}
+		for _, name := range e.names {
+			for _, path := range traversed {
+				rewalk = rewalk || related(name, path)
+			}
+		}
+		if member {
+			if _, seen := names[e.obj]; !seen {
+				touched = append(touched, e.obj)
+			}
+			names[e.obj] = append(names[e.obj], e.names...)
+		}
+	}
+
+	var objects []types.ObjectUpdate
+	if rewalk {
+		members, fault := retrieve(ctx, types.PropertyFilterSpec{ObjectSet: filter.Spec.ObjectSet, PropSet: typesOnly(filter.Spec.PropSet)})
+		if fault != nil {
+			return nil, fault
+		}
+		present := make(map[types.ManagedObjectReference]bool, len(members))
+		var arrived []types.ObjectSpec
+		for _, member := range members {
+			if gone[member.Obj] {
+				continue
+			}
+			present[member.Obj] = true
+			if _, ok := reported[member.Obj]; !ok {
+				arrived = append(arrived, types.ObjectSpec{Obj: member.Obj})
+			}
+		}
+		for ref := range reported {
+			if !present[ref] {
+				delete(reported, ref)
+				objects = append(objects, types.ObjectUpdate{Obj: ref, Kind: types.ObjectUpdateKindLeave})
+			}
+		}
+		if len(arrived) != 0 {
+			contents, fault := retrieve(ctx, types.PropertyFilterSpec{ObjectSet: arrived, PropSet: filter.Spec.PropSet, ReportMissingObjectsInResults: types.NewBool(true)})
+			if fault != nil {
+				return nil, fault
+			}
+			objects = append(objects, entering(contents, reported)...)
+		}
+	}
+	for _, ref := range touched {
+		if _, ok := reported[ref]; !ok || gone[ref] {
+			continue
+		}
+		update, fault := modified(ctx, ref, filter.Spec.PropSet, names[ref])
+		if fault != nil {
+			return nil, fault
+		}
+		if len(update.ChangeSet) != 0 {
+			objects = append(objects, update)
+		}
+	}
+	return objects, nil
+}
+
+// modified reads afresh the properties the filter selects that the named changes touched: a
+// change inside a selected property sends the whole selected property, and a change that
+// encloses one sends the selected one; a property now unset is sent without a value.
+func modified(ctx *simulator.Context, ref types.ManagedObjectReference, specs []types.PropertySpec, names []string) (types.ObjectUpdate, types.BaseMethodFault) {
+	update := types.ObjectUpdate{Obj: ref, Kind: types.ObjectUpdateKindModify}
+	var selected []types.PropertySpec
+	for _, spec := range specs {
+		var paths []string
+		for _, name := range names {
+			if isTrue(spec.All) {
+				paths = appendNew(paths, strings.SplitN(name, ".", 2)[0])
+				continue
+			}
+			for _, path := range spec.PathSet {
+				if related(name, path) {
+					paths = appendNew(paths, path)
+				}
+			}
+		}
+		if len(paths) != 0 {
+			selected = append(selected, types.PropertySpec{Type: spec.Type, PathSet: paths})
+		}
+	}
+	if len(selected) == 0 {
+		return update, nil
+	}
+	contents, fault := retrieve(ctx, types.PropertyFilterSpec{
+		ObjectSet:                     []types.ObjectSpec{{Obj: ref}},
+		PropSet:                       selected,
+		ReportMissingObjectsInResults: types.NewBool(true),
+	})
+	if fault != nil || len(contents) == 0 {
+		return update, fault
+	}
+	values := make(map[string]types.AnyType)
+	for _, property := range contents[0].PropSet {
+		values[property.Name] = property.Val
+	}
+	var sent []string
+	for _, spec := range selected {
+		for _, path := range spec.PathSet {
+			if !contains(sent, path) && !missing(contents[0].MissingSet, path) {
+				sent = append(sent, path)
+				update.ChangeSet = append(update.ChangeSet, types.PropertyChange{Name: path, Op: types.PropertyChangeOpAssign, Val: values[path]})
+			}
+		}
+	}
+	return update, nil
+}
+
+// entering makes the objects' contents enter updates and notes them as reported.
+func entering(contents []types.ObjectContent, reported map[types.ManagedObjectReference]struct{}) []types.ObjectUpdate {
+	objects := make([]types.ObjectUpdate, 0, len(contents))
+	for _, content := range contents {
+		reported[content.Obj] = struct{}{}
+		update := types.ObjectUpdate{Obj: content.Obj, Kind: types.ObjectUpdateKindEnter}
+		for _, property := range content.PropSet {
+			update.ChangeSet = append(update.ChangeSet, types.PropertyChange{Name: property.Name, Op: types.PropertyChangeOpAssign, Val: property.Val})
+		}
+		objects = append(objects, update)
+	}
+	return objects
+}
+
+// retrieve is RetrievePropertiesEx on the simulator's collector (unset properties left out).
+func retrieve(ctx *simulator.Context, spec types.PropertyFilterSpec) ([]types.ObjectContent, types.BaseMethodFault) {
+	res := new(simulator.PropertyCollector).RetrievePropertiesEx(ctx, &types.RetrievePropertiesEx{SpecSet: []types.PropertyFilterSpec{spec}})
+	if fault := res.Fault(); fault != nil {
+		if detail, ok := fault.VimFault().(types.BaseMethodFault); ok {
+			return nil, detail
+		}
+		return nil, &types.SystemError{Reason: fault.String}
+	}
+	return res.(*methods.RetrievePropertiesExBody).Res.Returnval.Objects, nil
+}
+
+// typesOnly selects no property of the same types: what a filter covers, cheaply.
+func typesOnly(specs []types.PropertySpec) []types.PropertySpec {
+	kinds := make([]types.PropertySpec, len(specs))
+	for i, spec := range specs {
+		kinds[i] = types.PropertySpec{Type: spec.Type}
+	}
+	return kinds
+}
+
+// traversedPaths are the properties the object set's traversal specs follow.
+func traversedPaths(objects []types.ObjectSpec) []string {
+	var paths []string
+	var visit func([]types.BaseSelectionSpec)
+	visit = func(selections []types.BaseSelectionSpec) {
+		for _, selection := range selections {
+			if traversal, ok := selection.(*types.TraversalSpec); ok {
+				paths = appendNew(paths, traversal.Path)
+				visit(traversal.SelectSet)
+			}
+		}
+	}
+	for _, object := range objects {
+		visit(object.SelectSet)
+	}
+	return paths
+}
+
+// related tells whether a change to one property path can change the other: the same path,
+// or one inside the other.
+func related(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
+}
+
+func missing(set []types.MissingProperty, path string) bool {
+	for _, property := range set {
+		if property.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func contains(list []string, s string) bool {
+	for _, item := range list {
+		if item == s {
+			return true
+		}
+	}
+	return false
+}
+
+func appendNew(list []string, s string) []string {
+	if contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }

@@ -41,7 +41,7 @@ vmodl: Any = untyped_vmodl
 logger = logging.getLogger(__name__)
 
 WAIT_SECONDS = 1  # a long-poll's longest wait: how soon the thread notices it should stop
-MAX_OBJECT_UPDATES = 1000  # vCenter pages a large update set (truncated); the simulator does not
+MAX_OBJECT_UPDATES = 1000  # vCenter pages a large update set (truncated), and so does the launcher
 RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)  # after a failed login or poll, growing, then steady
 TASK_PROPERTIES = ("info.entity", "info.state")
 ENDED_TASK_STATES = ("success", "error")
