@@ -5,18 +5,18 @@ Complete, Abort, ListMultipartUploads) as public API, so this module owns the bo
 buffer, the part size and the abort on every failure path; minio-py keeps those calls private
 and decides part sizes itself. botocore's "standard" retry mode retries every call, each
 UploadPart included, on transient failures (connection errors, 5xx, throttling) with jittered
-backoff; the body of a part is bytes, so a retry resends it whole. It is AWS's own, well-kept
-client, and boto3-stubs types it for mypy.
+backoff; a part's body is held in memory, so a retry resends it whole. It is AWS's own,
+well-kept client, and boto3-stubs types it for mypy.
 
 A writer uploads up to PARTS_IN_FLIGHT parts on threads of its own while the caller fills the
-next, so reading the source overlaps sending to S3; it holds at most PARTS_IN_FLIGHT + 1 part
-buffers (of the part size) in memory, made once and reused. With a known size the part size
-is the smallest that fits the object in S3's 10,000 parts (never under PART_BYTES); with an
-unknown size it doubles every 1,000 parts, so any object S3 accepts (5 TiB) fits. An object
-smaller than one part is one PutObject. Nothing appears under the final key before
-CompleteMultipartUpload, parts are completed in order, and any failure (a part's on its
-thread is raised by the next write or the commit) aborts the upload, once the parts in flight
-have ended; commit and abort stop the writer's threads.
+next, so reading the source overlaps sending to S3. It holds at most PARTS_IN_FLIGHT + 1 part
+buffers in memory (of the part size: 8 MiB for objects up to 80 GiB), made once and reused.
+With a known size the part size is the smallest that fits the object in S3's 10,000 parts
+(never under PART_BYTES); with an unknown size it doubles every 1,000 parts, so any object S3
+accepts (5 TiB) fits. An object smaller than one part is one PutObject. Nothing appears under
+the final key before CompleteMultipartUpload, parts are completed in order, and any failure
+(a part's, on its thread, is raised by the next write or the commit) aborts the upload once
+the parts in flight have ended; commit and abort stop the writer's threads.
 
 S3 lists uploads in progress without their metadata (and S3 servers such as moto do not even
 report their start), so each upload gets a marker object beside its key, named like the other
@@ -250,7 +250,8 @@ class S3Reader:
 
 class S3Writer(TemporaryWriter):
     """Fills a part while up to PARTS_IN_FLIGHT earlier ones upload on the writer's own
-    threads; the part buffers are made once and reused, so none is copied or reallocated."""
+    threads. A chunk is copied once, into its part's buffer; the buffers are made once and
+    reused, so the process's heap does not churn 8 MiB blocks."""
 
     def __init__(
         self, client: S3Client, location: StagedLocation, plan: PartPlan, marker: str
