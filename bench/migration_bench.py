@@ -6,6 +6,7 @@ moto, nfs-ganesha and Go for the vCenter simulator, as the tests do):
 
     .venv/bin/python bench/migration_bench.py              # 2 GiB, ~30 minutes (moto is slow)
     .venv/bin/python bench/migration_bench.py --gib 0.25 --json out.json
+    .venv/bin/python bench/migration_bench.py --storages s3 --libvirt-export-only
 
 libvirt: a VM is created (pyrigaud's Create) from a raw volume of random bytes in a pool of its
 own, so its disk is a qcow2 overlay, as a migrated VM's is. Then, per storage -- a PVC folder,
@@ -145,7 +146,8 @@ def unwrapped(result: Any) -> Any:
     return result.unwrap()
 
 
-def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
+def storages(stack: ExitStack, workdir: Path, root: Path, kinds: list[str]) -> list[Storage]:
+    """The storages of `kinds`, in the order they are measured; only their servers start."""
     (root / "mig").mkdir(parents=True)
     pvc = Storage(
         kind="pvc",
@@ -160,11 +162,19 @@ def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
         ),
         folder=root / "mig" / "vmmigrations" / "ns" / "bench",
     )
-    for folder in ("moto", "ganesha"):
-        (workdir / folder).mkdir()
+    found = [pvc]
+    if "s3" in kinds:
+        found.append(_s3(stack, workdir))
+    if "nfs" in kinds:  # first: its server registers with a shared rpcbind
+        found.insert(0, _nfs(stack, workdir))
+    return [place for place in found if place.kind in kinds]
+
+
+def _s3(stack: ExitStack, workdir: Path) -> Storage:
+    (workdir / "moto").mkdir()
     s3_server = stack.enter_context(moto_s3(workdir / "moto"))
     client = s3_server.client()
-    s3 = Storage(
+    return Storage(
         kind="s3",
         url=lambda name: f"s3://{s3_server.bucket}/vmmigrations/ns/bench/{name}",
         options={
@@ -184,9 +194,13 @@ def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
             s3_server.bucket, f"vmmigrations/ns/bench/{name}", str(target)
         ),
     )
+
+
+def _nfs(stack: ExitStack, workdir: Path) -> Storage:
+    (workdir / "ganesha").mkdir()
     nfs_server = stack.enter_context(ganesha_nfs(workdir / "ganesha"))
     base = f"nfs://{nfs_server.server}{nfs_server.export}"
-    nfs = Storage(
+    return Storage(
         kind="nfs",
         url=lambda name: f"{base}/vmmigrations-ns-bench-{name}",
         options={"backend": "nfs", "server": nfs_server.server, "export": str(nfs_server.export)},
@@ -194,7 +208,6 @@ def storages(stack: ExitStack, workdir: Path, root: Path) -> list[Storage]:
         upload=lambda source, name: _nfs_cp(str(source), f"{base}/vmmigrations-ns-bench-{name}"),
         download=lambda name, target: _nfs_cp(f"{base}/vmmigrations-ns-bench-{name}", str(target)),
     )
-    return [nfs, pvc, s3]  # NFS first: its server registers with a shared rpcbind
 
 
 def _cp(source: Path, target: Path) -> None:
@@ -225,7 +238,7 @@ def bench_pool(conn: Any) -> Iterator[Any]:
         shutil.rmtree(POOL_PATH, ignore_errors=True)
 
 
-def run(gib: float) -> list[Row]:
+def run(gib: float, kinds: list[str], libvirt_export_only: bool) -> list[Row]:
     size = int(gib * 1024**3) // CHUNK * CHUNK
     conn = libvirt.open(URI)
     workdir = Path(tempfile.mkdtemp(prefix="migration-bench-"))
@@ -234,7 +247,7 @@ def run(gib: float) -> list[Row]:
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         pool = stack.enter_context(bench_pool(conn))
         root = workdir / "migration-storage"
-        places = storages(stack, workdir, root)
+        places = storages(stack, workdir, root, kinds)
         base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
         upload_volume(conn, base, (os.urandom(CHUNK) for _ in range(size // CHUNK)))
         connection = LibvirtConnection(URI)
@@ -255,10 +268,12 @@ def run(gib: float) -> list[Row]:
             name="bench-migration", vm_class=VMClass(cpu=1, memory_mib=256), image=image
         )
         vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
-        simulator = stack.enter_context(running_simulator())
-        vsphere = backend_over(
-            simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
-        )
+        vsphere = None
+        if not libvirt_export_only:
+            simulator = stack.enter_context(running_simulator())
+            vsphere = backend_over(
+                simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
+            )
         try:
             return _compare(backend, connection, vsphere, places, vm_id, Path(base.path()))
         finally:
@@ -269,24 +284,28 @@ def _compare(
     backend: Any, connection: Any, vsphere: Any, places: list[Storage], vm_id: str, raw: Path
 ) -> list[Row]:
     """Per storage, libvirt then vSphere: a storage's rows are measured close together (the
-    NFS server's registration with the shared rpcbind lasts only so long beside other tests)."""
+    NFS server's registration with the shared rpcbind lasts only so long beside other tests).
+    Without `vsphere`, libvirt's export rows alone."""
     rows: list[Row] = []
     floor_file = POOL_PATH / "bench-floor.qcow2"
     vsphere_vm = ""
     for place in places:
-        measured_rows = _one_storage(backend, connection, place, vm_id, floor_file)
-        floors = {row.direction: row.bytes / row.floor_seconds for row in measured_rows}
-        more, vsphere_vm = _vsphere(vsphere, place, raw, floors, vsphere_vm)
-        measured_rows += more
+        measured_rows = _one_storage(
+            backend, connection, place, vm_id, floor_file, imports=vsphere is not None
+        )
+        if vsphere is not None:
+            floors = {row.direction: row.bytes / row.floor_seconds for row in measured_rows}
+            more, vsphere_vm = _vsphere(vsphere, place, raw, floors, vsphere_vm)
+            measured_rows += more
         print(report(measured_rows), flush=True)  # as it goes: S3's floor on moto is slow
         rows += measured_rows
     return rows
 
 
 def _one_storage(
-    backend: Any, connection: Any, place: Storage, vm_id: str, floor_file: Path
+    backend: Any, connection: Any, place: Storage, vm_id: str, floor_file: Path, imports: bool
 ) -> list[Row]:
-    """Export and import through `place`, each beside its floor."""
+    """Export (and import, if `imports`) through `place`, each beside its floor."""
     port = backend.disk_transfer
     url = place.url("export.qcow2")
     seconds, rss, exported = measured(lambda: _export(port, vm_id, place, url, "qcow2"))
@@ -296,6 +315,8 @@ def _one_storage(
     synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
     size = exported.estimated_size_bytes
     rows = [Row("libvirt", place.kind, "export", "qcow2", seconds, floor, size, rss / MiB, synced)]
+    if not imports:
+        return rows
     seconds, rss, imported = measured(
         lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
     )
@@ -418,8 +439,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--storages",
+        nargs="+",
+        choices=("nfs", "pvc", "s3"),
+        default=["nfs", "pvc", "s3"],
+        help="measure only these storages (only their servers are started)",
+    )
+    parser.add_argument(
+        "--libvirt-export-only",
+        action="store_true",
+        help="only libvirt's export rows: no import, no vCenter simulator",
+    )
     arguments = parser.parse_args()
-    rows = run(arguments.gib)
+    rows = run(arguments.gib, arguments.storages, arguments.libvirt_export_only)
     print("\nAll rows:")
     print(report(rows))
     if arguments.json:

@@ -1,4 +1,4 @@
-"""S3 part sizes: any object S3 accepts fits in its 10,000 parts, with one part in memory."""
+"""S3 part sizes: any object S3 accepts fits in its 10,000 parts."""
 
 from __future__ import annotations
 

@@ -5,14 +5,18 @@ Complete, Abort, ListMultipartUploads) as public API, so this module owns the bo
 buffer, the part size and the abort on every failure path; minio-py keeps those calls private
 and decides part sizes itself. botocore's "standard" retry mode retries every call, each
 UploadPart included, on transient failures (connection errors, 5xx, throttling) with jittered
-backoff; the body of a part is bytes, so a retry resends it whole. It is AWS's own, well-kept
-client, and boto3-stubs types it for mypy.
+backoff; a part's body is held in memory, so a retry resends it whole. It is AWS's own,
+well-kept client, and boto3-stubs types it for mypy.
 
-A writer holds at most one part in memory. With a known size the part size is the smallest
-that fits the object in S3's 10,000 parts (never under PART_BYTES); with an unknown size it
-doubles every 1,000 parts, so any object S3 accepts (5 TiB) fits. An object smaller than one
-part is one PutObject. Nothing appears under the final key before CompleteMultipartUpload, and
-any failure aborts the upload.
+A writer uploads up to PARTS_IN_FLIGHT parts on threads of its own while the caller fills the
+next, so reading the source overlaps sending to S3. It holds at most PARTS_IN_FLIGHT + 1 part
+buffers in memory (of the part size: 8 MiB for objects up to 80 GiB), made once and reused.
+With a known size the part size is the smallest that fits the object in S3's 10,000 parts
+(never under PART_BYTES); with an unknown size it doubles every 1,000 parts, so any object S3
+accepts (5 TiB) fits. An object smaller than one part is one PutObject. Nothing appears under
+the final key before CompleteMultipartUpload, parts are completed in order, and any failure
+(a part's, on its thread, is raised by the next write or the commit) aborts the upload once
+the parts in flight have ended; commit and abort stop the writer's threads.
 
 S3 lists uploads in progress without their metadata (and S3 servers such as moto do not even
 report their start), so each upload gets a marker object beside its key, named like the other
@@ -25,9 +29,11 @@ from __future__ import annotations
 import json
 import math
 import secrets
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 from returns.result import Result
@@ -48,6 +54,7 @@ PART_BYTES = 8 * MiB  # S3's floor is 5 MiB for every part but the last
 MAX_PART_BYTES = 5 * 1024 * MiB
 MAX_PARTS = 10_000
 PARTS_PER_DOUBLING = 1_000
+PARTS_IN_FLIGHT = 2  # uploading while the next part fills: reading overlaps sending
 MAX_OBJECT_BYTES = 5 * 1024 * 1024 * MiB
 DENIED_CODES = frozenset(
     {
@@ -245,6 +252,10 @@ class S3Reader:
 
 
 class S3Writer(TemporaryWriter):
+    """Fills a part while up to PARTS_IN_FLIGHT earlier ones upload on the writer's own
+    threads. A chunk is copied once, into its part's buffer; the buffers are made once and
+    reused, so the process's heap does not churn 8 MiB blocks."""
+
     def __init__(
         self, client: S3Client, location: StagedLocation, plan: PartPlan, marker: str
     ) -> None:
@@ -253,29 +264,42 @@ class S3Writer(TemporaryWriter):
         self._location = location
         self._plan = plan
         self._marker = marker
-        self._buffer = bytearray()
+        self._filling: bytearray | None = None
+        self._filled = 0
+        self._spare: bytearray | None = None  # the buffer of the last part S3 acknowledged
+        self._sent = 0  # parts handed to the upload threads
         self._upload_id: str | None = None
+        self._uploads: ThreadPoolExecutor | None = None
+        self._in_flight: deque[tuple[Future[CompletedPartTypeDef], bytearray]] = deque()
         self._parts: list[CompletedPartTypeDef] = []
 
     def _write(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        while len(self._buffer) >= (size := self._plan.part_bytes(len(self._parts) + 1)):
-            part = bytes(self._buffer[:size])
-            del self._buffer[:size]
-            self._upload_part(part)
+        self._raise_failed_part()
+        data = memoryview(chunk)
+        while data:
+            part = self._part_buffer()
+            taken = min(len(data), len(part) - self._filled)
+            part[self._filled : self._filled + taken] = data[:taken]
+            self._filled += taken
+            data = data[taken:]
+            if self._filled == len(part):
+                self._send_filled()
 
     def _commit(self) -> None:
         bucket, key = self._location.container, self._location.key
         if self._upload_id is None:
-            body = bytes(self._buffer)
+            body = _shrunk(self._filling, self._filled) if self._filling is not None else b""
             _calling(
                 self._location,
                 "write",
                 lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body),
             )
             return
-        if self._buffer:
-            self._upload_part(bytes(self._buffer))
+        if self._filled:
+            self._send_filled()
+        while self._in_flight:
+            self._collect_oldest()
+        self._stop_uploads()
         upload_id, parts = self._upload_id, self._parts
         _calling(
             self._location,
@@ -284,31 +308,75 @@ class S3Writer(TemporaryWriter):
                 Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
             ),
         )
-        self._buffer.clear()
         _delete_marker(self._client, self._location, self._marker)
 
     def _abort(self) -> None:
-        self._buffer.clear()
+        # Parts still uploading end first: one that lands after the abort would stay stored.
+        self._stop_uploads()
+        self._in_flight.clear()
+        self._filling = self._spare = None
         if self._upload_id is not None:
             _remove_marked_upload(self._client, self._location, self._marker, self._upload_id)
 
-    def _upload_part(self, part: bytes) -> None:
-        bucket, key = self._location.container, self._location.key
+    def _part_buffer(self) -> bytearray:
+        """The part being filled: the spare buffer when it has this part's size."""
+        if self._filling is None:
+            size = self._plan.part_bytes(self._sent + 1)
+            spare, self._spare = self._spare, None
+            self._filling = spare if spare is not None and len(spare) == size else bytearray(size)
+            self._filled = 0
+        return self._filling
+
+    def _send_filled(self) -> None:
+        """Hand the filled part to an upload thread, once fewer than PARTS_IN_FLIGHT are."""
+        part, filled = self._filling, self._filled
+        assert part is not None  # a part is only sent once filled
         if self._upload_id is None:
             self._upload_id = self._start_upload()
-        upload_id, number = self._upload_id, len(self._parts) + 1
+            self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
+        number = self._sent + 1
         if number > MAX_PARTS:
             raise ExpectedError(
                 ProviderError.resource_exhausted(f"{self.url}: more than {MAX_PARTS} parts")
             )
+        if len(self._in_flight) == PARTS_IN_FLIGHT:
+            self._collect_oldest()
+        body = _shrunk(part, filled)
+        assert self._uploads is not None  # made with the upload
+        future = self._uploads.submit(self._sent_part, self._upload_id, number, body)
+        self._in_flight.append((future, part))
+        self._sent = number
+        self._filling, self._filled = None, 0
+
+    def _sent_part(self, upload_id: str, number: int, body: bytes) -> CompletedPartTypeDef:
+        """Upload one part (on an upload thread); botocore retries it whole."""
+        bucket, key = self._location.container, self._location.key
         answer = _calling(
             self._location,
             "write",
             lambda: self._client.upload_part(
-                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=part
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
             ),
         )
-        self._parts.append({"ETag": answer["ETag"], "PartNumber": number})
+        return {"ETag": answer["ETag"], "PartNumber": number}
+
+    def _collect_oldest(self) -> None:
+        """Wait for the oldest part in flight: its failure is raised, its buffer is spare."""
+        future, part = self._in_flight.popleft()
+        self._parts.append(future.result())
+        self._spare = part
+
+    def _raise_failed_part(self) -> None:
+        """A part that failed in the background fails the next write."""
+        for future, _ in self._in_flight:
+            if future.done() and future.exception() is not None:
+                future.result()
+
+    def _stop_uploads(self) -> None:
+        """Wait for the upload threads to end; none is left behind."""
+        if self._uploads is not None:
+            self._uploads.shutdown(wait=True, cancel_futures=True)
+            self._uploads = None
 
     def _start_upload(self) -> str:
         """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
@@ -330,6 +398,15 @@ class S3Writer(TemporaryWriter):
             _abort_upload(self._client, self._location, key, upload_id)
             raise
         return upload_id
+
+
+def _shrunk(part: bytearray, filled: int) -> bytes:
+    """The part's first `filled` bytes as a body, without a copy: a short part is the last
+    one, cut in place. botocore signs and urllib3 sends any bytes-like body as it is (the
+    stubs say bytes only)."""
+    if filled < len(part):
+        del part[filled:]
+    return cast(bytes, part)
 
 
 def _sibling(location: StagedLocation, name: str) -> str:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import random
+import threading
 
 import pytest
+from returns.result import Failure, Success
 
-from pyrigaud.adapters.staging.s3 import S3Staging
+from pyrigaud.adapters.staging.s3 import PARTS_IN_FLIGHT, S3Staging
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import TransferBackend
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location
@@ -50,6 +53,16 @@ def uploads_and_markers(server: S3Server) -> list[str]:
     ]
 
 
+def stored(server: S3Server, location: StagedLocation) -> bool:
+    listed = server.client().list_objects_v2(Bucket=server.bucket, Prefix=location.key)
+    return listed.get("KeyCount", 0) > 0
+
+
+def part_threads() -> list[threading.Thread]:
+    """The threads S3 writers upload their parts on, still alive."""
+    return [thread for thread in threading.enumerate() if thread.name.startswith("s3-part")]
+
+
 def test_a_known_size_is_uploaded_in_parts(s3_server: S3Server) -> None:
     data = bytes(range(256)) * (12 * MiB // 256)
     location = locate(s3_server, "known.qcow2")
@@ -76,17 +89,66 @@ def test_a_part_refused_once_is_sent_again(s3_server: S3Server) -> None:
     assert uploads_and_markers(s3_server) == []
 
 
-def test_a_part_refused_every_time_aborts_the_upload(s3_server: S3Server) -> None:
+def test_a_part_refused_every_time_aborts_the_upload_at_the_commit(s3_server: S3Server) -> None:
     with flaky_proxy(s3_server.endpoint) as proxy:
         proxy.failures_left = -1
         location = locate(s3_server, "refused.qcow2", endpoint=proxy.endpoint)
         writer = ok(adapter(attempts=2).open_write(location))
-        failure = error_of(writer.write(bytes(6 * MiB)))
+        ok(writer.write(bytes(S3_PART_BYTES)))  # handed to an upload thread
+        failure = error_of(writer.commit())
         assert failure.kind is ErrorKind.UNAVAILABLE
         assert proxy.refused == 2  # the first try and one retry
     assert uploads_and_markers(s3_server) == []  # no orphaned upload, no marker
-    client = s3_server.client()
-    assert client.list_objects_v2(Bucket=s3_server.bucket, Prefix=location.key).get("KeyCount") == 0
+    assert not stored(s3_server, location)
+    assert part_threads() == []
+
+
+def test_a_part_refused_in_the_background_fails_a_later_write(s3_server: S3Server) -> None:
+    with flaky_proxy(s3_server.endpoint) as proxy:
+        proxy.failures_left = -1
+        location = locate(s3_server, "refused-later.qcow2", endpoint=proxy.endpoint)
+        writer = ok(adapter(attempts=2).open_write(location))
+        # The write that finds no room for one more part in flight waits for the oldest,
+        # so the failure surfaces by then at the latest.
+        results = [writer.write(bytes(S3_PART_BYTES)) for _ in range(PARTS_IN_FLIGHT + 2)]
+    failed = next(i for i, result in enumerate(results) if isinstance(result, Failure))
+    assert failed <= PARTS_IN_FLIGHT
+    assert all(isinstance(result, Success) for result in results[:failed])
+    assert error_of(results[failed]).kind is ErrorKind.UNAVAILABLE
+    for later in results[failed + 1 :]:  # the writer was aborted
+        assert error_of(later).kind is ErrorKind.INTERNAL
+    assert uploads_and_markers(s3_server) == []
+    assert not stored(s3_server, location)
+    assert part_threads() == []
+
+
+def test_parts_round_trip_byte_exact_whatever_the_chunk_sizes(s3_server: S3Server) -> None:
+    data = random.Random(7).randbytes(4 * S3_PART_BYTES + 123_457)
+    for name, size in (("exact.raw", len(data)), ("unsized.raw", None)):
+        location = locate(s3_server, name)
+        writer = ok(adapter().open_write(location, size))
+        start, step = 0, 1
+        while start < len(data):  # chunks of odd sizes, straddling the parts' edges
+            step = step * 7 % 3_000_017 + 1
+            ok(writer.write(data[start : start + step]))
+            start += step
+        assert ok(writer.commit()).sha256 == hashlib.sha256(data).hexdigest()
+        answer = s3_server.client().get_object(Bucket=s3_server.bucket, Key=location.key)
+        assert answer["ETag"].strip('"').endswith("-5")  # four whole parts and a short one
+        assert answer["Body"].read() == data
+    assert uploads_and_markers(s3_server) == []
+
+
+def test_the_upload_threads_end_with_the_commit_and_the_abort(s3_server: S3Server) -> None:
+    for name, finish in (("committed.raw", "commit"), ("aborted.raw", "abort")):
+        location = locate(s3_server, name)
+        writer = ok(adapter().open_write(location))
+        ok(writer.write(bytes(2 * S3_PART_BYTES)))
+        assert part_threads() != []
+        ok(writer.commit() if finish == "commit" else writer.abort())
+        assert part_threads() == []
+        assert stored(s3_server, location) == (finish == "commit")
+    assert uploads_and_markers(s3_server) == []
 
 
 def test_a_download_cut_half_way_resumes_where_it_stopped(s3_server: S3Server) -> None:

@@ -26,7 +26,7 @@ from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.staging_names import transfer_volume_name, transfer_volume_started_at
 
 CHUNK_BYTES = 1024 * 1024
-SEGMENT_BYTES = 32 * CHUNK_BYTES  # what one download stream carries at most (a fresh stream costs)
+SEGMENT_BYTES = 8 * CHUNK_BYTES  # one download stream: what libvirt may queue (a stream: ~2 ms)
 VirStorageVol = Any
 T = TypeVar("T")
 
