@@ -6,7 +6,7 @@ moto, nfs-ganesha and Go for the vCenter simulator, as the tests do):
 
     .venv/bin/python bench/migration_bench.py              # 2 GiB, ~30 minutes (moto is slow)
     .venv/bin/python bench/migration_bench.py --gib 0.25 --json out.json
-    .venv/bin/python bench/migration_bench.py --storages s3 --libvirt-export-only
+    .venv/bin/python bench/migration_bench.py --storages s3 --libvirt-only
 
 libvirt: a VM is created (pyrigaud's Create) from a raw volume of random bytes in a pool of its
 own, so its disk is a qcow2 overlay, as a migrated VM's is. Then, per storage -- a PVC folder,
@@ -16,7 +16,10 @@ qcow2 and imports it back with checksum verification, side by side with the floo
 bytes copied to the same place by the plainest tool (`cp` for the PVC, boto3's own managed
 multipart upload/download for S3, libnfs's `nfs-cp` for NFS), from and to a file in the same
 pool. Export includes libvirt's flattening of the overlay; import includes staging in a
-temporary volume and libvirt's conversion into the final qcow2 volume.
+temporary volume and libvirt's conversion into the final qcow2 volume. A libvirt row also shows
+the same bytes through one bare libvirt stream alone (a download of the exported qcow2's volume,
+an upload of it into a new volume, nothing staged): the least any transfer takes whose bytes
+travel through libvirt's streams, as they must to work over every transport.
 
 vSphere (on the vCenter simulator launcher): per storage, the same random disk staged as raw is
 imported (converted in this process into a streamOptimized vmdk, sent through an NFC import
@@ -91,6 +94,7 @@ class Row:
     bytes: int
     rss_growth_mib: float
     synced_floor_seconds: float | None = None  # PVC: the floor, then its file fsynced
+    streams_seconds: float | None = None  # libvirt: the same bytes through its streams alone
 
     @property
     def ratio(self) -> float:
@@ -238,7 +242,7 @@ def bench_pool(conn: Any) -> Iterator[Any]:
         shutil.rmtree(POOL_PATH, ignore_errors=True)
 
 
-def run(gib: float, kinds: list[str], libvirt_export_only: bool) -> list[Row]:
+def run(gib: float, kinds: list[str], libvirt_only: bool) -> list[Row]:
     size = int(gib * 1024**3) // CHUNK * CHUNK
     conn = libvirt.open(URI)
     workdir = Path(tempfile.mkdtemp(prefix="migration-bench-"))
@@ -269,7 +273,7 @@ def run(gib: float, kinds: list[str], libvirt_export_only: bool) -> list[Row]:
         )
         vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
         vsphere = None
-        if not libvirt_export_only:
+        if not libvirt_only:
             simulator = stack.enter_context(running_simulator())
             vsphere = backend_over(
                 simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
@@ -285,14 +289,12 @@ def _compare(
 ) -> list[Row]:
     """Per storage, libvirt then vSphere: a storage's rows are measured close together (the
     NFS server's registration with the shared rpcbind lasts only so long beside other tests).
-    Without `vsphere`, libvirt's export rows alone."""
+    Without `vsphere`, libvirt's rows alone."""
     rows: list[Row] = []
     floor_file = POOL_PATH / "bench-floor.qcow2"
     vsphere_vm = ""
     for place in places:
-        measured_rows = _one_storage(
-            backend, connection, place, vm_id, floor_file, imports=vsphere is not None
-        )
+        measured_rows = _one_storage(backend, connection, place, vm_id, floor_file)
         if vsphere is not None:
             floors = {row.direction: row.bytes / row.floor_seconds for row in measured_rows}
             more, vsphere_vm = _vsphere(vsphere, place, raw, floors, vsphere_vm)
@@ -303,9 +305,9 @@ def _compare(
 
 
 def _one_storage(
-    backend: Any, connection: Any, place: Storage, vm_id: str, floor_file: Path, imports: bool
+    backend: Any, connection: Any, place: Storage, vm_id: str, floor_file: Path
 ) -> list[Row]:
-    """Export (and import, if `imports`) through `place`, each beside its floor."""
+    """Export and import through `place`, each beside its floor and libvirt's streams alone."""
     port = backend.disk_transfer
     url = place.url("export.qcow2")
     seconds, rss, exported = measured(lambda: _export(port, vm_id, place, url, "qcow2"))
@@ -314,9 +316,21 @@ def _one_storage(
     floor, _, _ = measured(lambda: place.upload(floor_file, "floor.qcow2"))
     synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
     size = exported.estimated_size_bytes
-    rows = [Row("libvirt", place.kind, "export", "qcow2", seconds, floor, size, rss / MiB, synced)]
-    if not imports:
-        return rows
+    streams = connection.call(lambda conn: _download_alone(conn, floor_file))
+    rows = [
+        Row(
+            "libvirt",
+            place.kind,
+            "export",
+            "qcow2",
+            seconds,
+            floor,
+            size,
+            rss / MiB,
+            synced,
+            streams,
+        )
+    ]
     seconds, rss, imported = measured(
         lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
     )
@@ -326,10 +340,60 @@ def _one_storage(
     landed.unlink()
     connection.call(lambda conn: delete_volume(conn, imported.path))
     size = imported.actual_size_bytes
+    streams = connection.call(lambda conn: _upload_alone(conn, floor_file))
     rows.append(
-        Row("libvirt", place.kind, "import", "qcow2", seconds, floor, size, rss / MiB, synced)
+        Row(
+            "libvirt",
+            place.kind,
+            "import",
+            "qcow2",
+            seconds,
+            floor,
+            size,
+            rss / MiB,
+            synced,
+            streams,
+        )
     )
     return rows
+
+
+STREAM_CHUNK_BYTES = 4 * MiB
+
+
+def _download_alone(conn: Any, path: Path) -> float:
+    """Seconds to read the file's volume through one bare libvirt download stream, dropping
+    the bytes: the least any export through libvirt's streams takes (pyrigaud's bytes must
+    take that path, whatever the transport)."""
+    pool = conn.storagePoolLookupByName(POOL)
+    pool.refresh(0)
+    volume = conn.storageVolLookupByPath(str(path))
+    started = time.perf_counter()
+    stream = conn.newStream(0)
+    volume.download(stream, 0, 0, 0)
+    while stream.recv(STREAM_CHUNK_BYTES):
+        pass
+    stream.finish()
+    return time.perf_counter() - started
+
+
+def _upload_alone(conn: Any, path: Path) -> float:
+    """Seconds to write the file's bytes into a new volume through one bare libvirt upload
+    stream: the least any import through libvirt's streams takes."""
+    pool = conn.storagePoolLookupByName(POOL)
+    size = path.stat().st_size
+    volume = pool.createXML(volume_xml("bench-streams-alone.raw", size, volume_format="raw"), 0)
+    try:
+        started = time.perf_counter()
+        stream = conn.newStream(0)
+        volume.upload(stream, 0, size, 0)
+        with path.open("rb") as source:
+            while chunk := source.read(STREAM_CHUNK_BYTES):
+                stream.send(chunk)
+        stream.finish()
+        return time.perf_counter() - started
+    finally:
+        volume.delete(0)
 
 
 def _fsync_seconds(path: Path) -> float:
@@ -414,8 +478,9 @@ def _import(port: Any, place: Storage, url: str, target_name: str, checksum: str
 
 def report(rows: list[Row]) -> str:
     lines = [
-        "| hypervisor | storage | op | pyrigaud | floor | ratio | floor + fsync | RSS growth |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| hypervisor | storage | op | pyrigaud | floor | ratio | floor + fsync "
+        "| libvirt streams alone | RSS growth |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         mib_s = row.bytes / MiB / row.seconds
@@ -426,11 +491,17 @@ def report(rows: list[Row]) -> str:
             if row.synced_floor_seconds is not None
             else "-"
         )
+        streams = (
+            f"{row.streams_seconds:.1f} s ({row.streams_seconds / row.seconds:.2f}x)"
+            if row.streams_seconds is not None
+            else "-"
+        )
         lines.append(
             f"| {row.hypervisor} | {row.storage} | {row.direction} {row.disk_format} "
             f"| {row.seconds:.1f} s ({mib_s:.0f} MiB/s) "
             f"| {row.floor_seconds:.1f} s ({floor_mib_s:.0f} MiB/s) | {row.ratio:.2f}x"
-            f"{'' if met else ' (below target)'} | {synced} | {row.rss_growth_mib:.1f} MiB |"
+            f"{'' if met else ' (below target)'} | {synced} | {streams} "
+            f"| {row.rss_growth_mib:.1f} MiB |"
         )
     return "\n".join(lines)
 
@@ -447,12 +518,12 @@ def main() -> int:
         help="measure only these storages (only their servers are started)",
     )
     parser.add_argument(
-        "--libvirt-export-only",
+        "--libvirt-only",
         action="store_true",
-        help="only libvirt's export rows: no import, no vCenter simulator",
+        help="only libvirt's rows: no vCenter simulator",
     )
     arguments = parser.parse_args()
-    rows = run(arguments.gib, arguments.storages, arguments.libvirt_export_only)
+    rows = run(arguments.gib, arguments.storages, arguments.libvirt_only)
     print("\nAll rows:")
     print(report(rows))
     if arguments.json:
