@@ -250,8 +250,8 @@ def test_images_and_transfers_ran_and_what_they_made_is_gone_or_named(
     """Given an image to prepare and a staging store, the claimed ImagePrepare, ExportDisk and
     ImportDisk ran. The staged export is on the operator's store: named as left. vSphere lists
     the prepared template (Delete removes it) and the VM made from the imported disk takes the
-    disk along; libvirt's volumes no RPC removes: the report names them, and they are exactly
-    what the run left in its pool."""
+    disk along; libvirt's volumes no RPC removes: the report names them, and they (with the
+    import's record beside the imported disk) are exactly what the run left in its pool."""
     run = kit_runs(backend)
     for key in TRANSFERS:
         assert run.results[key]["result"] == "passed", run.results[key]["reason"]
@@ -268,7 +268,8 @@ def test_images_and_transfers_ran_and_what_they_made_is_gone_or_named(
         f"imported disk {pool}/{imported}",
     ]
     assert f"left: imported disk {pool}/{imported} (no RPC removes it)" in run.ran.stdout
-    assert sorted(_empty_kit_pool()) == [image, imported]
+    record = f"{imported}.pyrigaud-import.json"
+    assert sorted(_empty_kit_pool()) == [image, imported, record]
 
 
 @pytest.mark.slow
