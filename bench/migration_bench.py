@@ -37,6 +37,7 @@ reports, it does not assert.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -310,6 +311,7 @@ def _one_storage(
     """Export and import through `place`, each beside its floor and libvirt's streams alone."""
     port = backend.disk_transfer
     url = place.url("export.qcow2")
+    libvirt_row = functools.partial(Row, "libvirt", place.kind)
     seconds, rss, exported = measured(lambda: _export(port, vm_id, place, url, "qcow2"))
     if not floor_file.exists():  # the staged bytes, as a file in the pool
         place.download("export.qcow2", floor_file)
@@ -317,20 +319,7 @@ def _one_storage(
     synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
     size = exported.estimated_size_bytes
     streams = connection.call(lambda conn: _download_alone(conn, floor_file))
-    rows = [
-        Row(
-            "libvirt",
-            place.kind,
-            "export",
-            "qcow2",
-            seconds,
-            floor,
-            size,
-            rss / MiB,
-            synced,
-            streams,
-        )
-    ]
+    rows = [libvirt_row("export", "qcow2", seconds, floor, size, rss / MiB, synced, streams)]
     seconds, rss, imported = measured(
         lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
     )
@@ -341,20 +330,7 @@ def _one_storage(
     connection.call(lambda conn: delete_volume(conn, imported.path))
     size = imported.actual_size_bytes
     streams = connection.call(lambda conn: _upload_alone(conn, floor_file))
-    rows.append(
-        Row(
-            "libvirt",
-            place.kind,
-            "import",
-            "qcow2",
-            seconds,
-            floor,
-            size,
-            rss / MiB,
-            synced,
-            streams,
-        )
-    )
+    rows.append(libvirt_row("import", "qcow2", seconds, floor, size, rss / MiB, synced, streams))
     return rows
 
 
