@@ -62,6 +62,7 @@ class LibvirtCapabilities:
         """`staging_backends`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
         names = tuple(backend.value for backend in staging_backends)
         self._host = host
+        self._streams: bool | None = None  # whether the driver has volume streams: not asked yet
         self._capabilities = LIBVIRT_CAPABILITIES.model_copy(
             update={"supported_export_backends": names, "supported_import_backends": names}
         )
@@ -75,13 +76,16 @@ class LibvirtCapabilities:
         )
 
     def capabilities(self) -> Capabilities:
-        """One call asks which driver answers; a host that cannot be reached is claimed as a
-        hypervisor (its transfers then answer UNAVAILABLE, as every other call does)."""
-        try:
-            driver = self._host.connection.call(lambda conn: str(conn.getType()))
-        except (libvirt.libvirtError, ExpectedError):
-            return self._capabilities
-        return self._without_streams if driver == TEST_DRIVER else self._capabilities
+        """The connection's driver is asked once (a URI's driver never changes); until it
+        answers, the host is claimed as a hypervisor (its transfers answer UNAVAILABLE then,
+        as every other call does)."""
+        if self._streams is None:
+            try:
+                driver = self._host.connection.call(lambda conn: str(conn.getType()))
+            except (libvirt.libvirtError, ExpectedError):
+                return self._capabilities
+            self._streams = driver != TEST_DRIVER
+        return self._capabilities if self._streams else self._without_streams
 
 
 class LibvirtTasks:
