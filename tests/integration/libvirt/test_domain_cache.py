@@ -22,6 +22,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     prepare_libvirt_for_process,
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache, read_view
+from pyrigaud.adapters.hypervisors.libvirt.guest import power_of
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import (
@@ -310,3 +311,20 @@ def test_closing_the_connection_first_deregisters_the_callbacks_so_it_is_freed(
     connection.close()
     # Registered callbacks would hold it for good; the refresher may still be listing on it.
     eventually(lambda: gc.collect() >= 0 and closed() is None)
+
+
+@pytest.mark.parametrize(
+    ("state", "power"),
+    [
+        (libvirt.VIR_DOMAIN_RUNNING, PowerState.ON),
+        (libvirt.VIR_DOMAIN_BLOCKED, PowerState.ON),
+        # Still stopping: QEMU holds the disks until it exits, so not yet Off.
+        (libvirt.VIR_DOMAIN_SHUTDOWN, PowerState.ON),
+        (libvirt.VIR_DOMAIN_SHUTOFF, PowerState.OFF),
+        (libvirt.VIR_DOMAIN_PAUSED, PowerState.OFF),
+        (libvirt.VIR_DOMAIN_PMSUSPENDED, PowerState.OFF),
+        (libvirt.VIR_DOMAIN_CRASHED, PowerState.OFF),
+    ],
+)
+def test_a_domain_is_on_until_it_has_stopped(state: int, power: PowerState) -> None:
+    assert power_of(state) is power

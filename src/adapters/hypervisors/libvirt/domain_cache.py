@@ -41,7 +41,11 @@ WarmUp = Callable[[VirConnect], object]
 
 logger = logging.getLogger(__name__)
 
-RUNNING_STATES = frozenset({libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED})
+# "On": the guest runs. A domain shutting down still does (QEMU flushes and holds its disks
+# until it exits), so a graceful shutdown is done, and Off shows, only once it has stopped.
+RUNNING_STATES = frozenset(
+    {libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED, libvirt.VIR_DOMAIN_SHUTDOWN}
+)
 
 # Without these a view could go stale unnoticed, so a connection that lacks one is not cached for.
 REQUIRED_EVENTS = (

@@ -195,7 +195,7 @@ class Guest:
         elif state == libvirt.VIR_DOMAIN_PMSUSPENDED:
             self.dom.pMWakeup(0)
         else:
-            if self.dom.isActive():  # crashed or stuck shutting down: restart it
+            if self.dom.isActive():  # crashed but kept: restart it
                 self.dom.destroy()
             self.dom.create()
 
