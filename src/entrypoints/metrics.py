@@ -2,17 +2,29 @@
 
 One `Metrics` per server (the container's singleton) owns a dedicated `CollectorRegistry`,
 never the process-global default, so tests and several servers in one process do not
-collide. The hot path (`record_rpc`, `record_hypervisor_call`) caches the labelled children:
-`.labels()` validates and locks on every call, a dict lookup does not.
+collide. Every RPC and every hypervisor call is recorded (`record_rpc`,
+`record_hypervisor_call`) into a `CallTally`: each serving thread counts into its own
+tally, with no lock, and a scrape adds them up. prometheus_client's labelled children took
+eight lock round trips and ~10 µs per Describe, which under 32-way load cost ~10% of the
+server's throughput.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 # From a sub-millisecond Describe on the fake to a minutes-long Create or disk import.
 LATENCY_BUCKETS_SECONDS = (
@@ -37,43 +49,129 @@ LATENCY_BUCKETS_SECONDS = (
     600.0,
 )
 
+_BUCKET_NAMES = (*(str(bound) for bound in LATENCY_BUCKETS_SECONDS), "+Inf")
+_CODE_NAMES = {code: code.name for code in grpc.StatusCode}  # an enum's .name is a descriptor call
+
+
+class _ThreadCounts:
+    """What one thread has recorded; only that thread writes it."""
+
+    __slots__ = ("begun", "durations", "ended", "outcomes")
+
+    def __init__(self) -> None:
+        self.begun = 0
+        self.ended = 0
+        self.outcomes: dict[tuple[str, str], int] = {}
+        # Per key: a count per bucket (the last one past every bound), then the sum.
+        self.durations: dict[str, list[float]] = {}
+
+
+class CallTally(Collector):
+    """Calls of one kind, counted by (key, outcome), timed by key, and those in flight:
+    a counter, a histogram and a gauge on a scrape, as prometheus_client's would read.
+
+    A dict or list copy is atomic under the GIL, so a scrape reads each thread's counts
+    while that thread goes on writing them.
+    """
+
+    def __init__(
+        self,
+        counter: tuple[str, str, tuple[str, str]],
+        histogram: tuple[str, str, str],
+        in_flight: tuple[str, str] | None = None,
+    ) -> None:
+        self._counter, self._histogram, self._in_flight = counter, histogram, in_flight
+        self._local = threading.local()
+        self._threads: list[_ThreadCounts] = []
+        self._joining = threading.Lock()
+
+    def _mine(self) -> _ThreadCounts:
+        try:
+            counts: _ThreadCounts = self._local.counts
+        except AttributeError:
+            counts = self._local.counts = _ThreadCounts()
+            with self._joining:
+                self._threads.append(counts)
+        return counts
+
+    def begin(self) -> None:
+        """One call in flight until its `record`."""
+        self._mine().begun += 1
+
+    def record(self, key: str, outcome: str, seconds: float, *, ended: bool = False) -> None:
+        counts = self._mine()
+        counts.ended += ended
+        pair = (key, outcome)
+        counts.outcomes[pair] = counts.outcomes.get(pair, 0) + 1
+        durations = counts.durations.get(key)
+        if durations is None:
+            durations = counts.durations[key] = [0.0] * (len(LATENCY_BUCKETS_SECONDS) + 2)
+        durations[bisect_left(LATENCY_BUCKETS_SECONDS, seconds)] += 1
+        durations[-1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        with self._joining:
+            threads = list(self._threads)
+        ended = sum(counts.ended for counts in threads)  # before `begun`: never below zero
+        outcomes: dict[tuple[str, str], int] = {}
+        durations: dict[str, list[float]] = {}
+        for counts in threads:
+            for pair, count in list(counts.outcomes.items()):
+                outcomes[pair] = outcomes.get(pair, 0) + count
+            for key, values in list(counts.durations.items()):
+                total = durations.setdefault(key, [0.0] * len(values))
+                for index, value in enumerate(list(values)):
+                    total[index] += value
+        name, help_text, labels = self._counter
+        counter = CounterMetricFamily(name, help_text, labels=labels)
+        for pair, count in sorted(outcomes.items()):
+            counter.add_metric(pair, count)
+        yield counter
+        name, help_text, label = self._histogram
+        histogram = HistogramMetricFamily(name, help_text, labels=(label,))
+        for key, values in sorted(durations.items()):
+            cumulative, buckets = 0.0, []
+            for bound, in_bucket in zip(_BUCKET_NAMES, values[:-1], strict=True):
+                cumulative += in_bucket
+                buckets.append((bound, cumulative))
+            histogram.add_metric((key,), buckets, sum_value=values[-1])
+        yield histogram
+        if self._in_flight is not None:
+            begun = sum(counts.begun for counts in threads)
+            yield GaugeMetricFamily(*self._in_flight, value=begun - ended)
+
 
 class Metrics:
     """Every metric the provider exposes on the health port's /metrics."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.rpc_requests = Counter(
-            "pyrigaud_rpc_requests",
-            "Provider RPCs served, by method and gRPC status code.",
-            ["method", "code"],
-            registry=self.registry,
+        self.rpcs = CallTally(
+            (
+                "pyrigaud_rpc_requests",
+                "Provider RPCs served, by method and gRPC status code.",
+                ("method", "code"),
+            ),
+            ("pyrigaud_rpc_duration_seconds", "Time to serve a Provider RPC, by method.", "method"),
+            (
+                "pyrigaud_inflight_rpcs",
+                "Provider RPCs being served right now, reads and mutations.",
+            ),
         )
-        self.rpc_duration = Histogram(
-            "pyrigaud_rpc_duration_seconds",
-            "Time to serve a Provider RPC, by method.",
-            ["method"],
-            buckets=LATENCY_BUCKETS_SECONDS,
-            registry=self.registry,
+        self.registry.register(self.rpcs)
+        self.hypervisor_calls = CallTally(
+            (
+                "pyrigaud_hypervisor_calls",
+                "Calls into the hypervisor backend, by operation and outcome (ok or error kind).",
+                ("operation", "outcome"),
+            ),
+            (
+                "pyrigaud_hypervisor_call_duration_seconds",
+                "Time spent in a hypervisor backend call, by operation.",
+                "operation",
+            ),
         )
-        self.hypervisor_calls = Counter(
-            "pyrigaud_hypervisor_calls",
-            "Calls into the hypervisor backend, by operation and outcome (ok or error kind).",
-            ["operation", "outcome"],
-            registry=self.registry,
-        )
-        self.hypervisor_call_duration = Histogram(
-            "pyrigaud_hypervisor_call_duration_seconds",
-            "Time spent in a hypervisor backend call, by operation.",
-            ["operation"],
-            buckets=LATENCY_BUCKETS_SECONDS,
-            registry=self.registry,
-        )
-        self.inflight_rpcs = Gauge(
-            "pyrigaud_inflight_rpcs",
-            "Provider RPCs being served right now, reads and mutations.",
-            registry=self.registry,
-        )
+        self.registry.register(self.hypervisor_calls)
         self.inflight_mutations = Gauge(
             "pyrigaud_inflight_mutations",
             "Mutations holding one of the provider's concurrency slots right now.",
@@ -104,30 +202,16 @@ class Metrics:
             ["backend"],
             registry=self.registry,
         )
-        self._rpc_children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
-        self._call_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+
+    def rpc_began(self) -> None:
+        self.rpcs.begin()
 
     def record_rpc(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
-        children = self._rpc_children.get((method, code))
-        if children is None:
-            children = (
-                self.rpc_requests.labels(method, code.name),
-                self.rpc_duration.labels(method),
-            )
-            self._rpc_children[(method, code)] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        """One RPC ended (after `rpc_began`)."""
+        self.rpcs.record(method, _CODE_NAMES[code], seconds, ended=True)
 
     def record_hypervisor_call(self, operation: str, outcome: str, seconds: float) -> None:
-        children = self._call_children.get((operation, outcome))
-        if children is None:
-            children = (
-                self.hypervisor_calls.labels(operation, outcome),
-                self.hypervisor_call_duration.labels(operation),
-            )
-            self._call_children[(operation, outcome)] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self.hypervisor_calls.record(operation, outcome, seconds)
 
     def watch_inflight_mutations(self, count: Callable[[], int]) -> None:
         """Read the mutation count at scrape time from its owner (the limiter)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -221,3 +222,42 @@ def test_buckets_tell_a_fast_describe_from_a_slow_one_and_a_long_create() -> Non
     assert bucket("Describe", 0.005) == 2
     assert bucket("Create", 120.0) == 0
     assert bucket("Create", 300.0) == 1
+
+
+def test_calls_recorded_on_many_threads_add_up_while_being_scraped() -> None:
+    metrics = Metrics()
+    threads, calls_each = 8, 2000
+    start = threading.Barrier(threads + 1)
+
+    def serve() -> None:
+        start.wait()
+        for index in range(calls_each):
+            metrics.rpc_began()
+            metrics.record_rpc("Describe", grpc.StatusCode.OK, 0.0001 * (index % 3))
+
+    workers = [threading.Thread(target=serve) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    scrapes = 0
+    while any(worker.is_alive() for worker in workers):
+        # Ends are read before begins: a scrape never shows fewer than none in flight.
+        in_flight = metrics.registry.get_sample_value("pyrigaud_inflight_rpcs")
+        assert in_flight is not None
+        assert in_flight >= 0
+        scrapes += 1
+    for worker in workers:
+        worker.join()
+
+    total = threads * calls_each
+    assert scrapes > 0
+    assert requests(metrics, "Describe", "OK") == total
+    assert rpc_count(metrics, "Describe") == total
+    assert metrics.registry.get_sample_value("pyrigaud_inflight_rpcs") == 0
+    fastest = metrics.registry.get_sample_value(
+        "pyrigaud_rpc_duration_seconds_bucket", {"method": "Describe", "le": "0.0005"}
+    )
+    assert fastest == total
+    assert metrics.registry.get_sample_value(
+        "pyrigaud_rpc_duration_seconds_sum", {"method": "Describe"}
+    ) == pytest.approx(threads * 0.0001 * sum(index % 3 for index in range(calls_each)))

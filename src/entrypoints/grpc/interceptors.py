@@ -71,17 +71,15 @@ class RpcMetrics(_Layer):
         self._metrics = metrics
 
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
-        name, record, inflight = rpc.name, self._metrics.record_rpc, self._metrics.inflight_rpcs
+        name, began, record = rpc.name, self._metrics.rpc_began, self._metrics.record_rpc
 
         def counted(request: Any, context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()
-            inflight.inc()
+            began()
             try:
-                response = behaviour(request, context)
+                return behaviour(request, context)
             finally:
-                inflight.dec()
-            record(name, _code(context), time.perf_counter() - started)
-            return response
+                record(name, _code(context), time.perf_counter() - started)
 
         return counted
 

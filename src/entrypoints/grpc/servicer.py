@@ -54,8 +54,11 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
 
     def serve(self, request: _Request, context: grpc.ServicerContext) -> _Response:
         try:
-            with serving_call(context.is_active if self.cancellable else _always):
-                result = self.parse(request).bind(self.call).map(self.respond)
+            if self.cancellable:
+                with serving_call(context.is_active):
+                    result = self._answer(request)
+            else:  # outside `serving_call` a call counts as active: a read pays nothing for it
+                result = self._answer(request)
         except Exception:
             logger.exception("unexpected error (a bug) while serving an RPC")
             context.set_code(grpc.StatusCode.INTERNAL)
@@ -68,9 +71,8 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
             return self.response()
         return result.unwrap()
 
-
-def _always() -> bool:
-    return True
+    def _answer(self, request: _Request) -> Result[_Response, ProviderError]:
+        return self.parse(request).bind(self.call).map(self.respond)
 
 
 AnyRpc = RpcSpec[Any, Any, Any, Any]
