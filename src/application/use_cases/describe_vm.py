@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from returns.result import Result
 
 from pyrigaud.application.ports import Inventory
@@ -23,7 +25,7 @@ def _reportable_description(found: VMDescription | None) -> VMDescription | None
     if found is None:
         return None
     ips = routable_addresses(found.ips)
-    return found if ips == found.ips else found.model_copy(update={"ips": ips})
+    return found if ips == found.ips else replace(found, ips=ips)
 
 
 def _reportable_info(vm: VMInfo) -> VMInfo:

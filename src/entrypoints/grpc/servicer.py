@@ -56,23 +56,23 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
         try:
             if self.cancellable:
                 with serving_call(context.is_active):
-                    result = self._answer(request)
-            else:  # outside `serving_call` a call counts as active: a read pays nothing for it
-                result = self._answer(request)
+                    return self._answer(request, context)
+            # Outside `serving_call` a call counts as active: a read pays nothing for it.
+            return self._answer(request, context)
         except Exception:
             logger.exception("unexpected error (a bug) while serving an RPC")
             context.set_code(grpc.StatusCode.INTERNAL)
             context.set_details("internal error; see the provider's log")
             return self.response()
+
+    def _answer(self, request: _Request, context: grpc.ServicerContext) -> _Response:
+        result = self.parse(request).bind(self.call)
         if isinstance(result, Failure):
             error: ProviderError = result.failure()
             context.set_code(STATUS_BY_KIND[error.kind])
             context.set_details(error.message)
             return self.response()
-        return result.unwrap()
-
-    def _answer(self, request: _Request) -> Result[_Response, ProviderError]:
-        return self.parse(request).bind(self.call).map(self.respond)
+        return self.respond(result.unwrap())
 
 
 AnyRpc = RpcSpec[Any, Any, Any, Any]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii as _json_string
 
 from pyrigaud.domain.models import Capabilities, DiskDetails, VMDescription, VMInfo
 from pyrigaud.domain.tasks import TaskRef
@@ -22,8 +23,17 @@ def describe_response(description: VMDescription | None) -> pb.DescribeResponse:
         power_state=description.power_state.value,
         ips=description.ips,
         console_url=description.console_url,
-        provider_raw_json=json.dumps(dict(description.raw), sort_keys=True),
+        provider_raw_json=flat_json(description.raw),
     )
+
+
+def flat_json(values: Mapping[str, str]) -> str:
+    """`json.dumps(values, sort_keys=True)` of a flat object of strings, the same text without
+    the encoder json.dumps builds on every call: Describe's hottest few microseconds."""
+    pairs = [
+        _json_string(key) + ": " + _json_string(value) for key, value in sorted(values.items())
+    ]
+    return "{" + ", ".join(pairs) + "}"
 
 
 def vm_info(vm: VMInfo) -> pb.VMInfo:
