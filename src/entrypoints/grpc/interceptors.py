@@ -1,10 +1,11 @@
 """What every Provider RPC goes through, as layers around each method's handler (outermost
 first):
 
-1. `RpcMetrics`: in-flight gauge, requests by method and code, latency (pyrigaud_rpc_*).
-2. `RpcLog`: one line per RPC; mutations at info, reads at debug, INTERNAL at error.
-3. `CallerAllowList`: under mutual TLS, only client certificates whose SAN is listed.
-4. `MutationLimits`: a mutation waits for a rate token and a slot within its deadline, else
+1. `RpcRecord`: the metrics (in-flight gauge, requests by method and code, latency:
+   pyrigaud_rpc_*) and one log line per RPC (mutations at info, reads at debug, INTERNAL at
+   error), from one clock reading and one status read.
+2. `CallerAllowList`: under mutual TLS, only client certificates whose SAN is listed.
+3. `MutationLimits`: a mutation waits for a rate token and a slot within its deadline, else
    RESOURCE_EXHAUSTED; reads pass through unwrapped.
 
 `ProviderLayers.wrap` puts a method's behaviour in every layer once, when the server registers
@@ -66,51 +67,47 @@ class ProviderLayers:
         return behaviour
 
 
-class RpcMetrics(_Layer):
+class RpcRecord(_Layer):
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
-        name, began, record = rpc.name, self._metrics.rpc_began, self._metrics.record_rpc
+        name, level = rpc.name, logging.INFO if rpc.mutation else logging.DEBUG
+        began, count = self._metrics.rpc_began, self._metrics.record_rpc
 
-        def counted(request: Any, context: grpc.ServicerContext) -> Any:
+        def recorded(request: Any, context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()
             began()
             try:
                 return behaviour(request, context)
             finally:
-                record(name, _code(context), time.perf_counter() - started)
+                seconds = time.perf_counter() - started
+                code = _code(context)
+                count(name, code, seconds)
+                line_level = logging.ERROR if code is grpc.StatusCode.INTERNAL else level
+                if logger.isEnabledFor(line_level):
+                    _log_rpc(line_level, name, code, seconds, context)
 
-        return counted
+        return recorded
 
 
-class RpcLog(_Layer):
-    def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
-        name, level = rpc.name, logging.INFO if rpc.mutation else logging.DEBUG
-
-        def logged(request: Any, context: grpc.ServicerContext) -> Any:
-            started = time.perf_counter()
-            response = behaviour(request, context)
-            code = _code(context)
-            line_level = logging.ERROR if code is grpc.StatusCode.INTERNAL else level
-            if logger.isEnabledFor(line_level):
-                message = _details(context)
-                logger.log(
-                    line_level,
-                    "rpc %s %s",
-                    name,
-                    code.name,
-                    extra={
-                        "rpc_method": name,
-                        "grpc_code": code.name,
-                        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                        "peer": caller_identity(context) or context.peer(),
-                        **({"error": message} if message else {}),
-                    },
-                )
-            return response
-
-        return logged
+def _log_rpc(
+    level: int, name: str, code: grpc.StatusCode, seconds: float, context: grpc.ServicerContext
+) -> None:
+    message = _details(context)
+    logger.log(
+        level,
+        "rpc %s %s",
+        name,
+        code.name,
+        extra={
+            "rpc_method": name,
+            "grpc_code": code.name,
+            "duration_ms": round(seconds * 1000, 3),
+            "peer": caller_identity(context) or context.peer(),
+            **({"error": message} if message else {}),
+        },
+    )
 
 
 class CallerAllowList(_Layer):
@@ -162,5 +159,5 @@ def provider_layers(
     """The layers of the Provider service, in order; /metrics also reads the limiter."""
     metrics.watch_inflight_mutations(lambda: limiter.in_flight)
     return ProviderLayers(
-        (RpcMetrics(metrics), RpcLog(), CallerAllowList(allowed_sans), MutationLimits(limiter))
+        (RpcRecord(metrics), CallerAllowList(allowed_sans), MutationLimits(limiter))
     )
