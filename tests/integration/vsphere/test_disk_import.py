@@ -260,3 +260,35 @@ def test_an_unknown_datastore_is_not_found(instance: Any) -> None:
     with pytest.raises(ExpectedError) as raised:
         datastore_files.exists(instance, "[NoSuchDS] dir/file")
     assert raised.value.error.kind is ErrorKind.NOT_FOUND
+
+
+def test_an_import_that_loses_its_name_meanwhile_leaves_the_winner_alone(
+    instance: Any,
+    location: Location,
+    vmdk: Path,
+    folders: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another import of the same name (another replica's) makes the folder after this one
+    checked it: vCenter puts this import's VM in a folder beside it; this import gives up,
+    removes only its own VM and folder, and the other import's files stay."""
+    name = "vs-import-raced"
+    folder = f"[{DATASTORE}] {name}"
+    folders.append(folder)
+    theirs = f"{folder}/{name}.vmx"
+    checked_then_import_spec = disk_import.import_spec
+
+    def another_import_gets_there_first(*args: Any, **kwargs: Any) -> Any:
+        datastore_files.write_small(instance, theirs, b"the other import's VM")
+        return checked_then_import_spec(*args, **kwargs)
+
+    monkeypatch.setattr(disk_import, "import_spec", another_import_gets_there_first)
+    with vmdk.open("rb") as reader, pytest.raises(ExpectedError) as raised:
+        _import(instance, reader, vmdk.stat().st_size, name, location)
+
+    assert raised.value.error.kind is ErrorKind.ALREADY_EXISTS
+    assert "another import" in raised.value.error.message
+    assert datastore_files.read_small(instance, theirs) == b"the other import's VM"
+    assert name not in _vm_names(instance)
+    beside = [vm for vm in _vm_names(instance) if vm.startswith(name)]
+    assert beside == []

@@ -50,6 +50,11 @@ class _File:
         return f"/folder/{quote(self.path)}?{query}"
 
 
+def folder_of(datastore_path: str) -> str:
+    """The folder holding a file: `[ds] dir` of `[ds] dir/file.vmdk`."""
+    return datastore_path.rpartition("/")[0]
+
+
 def read_small(instance: Any, datastore_path: str, limit: int = SMALL_FILE_BYTES) -> bytes | None:
     """The file's bytes; None when there is no such file; FAILED_PRECONDITION when it holds
     more than `limit` bytes (never read whole)."""

@@ -5,8 +5,10 @@ lease, which belongs to a VM being imported. So a transient VM is imported from 
 (its file kept) and the VM unregistered: what stays is `[ds] <name>/` holding the disk, which
 Create then builds a VM around (disk_vm.py).
 
-A failed import leaves nothing: the lease is aborted, the transient VM destroyed and the
-`[ds] <name>` folder deleted before the failure is raised.
+A failed import leaves nothing: the lease is aborted, the transient VM destroyed and its home
+folder deleted before the failure is raised. Only a folder this import's VM lives in is
+deleted: an import that fails before its VM exists leaves `[ds] <name>` alone, since another
+import of that name (another replica's) may have made it meanwhile.
 """
 
 from __future__ import annotations
@@ -84,21 +86,46 @@ def _land(  # noqa: PLR0917
         raise ExpectedError(
             ProviderError.already_exists(f"datastore {datastore!r} already holds {name!r}")
         )
+    descriptor = one_disk_descriptor(name, disk.size_bytes, capacity_bytes)
+    spec = import_spec(instance, descriptor, name, location, _refused)
+    # A failure inside import_vm aborts the lease and destroys the VM it was making, with its
+    # home folder. One before the VM exists (another import of that name got there between
+    # the check above and now) leaves everything alone: that folder is the other import's.
+    vm = import_vm(instance, disk, spec, location, marks)
     try:
-        descriptor = one_disk_descriptor(name, disk.size_bytes, capacity_bytes)
-        spec = import_spec(instance, descriptor, name, location, _refused)
-        # A failure inside import_vm aborts the lease and destroys the VM it was making.
-        vm = import_vm(instance, disk, spec, location, marks)
-        try:
-            return _keep_disk(instance, vm)
-        except BaseException:
-            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-                wait(instance, vm.Destroy_Task())
-            raise
+        home = _home_folder(instance, vm)
     except BaseException:
-        with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-            datastore_files.delete(instance, folder)
+        _destroy(instance, vm)
         raise
+    if home != folder:  # the folder appeared meanwhile, and vCenter made ours beside it
+        _destroy(instance, vm)
+        raise ExpectedError(
+            ProviderError.already_exists(
+                f"datastore {datastore!r} already holds {name!r}: another import of that "
+                "name made it meanwhile"
+            )
+        )
+    try:
+        return _keep_disk(instance, vm)
+    except BaseException:
+        # Once detached the disk is no longer the VM's: only deleting the VM's home folder,
+        # where the disk was made, takes it away.
+        _destroy(instance, vm)
+        with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+            datastore_files.delete(instance, home)
+        raise
+
+
+def _home_folder(instance: Any, vm: Any) -> str:
+    """The datastore folder the VM was made in: `[ds] folder` of its `.vmx`."""
+    row = retrieve(instance, [vm], ("config.files.vmPathName",))[0]
+    return datastore_files.folder_of(str(row["config.files.vmPathName"]))
+
+
+def _destroy(instance: Any, vm: Any) -> None:
+    """Destroy the import's VM if it is still there; the caller's failure is the one raised."""
+    with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+        wait(instance, vm.Destroy_Task())
 
 
 def one_disk_descriptor(name: str, size_bytes: int, capacity_bytes: int) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 
+from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
     class_devices,
@@ -185,7 +186,7 @@ def foreign_disk_removals(row: Mapping[str, Any]) -> list[Any]:
     its home directory; none for a complete VM, whose disks are its own."""
     if BUILDING_KEY not in {k for k, v in extra_config(row).items() if v}:
         return []
-    home = str(row.get("config.files.vmPathName") or "").rpartition("/")[0] + "/"
+    home = datastore_files.folder_of(str(row.get("config.files.vmPathName") or "")) + "/"
     return [
         vim.vm.device.VirtualDeviceSpec(operation="remove", device=device)
         for device in row.get("config.hardware.device") or ()
