@@ -399,8 +399,22 @@ def compare(args: Any, processes: Processes) -> dict[str, Any]:
             f"pyrigaud/floor p50 at c={concurrency}: {ratio}x ({verdict} 1.5x; "
             f"per round {', '.join(map(str, per_round))})"
         )
+    rps_ratios: dict[str, float] = {}
+    for concurrency, _ in plan:
+        base, ours = (r for r in runs if r.concurrency == concurrency)
+        rps_ratios[f"c{concurrency}"] = round(ours.rps / base.rps, 2)
+        pairs = zip(samples["floor", concurrency], samples["pyrigaud", concurrency], strict=True)
+        per_round = [round(rps(o) / rps(f), 2) for f, o in pairs]
+        print(
+            f"pyrigaud/floor rps at c={concurrency}: {rps_ratios[f'c{concurrency}']}x "
+            f"(per round {', '.join(map(str, per_round))})"
+        )
     print(f"pyrigaud errors at c=32: {sum(runs[-1].errors.values())}")
-    return {"runs": [asdict(r) for r in runs], "p50_ratio": ratios}
+    return {"runs": [asdict(r) for r in runs], "p50_ratio": ratios, "rps_ratio": rps_ratios}
+
+
+def rps(sample: Sample) -> float:
+    return (len(sample.latencies) + sum(sample.errors.values())) / sample.wall
 
 
 def flood_mode(args: Any, processes: Processes) -> dict[str, Any]:
