@@ -54,7 +54,8 @@ _CODE_NAMES = {code: code.name for code in grpc.StatusCode}  # an enum's .name i
 
 
 class _ThreadCounts:
-    """What one thread has recorded; only that thread writes it."""
+    """What one thread has recorded, written by that thread alone (or, for the threads that
+    have ended, their total, under the tally's lock)."""
 
     __slots__ = ("begun", "durations", "ended", "outcomes")
 
@@ -64,6 +65,18 @@ class _ThreadCounts:
         self.outcomes: dict[tuple[str, str], int] = {}
         # Per key: a count per bucket (the last one past every bound), then the sum.
         self.durations: dict[str, list[float]] = {}
+
+    def absorb(self, other: _ThreadCounts) -> None:
+        """Add `other`'s counts to these; its dicts and lists are read through copies, so it
+        may go on changing meanwhile."""
+        self.begun += other.begun
+        self.ended += other.ended
+        for pair, count in list(other.outcomes.items()):
+            self.outcomes[pair] = self.outcomes.get(pair, 0) + count
+        for key, values in list(other.durations.items()):
+            total = self.durations.setdefault(key, [0.0] * len(values))
+            for index, value in enumerate(list(values)):
+                total[index] += value
 
 
 class CallTally(Collector):
@@ -82,7 +95,8 @@ class CallTally(Collector):
     ) -> None:
         self._counter, self._histogram, self._in_flight = counter, histogram, in_flight
         self._local = threading.local()
-        self._threads: list[_ThreadCounts] = []
+        self._threads: list[tuple[threading.Thread, _ThreadCounts]] = []
+        self._ended_threads = _ThreadCounts()  # what threads that have ended recorded
         self._joining = threading.Lock()
 
     def _mine(self) -> _ThreadCounts:
@@ -91,8 +105,20 @@ class CallTally(Collector):
         except AttributeError:
             counts = self._local.counts = _ThreadCounts()
             with self._joining:
-                self._threads.append(counts)
+                self._fold_ended_threads()
+                self._threads.append((threading.current_thread(), counts))
         return counts
+
+    def _fold_ended_threads(self) -> None:
+        """Counts of threads that have ended go into one total (under `_joining`): a thread
+        per task or per request would otherwise grow the list for good."""
+        running = []
+        for thread, counts in self._threads:
+            if thread.is_alive():
+                running.append((thread, counts))
+            else:
+                self._ended_threads.absorb(counts)
+        self._threads = running
 
     def begin(self) -> None:
         """One call in flight until its `record`."""
@@ -111,17 +137,16 @@ class CallTally(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._joining:
-            threads = list(self._threads)
-        ended = sum(counts.ended for counts in threads)  # before `begun`: never below zero
-        outcomes: dict[tuple[str, str], int] = {}
-        durations: dict[str, list[float]] = {}
-        for counts in threads:
-            for pair, count in list(counts.outcomes.items()):
-                outcomes[pair] = outcomes.get(pair, 0) + count
-            for key, values in list(counts.durations.items()):
-                total = durations.setdefault(key, [0.0] * len(values))
-                for index, value in enumerate(list(values)):
-                    total[index] += value
+            self._fold_ended_threads()
+            live = [counts for _, counts in self._threads]
+            total = _ThreadCounts()
+            total.absorb(self._ended_threads)
+        # Ends are read before begins: a scrape never shows fewer than none in flight.
+        ended = total.ended + sum(counts.ended for counts in live)
+        begun = total.begun + sum(counts.begun for counts in live)
+        for counts in live:
+            total.absorb(counts)
+        outcomes, durations = total.outcomes, total.durations
         name, help_text, labels = self._counter
         counter = CounterMetricFamily(name, help_text, labels=labels)
         for pair, count in sorted(outcomes.items()):
@@ -137,7 +162,6 @@ class CallTally(Collector):
             histogram.add_metric((key,), buckets, sum_value=values[-1])
         yield histogram
         if self._in_flight is not None:
-            begun = sum(counts.begun for counts in threads)
             yield GaugeMetricFamily(*self._in_flight, value=begun - ended)
 
 

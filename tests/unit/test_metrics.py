@@ -261,3 +261,26 @@ def test_calls_recorded_on_many_threads_add_up_while_being_scraped() -> None:
     assert metrics.registry.get_sample_value(
         "pyrigaud_rpc_duration_seconds_sum", {"method": "Describe"}
     ) == pytest.approx(threads * 0.0001 * sum(index % 3 for index in range(calls_each)))
+
+
+def test_what_ended_threads_recorded_is_kept_in_one_total() -> None:
+    metrics = Metrics()
+
+    def one_call() -> None:
+        metrics.rpc_began()
+        metrics.record_rpc("Create", grpc.StatusCode.OK, 0.2)
+        metrics.record_hypervisor_call("create", "ok", 0.1)
+
+    for _ in range(50):  # a thread per call, each gone before the next starts
+        thread = threading.Thread(target=one_call)
+        thread.start()
+        thread.join()
+    one_call()  # this thread too, still running
+
+    assert requests(metrics, "Create", "OK") == 51
+    assert rpc_count(metrics, "Create") == 51
+    assert calls(metrics, "create", "ok") == 51
+    assert metrics.registry.get_sample_value("pyrigaud_inflight_rpcs") == 0
+    # Only threads still running keep counts of their own (private: the bound is the point).
+    assert len(metrics.rpcs._threads) == 1
+    assert len(metrics.hypervisor_calls._threads) == 1
