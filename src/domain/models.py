@@ -246,7 +246,7 @@ class VMDescription:
 
     A plain frozen dataclass, not a validated `Value`: Describe builds one per call (about
     1,000 a second at 10,000 VMs) from values its adapter has already typed, and validating
-    them again cost a third of the adapter's time per Describe under load.
+    them again cost about a third of the fake backend's time per Describe.
     """
 
     power_state: PowerState

@@ -244,7 +244,7 @@ class VSphereDiskTransfer:
         try:
             datastore_files.write_small(instance, record_path, import_record(result))
         except BaseException:
-            datastore_files.delete(instance, datastore_files.folder_of(path))  # the disk's own
+            datastore_files.delete(instance, f"[{datastore}] {name}")  # this import's own
             raise
         return result
 
