@@ -3,13 +3,14 @@ what it makes we decode exactly; malformed streams are refused, not guessed at."
 
 from __future__ import annotations
 
+import random
 import struct
 import zlib
 from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES
+from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES, round_up
 from pyrigaud.adapters.disk_images.stream_optimized import (
     GD_AT_END,
     GRAIN_BYTES,
@@ -196,3 +197,40 @@ def test_grains_after_gaps_and_a_short_last_grain_decode_in_place() -> None:
     expected[256 * 512 : 256 * 512 + 100] = b"\7" * 100
     expected[1920 * 512 :] = b"\3" * GRAIN_BYTES
     assert disk == bytes(expected)
+
+
+def grain_records(stream: bytes) -> dict[int, bytes]:
+    """Each grain's deflated bytes by its first sector, walking the stream's markers."""
+    records, offset = {}, 128 * 512
+    while True:
+        lba, size = struct.unpack_from("<QI", stream, offset)
+        if size:
+            records[lba] = stream[offset + 12 : offset + 12 + size]
+            offset += round_up(12 + size, 512)
+            continue
+        if struct.unpack_from("<I", stream, offset + 12) == (0,):  # end of stream
+            return records
+        offset += 512 + lba * 512  # a table, directory or footer marker, then its sectors
+
+
+def stored(data: bytes) -> bytes:
+    storer = zlib.compressobj(0)
+    return storer.compress(data) + storer.flush()
+
+
+def test_data_deflate_cannot_shrink_is_stored_and_what_follows_deflated(tmp_path: Path) -> None:
+    """Once grains stop shrinking (random data here, as compressed or encrypted data are),
+    the following ones are stored rather than deflated for nothing, and compressible grains
+    after them are deflated again; qemu-img reads it all back exactly."""
+    chooser = random.Random(8)
+    noise = [chooser.randbytes(GRAIN_BYTES) for _ in range(200)]
+    text = [(b"grain %d of a text file\n" % index) * 3000 for index in range(100)]
+    disk = b"".join(noise) + b"".join(grain[:GRAIN_BYTES] for grain in text)
+    stream = b"".join(encode_stream_optimized(chunked(disk, 4 * MIB), len(disk)))
+    records = grain_records(stream)
+    assert sorted(records) == [index * 128 for index in range(300)]
+    assert records[199 * 128] == stored(noise[199])
+    assert all(len(records[index * 128]) < GRAIN_BYTES // 20 for index in range(200, 300))
+    image = tmp_path / "mixed.vmdk"
+    image.write_bytes(stream)
+    assert to_raw(image, tmp_path / "back.raw") == disk
