@@ -14,8 +14,10 @@ nothing that breaks the next) and after it. Guests use user-mode NICs only and g
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
+import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -199,3 +201,12 @@ def qemu_harness() -> Iterator[Harness]:
             guest_reports_addresses=False,
             staging_root=host.staging_root,
         )
+
+
+def qemu_img_info(path: str) -> dict[str, Any]:
+    """What qemu-img reads of an image, even one a running VM holds."""
+    shown = subprocess.run(
+        ["qemu-img", "info", "-U", "--output=json", path], check=True, capture_output=True
+    )
+    info: dict[str, Any] = json.loads(shown.stdout)
+    return info

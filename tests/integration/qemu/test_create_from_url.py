@@ -38,7 +38,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from image_server_support import ImageServer, qcow2_backed_by, qcow2_of, raw_image, serving
 from libvirt_support import create_vm, libvirt_test_backend
-from qemu_support import QEMU_URI, open_qemu, remove_pool_leftovers
+from qemu_support import QEMU_URI, open_qemu, qemu_img_info, remove_pool_leftovers
 from replica_support import Replica
 from support import ManualClock, error_of, ok
 
@@ -105,14 +105,6 @@ def sha256(data: bytes) -> str:
 
 def own_files() -> set[str]:
     return set(os.listdir(URL_POOL_PATH))
-
-
-def qemu_img_info(path: str) -> dict[str, Any]:
-    shown = subprocess.run(
-        ["qemu-img", "info", "-U", "--output=json", path], check=True, capture_output=True
-    )
-    info: dict[str, Any] = json.loads(shown.stdout)
-    return info
 
 
 def same_content(raw: bytes, path: str, tmp_path: Path) -> bool:

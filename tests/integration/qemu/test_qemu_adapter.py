@@ -20,7 +20,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerState
 
 from libvirt_support import clone_vm, create_vm
-from qemu_support import TEST_POOL_PATH, QemuHost
+from qemu_support import TEST_POOL_PATH, QemuHost, qemu_img_info
 from support import error_kind, ok
 
 OWNER = OwnerMark(provider="tests/qemu")
@@ -73,6 +73,20 @@ def test_disks_of_a_running_vm_grow_and_new_ones_are_hot_plugged(qemu: QemuHost,
     live_targets = [t.get("dev") for t in live_xml(conn, vm_id).iterfind("devices/disk/target")]
     assert live_targets[:3] == ["vda", "vdb", "vdc"]
     assert dom.blockInfo("vda")[0] == 3 * GIB
+
+
+def test_every_qcow2_disk_a_vm_gets_is_version_3(qemu: QemuHost, conn: Any) -> None:
+    """Version 2 (libvirt's default) has no zero clusters: a guest's zeroing would allocate."""
+    vm_id = create(qemu, "qemu-v3", disks=(DiskSpec(size_gib=1),))
+    ok(qemu.backend.lifecycle.reconfigure(vm_id, VMChanges(disks=(DiskSpec(size_gib=1),) * 2)))
+    sources = [
+        source.get("file", "")
+        for source in live_xml(conn, vm_id).iterfind("devices/disk[@device='disk']/source")
+    ]
+    assert len(sources) == 3
+    for path in sources:
+        info = qemu_img_info(path)
+        assert (info["format"], info["format-specific"]["data"]["compat"]) == ("qcow2", "1.1")
 
 
 def test_snapshots_of_a_running_vm_are_internal_with_memory_and_revert_to_running(

@@ -91,12 +91,18 @@ def volume_xml(
     *,
     volume_format: str = "qcow2",
 ) -> str:
-    """A thin volume (qcow2 unless told), optionally an overlay on `backing`."""
+    """A thin volume (qcow2 unless told), optionally an overlay on `backing`. A qcow2 is
+    version 3 (compat 1.1), as qemu-img makes by default: without it libvirt asks for
+    version 2, which has no zero clusters (a guest's zeroing and discards allocate, and a
+    copy of a 2 GiB disk took ten times as long)."""
     root = ET.Element("volume")
     ET.SubElement(root, "name").text = name
     ET.SubElement(root, "capacity", {"unit": "bytes"}).text = str(capacity_bytes)
     ET.SubElement(root, "allocation", {"unit": "bytes"}).text = "0"
-    ET.SubElement(ET.SubElement(root, "target"), "format", {"type": volume_format})
+    target = ET.SubElement(root, "target")
+    ET.SubElement(target, "format", {"type": volume_format})
+    if volume_format == "qcow2":
+        ET.SubElement(target, "compat").text = "1.1"
     if backing is not None:
         store = ET.SubElement(root, "backingStore")
         ET.SubElement(store, "path").text = backing.path
