@@ -51,8 +51,8 @@ _LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is he
 _LEVEL = 1
 # Data deflate cannot shrink (already compressed or encrypted) goes in stored deflate blocks
 # (level 0, ~1 GiB/s) instead of paying the full deflate (~40 MiB/s a core on such data) to
-# save nothing: after a grain that did not shrink, each grain's first 4 KiB are deflated
-# first, and the grain is stored when they come to more than 90% of their size.
+# save nothing: after a grain that did not shrink below 90%, each grain's first 4 KiB are
+# deflated first, and the grain is stored when they come to more than 90% of their size.
 _PROBE_BYTES = 4096
 _WORTH_DEFLATING = 0.9
 _THREADS = min(4, os.cpu_count() or 1)
@@ -101,8 +101,8 @@ def _deflated_grains(
 ) -> Iterator[tuple[int, bytes]]:
     """(grain, its deflated bytes) for every non-zero grain, in order. Deflate is the cost of
     an export and zlib lets go of the GIL, so grains are deflated on a few threads; at most
-    _IN_FLIGHT grains (a few MiB) wait at once. Once a grain comes back no smaller than it
-    went in, the following ones are probed before they are deflated, until one shrinks."""
+    _IN_FLIGHT grains (a few MiB) wait at once. Once a grain comes back at more than 90% of
+    its size, the following ones are probed before they are deflated, until one shrinks."""
     pending: collections.deque[tuple[int, concurrent.futures.Future[bytes]]] = collections.deque()
     probe = False
 
