@@ -30,7 +30,9 @@ SEED = re.compile(
     r"PYRIGAUD-SEED (?:user-data-sha256=(?P<user>\w+) meta-data-sha256=(?P<meta>\w+)|none)"
 )
 POWEROFF = re.compile(r"PYRIGAUD-POWEROFF via=(?P<via>\w+)")
-AGENT_SECONDS = 10
+# How long libvirt waits for the agent's answer before "Guest agent not available for now":
+# a TCG guest on a loaded two-vCPU host can take more than 10 s to spawn a process.
+AGENT_SECONDS = 30
 
 
 @functools.cache

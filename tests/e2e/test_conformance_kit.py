@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -445,10 +446,27 @@ def test_a_task_status_past_the_managers_deadline_fails_its_clause(tmp_path: Pat
 # --- interrupted ----------------------------------------------------------------------------
 
 
+# A test run started in the background inherits SIGINT ignored, and so would the kit: this
+# gives it SIGINT's default back (exec keeps it), as a terminal's foreground job has.
+WITH_DEFAULT_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 def test_ctrl_c_mid_create_still_removes_every_vm_of_the_run(tmp_path: Path) -> None:
     with served({"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": "create=3"}, tmp_path) as server:
         running = subprocess.Popen(
-            [*PYRIGAUD, "conformance", server.endpoint, "--prefix", "kit-interrupted"],
+            [
+                *WITH_DEFAULT_SIGINT,
+                *PYRIGAUD,
+                "conformance",
+                server.endpoint,
+                "--prefix",
+                "kit-interrupted",
+            ],
             env={"PATH": os.environ.get("PATH", "")},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
