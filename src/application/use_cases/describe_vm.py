@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from returns.result import Result
 
 from pyrigaud.application.ports import Inventory
@@ -25,7 +23,10 @@ def _reportable_description(found: VMDescription | None) -> VMDescription | None
     if found is None:
         return None
     ips = routable_addresses(found.ips)
-    return found if ips == found.ips else replace(found, ips=ips)
+    if ips == found.ips:
+        return found
+    # The constructor, not dataclasses.replace: half the cost, on every running VM's Describe.
+    return VMDescription(found.power_state, ips, found.console_url, found.raw)
 
 
 def _reportable_info(vm: VMInfo) -> VMInfo:
