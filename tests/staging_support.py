@@ -511,3 +511,67 @@ def manager_nfs_options(server: NfsServer) -> str:
         "export": str(server.export),
     }
     return json.dumps(options, separators=(",", ":"))
+
+
+def describe_case(staging: StagingCase, location: StagedLocation) -> str:
+    """What a child process needs to open the same adapter on `location` (secrets on
+    stdin, never argv)."""
+    adapter = staging.storage
+    return json.dumps(
+        {
+            "adapter": type(adapter).__name__,
+            "settings": {
+                key: getattr(adapter, key)
+                for key in ("root", "owner", "chunk_bytes", "part_bytes")
+                if hasattr(adapter, key)
+            },
+            "location": location.model_dump(mode="json", exclude={"credentials"}),
+            "credentials": None
+            if location.credentials is None
+            else {
+                "access_key_id": location.credentials.access_key_id,
+                "secret_access_key": location.credentials.secret_access_key.get_secret_value(),
+            },
+        }
+    )
+
+
+def killed_writer(staging: StagingCase, location: StagedLocation) -> None:
+    """A process that opened a writer on `location` and wrote 11 MiB, killed with SIGKILL:
+    what a provider killed mid-transfer leaves on the storage."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_WRITER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(describe_case(staging, location).encode())  # secrets stay off argv
+        child.stdin.close()
+        assert child.stdout.readline().strip() == b"written", "the writer never got going"
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        child.kill()
+        child.wait(30)
+
+
+CRASHING_WRITER = """
+import json, sys, time
+from pyrigaud.adapters.staging import nfs, pvc, s3
+from pyrigaud.domain.staging import StagedLocation, StorageCredentials
+
+described = json.load(sys.stdin)
+adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
+adapter = adapters[described["adapter"]](**described["settings"])
+location = StagedLocation.model_validate(
+    {**described["location"], "credentials": described["credentials"]}
+)
+writer = adapter.open_write(location).unwrap()
+for _ in range(11):
+    writer.write(bytes(1024 * 1024)).unwrap()
+print("written", flush=True)
+time.sleep(600)
+"""

@@ -79,6 +79,13 @@ class StagedDigest(Value):
     size_bytes: int
 
 
+class StagedSweep(Value):
+    """What a sweep of the staging storage removed, and what it could not look through."""
+
+    removed: int = 0
+    failures: tuple[ProviderError, ...] = ()
+
+
 class StagedLocation(Value):
     """One staged object, named by the request's `field` (`destination_url`, `source_url`).
     `container` is the PVC name, the bucket or the NFS export; `key` is the object's path
@@ -115,6 +122,37 @@ def parse_staged_location(
         return Success(_parse(field, url, backend, options, credentials))
     except ExpectedError as error:
         return Failure(error.error)
+
+
+def parse_staging_place(
+    backend: TransferBackend, options: Mapping[str, object], credentials: Mapping[str, str]
+) -> Result[StagedLocation, ProviderError]:
+    """The folder where the manager stages every migration's objects for these storage options
+    (its URL up to the migration's own part), as the location of an object in it: what a sweep
+    of that place takes. S3: `<bucket>/[<prefix>/]`, one folder per migration below it; NFS:
+    `<export>[/<path>]/`, where the manager's flat names of every migration lie. A PVC is no
+    place to name: every mounted one is swept already."""
+    try:
+        checked = _options(options, backend)
+        if backend is TransferBackend.S3:
+            prefix = checked.prefix.strip("/")
+            url = f"s3://{checked.bucket}/{prefix + '/' if prefix else ''}{_PLACE_NAME}"
+        elif backend is TransferBackend.NFS:
+            for key in ("server", "export"):
+                if not getattr(checked, key):
+                    raise _invalid(f"{OPTIONS}.{key}", "required for backend_type 'nfs'")
+            path = checked.path.strip("/")
+            url = f"nfs://{checked.server}{checked.export.rstrip('/')}/{path + '/' if path else ''}"
+            url += _PLACE_NAME
+        else:
+            raise _invalid("backend_type", "must be s3 or nfs (every mounted PVC is swept)")
+        return Success(_parse(OPTIONS, url, backend, options, credentials))
+    except ExpectedError as error:
+        return Failure(error.error)
+
+
+# A place's nominal object, read as "everything in its folder": a sweep looks only at the folder.
+_PLACE_NAME = "*"
 
 
 def _parse(

@@ -29,6 +29,7 @@ class BackendServices:
     clock: Clock
     credentials: Callable[[], Credentials]
     metrics: Metrics
+    staging: StagingBackends  # where ExportDisk/ImportDisk stage disks
 
 
 @dataclass(frozen=True)
@@ -72,18 +73,9 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         domain_type=settings.resolved_libvirt_domain_type,
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
-        staging=_staging(settings, services),
+        staging=services.staging,
         transfer_owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
-    )
-
-
-def _staging(settings: Settings, services: BackendServices) -> StagingBackends:
-    """Where ExportDisk/ImportDisk stage disks: the mounted PVCs, S3 and NFS as installed."""
-    from pyrigaud.adapters.staging.registry import staging_by_backend  # noqa: PLC0415
-
-    return staging_by_backend(
-        settings.owner_mark, services.clock, str(settings.migration_storage_root)
     )
 
 
@@ -111,7 +103,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         allow_loopback_urls=settings.image_url_allow_loopback,
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
-        staging=_staging(settings, services),
+        staging=services.staging,
         owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
     )
@@ -125,9 +117,6 @@ BACKENDS: Mapping[str, BackendEntry] = {
 ALIASES = {"mock": "fake"}
 
 
-def build_backend(
-    settings: Settings, clock: Clock, credentials: Callable[[], Credentials], metrics: Metrics
-) -> Backend:
+def build_backend(settings: Settings, services: BackendServices) -> Backend:
     """The selected backend's ports (settings have checked that PROVIDER_TYPE is registered)."""
-    entry = BACKENDS[settings.provider_type]
-    return entry.build(settings, BackendServices(clock, credentials, metrics))
+    return BACKENDS[settings.provider_type].build(settings, services)

@@ -15,12 +15,15 @@ from dependency_injector import containers, providers
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
+from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import OwnerMark
-from pyrigaud.entrypoints.backends import build_backend
+from pyrigaud.entrypoints.backends import BackendServices, build_backend
 from pyrigaud.entrypoints.grpc.interceptors import provider_layers
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
 from pyrigaud.entrypoints.grpc.server import ProviderService
@@ -45,6 +48,25 @@ def kubernetes_credentials(secret: str, provider_namespace: str, metrics: Metric
 
     on_reload = metrics.credential_reloads.labels("kubernetes").inc
     return kubernetes_secret_credentials(secret, provider_namespace, on_reload)
+
+
+def staging_of(settings: Settings, clock: Clock) -> StagingBackends:
+    """Where ExportDisk/ImportDisk stage disks (the mounted PVCs, S3 and NFS as installed),
+    and the places the leftover sweep visits besides the PVCs, their credentials read from
+    their mounted Secret at each visit."""
+    places = [
+        StagingPlace(
+            place.backend_type,
+            place.storage_options,
+            MountedSecretCredentials(place.credentials_dir).current
+            if place.credentials_dir
+            else dict,
+        )
+        for place in settings.staging_sweep_places
+    ]
+    return staging_by_backend(
+        settings.owner_mark, clock, str(settings.migration_storage_root), places
+    )
 
 
 def allowed_sans_of(settings: Settings, mutual_tls: bool) -> frozenset[str]:
@@ -85,8 +107,17 @@ class Container(containers.DeclarativeContainer):
 
     # The selected backend's ports (the registry imports only that backend's package), each
     # port counted and timed (pyrigaud_hypervisor_calls_total and friends).
+    staging = providers.Singleton(staging_of, settings, clock)
     backend = providers.Singleton(
-        build_backend, settings, clock, credentials=credentials.provider, metrics=metrics
+        build_backend,
+        settings,
+        providers.Factory(
+            BackendServices,
+            clock=clock,
+            credentials=credentials.provider,
+            metrics=metrics,
+            staging=staging,
+        ),
     )
     ports = providers.Singleton(instrument_backend, backend, metrics)
 
@@ -104,6 +135,7 @@ class Container(containers.DeclarativeContainer):
         clock=clock,
         leftovers=leftovers,
         transfers=ports.provided.transfer_leftovers,
+        staging=staging,
     )
     use_cases = providers.Singleton(
         provider_use_cases, backend=ports, clock=clock, ownership=ownership

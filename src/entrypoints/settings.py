@@ -11,6 +11,7 @@ file silently, which must be an error here; it would also add ~80 ms to start-up
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,8 +25,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from returns.result import Failure
 
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
+from pyrigaud.domain.staging import OPTIONS, TransferBackend, parse_staging_place
 from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
 
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
@@ -37,6 +40,30 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 class SettingsError(Exception):
     """Configuration that cannot run; the message says which setting and why."""
+
+
+class StagingPlaceSetting(BaseModel):
+    """A staging place the leftover sweep visits (PYRIGAUD_STAGING_SWEEP_PLACES): the
+    manager's backend type and storage options for it, as a VMMigration's storage names them,
+    and for S3 the directory where the Secret holding its credentials is mounted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    backend_type: TransferBackend = Field(alias="backendType")
+    storage_options: dict[str, object] = Field(default_factory=dict, alias="storageOptions")
+    credentials_dir: Path | None = Field(None, alias="credentialsDir")
+
+    @model_validator(mode="after")
+    def _a_place_to_sweep(self) -> StagingPlaceSetting:
+        needs_credentials = self.backend_type is TransferBackend.S3
+        if needs_credentials != (self.credentials_dir is not None):
+            raise ValueError("credentialsDir: required for s3, and only for s3")
+        # Stand-in credentials: the real ones are read from the directory at each sweep.
+        stand_in = {"accessKeyID": "-", "secretAccessKey": "-"} if needs_credentials else {}
+        checked = parse_staging_place(self.backend_type, self.storage_options, stand_in)
+        if isinstance(checked, Failure):  # named as this setting spells the options
+            raise ValueError(checked.failure().message.replace(OPTIONS, "storageOptions", 1))
+        return self
 
 
 class Settings(BaseModel):
@@ -92,6 +119,10 @@ class Settings(BaseModel):
         2 * TRANSFER_DEADLINE_SECONDS, alias="PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS", ge=0
     )
     sweep_interval_seconds: float = Field(300.0, alias="PYRIGAUD_SWEEP_INTERVAL_SECONDS", gt=0)
+    # S3 buckets and NFS exports the sweep visits besides the mounted PVCs (a JSON list).
+    staging_sweep_places: tuple[StagingPlaceSetting, ...] = Field(
+        (), alias="PYRIGAUD_STAGING_SWEEP_PLACES"
+    )
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
     fake_latency: str = Field("", alias="PYRIGAUD_FAKE_LATENCY")  # "create=2,describe=0.01"
     log_level: str = Field("info", alias="LOG_LEVEL")
@@ -120,6 +151,17 @@ class Settings(BaseModel):
             if text in _FALSE:
                 return False
             raise ValueError(f"must be true or false, got {value!r}")
+        return value
+
+    @field_validator("staging_sweep_places", mode="before")
+    @classmethod
+    def _places_list(cls, value: object) -> object:
+        """The environment gives a JSON list; a config file, a TOML array of tables."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else ()
+            except json.JSONDecodeError as error:
+                raise ValueError(f"must be a JSON list of places: {error}") from None
         return value
 
     @field_validator("credentials_source")

@@ -47,8 +47,12 @@ class LeftoverSweeper:
                     )
                 for name in report.removed_transfer_volumes:
                     logger.info("removed the temporary volume of a dead transfer: %r", name)
+                if report.removed_staged:
+                    logger.info(
+                        "removed %d staged temporaries of dead transfers", report.removed_staged
+                    )
                 for failure in report.failures:
-                    logger.warning("could not remove a leftover VM: %s", failure)
+                    logger.warning("could not remove a leftover: %s", failure)
 
     def _run(self) -> None:
         while True:

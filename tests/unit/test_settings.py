@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,54 @@ def test_unknown_keys_in_the_config_file_are_refused(tmp_path: Path) -> None:
     config.write_text('PROVIDER_TYP = "fake"\n')
     with pytest.raises(SettingsError, match="PROVIDER_TYP"):
         load_settings({}, config_file=config)
+
+
+S3_PLACE = {
+    "backendType": "s3",
+    "storageOptions": {"bucket": "mig", "endpoint": "http://10.0.0.9:9000", "prefix": "lab"},
+    "credentialsDir": "/etc/virtrigaud/staging/mig",
+}
+NFS_PLACE = {
+    "backendType": "nfs",
+    "storageOptions": {"server": "10.0.0.5", "export": "/export/migrations", "path": "vr"},
+}
+
+
+def test_staging_places_to_sweep_come_as_json_or_as_toml_tables(tmp_path: Path) -> None:
+    from_environment = load_settings(
+        {"PYRIGAUD_STAGING_SWEEP_PLACES": json.dumps([S3_PLACE, NFS_PLACE])}
+    )
+    config = tmp_path / "places.toml"
+    config.write_text(
+        "[[PYRIGAUD_STAGING_SWEEP_PLACES]]\n"
+        'backendType = "nfs"\n'
+        'storageOptions = { server = "10.0.0.5", export = "/export/migrations", path = "vr" }\n'
+    )
+    from_file = load_settings({}, config_file=config)
+    s3, nfs = from_environment.staging_sweep_places
+    assert (s3.backend_type, s3.credentials_dir) == ("s3", Path("/etc/virtrigaud/staging/mig"))
+    assert nfs == from_file.staging_sweep_places[0]
+    assert nfs.storage_options["path"] == "vr"
+    assert load_settings({}).staging_sweep_places == ()
+
+
+@pytest.mark.parametrize(
+    ("places", "named"),
+    [
+        ("[{", "must be a JSON list"),
+        ([{**S3_PLACE, "credentialsDir": None}], "credentialsDir: required for s3"),
+        ([{**NFS_PLACE, "credentialsDir": "/x"}], "credentialsDir: required for s3, and only"),
+        ([{**S3_PLACE, "storageOptions": {"prefix": "lab"}}], "storageOptions.bucket"),
+        ([{**NFS_PLACE, "storageOptions": {"server": "h"}}], "storageOptions.export"),
+        ([{"backendType": "pvc"}], "backend_type: must be s3 or nfs"),
+        ([{"backendType": "ftp"}], "backendType"),
+        ([{**NFS_PLACE, "server": "h"}], "server"),
+    ],
+)
+def test_a_staging_place_that_cannot_be_swept_is_refused_at_start_up(
+    places: object, named: str
+) -> None:
+    text = places if isinstance(places, str) else json.dumps(places)
+    with pytest.raises(SettingsError, match="PYRIGAUD_STAGING_SWEEP_PLACES") as refused:
+        load_settings({"PYRIGAUD_STAGING_SWEEP_PLACES": text})
+    assert named in str(refused.value)

@@ -7,7 +7,7 @@ from returns.result import Result
 
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import TransferBackend
-from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+from pyrigaud.domain.staging import StagedLocation, parse_staged_location, parse_staging_place
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 from support import error_of, ok
@@ -212,3 +212,72 @@ def test_a_temporary_name_fits_a_file_system_name_whatever_the_final_name() -> N
     name = temporary_name("x" * 255, "pyrigaud", 1_800_000_000, "0a1b2c3d")
     assert len(name.encode()) <= 255
     assert temporary_started_at(name, "pyrigaud") == 1_800_000_000
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "folder", "migration_url"),
+    [
+        (TransferBackend.S3, S3_OPTIONS, ("mig", "lab"), S3_URL),
+        (
+            TransferBackend.S3,
+            {**S3_OPTIONS, "prefix": "/a/b/"},
+            ("mig", "a/b"),
+            "s3://mig/a/b/vmmigrations/ns/m1/export.vmdk",
+        ),
+        (
+            TransferBackend.S3,
+            {**S3_OPTIONS, "prefix": ""},
+            ("mig", ""),
+            "s3://mig/vmmigrations/ns/m1/export.vmdk",
+        ),
+        (TransferBackend.NFS, NFS_OPTIONS, ("/export/migrations", "vr"), NFS_URL),
+        (
+            TransferBackend.NFS,
+            {**NFS_OPTIONS, "path": ""},
+            ("/export/migrations", ""),
+            "nfs://10.0.0.5/export/migrations/vmmigrations-ns-m1-export.qcow2",
+        ),
+    ],
+)
+def test_a_staging_place_is_the_folder_the_manager_stages_every_migration_under(
+    backend: TransferBackend,
+    options: dict[str, object],
+    folder: tuple[str, str],
+    migration_url: str,
+) -> None:
+    credentials = CREDENTIALS if backend is TransferBackend.S3 else {}
+    place = ok(parse_staging_place(backend, options, credentials))
+    assert (place.container, place.parent) == folder
+    # What the manager stages for a migration lies in that folder (NFS) or below it (S3).
+    staged = ok(parse_staged_location("source_url", migration_url, backend, options, credentials))
+    assert staged.container == place.container
+    below = staged.parent.startswith(f"{place.parent}/") or not place.parent
+    assert staged.parent == place.parent if backend is TransferBackend.NFS else below
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "credentials", "named"),
+    [
+        (
+            TransferBackend.S3,
+            {**S3_OPTIONS, "bucket": ""},
+            CREDENTIALS,
+            "storage_options_json.bucket",
+        ),
+        (TransferBackend.S3, S3_OPTIONS, {}, "credentials.accessKeyID"),
+        (TransferBackend.NFS, {**NFS_OPTIONS, "server": ""}, {}, "storage_options_json.server"),
+        (TransferBackend.NFS, {**NFS_OPTIONS, "export": ""}, {}, "storage_options_json.export"),
+        (TransferBackend.NFS, {**NFS_OPTIONS, "path": "../up"}, {}, "storage_options_json"),
+        (TransferBackend.PVC, {}, {}, "backend_type"),
+    ],
+)
+def test_a_staging_place_that_cannot_be_swept_names_the_key(
+    backend: TransferBackend,
+    options: dict[str, object],
+    credentials: dict[str, str],
+    named: str,
+) -> None:
+    error = error_of(parse_staging_place(backend, options, credentials))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(f"{named}")
+    assert SECRET not in error.message

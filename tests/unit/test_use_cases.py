@@ -60,6 +60,7 @@ from pyrigaud.domain.models import (
     VMRecord,
 )
 from pyrigaud.domain.power import PowerOp, PowerState
+from pyrigaud.domain.staging import StagedSweep
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
 import transfer_support as transfers
@@ -328,6 +329,30 @@ def test_the_sweep_reports_a_leftover_it_could_not_remove(
     report = ok(SweepLeftovers(backend.lifecycle, clock, LeftoverPolicy(owner=OWNER))())
     assert report.removed == ()
     assert [failure.message for failure in report.failures] == ["host went away"]
+
+
+class SweptStaging:
+    """Staging storage that reports one sweep, and records the age it was asked for."""
+
+    def __init__(self, swept: StagedSweep) -> None:
+        self.swept = swept
+        self.asked: list[float] = []
+
+    def sweep_reachable(self, older_than_seconds: float) -> StagedSweep:
+        self.asked.append(older_than_seconds)
+        return self.swept
+
+
+def test_the_sweep_removes_staged_temporaries_of_dead_transfers_whatever_the_backend(
+    backend: Backend, clock: ManualClock
+) -> None:
+    place_down = ProviderError.unavailable("s3://mig/lab/*: endpoint unreachable")
+    staging = SweptStaging(StagedSweep(removed=3, failures=(place_down,)))
+    policy = LeftoverPolicy(owner=OWNER, transfer_abandoned_after_seconds=7200)
+    report = ok(SweepLeftovers(backend.lifecycle, clock, policy, staging=staging)())
+    assert staging.asked == [7200]  # twice the transfer deadline: never a live transfer's
+    assert report.removed_staged == 3
+    assert report.failures == (place_down,)
 
 
 def test_delete_is_idempotent(backend: Backend) -> None:

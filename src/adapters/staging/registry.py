@@ -2,12 +2,15 @@
 
 `staging_by_backend` builds the set this machine can serve: S3 needs the `s3` extra (boto3),
 NFS needs libnfs (Debian's libnfs13); a backend without them is left out, so it answers
-UNSUPPORTED and is not advertised.
+UNSUPPORTED and is not advertised. The sweep with no request in hand visits every mounted PVC
+and the staging places the operator named (S3 buckets and NFS exports are otherwise known only
+from requests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from returns.result import Failure, Result, Success
 
@@ -18,17 +21,32 @@ from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import TransferBackend
-from pyrigaud.domain.staging import StagedLocation
+from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staging_place
+
+
+@dataclass(frozen=True)
+class StagingPlace:
+    """A staging place the sweep visits with no request naming it: the manager's backend and
+    storage options for it, and its credentials, read at each visit (a mounted Secret may
+    have changed since)."""
+
+    backend: TransferBackend
+    options: Mapping[str, object]
+    credentials: Callable[[], Mapping[str, str]] = field(default=dict)
 
 
 class StagingByBackend:
     """Dispatch by `location.backend`; a backend without an adapter here is UNSUPPORTED."""
 
     def __init__(
-        self, adapters: Mapping[TransferBackend, StagingStorage], pvc: PvcStaging | None = None
+        self,
+        adapters: Mapping[TransferBackend, StagingStorage],
+        pvc: PvcStaging | None = None,
+        places: Sequence[StagingPlace] = (),
     ) -> None:
         self._adapters = dict(adapters)
         self._pvc = pvc
+        self._places = tuple(places)
 
     @property
     def backends(self) -> tuple[TransferBackend, ...]:
@@ -57,13 +75,26 @@ class StagingByBackend:
             return Failure(_unsupported(location))
         return adapter.sweep(location, older_than_seconds)
 
-    def sweep_reachable(self, older_than_seconds: float) -> Result[int, ProviderError]:
+    def sweep_reachable(self, older_than_seconds: float) -> StagedSweep:
         """The staged temporaries a sweep can find with no request naming a place: those on
-        every PVC mounted under the root. S3 buckets and NFS exports are known only from
-        requests; each transfer sweeps its own folder there before it starts."""
-        if self._pvc is None:
-            return Success(0)
-        return self._pvc.sweep_mounted(older_than_seconds)
+        every PVC mounted under the root and in each configured place. Elsewhere on S3 and
+        NFS, each transfer sweeps its own folder before it starts."""
+        removed, failures = 0, []
+        for swept in self._sweep_each_place(older_than_seconds):
+            match swept:
+                case Success(count):
+                    removed += count
+                case Failure(error):
+                    failures.append(error)
+        return StagedSweep(removed=removed, failures=tuple(failures))
+
+    def _sweep_each_place(self, older_than_seconds: float) -> Iterator[Result[int, ProviderError]]:
+        if self._pvc is not None:
+            yield self._pvc.sweep_mounted(older_than_seconds)
+        for place in self._places:
+            yield parse_staging_place(place.backend, place.options, place.credentials()).bind(
+                lambda location: self.sweep(location, older_than_seconds)
+            )
 
 
 def _unsupported(location: StagedLocation) -> ProviderError:
@@ -73,7 +104,10 @@ def _unsupported(location: StagedLocation) -> ProviderError:
 
 
 def staging_by_backend(
-    owner: str, clock: Clock, pvc_root: str = MIGRATION_STORAGE_ROOT
+    owner: str,
+    clock: Clock,
+    pvc_root: str = MIGRATION_STORAGE_ROOT,
+    places: Sequence[StagingPlace] = (),
 ) -> StagingByBackend:
     pvc = PvcStaging(root=pvc_root, owner=owner, clock=clock)
     adapters: dict[TransferBackend, StagingStorage] = {TransferBackend.PVC: pvc}
@@ -85,6 +119,6 @@ def staging_by_backend(
     try:
         from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
     except ImportError:
-        return StagingByBackend(adapters, pvc)
+        return StagingByBackend(adapters, pvc, places)
     adapters[TransferBackend.S3] = S3Staging(owner=owner, clock=clock)
-    return StagingByBackend(adapters, pvc)
+    return StagingByBackend(adapters, pvc, places)

@@ -118,13 +118,14 @@ class S3Staging:
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
-        """Abort the uploads of this provider's stale markers in the location's folder."""
+        """Abort the uploads of this provider's stale markers in the location's folder and
+        the folders below it (a staging place's prefix holds one folder per migration)."""
 
         def swept() -> int:
             client = self._client(location)
             deadline = self.clock.now() - older_than_seconds
             pages = client.get_paginator("list_objects_v2").paginate(
-                Bucket=location.container, Prefix=_sibling(location, ""), Delimiter="/"
+                Bucket=location.container, Prefix=_sibling(location, "")
             )
             removed = 0
             for page in _calling(location, "sweep", lambda: list(pages)):

@@ -15,7 +15,7 @@ from typing import Protocol
 from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation, TransferBackend
+from pyrigaud.domain.staging import StagedDigest, StagedLocation, StagedSweep, TransferBackend
 
 
 class StagedReader(Protocol):
@@ -65,16 +65,21 @@ class StagingStorage(Protocol):
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
         """Remove this provider's temporaries started longer ago than `older_than_seconds`
-        where `location` lives (its whole PVC; its folder on S3 and NFS); how many."""
+        where `location` lives (its whole PVC; its folder on NFS; its folder and the folders
+        below it on S3); how many."""
         ...
 
 
-class StagingBackends(StagingStorage, Protocol):
+class StagedLeftovers(Protocol):
+    def sweep_reachable(self, older_than_seconds: float) -> StagedSweep:
+        """`sweep` wherever this storage can look without a request naming a location: every
+        mounted PVC and the staging places it was configured with. One place that cannot be
+        swept is reported and does not stop the others."""
+        ...
+
+
+class StagingBackends(StagingStorage, StagedLeftovers, Protocol):
     """A StagingStorage that also says which backends it can reach (what to advertise)."""
 
     @property
     def backends(self) -> tuple[TransferBackend, ...]: ...
-
-    def sweep_reachable(self, older_than_seconds: float) -> Result[int, ProviderError]:
-        """`sweep` wherever this storage can look without a request naming a location."""
-        ...

@@ -8,8 +8,10 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.ports import Clock, VMLifecycle
 from pyrigaud.application.ports.disk_transfer import TransferLeftovers
+from pyrigaud.application.ports.staging import StagedLeftovers
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import LeftoverPolicy
+from pyrigaud.domain.staging import StagedSweep
 
 
 class SweepReport(BaseModel):
@@ -17,12 +19,15 @@ class SweepReport(BaseModel):
 
     removed: tuple[str, ...] = ()  # names of the leftover VMs removed
     removed_transfer_volumes: tuple[str, ...] = ()  # temporary volumes of dead transfers
-    failures: tuple[ProviderError, ...] = ()  # one per leftover that could not be removed
+    removed_staged: int = 0  # staged temporaries of dead transfers (files, S3 uploads)
+    failures: tuple[ProviderError, ...] = ()  # one per leftover or place that failed
 
 
 class SweepLeftovers:
-    """Only this provider's unfinished VMs older than the Create deadline are touched, so one
-    replica's sweep never removes another replica's work in progress."""
+    """Only this provider's unfinished VMs older than the Create deadline, and its transfer
+    temporaries older than twice the transfer deadline, are touched, so one replica's sweep
+    never removes another replica's work in progress. Staged temporaries are the staging
+    storage's, whatever the backend."""
 
     def __init__(
         self,
@@ -30,11 +35,13 @@ class SweepLeftovers:
         clock: Clock,
         leftovers: LeftoverPolicy,
         transfers: TransferLeftovers | None = None,
+        staging: StagedLeftovers | None = None,
     ) -> None:
         self._lifecycle = lifecycle
         self._clock = clock
         self._leftovers = leftovers
         self._transfers = transfers
+        self._staging = staging
 
     def __call__(self) -> Result[SweepReport, ProviderError]:
         match self._lifecycle.find_unfinished():
@@ -53,18 +60,22 @@ class SweepLeftovers:
                     failures.append(error)
                 case Success(_):
                     removed.append(record.name)
+        older_than = self._leftovers.transfer_abandoned_after_seconds
         volumes: tuple[str, ...] = ()
         if self._transfers is not None:
-            older_than = self._leftovers.transfer_abandoned_after_seconds
             match self._transfers.sweep_transfer_leftovers(older_than):
                 case Failure(error):
                     failures.append(error)
                 case Success(volumes):
                     pass
+        staged = StagedSweep()
+        if self._staging is not None:
+            staged = self._staging.sweep_reachable(older_than)
         return Success(
             SweepReport(
                 removed=tuple(removed),
                 removed_transfer_volumes=volumes,
-                failures=tuple(failures),
+                removed_staged=staged.removed,
+                failures=(*failures, *staged.failures),
             )
         )

@@ -34,3 +34,9 @@ def file_staging(request: pytest.FixtureRequest, tmp_path: Path) -> StagingCase:
     """The backends whose temporaries are named files carrying the owner mark (S3 lists
     uploads in progress without their metadata, so its sweep goes by age alone)."""
     return make_case(request.param, request, tmp_path / "migration-storage")
+
+
+@pytest.fixture(params=["s3", "nfs"])
+def remote_staging(request: pytest.FixtureRequest, tmp_path: Path) -> StagingCase:
+    """The backends the manager's requests alone name (no PVC mounted in the pod)."""
+    return make_case(request.param, request, tmp_path / "migration-storage")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pyrigaud.application.ports.staging import StagedReader, StagedWriter
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
-from staging_support import CHUNK_BYTES, MiB, StagingCase
+from staging_support import CHUNK_BYTES, MiB, StagingCase, describe_case, killed_writer
 from support import error_of, ok
 
 pytestmark = pytest.mark.slow
@@ -112,7 +111,7 @@ def test_memory_stays_bounded_while_staging_and_reading_back(staging: StagingCas
     location = staging.locate("large.raw")
     probe = subprocess.run(
         [sys.executable, "-c", MEMORY_PROBE, str(STREAMED_MIB)],
-        input=_describe(staging, location).encode(),
+        input=describe_case(staging, location).encode(),
         capture_output=True,
         check=True,
         timeout=300,
@@ -127,23 +126,7 @@ def test_a_writer_killed_mid_write_leaves_only_what_the_sweep_removes(
     staging: StagingCase,
 ) -> None:
     location = staging.locate("export.qcow2")
-    child = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_WRITER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
-        assert child.stdin is not None
-        assert child.stdout is not None
-        child.stdin.write(_describe(staging, location).encode())  # secrets stay off argv
-        child.stdin.close()
-        assert child.stdout.readline().strip() == b"written", "the writer never got going"
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
-    finally:
-        child.kill()
-        child.wait(30)
+    killed_writer(staging, location)
     assert staging.stored(location) is None  # nothing half-written under the final name
     assert staging.leftovers() != []
     time.sleep(1.1)
@@ -185,27 +168,6 @@ def test_another_providers_temporaries_are_not_ours_to_sweep(file_staging: Stagi
     assert file_staging.leftovers() == []
 
 
-def _describe(staging: StagingCase, location: StagedLocation) -> str:
-    adapter = staging.storage
-    return json.dumps(
-        {
-            "adapter": type(adapter).__name__,
-            "settings": {
-                key: getattr(adapter, key)
-                for key in ("root", "owner", "chunk_bytes", "part_bytes")
-                if hasattr(adapter, key)
-            },
-            "location": location.model_dump(mode="json", exclude={"credentials"}),
-            "credentials": None
-            if location.credentials is None
-            else {
-                "access_key_id": location.credentials.access_key_id,
-                "secret_access_key": location.credentials.secret_access_key.get_secret_value(),
-            },
-        }
-    )
-
-
 MEMORY_PROBE = """
 import json, resource, sys
 from pyrigaud.adapters.staging import nfs, pvc, s3
@@ -235,22 +197,4 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 round_trip(mebibytes)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"growth_mib": (after - before) / 1024}))
-"""
-
-CRASHING_WRITER = """
-import json, sys, time
-from pyrigaud.adapters.staging import nfs, pvc, s3
-from pyrigaud.domain.staging import StagedLocation, StorageCredentials
-
-described = json.load(sys.stdin)
-adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
-adapter = adapters[described["adapter"]](**described["settings"])
-location = StagedLocation.model_validate(
-    {**described["location"], "credentials": described["credentials"]}
-)
-writer = adapter.open_write(location).unwrap()
-for _ in range(11):
-    writer.write(bytes(1024 * 1024)).unwrap()
-print("written", flush=True)
-time.sleep(600)
 """

@@ -32,7 +32,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 import libvirt
-from returns.result import Failure, Result
+from returns.result import Result
 
 from pyrigaud.adapters.disk_images.formats import disk_format_of, peek_header
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
@@ -126,13 +126,8 @@ class LibvirtDiskTransfer:
     def sweep_transfer_leftovers(
         self, older_than_seconds: float
     ) -> Result[tuple[str, ...], ProviderError]:
-        """This provider's temporary export/import volumes of transfers that died, and the
-        staged temporaries the staging storage can find by itself (the mounted PVCs)."""
-        staged = self.staging.sweep_reachable(older_than_seconds)
-        if isinstance(staged, Failure):
-            logger.warning("could not sweep staged leftovers: %s", staged.failure())
-        elif staged.unwrap():
-            logger.info("removed %d abandoned staged temporaries", staged.unwrap())
+        """This provider's temporary export/import volumes of transfers that died (their
+        staged temporaries are the staging storage's to sweep)."""
         return self.host.run(
             "sweep temporary transfer volumes",
             lambda conn: self.volumes.sweep(conn, older_than_seconds),

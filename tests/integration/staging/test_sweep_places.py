@@ -1,0 +1,108 @@
+"""The staging places the leftover sweep visits with no request naming them
+(PYRIGAUD_STAGING_SWEEP_PLACES): a transfer killed with SIGKILL in a migration's folder of an S3
+bucket or an NFS export leaves temporaries that the sweep of the place removes, with the
+credentials read from a mounted Secret's directory, at a provider's start-up too."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
+from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.staging import StagedLocation
+
+from replica_support import Replica
+from staging_support import OWNER, StagingCase, killed_writer, nfs_options, s3_options
+
+pytestmark = pytest.mark.slow
+
+
+def place_of(
+    staging: StagingCase, request: pytest.FixtureRequest
+) -> tuple[dict[str, object], dict[str, str]]:
+    """The storage options a VMMigration names for this storage (S3: prefix `lab`, under which
+    each migration has its folder), and the S3 credentials its Secret holds."""
+    if staging.backend is TransferBackend.S3:
+        server = request.getfixturevalue("s3_server")
+        secret = {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key}
+        return s3_options(server), secret
+    return nfs_options(request.getfixturevalue("nfs_server")), {}
+
+
+def mounted_secret(directory: Path, values: dict[str, str]) -> Path:
+    directory.mkdir()
+    for key, value in values.items():
+        (directory / key).write_text(value)
+    return directory
+
+
+def abandoned_transfer(staging: StagingCase) -> StagedLocation:
+    location = staging.locate("export.qcow2")
+    killed_writer(staging, location)
+    assert staging.leftovers() != [], "the killed writer left nothing to sweep"
+    time.sleep(1.1)  # older than the sweeps' one second
+    return location
+
+
+def test_a_killed_transfer_in_a_migration_folder_is_swept_from_its_place(
+    remote_staging: StagingCase, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    location = abandoned_transfer(remote_staging)
+    options, secret = place_of(remote_staging, request)
+    credentials = MountedSecretCredentials(mounted_secret(tmp_path / "secret", secret)).current
+    unreadable = StagingPlace(TransferBackend.S3, {"bucket": "elsewhere"}, dict)
+    staging = staging_by_backend(
+        OWNER,
+        clock=SystemClock(),
+        pvc_root=str(tmp_path / "no-pvcs"),
+        places=[unreadable, StagingPlace(remote_staging.backend, options, credentials)],
+    )
+
+    swept = staging.sweep_reachable(older_than_seconds=1.0)
+
+    assert swept.removed >= 1
+    assert remote_staging.leftovers() == []
+    assert remote_staging.stored(location) is None
+    # A place the sweep cannot look through is reported, and the others are still swept.
+    assert [failure.message for failure in swept.failures] == [
+        "credentials.accessKeyID: required for backend_type 's3'"
+    ]
+
+
+def test_a_provider_sweeps_its_configured_places_at_start_up(
+    remote_staging: StagingCase, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    abandoned_transfer(remote_staging)
+    options, secret = place_of(remote_staging, request)
+    place: dict[str, object] = {
+        "backendType": remote_staging.backend.value,
+        "storageOptions": options,
+    }
+    if secret:
+        place["credentialsDir"] = str(mounted_secret(tmp_path / "secret", secret))
+    namespace, name = OWNER.split("/")
+    survivor = Replica(
+        {
+            "PROVIDER_TYPE": "fake",  # the staging sweep is the same whatever the backend
+            "PROVIDER_NAMESPACE": namespace,
+            "PROVIDER_NAME": name,
+            "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path / "no-pvcs"),
+            "PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS": "1",
+            "PYRIGAUD_STAGING_SWEEP_PLACES": json.dumps([place]),
+        },
+        tmp_path / "survivor",
+    )
+    try:
+        assert survivor.logged("staged temporaries of dead transfers", 30)
+        assert remote_staging.leftovers() == []
+        log = survivor.log_path.read_text()
+        assert "could not remove" not in log
+        assert not secret or secret["secretAccessKey"] not in log
+    finally:
+        assert survivor.stop() == 0
