@@ -1,12 +1,14 @@
 """`pyrigaud serve` killed with SIGKILL in the middle of an ExportDisk and of an ImportDisk on
-real libvirtd + QEMU, staging on a PVC folder: the temporaries the dead transfers leave (a
-flattened export volume, a staged `.part` file, a staged import volume) carry the provider's mark
-and start time, nothing is left under a final name, and the next process's start-up sweep
-removes them all."""
+real libvirtd + QEMU, staging on a PVC folder, an S3 bucket or an NFS export: the temporaries
+the dead transfers leave (a flattened export volume, a staged `.part` file or S3 upload, a
+staged import volume) carry the provider's mark and start time, nothing is left under a final
+name, and the next process's start-up sweep removes them all (S3 and NFS: from the places it
+is configured with)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -25,6 +27,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from e2e_support import create_vm
 from qemu_support import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
 from replica_support import Replica
+from staging_support import manager_nfs_options, manager_s3_options
 
 POOL = "pyrigaud-crash-xfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/crash-xfer")
@@ -103,6 +106,99 @@ def test_transfers_killed_part_way_are_swept_by_the_next_process(conn: Any, tmp_
         assert sorted(p.name for p in pvc.iterdir()) == ["big.raw", "vmmigrations"]
     finally:
         survivor.stop()
+
+
+@pytest.mark.parametrize("backend", ["s3", "nfs"])
+def test_exports_killed_part_way_to_s3_and_nfs_are_swept_from_the_configured_places(
+    backend: str, conn: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Where no PVC is mounted, the next process finds what a dead export staged through the
+    places it is configured with: an S3 multipart upload (and its marker), an NFS `.part`."""
+    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
+    base = pool.createXML(volume_xml("crash-base.raw", DISK_BYTES, volume_format="raw"), 0)
+    environ = {**ENVIRON, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path / "no-pvcs")}
+    exporter = Replica(environ, tmp_path / "exporter")
+    image = f'{{"Path": "{base.path()}", "Format": "raw"}}'
+    vm_id = create_vm(exporter.stub, VM_NAME, image_json=image)
+    disks = _volume_names(conn)
+    place: dict[str, object]
+    if backend == "s3":
+        server = request.getfixturevalue("s3_server")
+        options, credentials = manager_s3_options(server, prefix="crash")
+        url = f"s3://{server.bucket}/crash/vmmigrations/ns/{vm_id}/export.vmdk"
+        secret = tmp_path / "secret"
+        secret.mkdir()
+        for key, value in credentials.items():
+            (secret / key).write_text(value)
+        place = {"credentialsDir": str(secret)}
+        staged, grew = s3_leftovers(
+            server.client(), server.bucket, f"crash/vmmigrations/ns/{vm_id}/"
+        )
+    else:
+        nfs = request.getfixturevalue("nfs_server")
+        options, credentials = manager_nfs_options(nfs), {}
+        url = f"nfs://{nfs.server}{nfs.export}/vmmigrations-ns-{vm_id}-export.raw"
+        place = {}
+        staged, grew = nfs_leftovers(nfs.export, f".vmmigrations-ns-{vm_id}-export.raw.")
+    export = pb.ExportDiskRequest(
+        vm_id=vm_id,
+        destination_url=url,
+        format="raw",
+        backend_type=backend,
+        transfer_mode="relay",
+        storage_options_json=options,
+        credentials=credentials,
+    )
+    _killed_during(exporter, lambda: exporter.stub.ExportDisk(export, timeout=600), grew)
+    assert staged(), "the export was killed before it staged anything"
+
+    place.update({"backendType": backend, "storageOptions": json.loads(options)})
+    survivor = Replica(
+        {
+            **environ,
+            "PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS": "0",
+            "PYRIGAUD_STAGING_SWEEP_PLACES": json.dumps([place]),
+        },
+        tmp_path / "survivor",
+    )
+    try:
+        assert survivor.logged("staged temporaries of dead transfers", SWEEP_SECONDS)
+        assert survivor.logged("removed the temporary volume of a dead transfer", SWEEP_SECONDS)
+        assert staged() == []
+        assert _volume_names(conn) == disks
+    finally:
+        survivor.stop()
+
+
+def s3_leftovers(
+    client: Any, bucket: str, folder: str
+) -> tuple[Callable[[], list[str]], Callable[[], bool]]:
+    """What is staged in the folder (uploads in progress, markers, objects), and whether an
+    upload there has sent a part."""
+
+    def staged() -> list[str]:
+        uploads = client.list_multipart_uploads(Bucket=bucket, Prefix=folder).get("Uploads", [])
+        objects = client.list_objects_v2(Bucket=bucket, Prefix=folder).get("Contents", [])
+        return [f"upload {u['Key']}" for u in uploads] + [o["Key"] for o in objects]
+
+    def grew() -> bool:
+        uploads = client.list_multipart_uploads(Bucket=bucket, Prefix=folder).get("Uploads", [])
+        return any(
+            client.list_parts(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"]).get("Parts")
+            for u in uploads
+        )
+
+    return staged, grew
+
+
+def nfs_leftovers(export: Path, prefix: str) -> tuple[Callable[[], list[str]], Callable[[], bool]]:
+    def staged() -> list[str]:
+        return sorted(name for name in os.listdir(export) if name.startswith(prefix))
+
+    def grew() -> bool:
+        return any((export / name).stat().st_size > KILL_AFTER_BYTES for name in staged())
+
+    return staged, grew
 
 
 def pvc_grew(pvc: Path) -> Callable[[], bool]:
