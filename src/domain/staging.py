@@ -46,6 +46,8 @@ HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?")
 NFS_SERVER = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+")
 UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f?#&\\]")
 STRING_OPTIONS = ("bucket", "endpoint", "region", "prefix", "server", "export", "path")
+# The manager stages each migration's S3 objects under `[<prefix>/]vmmigrations/<ns>/<name>/`.
+MIGRATIONS_FOLDER = "vmmigrations"
 
 
 class StagingOptions(Value):
@@ -129,14 +131,16 @@ def parse_staging_place(
 ) -> Result[StagedLocation, ProviderError]:
     """The folder where the manager stages every migration's objects for these storage options
     (its URL up to the migration's own part), as the location of an object in it: what a sweep
-    of that place takes. S3: `<bucket>/[<prefix>/]`, one folder per migration below it; NFS:
-    `<export>[/<path>]/`, where the manager's flat names of every migration lie. A PVC is no
-    place to name: every mounted one is swept already."""
+    of that place takes. S3: `<bucket>/[<prefix>/]vmmigrations/`, one folder per migration
+    below it (a sweep never lists the rest of a shared bucket); NFS: `<export>[/<path>]/`,
+    where the manager's flat names of every migration lie. A PVC is no place to name: every
+    mounted one is swept already."""
     try:
         checked = _options(options, backend)
         if backend is TransferBackend.S3:
             prefix = checked.prefix.strip("/")
-            url = f"s3://{checked.bucket}/{prefix + '/' if prefix else ''}{_PLACE_NAME}"
+            folder = f"{prefix}/{MIGRATIONS_FOLDER}" if prefix else MIGRATIONS_FOLDER
+            url = f"s3://{checked.bucket}/{folder}/{_PLACE_NAME}"
         elif backend is TransferBackend.NFS:
             for key in ("server", "export"):
                 if not getattr(checked, key):

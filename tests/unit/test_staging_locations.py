@@ -217,17 +217,17 @@ def test_a_temporary_name_fits_a_file_system_name_whatever_the_final_name() -> N
 @pytest.mark.parametrize(
     ("backend", "options", "folder", "migration_url"),
     [
-        (TransferBackend.S3, S3_OPTIONS, ("mig", "lab"), S3_URL),
+        (TransferBackend.S3, S3_OPTIONS, ("mig", "lab/vmmigrations"), S3_URL),
         (
             TransferBackend.S3,
             {**S3_OPTIONS, "prefix": "/a/b/"},
-            ("mig", "a/b"),
+            ("mig", "a/b/vmmigrations"),
             "s3://mig/a/b/vmmigrations/ns/m1/export.vmdk",
         ),
         (
             TransferBackend.S3,
             {**S3_OPTIONS, "prefix": ""},
-            ("mig", ""),
+            ("mig", "vmmigrations"),
             "s3://mig/vmmigrations/ns/m1/export.vmdk",
         ),
         (TransferBackend.NFS, NFS_OPTIONS, ("/export/migrations", "vr"), NFS_URL),
@@ -251,7 +251,7 @@ def test_a_staging_place_is_the_folder_the_manager_stages_every_migration_under(
     # What the manager stages for a migration lies in that folder (NFS) or below it (S3).
     staged = ok(parse_staged_location("source_url", migration_url, backend, options, credentials))
     assert staged.container == place.container
-    below = staged.parent.startswith(f"{place.parent}/") or not place.parent
+    below = staged.parent.startswith(f"{place.parent}/")
     assert staged.parent == place.parent if backend is TransferBackend.NFS else below
 
 

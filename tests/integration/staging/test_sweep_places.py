@@ -14,11 +14,21 @@ import pytest
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
+from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.domain.models import TransferBackend
-from pyrigaud.domain.staging import StagedLocation
+from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staged_location
 
 from replica_support import Replica
-from staging_support import OWNER, StagingCase, killed_writer, nfs_options, s3_options
+from staging_support import (
+    OWNER,
+    S3_PART_BYTES,
+    S3Server,
+    StagingCase,
+    killed_writer,
+    nfs_options,
+    s3_options,
+)
+from support import ok
 
 pytestmark = pytest.mark.slow
 
@@ -106,3 +116,35 @@ def test_a_provider_sweeps_its_configured_places_at_start_up(
         assert not secret or secret["secretAccessKey"] not in log
     finally:
         assert survivor.stop() == 0
+
+
+def test_an_s3_place_is_swept_only_where_the_manager_stages(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """Another upload of ours in the bucket, outside `<prefix>/vmmigrations/`, is not the
+    place's to sweep (a shared bucket is never listed whole)."""
+    adapter = S3Staging(owner=OWNER, part_bytes=S3_PART_BYTES)
+    credentials = {
+        "accessKeyID": s3_server.access_key_id,
+        "secretAccessKey": s3_server.secret_access_key,
+    }
+    elsewhere = ok(
+        parse_staged_location(
+            "destination_url",
+            f"s3://{s3_server.bucket}/lab/not-migrations/disk.qcow2",
+            TransferBackend.S3,
+            s3_options(s3_server),
+            credentials,
+        )
+    )
+    writer = ok(adapter.open_write(elsewhere))
+    ok(writer.write(bytes(S3_PART_BYTES + 1)))  # a part sent: an upload in progress
+    time.sleep(1.1)
+    place = StagingPlace(TransferBackend.S3, s3_options(s3_server), lambda: credentials)
+    staging = staging_by_backend(OWNER, SystemClock(), str(tmp_path / "no-pvcs"), [place])
+    try:
+        assert staging.sweep_reachable(older_than_seconds=1.0) == StagedSweep()
+        uploads = s3_server.client().list_multipart_uploads(Bucket=s3_server.bucket)
+        assert [u["Key"] for u in uploads.get("Uploads", [])] == [elsewhere.key]
+    finally:
+        ok(writer.abort())
