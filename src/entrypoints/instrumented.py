@@ -82,7 +82,9 @@ class _InstrumentedPort:
             except Exception:
                 record(operation, "exception", time.perf_counter() - started)
                 raise
-            record(operation, _call_outcome(value), time.perf_counter() - started)
+            # A success, the common case, is told here: a frame fewer on every Describe.
+            outcome = "ok" if type(value) is Success else _call_outcome(value)
+            record(operation, outcome, time.perf_counter() - started)
             return value
 
         timed.__name__ = operation

@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from functools import partial
 
-import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -50,7 +50,6 @@ LATENCY_BUCKETS_SECONDS = (
 )
 
 _BUCKET_NAMES = (*(str(bound) for bound in LATENCY_BUCKETS_SECONDS), "+Inf")
-_CODE_NAMES = {code: code.name for code in grpc.StatusCode}  # an enum's .name is a descriptor call
 
 
 class _ThreadCounts:
@@ -99,14 +98,13 @@ class CallTally(Collector):
         self._ended_threads = _ThreadCounts()  # what threads that have ended recorded
         self._joining = threading.Lock()
 
-    def _mine(self) -> _ThreadCounts:
-        try:
-            counts: _ThreadCounts = self._local.counts
-        except AttributeError:
-            counts = self._local.counts = _ThreadCounts()
-            with self._joining:
-                self._fold_ended_threads()
-                self._threads.append((threading.current_thread(), counts))
+    def _join(self) -> _ThreadCounts:
+        """This thread's counts, made on its first call (the per-call paths read them from
+        `_local` themselves: a frame fewer on every Describe)."""
+        counts = self._local.counts = _ThreadCounts()
+        with self._joining:
+            self._fold_ended_threads()
+            self._threads.append((threading.current_thread(), counts))
         return counts
 
     def _fold_ended_threads(self) -> None:
@@ -122,10 +120,17 @@ class CallTally(Collector):
 
     def begin(self) -> None:
         """One call in flight until its `record`."""
-        self._mine().begun += 1
+        try:
+            counts: _ThreadCounts = self._local.counts
+        except AttributeError:
+            counts = self._join()
+        counts.begun += 1
 
     def record(self, key: str, outcome: str, seconds: float, *, ended: bool = False) -> None:
-        counts = self._mine()
+        try:
+            counts: _ThreadCounts = self._local.counts
+        except AttributeError:
+            counts = self._join()
         counts.ended += ended
         pair = (key, outcome)
         counts.outcomes[pair] = counts.outcomes.get(pair, 0) + 1
@@ -196,6 +201,15 @@ class Metrics:
             ),
         )
         self.registry.register(self.hypervisor_calls)
+        # The per-call recorders are the tallies' own methods (a partial is C): no frame of
+        # Metrics' own on an RPC's path.
+        self.rpc_began: Callable[[], None] = self.rpcs.begin
+        # One RPC ended (after `rpc_began`): method, gRPC status code name, seconds.
+        self.record_rpc: Callable[[str, str, float], None] = partial(self.rpcs.record, ended=True)
+        # One hypervisor call: operation, outcome ("ok" or the error kind), seconds.
+        self.record_hypervisor_call: Callable[[str, str, float], None] = (
+            self.hypervisor_calls.record
+        )
         self.inflight_mutations = Gauge(
             "pyrigaud_inflight_mutations",
             "Mutations holding one of the provider's concurrency slots right now.",
@@ -226,16 +240,6 @@ class Metrics:
             ["backend"],
             registry=self.registry,
         )
-
-    def rpc_began(self) -> None:
-        self.rpcs.begin()
-
-    def record_rpc(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
-        """One RPC ended (after `rpc_began`)."""
-        self.rpcs.record(method, _CODE_NAMES[code], seconds, ended=True)
-
-    def record_hypervisor_call(self, operation: str, outcome: str, seconds: float) -> None:
-        self.hypervisor_calls.record(operation, outcome, seconds)
 
     def watch_inflight_mutations(self, count: Callable[[], int]) -> None:
         """Read the mutation count at scrape time from its owner (the limiter)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from returns.result import Result
+from returns.result import Result, Success
 
 from pyrigaud.application.ports import Inventory
 from pyrigaud.domain.addresses import routable_addresses
@@ -16,7 +16,13 @@ class DescribeVM:
 
     def __call__(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """None (exists=false) for any id that names no VM; an error means "could not tell"."""
-        return self._inventory.describe(vm_id).map(_reportable_description)
+        described = self._inventory.describe(vm_id)
+        if type(described) is Success:  # final: no isinstance through its ABC metaclass
+            found = described.unwrap()
+            reportable = _reportable_description(found)
+            # The port's own Success when nothing changed: no second container per call.
+            return described if reportable is found else Success(reportable)
+        return described
 
 
 def _reportable_description(found: VMDescription | None) -> VMDescription | None:

@@ -35,12 +35,6 @@ logger = logging.getLogger("pyrigaud.rpc")
 _Behaviour = Callable[[Any, grpc.ServicerContext], Any]
 
 
-def _code(context: grpc.ServicerContext) -> grpc.StatusCode:
-    """The status the RPC ends with (grpcio has `code()`; its type stubs do not)."""
-    code: grpc.StatusCode | None = context.code()  # type: ignore[attr-defined]
-    return code or grpc.StatusCode.OK
-
-
 def _details(context: grpc.ServicerContext) -> str:
     details: bytes | str | None = context.details()  # type: ignore[attr-defined]
     return details.decode() if isinstance(details, bytes) else details or ""
@@ -82,11 +76,13 @@ class RpcRecord(_Layer):
                 return behaviour(request, context)
             finally:
                 seconds = time.perf_counter() - started
-                code = _code(context)
-                count(name, code, seconds)
+                # The status the RPC ends with, None until set: OK (grpcio has `code()`; its
+                # type stubs do not). An enum's `.name` is a Python call: not for OK.
+                code: grpc.StatusCode | None = context.code()  # type: ignore[attr-defined]
+                count(name, "OK" if code is None else code.name, seconds)
                 line_level = logging.ERROR if code is grpc.StatusCode.INTERNAL else level
                 if logger.isEnabledFor(line_level):
-                    _log_rpc(line_level, name, code, seconds, context)
+                    _log_rpc(line_level, name, code or grpc.StatusCode.OK, seconds, context)
 
         return recorded
 

@@ -20,7 +20,7 @@ def describe_response(description: VMDescription | None) -> pb.DescribeResponse:
         return pb.DescribeResponse(exists=False)
     return pb.DescribeResponse(
         exists=True,
-        power_state=description.power_state.value,
+        power_state=description.power_state,  # a StrEnum is its string; `.value` is a call
         ips=description.ips,
         console_url=description.console_url,
         provider_raw_json=flat_json(description.raw),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeNic, FakeVM
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeVM
 from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, VMDescription, VMInfo
@@ -79,7 +79,7 @@ def _guest_addresses(vm: FakeVM, running: bool) -> tuple[str, ...]:
         return ()
     serial = int(vm.id[:6], 16)
     addresses = ["127.0.0.1", "::1", "fe80::5054:ff:fe00:1"]
-    for index, _ in enumerate(vm.nics or [FakeNic(name="user", mac="")]):
+    for index in range(len(vm.nics) or 1):  # no NIC named: user-mode networking's one
         addresses.append(f"198.51.100.{(serial + index) % 250 + 2}")
     return tuple(addresses)
 
