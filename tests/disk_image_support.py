@@ -38,9 +38,17 @@ def file_chunks(path: Path, size: int = 4 * MIB) -> Iterator[bytes]:
             yield chunk
 
 
+# Creating a LUKS-encrypted image, qemu-img times PBKDF2 by the thread's CPU time; where that
+# clock ticks coarsely (a small VM), every reading can be zero and qemu-img gives up with this.
+_PBKDF_TIMING_FAILED = "Unable to get accurate CPU usage"
+
+
 def qemu_img(*args: str | Path) -> str:
     command = ["qemu-img", *map(str, args)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    for _ in range(5):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if _PBKDF_TIMING_FAILED not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr
     return done.stdout
 
