@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -12,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from pyrigaud.entrypoints.grpc.interceptors import ProviderLayers
 from pyrigaud.entrypoints.grpc.servicer import SERVICE, AnyRpc, method_handlers
+from pyrigaud.entrypoints.grpc.workers import RpcWorkers
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +43,9 @@ class ProviderServer:
         credentials: grpc.ServerCredentials | None,
         workers: int,
     ) -> None:
-        self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
-            options=_OPTIONS,
-        )
+        self._workers = RpcWorkers(workers, name_prefix="rpc")
+        # grpcio types its pool as a ThreadPoolExecutor but only submits to it (workers.py).
+        self._server = grpc.server(cast(ThreadPoolExecutor, self._workers), options=_OPTIONS)
         handlers = method_handlers(service.rpcs, service.layers.wrap)
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, handlers),)
@@ -74,6 +75,7 @@ class ProviderServer:
         """NOT_SERVING first, then refuse new RPCs and let in-flight ones finish."""
         self._health.enter_graceful_shutdown()
         self._server.stop(grace_seconds).wait()
+        self._workers.shutdown()
 
     def wait(self) -> None:
         self._server.wait_for_termination()
