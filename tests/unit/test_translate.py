@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
 
 import pytest
 
@@ -24,6 +25,11 @@ def test_flat_json_is_the_text_json_dumps_gives(values: dict[str, str]) -> None:
     text = flat_json(values)
     assert text == json.dumps(values, sort_keys=True)
     assert json.loads(text) == values
+
+
+def test_flat_json_writes_any_mapping_not_only_a_dict() -> None:
+    values = MappingProxyType({"b": "2", "a": "1"})
+    assert flat_json(values) == '{"a": "1", "b": "2"}'
 
 
 def test_describe_answers_a_flat_object_of_strings_sorted_by_key() -> None:
