@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dependency_injector import providers
+from returns.result import Success
 
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
@@ -25,7 +27,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
-from pyrigaud.entrypoints.grpc.servicer import method_handlers
+from pyrigaud.entrypoints.grpc.servicer import RpcSpec, method_handlers
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
 
 from support import ManualClock, error_kind, error_of
@@ -99,3 +101,9 @@ def test_every_rpc_of_the_proto_has_a_spec() -> None:
     container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
     served = set(method_handlers(container.rpcs()))
     assert served == set(pb.DESCRIPTOR.services_by_name["Provider"].methods_by_name)
+
+
+@pytest.mark.parametrize("readers", [{}, {"read": str, "parse": Success}])
+def test_a_spec_takes_its_request_one_way(readers: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="exactly one of read and parse"):
+        RpcSpec("Describe", pb.DescribeRequest, pb.DescribeResponse, Success, str, **readers)
