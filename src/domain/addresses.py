@@ -9,6 +9,13 @@ from functools import lru_cache
 
 def routable_addresses(addresses: Iterable[str]) -> tuple[str, ...]:
     """Keep the addresses worth reporting, in order, without duplicates or unparsable text."""
+    return _routable(addresses if type(addresses) is tuple else tuple(addresses))
+
+
+@lru_cache(maxsize=16384)
+def _routable(addresses: tuple[str, ...]) -> tuple[str, ...]:
+    """Cached whole, one entry per VM's set of addresses: Describe asks for every VM about
+    every 10 s, and a guest's addresses rarely change."""
     kept: dict[str, None] = {}
     for text in addresses:
         address = _reportable(text)
@@ -17,10 +24,8 @@ def routable_addresses(addresses: Iterable[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-@lru_cache(maxsize=8192)
 def _reportable(text: str) -> str | None:
-    """The canonical form of one address, or None; cached because Describe is the hot path
-    and a guest's addresses rarely change."""
+    """The canonical form of one address, or None."""
     try:
         address = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
     except ValueError:
