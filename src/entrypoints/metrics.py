@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import (
@@ -56,11 +55,10 @@ class _ThreadCounts:
     """What one thread has recorded, written by that thread alone (or, for the threads that
     have ended, their total, under the tally's lock)."""
 
-    __slots__ = ("begun", "durations", "ended", "outcomes")
+    __slots__ = ("begun", "durations", "outcomes")
 
     def __init__(self) -> None:
-        self.begun = 0
-        self.ended = 0
+        self.begun = 0  # calls begun; those ended are the outcomes' sum
         self.outcomes: dict[tuple[str, str], int] = {}
         # Per key: a count per bucket (the last one past every bound), then the sum.
         self.durations: dict[str, list[float]] = {}
@@ -69,7 +67,6 @@ class _ThreadCounts:
         """Add `other`'s counts to these; its dicts and lists are read through copies, so it
         may go on changing meanwhile."""
         self.begun += other.begun
-        self.ended += other.ended
         for pair, count in list(other.outcomes.items()):
             self.outcomes[pair] = self.outcomes.get(pair, 0) + count
         for key, values in list(other.durations.items()):
@@ -126,12 +123,13 @@ class CallTally(Collector):
             counts = self._join()
         counts.begun += 1
 
-    def record(self, key: str, outcome: str, seconds: float, *, ended: bool = False) -> None:
+    def record(self, key: str, outcome: str, seconds: float) -> None:
+        """One call ended, counted by outcome and timed; where calls in flight are counted,
+        after its `begin`."""
         try:
             counts: _ThreadCounts = self._local.counts
         except AttributeError:
             counts = self._join()
-        counts.ended += ended
         pair = (key, outcome)
         counts.outcomes[pair] = counts.outcomes.get(pair, 0) + 1
         durations = counts.durations.get(key)
@@ -147,7 +145,7 @@ class CallTally(Collector):
             total = _ThreadCounts()
             total.absorb(self._ended_threads)
         # Ends are read before begins: a scrape never shows fewer than none in flight.
-        ended = total.ended + sum(counts.ended for counts in live)
+        ended = sum(total.outcomes.values()) + sum(sum(counts.outcomes.values()) for counts in live)
         begun = total.begun + sum(counts.begun for counts in live)
         for counts in live:
             total.absorb(counts)
@@ -201,11 +199,11 @@ class Metrics:
             ),
         )
         self.registry.register(self.hypervisor_calls)
-        # The per-call recorders are the tallies' own methods (a partial is C): no frame of
-        # Metrics' own on an RPC's path.
+        # The per-call recorders are the tallies' own methods: no frame of Metrics' own on an
+        # RPC's path.
         self.rpc_began: Callable[[], None] = self.rpcs.begin
         # One RPC ended (after `rpc_began`): method, gRPC status code name, seconds.
-        self.record_rpc: Callable[[str, str, float], None] = partial(self.rpcs.record, ended=True)
+        self.record_rpc: Callable[[str, str, float], None] = self.rpcs.record
         # One hypervisor call: operation, outcome ("ok" or the error kind), seconds.
         self.record_hypervisor_call: Callable[[str, str, float], None] = (
             self.hypervisor_calls.record
