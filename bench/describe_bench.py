@@ -14,6 +14,17 @@ same client (one shared channel per target, C threads), at concurrency 1 and 32.
 pyrigaud within 1.5x of the floor at p50 and no error at 32-way load; this script reports, it
 does not assert (exit status is non-zero only when the benchmark itself fails).
 
+--split-cpus keeps the client off the servers' CPUs (client on the first half, both servers
+on the rest; Linux only), as a manager and a provider on separate machines would be: with
+the client's 32 Python threads on the same two cores, each call's server CPU grows with how
+much they crowd it, so the shared figure also measures the client.
+
+--instructions runs both servers under valgrind's callgrind and counts the machine
+instructions each executes per Describe at concurrency 32 (warmed up first; startup and
+seeding not counted): the same figure whatever else the machine is doing, where rps moves by
++-0.3 from run to run on a busy small box. It needs valgrind (Debian: apt-get install valgrind)
+and takes a few minutes (everything runs ~50x slower under it).
+
 --create-flood starts pyrigaud with PYRIGAUD_FAKE_LATENCY=create=0.5 and measures Describe
 without, then during, a flood of --flood-threads threads creating distinct VMs back to back,
 each Create with a --create-deadline deadline. A Create waits (deadline - 1 s) for one of the
@@ -34,6 +45,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -150,10 +162,13 @@ class Processes:
 
 
 def wait_ready(
-    processes: Processes, process: subprocess.Popen[bytes], channel: grpc.Channel
+    processes: Processes,
+    process: subprocess.Popen[bytes],
+    channel: grpc.Channel,
+    seconds: float = 20,
 ) -> None:
     """SERVING on grpc.health.v1 (pyrigaud) or, lacking a health service, a ready channel."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + seconds
     health = health_pb2_grpc.HealthStub(channel)
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -168,18 +183,26 @@ def wait_ready(
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # the floor: up, no health
                 return
         time.sleep(0.2)
-    raise RuntimeError(f"server not ready after 20 s:\n{processes.output(process)}")
+    raise RuntimeError(f"server not ready after {seconds:.0f} s:\n{processes.output(process)}")
 
 
-def start_pyrigaud(processes: Processes, latency: str = "") -> Target:
+@dataclass(frozen=True)
+class Launch:
+    """How a server process is started: as it is, or under a tool (callgrind)."""
+
+    prefix: tuple[str, ...] = ()
+    ready_seconds: float = 20
+
+
+def start_pyrigaud(processes: Processes, latency: str = "", launch: Launch = Launch()) -> Target:
     port = free_port()
     env = dict(os.environ, PROVIDER_TYPE="fake", VIRTRIGAUD_PROVIDER_INSECURE="true")
     env.update(LOG_LEVEL="warn", PYRIGAUD_FAKE_LATENCY=latency)
-    argv = [sys.executable, "-m", "pyrigaud.entrypoints.cli", "serve", "--port", str(port)]
-    argv += ["--health-port", str(free_port()), "--listen-address", HOST]
+    argv = [*launch.prefix, sys.executable, "-m", "pyrigaud.entrypoints.cli", "serve"]
+    argv += ["--port", str(port), "--health-port", str(free_port()), "--listen-address", HOST]
     process = processes.start(argv, env)
     channel = grpc.insecure_channel(f"{HOST}:{port}")
-    wait_ready(processes, process, channel)
+    wait_ready(processes, process, channel, launch.ready_seconds)
     return Target("pyrigaud", channel, process.pid)
 
 
@@ -198,7 +221,9 @@ def seed_vms(channel: grpc.Channel, count: int) -> list[str]:
         return list(pool.map(make, range(count)))
 
 
-def start_floor(processes: Processes, channel: grpc.Channel, ids: list[str]) -> Target:
+def start_floor(
+    processes: Processes, channel: grpc.Channel, ids: list[str], launch: Launch = Launch()
+) -> Target:
     """The floor serves exactly the answers pyrigaud gave for these ids."""
     stub = pb_grpc.ProviderStub(channel)
     answers = {
@@ -210,11 +235,11 @@ def start_floor(processes: Processes, channel: grpc.Channel, ids: list[str]) -> 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as data:
         json.dump(answers, data)
     port = free_port()
-    argv = [sys.executable, __file__, "--floor-server", str(port), "--floor-data", data.name]
-    process = processes.start(argv, dict(os.environ))
+    argv = [*launch.prefix, sys.executable, __file__, "--floor-server", str(port)]
+    process = processes.start([*argv, "--floor-data", data.name], dict(os.environ))
     floor = grpc.insecure_channel(f"{HOST}:{port}")
     try:
-        wait_ready(processes, process, floor)
+        wait_ready(processes, process, floor, launch.ready_seconds)
     finally:
         os.unlink(data.name)
     return Target("floor", floor, process.pid)
@@ -376,6 +401,8 @@ def compare(args: Any, processes: Processes) -> dict[str, Any]:
     pyrigaud = start_pyrigaud(processes)
     ids = seed_vms(pyrigaud.channel, args.vms)
     floor = start_floor(processes, pyrigaud.channel, ids)
+    if args.split_cpus:
+        split_cpus(floor, pyrigaud)
     plan = ((1, args.calls_c1), (32, args.calls_c32))
     samples: dict[tuple[str, int], list[Sample]] = {}
     for _ in range(args.rounds):  # interleaved, so drift and noise hit both targets alike
@@ -413,8 +440,65 @@ def compare(args: Any, processes: Processes) -> dict[str, Any]:
     return {"runs": [asdict(r) for r in runs], "p50_ratio": ratios, "rps_ratio": rps_ratios}
 
 
+def split_cpus(*servers: Target) -> None:
+    """This process (the client) on the first half of the CPUs, the servers on the rest;
+    threads started later inherit their starter's CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--split-cpus needs at least two CPUs")
+    half = len(cpus) // 2
+    for pid, mine in ((os.getpid(), cpus[:half]), *((s.pid, cpus[half:]) for s in servers)):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setaffinity(int(task.name), mine)
+    print(f"client on CPUs {cpus[:half]}, servers on {cpus[half:]}\n")
+
+
 def rps(sample: Sample) -> float:
     return (len(sample.latencies) + sum(sample.errors.values())) / sample.wall
+
+
+def instructions_mode(args: Any, processes: Processes) -> dict[str, Any]:
+    """Machine instructions per Describe at concurrency 32, each server under callgrind."""
+    tools = [shutil.which(tool) for tool in ("valgrind", "callgrind_control")]
+    if None in tools:
+        raise SystemExit("--instructions needs valgrind and callgrind_control on PATH")
+    with tempfile.TemporaryDirectory(prefix="describe-bench-") as out:
+
+        def launch(name: str) -> Launch:
+            dumps = f"--callgrind-out-file={out}/{name}.%p"
+            prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no", dumps)
+            return Launch(prefix, ready_seconds=300)
+
+        pyrigaud = start_pyrigaud(processes, launch=launch("pyrigaud"))
+        ids = seed_vms(pyrigaud.channel, args.vms)
+        floor = start_floor(processes, pyrigaud.channel, ids, launch("floor"))
+        counted = argparse.Namespace(**{**vars(args), "warmup": 0, "max_seconds": 1800.0})
+        per_call: dict[str, float] = {}
+        for target in (floor, pyrigaud):
+            measure(target, ids, 32, args.warmup, counted)  # warm, not counted
+            callgrind_control("--instr=on", target.pid)
+            sample = measure(target, ids, 32, args.calls_c32, counted)
+            callgrind_control("--instr=off", target.pid)
+            callgrind_control("--dump", target.pid)
+            calls = len(sample.latencies) + sum(sample.errors.values())
+            per_call[target.name] = dumped_instructions(Path(out), target) / calls
+            print(f"{target.name}: {calls} calls, {per_call[target.name]:,.0f} instructions/call")
+    ratio = round(per_call["floor"] / per_call["pyrigaud"], 3)
+    print(f"\nfloor/pyrigaud instructions per Describe at c=32: {ratio}x")
+    return {"instructions_per_call": per_call, "floor_over_pyrigaud": ratio}
+
+
+def callgrind_control(option: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", option, str(pid)], check=True, capture_output=True)
+
+
+def dumped_instructions(out: Path, target: Target) -> int:
+    """The `totals:` of the newest dump of this process (instructions counted while on)."""
+    dumps = sorted(out.glob(f"{target.name}.{target.pid}.*"), key=lambda p: p.stat().st_mtime)
+    for line in reversed(dumps[-1].read_text().splitlines()):
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dumps[-1]}")
 
 
 def flood_mode(args: Any, processes: Processes) -> dict[str, Any]:
@@ -456,6 +540,12 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=20.0, help="cap per measurement")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     parser.add_argument("--create-flood", action="store_true", help="Describe under slow Creates")
+    parser.add_argument(
+        "--split-cpus", action="store_true", help="client and servers on separate CPUs"
+    )
+    parser.add_argument(
+        "--instructions", action="store_true", help="instructions per Describe, under callgrind"
+    )
     parser.add_argument("--flood-threads", type=int, default=16)
     parser.add_argument("--create-latency", type=float, default=0.5)
     parser.add_argument("--create-deadline", type=float, default=1.2)
@@ -474,7 +564,10 @@ def main() -> int:
     print(", ".join(f"{k} {v}" for k, v in info.items()) + "\n")
     processes = Processes()
     try:
-        report = flood_mode(args, processes) if args.create_flood else compare(args, processes)
+        mode = (
+            flood_mode if args.create_flood else instructions_mode if args.instructions else compare
+        )
+        report = mode(args, processes)
     finally:
         processes.stop_all()
     if args.json:
