@@ -15,19 +15,21 @@ WAIT = 10.0
 def test_calls_run_on_at_most_the_given_threads_started_as_needed() -> None:
     workers = RpcWorkers(3, name_prefix="lazy")
     assert not threads_named("lazy_")  # none until a call
-    release = threading.Event()
+    release, holding = threading.Event(), threading.Semaphore(0)
     seen: set[str] = set()
     lock = threading.Lock()
 
     def held() -> None:
         with lock:
             seen.add(threading.current_thread().name)
+        holding.release()
         release.wait(WAIT)
 
     calls = [workers.submit(held) for _ in range(8)]
+    assert all(holding.acquire(timeout=WAIT) for _ in range(3))  # one call held per thread
     release.set()
     workers.shutdown()
-    assert seen == {"lazy_0", "lazy_1", "lazy_2"}  # three calls were held at once
+    assert seen == {"lazy_0", "lazy_1", "lazy_2"}
     assert all(call_finished(call) for call in calls)
 
 

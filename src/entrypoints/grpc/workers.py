@@ -74,12 +74,13 @@ class RpcWorkers:
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> SubmittedCall:
         call = SubmittedCall()
-        with self._closing:  # so that no call is queued behind the workers' end
+        # Under the lock, so that a shutdown meanwhile still finds a worker for this call.
+        with self._closing:
             if self._shut:
                 raise RuntimeError("cannot take a call after shutdown")
             self._jobs.put((call, fn, args, kwargs))
-        if self._unstarted:
-            self._start_worker()
+            if self._unstarted:
+                self._start_worker()
         return call
 
     def shutdown(self, wait: bool = True) -> None:
@@ -95,17 +96,13 @@ class RpcWorkers:
                 thread.join()
 
     def _start_worker(self) -> None:
-        with self._closing:
-            if not self._unstarted or self._shut:
-                return
-            self._unstarted -= 1
-            thread = threading.Thread(
-                target=self._work,
-                name=f"{self._name_prefix}_{len(self._threads)}",
-                daemon=True,
-            )
-            self._threads.append(thread)
-            thread.start()
+        """One more worker (the caller holds `_closing`)."""
+        self._unstarted -= 1
+        thread = threading.Thread(
+            target=self._work, name=f"{self._name_prefix}_{len(self._threads)}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
 
     def _work(self) -> None:
         take = self._jobs.get
