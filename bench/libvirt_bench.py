@@ -403,7 +403,7 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
         domain_type="test",
         pools=PoolSettings(),
         allow_loopback_urls=False,
-        staging=staging_by_backend("bench", SystemClock()),
+        staging_backends=staging_by_backend("bench", SystemClock()).backends,
         transfer_owner="bench",
     )
     backend.health.check()  # opens the connection (parses the host) outside the measurements

@@ -71,7 +71,7 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass,
 
 from contract.harness import made
 from staging_support import ganesha_nfs, moto_s3
-from transfer_support import export_disk, import_disk
+from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
 from vsphere_support import backend_over, create_use_case, running_simulator
 
 URI = "qemu:///system"
@@ -265,7 +265,7 @@ def run(gib: float, kinds: list[str], libvirt_only: bool) -> list[Row]:
             domain_type="qemu",
             pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
             allow_loopback_urls=False,
-            staging=staging,
+            staging_backends=staging.backends,
             transfer_owner=OWNER,
         )
         image = VMImage(path=str(base.path()), format="raw")
@@ -276,17 +276,21 @@ def run(gib: float, kinds: list[str], libvirt_only: bool) -> list[Row]:
         vsphere = None
         if not libvirt_only:
             simulator = stack.enter_context(running_simulator())
-            vsphere = backend_over(
-                simulator.session(), defaults=Placement(datastore="LocalDS_0"), staging=staging
-            )
+            vsphere = backend_over(simulator.session(), defaults=Placement(datastore="LocalDS_0"))
         try:
-            return _compare(backend, connection, vsphere, places, vm_id, Path(base.path()))
+            return _compare(backend, connection, vsphere, staging, places, vm_id, Path(base.path()))
         finally:
             backend.lifecycle.delete(vm_id)
 
 
 def _compare(
-    backend: Any, connection: Any, vsphere: Any, places: list[Storage], vm_id: str, raw: Path
+    backend: Any,
+    connection: Any,
+    vsphere: Any,
+    staging: Any,
+    places: list[Storage],
+    vm_id: str,
+    raw: Path,
 ) -> list[Row]:
     """Per storage, libvirt then vSphere: a storage's rows are measured close together (the
     NFS server's registration with the shared rpcbind lasts only so long beside other tests).
@@ -295,10 +299,12 @@ def _compare(
     floor_file = POOL_PATH / "bench-floor.qcow2"
     vsphere_vm = ""
     for place in places:
-        measured_rows = _one_storage(backend, connection, place, vm_id, floor_file)
+        measured_rows = _one_storage(
+            disk_moves(backend, staging), connection, place, vm_id, floor_file
+        )
         if vsphere is not None:
             floors = {row.direction: row.bytes / row.floor_seconds for row in measured_rows}
-            more, vsphere_vm = _vsphere(vsphere, place, raw, floors, vsphere_vm)
+            more, vsphere_vm = _vsphere(vsphere, staging, place, raw, floors, vsphere_vm)
             measured_rows += more
         print(report(measured_rows), flush=True)  # as it goes: S3's floor on moto is slow
         rows += measured_rows
@@ -306,10 +312,9 @@ def _compare(
 
 
 def _one_storage(
-    backend: Any, connection: Any, place: Storage, vm_id: str, floor_file: Path
+    port: DiskMoves, connection: Any, place: Storage, vm_id: str, floor_file: Path
 ) -> list[Row]:
     """Export and import through `place`, each beside its floor and libvirt's streams alone."""
-    port = backend.disk_transfer
     url = place.url("export.qcow2")
     libvirt_row = functools.partial(Row, "libvirt", place.kind)
     seconds, rss, exported = measured(lambda: _export(port, vm_id, place, url, "qcow2"))
@@ -388,12 +393,12 @@ def _fsync_seconds(path: Path) -> float:
 
 
 def _vsphere(
-    backend: Any, place: Storage, raw: Path, floors: dict[str, float], vm_id: str
+    backend: Any, staging: Any, place: Storage, raw: Path, floors: dict[str, float], vm_id: str
 ) -> tuple[list[Row], str]:
     """The raw disk imported through `place`, a VM around it unless `vm_id` names one already,
     its disk exported as qcow2 and vmdk; floors from the libvirt rows' throughput. The rows
     and the VM's id."""
-    port = backend.disk_transfer
+    port = disk_moves(backend, staging)
 
     def row(direction: str, disk_format: str, took: tuple[float, float], size: int) -> Row:
         seconds, rss = took

@@ -44,7 +44,9 @@ ensure_venv() {
     fi
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
     # A regular (not editable) install: mypy checks the installed package, and the tests run
-    # against exactly what a user would get.
+    # against exactly what a user would get. setuptools builds in ./build and never removes a
+    # file from there: a module moved or deleted since the last install would be installed again.
+    rm -rf "$ROOT/build"
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --force-reinstall --no-deps "$ROOT"
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check "$ROOT$1"
 }

@@ -17,17 +17,15 @@ from returns.result import Result
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, Opener
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, VolumeWriter, upload_volume
-from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT
-from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark
 
 from support import ManualClock
+from transfer_support import REACHABLE_STAGING, TRANSFER_OWNER
 
 BASE_IMAGE_NAME = "base.qcow2"
-TRANSFER_OWNER = "tests/pyrigaud"
 GIB = 1024**3
 
 
@@ -77,7 +75,6 @@ def libvirt_test_backend(
     pools: PoolSettings | None = None,
     volume_writer: VolumeWriter = upload_volume,
     allow_loopback_urls: bool = False,
-    migration_storage_root: str = MIGRATION_STORAGE_ROOT,
     owner: str = TRANSFER_OWNER,
 ) -> Backend:
     """The libvirt backend as the container builds it, with the defaults the suites share."""
@@ -87,7 +84,7 @@ def libvirt_test_backend(
         domain_type=domain_type,
         pools=pools or PoolSettings(),
         allow_loopback_urls=allow_loopback_urls,
-        staging=staging_by_backend(owner, clock, migration_storage_root),
+        staging_backends=REACHABLE_STAGING,
         transfer_owner=owner,
         volume_writer=volume_writer,
     )
@@ -100,7 +97,6 @@ def make_backend(
     opener: Opener = libvirt.open,
     volume_writer: VolumeWriter = upload_volume,
     allow_loopback_urls: bool = False,
-    migration_storage_root: str = MIGRATION_STORAGE_ROOT,
 ) -> tuple[Backend, LibvirtConnection]:
     connection = LibvirtConnection(uri, opener=opener)
     backend = libvirt_test_backend(
@@ -108,7 +104,6 @@ def make_backend(
         clock,
         volume_writer=volume_writer,
         allow_loopback_urls=allow_loopback_urls,
-        migration_storage_root=migration_storage_root,
     )
     return backend, connection
 

@@ -180,7 +180,6 @@ def qemu_host() -> Iterator[QemuHost]:
                 clock,
                 domain_type="qemu",
                 pools=PoolSettings(default_pool=TEST_POOL, default_pool_path=str(TEST_POOL_PATH)),
-                migration_storage_root=str(root),
             )
             try:
                 yield QemuHost(backend=backend, clock=clock, image=image, staging_root=root)

@@ -1,21 +1,64 @@
 """ExportDisk / ImportDisk requests as the manager sends them, read by the wire parsers (which
-check the staged location once), then handed to a backend's DiskTransfer port."""
+check the staged location once), then handed to the use cases as the container wires them over
+a backend's disk ports and a staging storage."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from returns.result import Result
 
-from pyrigaud.application.ports import DiskTransfer
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.disk_images.inspection import InspectingJudge
+from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.application.backend import Backend
+from pyrigaud.application.ports import CapabilitySource
+from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.application.use_cases.disks import ExportDisk, ImportDisk
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import ExportResult, ImportResult
+from pyrigaud.domain.models import ExportRequest, ExportResult, ImportRequest, ImportResult
 from pyrigaud.entrypoints.grpc.wire import parse_export, parse_import
+from pyrigaud.entrypoints.settings import load_settings
+
+TRANSFER_OWNER = "tests/pyrigaud"  # the owner mark of the staged temporaries tests make
+# The staged image judge as `pyrigaud serve` makes it by default.
+IMAGE_JUDGE = InspectingJudge(load_settings({}).max_image_virtual_bytes)
+# Where this machine can stage disks (S3 needs boto3, NFS libnfs): what backends advertise.
+REACHABLE_STAGING = staging_by_backend(TRANSFER_OWNER, SystemClock()).backends
+
+
+@dataclass(frozen=True)
+class DiskMoves:
+    """ExportDisk and ImportDisk, or anything that answers as they do (a gRPC-backed pair)."""
+
+    export_disk: Callable[[ExportRequest], Result[ExportResult, ProviderError]]
+    import_disk: Callable[[ImportRequest], Result[ImportResult, ProviderError]]
+
+
+def disk_moves(
+    backend: Backend,
+    staging: StagingStorage | Path,
+    owner: str = TRANSFER_OWNER,
+    capabilities: CapabilitySource | None = None,
+) -> DiskMoves:
+    """The backend's disk transfer use cases through `staging` (a staging storage, or the PVC
+    root one is built over), gated by `capabilities` (the backend's own by default)."""
+    disks = backend.disk_transfer
+    assert disks is not None, "this backend has no disk transfer"
+    if isinstance(staging, Path):
+        staging = staging_by_backend(owner, SystemClock(), str(staging))
+    gate = capabilities or backend.capabilities
+    return DiskMoves(
+        export_disk=ExportDisk(disks, staging, gate),
+        import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, gate),
+    )
 
 
 def export_disk(
-    port: DiskTransfer | None,
+    moves: DiskMoves,
     vm_id: str,
     destination_url: str,
     *,
@@ -27,7 +70,6 @@ def export_disk(
     disk_id: str = "",
     transfer_mode: str = "relay",
 ) -> Result[ExportResult, ProviderError]:
-    assert port is not None
     return parse_export(
         vm_id=vm_id,
         disk_id=disk_id,
@@ -39,11 +81,11 @@ def export_disk(
         backend_type=backend,
         transfer_mode=transfer_mode,
         storage_options_json=json.dumps(options) if options else "",
-    ).bind(port.export_disk)
+    ).bind(moves.export_disk)
 
 
 def import_disk(
-    port: DiskTransfer | None,
+    moves: DiskMoves,
     source_url: str,
     *,
     target_name: str = "",
@@ -56,7 +98,6 @@ def import_disk(
     storage_hint: str = "",
 ) -> Result[ImportResult, ProviderError]:
     """`verify_checksum` defaults to whether an expected checksum is given."""
-    assert port is not None
     return parse_import(
         source_url=source_url,
         storage_hint=storage_hint,
@@ -68,4 +109,4 @@ def import_disk(
         backend_type=backend,
         transfer_mode="relay",
         storage_options_json=json.dumps(options) if options else "",
-    ).bind(port.import_disk)
+    ).bind(moves.import_disk)

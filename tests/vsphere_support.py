@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import shutil
 import subprocess
 import tempfile
 import time
@@ -21,12 +20,10 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
-from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
-from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import LeftoverPolicy
@@ -41,6 +38,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import Harness, staging_root
 from support import ManualClock, error_kind
+from transfer_support import REACHABLE_STAGING
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
@@ -65,30 +63,19 @@ def backend_over(
     clock: Clock | None = None,
     defaults: Placement | None = None,
     on_resync: Callable[[], None] = lambda: None,
-    staging: StagingBackends | None = None,
     owner: str = "tests/vsphere",
 ) -> Backend:
     """Every port over `session`, as one replica of the provider has them (`on_resync` is told
-    each time the inventory cache's update feed broke and reads everything again); disks are
-    staged in `staging`, else in PVCs under a temporary directory; the VMs imports make carry
-    the `owner` mark until complete."""
+    each time the inventory cache's update feed broke and reads everything again); the VMs
+    imports make carry the `owner` mark until complete."""
     return vsphere_backend(
         session,
         defaults=defaults or Placement(),
         clock=clock or SystemClock(),
         on_resync=on_resync,
-        staging=staging or scratch_staging(),
+        staging_backends=REACHABLE_STAGING,
         owner=owner,
     )
-
-
-def scratch_staging(root: Path | None = None) -> StagingBackends:
-    """Staging storage whose PVCs live under `root`, else a temporary directory of this test
-    session."""
-    if root is None:
-        root = Path(tempfile.mkdtemp(prefix="pyrigaud-vsphere-pvc-"))
-        atexit.register(shutil.rmtree, root, ignore_errors=True)
-    return staging_by_backend("tests/vsphere", SystemClock(), str(root))
 
 
 def create_use_case(
@@ -215,7 +202,6 @@ def contract_harness() -> Iterator[Harness]:
             clock,
             # what PROVIDER_DEFAULT_DATASTORE names: where an import lands without a storage_hint
             defaults=Placement(datastore=SIMULATOR_DATASTORE),
-            staging=scratch_staging(root),
         )
         before = {vm.id for vm in backend.inventory.list_vms().unwrap()}
         yield Harness(

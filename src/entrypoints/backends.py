@@ -29,7 +29,7 @@ class BackendServices:
     clock: Clock
     credentials: Callable[[], Credentials]
     metrics: Metrics
-    staging: StagingBackends  # where ExportDisk/ImportDisk stage disks
+    staging: StagingBackends  # where ExportDisk/ImportDisk stage disks (what to advertise)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         domain_type=settings.resolved_libvirt_domain_type,
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
-        staging=services.staging,
+        staging_backends=services.staging.backends,
         transfer_owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
     )
@@ -103,7 +103,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         allow_loopback_urls=settings.image_url_allow_loopback,
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
-        staging=services.staging,
+        staging_backends=services.staging.backends,
         owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
     )

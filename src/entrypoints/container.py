@@ -15,6 +15,7 @@ from dependency_injector import containers, providers
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
+from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
@@ -137,8 +138,17 @@ class Container(containers.DeclarativeContainer):
         transfers=ports.provided.transfer_leftovers,
         staging=staging,
     )
+    image_judge = providers.Singleton(
+        InspectingJudge, max_virtual_bytes=settings.provided.max_image_virtual_bytes
+    )
     use_cases = providers.Singleton(
-        provider_use_cases, backend=ports, clock=clock, ownership=ownership
+        provider_use_cases,
+        backend=ports,
+        clock=clock,
+        ownership=ownership,
+        staging=staging,
+        judge=image_judge,
+        leftovers=leftovers,
     )
 
     limiter = providers.Singleton(

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from returns.result import Failure
 
+from pyrigaud.domain.bounds import MAX_DISK_GIB
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.staging import OPTIONS, TransferBackend, parse_staging_place
 from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
@@ -105,6 +106,11 @@ class Settings(BaseModel):
     )
     # Where disk format conversions keep anonymous scratch files (unset: the temporary directory).
     transfer_scratch_dir: Path | None = Field(None, alias="PYRIGAUD_TRANSFER_SCRATCH_DIR")
+    # The largest virtual size a staged image may claim: 62 TiB, what a vSphere disk holds (a
+    # qcow2 on libvirt holds more; a larger disk is no VM's). Checked before anything is made.
+    max_image_virtual_gib: int = Field(
+        62 * 1024, alias="PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB", ge=1, le=MAX_DISK_GIB
+    )
     grpc_workers: int = Field(32, alias="PYRIGAUD_GRPC_WORKERS", ge=2, le=1024)
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     rate_qps: float = Field(0.0, alias="PYRIGAUD_RATE_QPS", ge=0, le=10000)  # 0: no rate limit
@@ -209,6 +215,10 @@ class Settings(BaseModel):
         if self.libvirt_domain_type != "auto":
             return self.libvirt_domain_type
         return "test" if self.endpoint.startswith("test:") else "kvm"
+
+    @property
+    def max_image_virtual_bytes(self) -> int:
+        return self.max_image_virtual_gib * 1024**3
 
     @property
     def owner_mark(self) -> str:

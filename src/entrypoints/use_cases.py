@@ -15,6 +15,8 @@ from returns.result import Failure, Result
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.image_judge import ImageJudge
+from pyrigaud.application.ports.staging import StagingStorage
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
 from pyrigaud.application.use_cases.clone_vm import CloneVM
@@ -33,6 +35,7 @@ from pyrigaud.application.use_cases.snapshots import (
 from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.application.use_cases.validate import ValidateProvider
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
     CloneRequest,
     DiskDetails,
@@ -95,9 +98,18 @@ def _served(
 
 
 def provider_use_cases(
-    backend: Backend, clock: Clock, ownership: OwnershipRule
+    backend: Backend,
+    clock: Clock,
+    ownership: OwnershipRule,
+    *,
+    staging: StagingStorage,
+    judge: ImageJudge,
+    leftovers: LeftoverPolicy,
 ) -> ProviderUseCases:
+    """`staging` is where disks move through, `judge` tells a staged image's format, and
+    `leftovers` when a transfer's staged temporaries count as abandoned."""
     caps = backend.capabilities
+    abandoned = leftovers.transfer_abandoned_after_seconds
     return ProviderUseCases(
         validate=ValidateProvider(backend.health),
         create_vm=CreateVM(backend.lifecycle, ownership),
@@ -115,8 +127,16 @@ def provider_use_cases(
             backend.images, "image import (ImagePrepare)", lambda p: PrepareImage(p, caps)
         ),
         get_capabilities=GetCapabilities(caps),
-        export_disk=_served(backend.disk_transfer, "disk export", lambda p: ExportDisk(p, caps)),
-        import_disk=_served(backend.disk_transfer, "disk import", lambda p: ImportDisk(p, caps)),
+        export_disk=_served(
+            backend.disk_transfer,
+            "disk export",
+            lambda p: ExportDisk(p, staging, caps, abandoned),
+        ),
+        import_disk=_served(
+            backend.disk_transfer,
+            "disk import",
+            lambda p: ImportDisk(p, staging, judge, caps, abandoned),
+        ),
         get_disk_info=_served(backend.disk_transfer, "disk transfer", GetDiskInfo),
         list_vms=ListVMs(backend.inventory),
     )

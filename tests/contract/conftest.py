@@ -28,7 +28,7 @@ from vsphere_support import contract_harness as vsphere_simulator_harness
 
 
 def _fake() -> Iterator[Harness]:
-    """The fake stages bytes in memory by URL: its staging root is only the harness's."""
+    """The fake's disks are in memory; its transfers stage on the harness's PVC root."""
     clock = ManualClock()
     fake = FakeHypervisor(clock)
     fake.add_image("/images/base.qcow2", size_gib=2)
@@ -68,9 +68,7 @@ def _libvirt_test_driver() -> Iterator[Harness]:
     clock = ManualClock()
     with tempfile.TemporaryDirectory() as directory:
         root = staging_root(Path(directory) / "staging")
-        backend, connection = make_backend(
-            isolated_host_uri(Path(directory)), clock, migration_storage_root=str(root)
-        )
+        backend, connection = make_backend(isolated_host_uri(Path(directory)), clock)
         image = VMImage(path=add_base_image(connection), format="qcow2")
         yield Harness(
             backend=backend, clock=clock, image=image, staging_root=root, moves_bytes=False

@@ -19,6 +19,7 @@ from pyrigaud.domain.models import CreateRequest, ImageSource, OwnerMark, VMClas
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from support import ManualClock, ok
+from transfer_support import DiskMoves, disk_moves
 
 SETTLE_READS = 600
 SETTLE_PAUSE_SECONDS = 0.1
@@ -46,8 +47,8 @@ class Harness:
     blank_images: bool = True
     # What ImagePrepare makes `image` from; None: a copy of the volume at `image.path`.
     prepare_source: ImageSource | None = None
-    # The PVC root (PYRIGAUD_MIGRATION_STORAGE_ROOT) the backend's staging was built with, with
-    # STAGING_PVC mounted under it; None where the backend has no disk transfer.
+    # The PVC root (PYRIGAUD_MIGRATION_STORAGE_ROOT) transfers stage under, with STAGING_PVC
+    # mounted in it; None where the backend has no disk transfer.
     staging_root: Path | None = None
     # False where the hypervisor cannot hold a disk's bytes (libvirt's test driver): ExportDisk
     # and ImportDisk must then answer UNSUPPORTED.
@@ -67,6 +68,11 @@ class Harness:
         """Where `staged_url(name)` is a file under the staging root."""
         assert self.staging_root is not None, "this backend was built without staging"
         return self.staging_root / STAGING_PVC / STAGED_FOLDER / name
+
+    def moves(self) -> DiskMoves:
+        """ExportDisk and ImportDisk over the backend's disk ports, staging on the PVC root."""
+        assert self.staging_root is not None, "this backend was built without staging"
+        return disk_moves(self.backend, self.staging_root)
 
     def ownership(self, owner: OwnerMark) -> OwnershipRule:
         """The application's ownership rule over this backend, as Create and Clone use it."""

@@ -28,7 +28,7 @@ def test_a_disk_exported_to_a_pvc_comes_back_as_an_image_a_vm_is_made_from(
     disk_transfer_harness: Harness, owner: OwnerMark
 ) -> None:
     harness = disk_transfer_harness
-    port = harness.backend.disk_transfer
+    port = harness.moves()
     vm_id = _source_vm(harness, owner, "contract-export")
     url = harness.staged_url("export.qcow2")
     if not harness.moves_bytes:  # a hypervisor that cannot hold bytes says so, stages nothing
@@ -57,7 +57,7 @@ def test_other_bytes_under_a_taken_name_and_a_wrong_checksum_are_refused(
     disk_transfer_harness: Harness, owner: OwnerMark
 ) -> None:
     harness = disk_transfer_harness
-    port = harness.backend.disk_transfer
+    port = harness.moves()
     if not harness.moves_bytes:
         staged = harness.staged_file("other.raw")  # what another provider exported
         staged.parent.mkdir(parents=True, exist_ok=True)

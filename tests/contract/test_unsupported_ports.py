@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
     CloneRequest,
     DiskQuery,
@@ -21,6 +23,7 @@ from pyrigaud.entrypoints.use_cases import ProviderUseCases, provider_use_cases
 from contract.conftest import harness_of, lacked_ports
 from contract.test_health_contract import claimed_ports
 from support import error_kind
+from transfer_support import IMAGE_JUDGE
 
 # Each optional port's RPCs, as the servicer calls them.
 CALLS_BY_PORT = {
@@ -55,7 +58,12 @@ def test_a_lacked_port_is_unsupported_and_unclaimed(
         assert getattr(harness.backend, port) is None
         assert not claimed_ports(harness.backend.capabilities.capabilities())[port]
         use: ProviderUseCases = provider_use_cases(
-            harness.backend, harness.clock, harness.ownership(owner)
+            harness.backend,
+            harness.clock,
+            harness.ownership(owner),
+            staging=staging_by_backend(owner.provider, harness.clock),
+            judge=IMAGE_JUDGE,
+            leftovers=LeftoverPolicy(owner=owner),
         )
         for call in CALLS_BY_PORT[port]:
             assert error_kind(call(use)) is ErrorKind.UNSUPPORTED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,8 +11,10 @@ from e2e_support import RunningProvider, start_provider
 
 
 @pytest.fixture
-def provider() -> Iterator[RunningProvider]:
-    running = start_provider()
+def provider(tmp_path: Path) -> Iterator[RunningProvider]:
+    """The fake provider, with PVC `mig` mounted for its disk transfers."""
+    (tmp_path / "mig").mkdir()
+    running = start_provider({"PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path)})
     yield running
     running.channel.close()
     running.server.stop(0)

@@ -15,7 +15,13 @@ from pki_support import Authority, mount_secret
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served({"PROVIDER_TYPE": "fake"}, tmp_path_factory.mktemp("serve")) as server:
+    workdir = tmp_path_factory.mktemp("serve")
+    (workdir / "migration" / "mig").mkdir(parents=True)  # PVC `mig`, mounted for disk moves
+    environ = {
+        "PROVIDER_TYPE": "fake",
+        "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(workdir / "migration"),
+    }
+    with served(environ, workdir) as server:
         yield server.endpoint
 
 

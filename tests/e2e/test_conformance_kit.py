@@ -44,13 +44,10 @@ def clause_results(report_file: Path) -> dict[str, dict[str, str]]:
 # --- every backend --------------------------------------------------------------------------
 
 
-# The fake prepares http(s) images without fetching them and stages pvc transfers in memory.
-FAKE_IMAGE_AND_STAGING = [
-    *(
-        "--prepare-image-json",
-        json.dumps({"source": {"http": {"url": "http://images/base.qcow2"}}}),
-    ),
-    *("--staging-url", "pvc://conformance/kit.qcow2", "--staging-backend", "pvc"),
+# The fake prepares http(s) images without fetching them.
+FAKE_IMAGE = [
+    "--prepare-image-json",
+    json.dumps({"source": {"http": {"url": "http://images/base.qcow2"}}}),
 ]
 
 
@@ -74,7 +71,8 @@ def _prepares(source: dict[str, object]) -> list[str]:
 
 @contextmanager
 def _fake(tmp_path: Path) -> Iterator[Setup]:
-    yield {"PROVIDER_TYPE": "fake"}, FAKE_IMAGE_AND_STAGING
+    staging_env, staging = _staged(tmp_path / "migration")
+    yield {"PROVIDER_TYPE": "fake", **staging_env}, [*FAKE_IMAGE, *staging]
 
 
 @contextmanager
@@ -318,10 +316,10 @@ def test_claimed_images_and_transfers_pass_with_the_flags_and_hide_the_credentia
     tmp_path: Path,
 ) -> None:
     secret = "kit-secret-value-0123"
-    with served({"PROVIDER_TYPE": "fake"}, tmp_path) as server:
+    with _fake(tmp_path) as (env, arguments), served(env, tmp_path) as server:
         ran = kit(
             *("conformance", server.endpoint, "--prefix", "kit-transfers"),
-            *FAKE_IMAGE_AND_STAGING,
+            *arguments,
             *("--staging-credential", f"token={secret}", "--json", str(tmp_path / "r.json")),
         )
         left = names_listed(server.endpoint)

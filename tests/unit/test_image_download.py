@@ -7,13 +7,13 @@ import struct
 
 import pytest
 
-from pyrigaud.adapters.disk_images.formats import peek_header
 from pyrigaud.adapters.downloads import PROGRESS_EVERY_BYTES, logged_progress
 from pyrigaud.adapters.hypervisors.libvirt.download import (
     QCOW2_MAGIC,
     UnusableImageError,
     image_format_of,
 )
+from pyrigaud.domain.disk_images import peek_header
 
 MIB = 1024**2
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -15,6 +15,7 @@ from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
+from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import (
@@ -23,6 +24,7 @@ from pyrigaud.application.ownership import (
     OwnershipRule,
 )
 from pyrigaud.application.ports import VMLifecycle
+from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -65,6 +67,7 @@ from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
 import transfer_support as transfers
 from support import ManualClock, error_kind, error_of, ok
+from transfer_support import IMAGE_JUDGE, disk_moves
 
 OWNER = OwnerMark(provider="ns/provider")
 P = TypeVar("P")
@@ -83,6 +86,13 @@ def fake(clock: ManualClock) -> FakeHypervisor:
 @pytest.fixture
 def backend(fake: FakeHypervisor) -> Backend:
     return fake_backend(fake)
+
+
+@pytest.fixture
+def staging(tmp_path: Path, clock: ManualClock) -> StagingBackends:
+    """Staging on PVC `m`, mounted under a temporary root."""
+    (tmp_path / "m").mkdir()
+    return staging_by_backend("tests/unit", clock, str(tmp_path))
 
 
 def served(port: P | None) -> P:
@@ -613,7 +623,9 @@ def test_snapshot_delete_and_revert_finish_within_the_call(backend: Backend) -> 
 # --- Capability gating ------------------------------------------------------------------------
 
 
-def test_operations_the_backend_lacks_are_unsupported(clock: ManualClock) -> None:
+def test_operations_the_backend_lacks_are_unsupported(
+    clock: ManualClock, staging: StagingBackends
+) -> None:
     limited = fake_backend(
         FakeHypervisor(
             clock,
@@ -642,7 +654,7 @@ def test_operations_the_backend_lacks_are_unsupported(clock: ManualClock) -> Non
         PrepareImageRequest(source=ImageSource(url="http://127.0.0.1/x"), target_name="x")
     )
     assert error_kind(prepare) is ErrorKind.UNSUPPORTED
-    export = ExportDisk(served(limited.disk_transfer), capabilities)(
+    export = ExportDisk(served(limited.disk_transfer), staging, capabilities)(
         ExportRequest(vm_id=vm_id, destination_url="pvc://m/x")
     )
     assert error_kind(export) is ErrorKind.UNSUPPORTED
@@ -667,7 +679,9 @@ def test_memory_snapshots_downgrade_to_disk_only_where_unsupported(clock: Manual
     assert not snapshot.include_memory
 
 
-def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> None:
+def test_export_refuses_unlisted_modes_and_compression(
+    clock: ManualClock, staging: StagingBackends
+) -> None:
     backend = fake_backend(
         FakeHypervisor(
             clock,
@@ -677,11 +691,12 @@ def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> No
         )
     )
     vm_id = create(backend)
-    export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
+    export = ExportDisk(served(backend.disk_transfer), staging, backend.capabilities)
     compressed = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
     relay_only = ExportDisk(
         served(backend.disk_transfer),
+        staging,
         FakeCapabilities(
             FakeHypervisor(
                 clock,
@@ -696,10 +711,10 @@ def test_export_refuses_unlisted_modes_and_compression(clock: ManualClock) -> No
 
 @pytest.mark.parametrize("backend_type", [TransferBackend.PVC, TransferBackend.S3])
 def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
-    backend: Backend, backend_type: TransferBackend
+    backend: Backend, backend_type: TransferBackend, staging: StagingBackends
 ) -> None:
     """The manager's own rule: only NFS can be reached by the hypervisor itself."""
-    export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
+    export = ExportDisk(served(backend.disk_transfer), staging, backend.capabilities)
     direct = export(
         ExportRequest(
             vm_id="any", destination_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT
@@ -707,18 +722,21 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     )
     assert error_kind(direct) is ErrorKind.INVALID_SPEC
     assert error_of(direct).message.startswith("transfer_mode:")
-    importing = ImportDisk(served(backend.disk_transfer), backend.capabilities)
+    importing = ImportDisk(
+        served(backend.disk_transfer), staging, IMAGE_JUDGE, backend.capabilities
+    )
     direct_import = importing(
         ImportRequest(source_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT)
     )
     assert error_kind(direct_import) is ErrorKind.INVALID_SPEC
 
 
-def test_a_relay_export_as_the_manager_sends_it_works(backend: Backend) -> None:
+def test_a_relay_export_as_the_manager_sends_it_works(
+    backend: Backend, staging: StagingBackends
+) -> None:
     vm_id = create(backend)
-    export = ExportDisk(served(backend.disk_transfer), backend.capabilities)
-    request = ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", mode=TransferMode.RELAY)
-    assert ok(export(request)).export_id
+    exported = transfers.export_disk(disk_moves(backend, staging), vm_id, "pvc://m/x.qcow2")
+    assert ok(exported).export_id
 
 
 def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor, backend: Backend) -> None:
@@ -732,31 +750,18 @@ def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor, backend: Backe
 
 
 def test_a_migration_on_the_fake_agrees_on_checksums_and_retries_answer_the_same(
-    backend: Backend,
+    backend: Backend, staging: StagingBackends
 ) -> None:
     """The manager's sequence through the wire parsers and the use cases, on the fake."""
     vm_id = create(backend)
-    use_cases = SimpleNamespace(
-        export_disk=ExportDisk(served(backend.disk_transfer), backend.capabilities),
-        import_disk=ImportDisk(served(backend.disk_transfer), backend.capabilities),
-    )
-    url = "nfs://10.0.0.5/export/vmmigrations-ns-m-export.qcow2"
-    options = {"backend": "nfs", "server": "10.0.0.5", "export": "/export"}
+    use_cases = disk_moves(backend, staging)
+    url = "pvc://m/vmmigrations/ns/m/export.qcow2"
 
     def export(vm: str, disk_format: str = "qcow2") -> Result[ExportResult, ProviderError]:
-        return transfers.export_disk(
-            use_cases, vm, url, backend="nfs", options=options, disk_format=disk_format
-        )
+        return transfers.export_disk(use_cases, vm, url, disk_format=disk_format)
 
     def import_(name: str, checksum: str) -> Result[ImportResult, ProviderError]:
-        return transfers.import_disk(
-            use_cases,
-            url,
-            target_name=name,
-            backend="nfs",
-            options=options,
-            expected_checksum=checksum,
-        )
+        return transfers.import_disk(use_cases, url, target_name=name, expected_checksum=checksum)
 
     exported = ok(export(vm_id))
     assert ok(export(vm_id)) == exported  # its first answer was lost

@@ -7,14 +7,23 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, BinaryIO
 
+from returns.result import Failure
+
 from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES
+from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.domain.errors import ExpectedError
+
+
+def open_scratch(directory: str | None) -> BinaryIO:
+    """An anonymous temporary file in `directory` (None: the system's temp dir), the caller's
+    to close. It is unlinked as it is made, so a provider killed mid-conversion leaves nothing."""
+    return tempfile.TemporaryFile(dir=directory)
 
 
 @contextlib.contextmanager
 def scratch_file(directory: str | None) -> Iterator[BinaryIO]:
-    """An anonymous temporary file in `directory` (None: the system's temp dir), closed on
-    exit. It is unlinked as it is made, so a provider killed mid-conversion leaves nothing."""
-    with tempfile.TemporaryFile(dir=directory) as file:
+    """`open_scratch`, closed on exit."""
+    with open_scratch(directory) as file:
         yield file
 
 
@@ -27,4 +36,14 @@ def spool(chunks: Iterable[bytes], file: IO[bytes]) -> None:
 def file_chunks(file: IO[bytes]) -> Iterator[bytes]:
     """The rest of `file` from its position, MAX_CHUNK_BYTES at a time."""
     while chunk := file.read(MAX_CHUNK_BYTES):
+        yield chunk
+
+
+def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Iterator[bytes]:
+    """`chunks`, counted as they pass; stopped once the call is gone (UNAVAILABLE, raised for
+    the adapter's edge: a conversion reads them deep inside)."""
+    for chunk in chunks:
+        match progress.add(len(chunk)):
+            case Failure(error):
+                raise ExpectedError(error)
         yield chunk

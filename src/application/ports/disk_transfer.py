@@ -1,28 +1,109 @@
-"""Disk export/import for migration, and disk facts. Disk bytes never travel over gRPC."""
+"""What a hypervisor offers a disk transfer: read a disk at a point in time as a byte stream,
+land a byte stream as a disk and say its path, and tell what a disk is.
+
+The transfer itself (staging, checksums, retries, the import record, progress, cancellation)
+is the ExportDisk/ImportDisk use cases', the same on every hypervisor; these ports are only
+what differs. Disk bytes never travel over gRPC.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from returns.result import Result
 
+from pyrigaud.domain.disk_images import JudgedImage, LandedDisk
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import (
-    DiskDetails,
-    DiskQuery,
-    ExportRequest,
-    ExportResult,
-    ImportRequest,
-    ImportResult,
-)
+from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
 
-class DiskTransfer(Protocol):
-    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]: ...
+class DiskStream(Protocol):
+    """One disk's bytes, in the format asked for, as they are read off the hypervisor. Whatever
+    the read holds on the hypervisor (a lease, a temporary copy) is released by `close`."""
 
-    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]: ...
+    @property
+    def size_bytes(self) -> int | None:
+        """How many bytes the stream gives, when the hypervisor tells it beforehand."""
+        ...
 
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        """The next bounded chunk; b"" at the end."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DiskReading(Protocol):
+    def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
+        """The disk the request names (its VM's, at its snapshot if it names one) in
+        `request.format`; what cannot be read at one point in time is refused here."""
+        ...
+
+
+class ReceivedDisk(Protocol):
+    """Bytes held on the hypervisor that are not a disk yet: landed, or discarded."""
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        """Make the disk of the site's name from them. A disk of that name already there
+        (an import killed before it kept its record) is this one when it holds the same disk,
+        ALREADY_EXISTS otherwise."""
+        ...
+
+    def discard(self) -> None:
+        """Remove them; after `land` it removes only what landing left over."""
+        ...
+
+
+class LandingSite(Protocol):
+    """Where an import lands, under which name, and its record kept beside the disk."""
+
+    @property
+    def disk_name(self) -> str:
+        """The imported disk's name on this hypervisor (ImportDisk's `disk_id`)."""
+        ...
+
+    @property
+    def place(self) -> str:
+        """Where, for messages: "storage pool 'default'", "datastore 'ds1'"."""
+        ...
+
+    def earlier_record(self) -> Result[bytes | None, ProviderError]:
+        """The record kept by an earlier import of this name whose disk is still there (a
+        record whose disk is gone is removed); None when there is none."""
+        ...
+
+    def receive(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+    ) -> Result[ReceivedDisk, ProviderError]:
+        """Every chunk, an image of the judged format, held on the hypervisor. The chunks may
+        end early (the caller then discards what it got)."""
+        ...
+
+    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
+        """Keep `record` beside the disk; when it cannot be kept, a disk this import made
+        (`landed.made_now`) goes too."""
+        ...
+
+
+class DiskLanding(Protocol):
+    @property
+    def disk_suffix(self) -> str:
+        """What a target name may end with that the disk's name adds itself (".qcow2")."""
+        ...
+
+    def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
+        """Where a disk named after `stem` lands (`storage_hint`: a pool or datastore, "" for
+        the default); refused when an import of that name is still being made elsewhere."""
+        ...
+
+
+class DiskFacts(Protocol):
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]: ...
+
+
+class DiskTransfer(DiskReading, DiskLanding, DiskFacts, Protocol):
+    """The three, as one hypervisor serves them."""
 
 
 class TransferLeftovers(Protocol):

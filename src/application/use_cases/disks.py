@@ -1,13 +1,43 @@
-"""ExportDisk / ImportDisk / GetDiskInfo, each checked against what the backend supports."""
+"""ExportDisk / ImportDisk / GetDiskInfo: a disk's move through staging storage, the same on
+every hypervisor.
+
+ExportDisk reads the disk off the hypervisor (`DiskReading`) into the staging storage. ImportDisk
+reads the staged object, has its image format judged from its first bytes, has the hypervisor
+hold the bytes (`LandingSite.receive`), checks their SHA-256, and only then makes the disk and
+keeps the import's record beside it. Both first sweep dead transfers' temporaries where they go,
+log their progress, and stop when the caller is gone. Nothing is ever left half-written under
+a staged object's name, and nothing is landed from bytes that fail the checksum.
+
+A retried import (its first answer was lost) of the same staged bytes answers what the record
+of the first says, without importing again; other bytes under that name are ALREADY_EXISTS.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Callable, Iterator
+
 from returns.result import Failure, Result, Success
 
-from pyrigaud.application.ports import CapabilitySource, DiskTransfer
+from pyrigaud.application.ports import CapabilitySource
+from pyrigaud.application.ports.disk_transfer import (
+    DiskFacts,
+    DiskLanding,
+    DiskReading,
+    DiskStream,
+    LandingSite,
+    ReceivedDisk,
+)
+from pyrigaud.application.ports.image_judge import ImageJudge
+from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.application.use_cases.capabilities import require, require_listed
 from pyrigaud.domain import fields
+from pyrigaud.domain.bounds import name_problem
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, LandedDisk, peek_header
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import (
     DiskDetails,
     DiskQuery,
@@ -18,12 +48,28 @@ from pyrigaud.domain.models import (
     TransferBackend,
     TransferMode,
 )
+from pyrigaud.domain.staging import StagedDigest, StagedLocation
+
+# What a staged object's name may end with that is no part of the disk's name.
+STAGED_SUFFIXES = (".qcow2", ".raw", ".vmdk", ".img")
+# Staged temporaries older than this belong to dead transfers.
+ABANDONED_AFTER_SECONDS = 2 * TRANSFER_DEADLINE_SECONDS
+
+logger = logging.getLogger(__name__)
 
 
 class ExportDisk:
-    def __init__(self, disks: DiskTransfer, capabilities: CapabilitySource) -> None:
+    def __init__(
+        self,
+        disks: DiskReading,
+        staging: StagingStorage,
+        capabilities: CapabilitySource,
+        abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
+    ) -> None:
         self._disks = disks
+        self._staging = staging
         self._capabilities = capabilities
+        self._abandoned_after_seconds = abandoned_after_seconds
 
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         caps = self._capabilities.capabilities()
@@ -46,14 +92,68 @@ class ExportDisk:
                     caps.supports_export_compression or not request.compress, "compressed export"
                 )
             )
-            .bind(lambda _: self._disks.export_disk(request))
+            .bind(lambda _: _checked(request.destination, fields.DESTINATION_URL))
+            .bind(lambda destination: self._export(request, destination))
         )
+
+    def _export(
+        self, request: ExportRequest, destination: StagedLocation
+    ) -> Result[ExportResult, ProviderError]:
+        opened = self._disks.read_disk(request)
+        if isinstance(opened, Failure):
+            return opened
+        stream = opened.unwrap()
+        try:
+            _sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
+            staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}")
+        finally:
+            stream.close()
+        return staged.map(
+            lambda digest: ExportResult(
+                export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
+                estimated_size_bytes=digest.size_bytes,
+                checksum=digest.sha256,
+            )
+        )
+
+    def _staged(
+        self, stream: DiskStream, destination: StagedLocation, doing: str
+    ) -> Result[StagedDigest, ProviderError]:
+        """Every chunk of `stream` staged and committed; on any failure (a cancelled call
+        too) the writer is aborted, so nothing stays staged under a temporary or the name."""
+        opened = self._staging.open_write(destination, stream.size_bytes)
+        if isinstance(opened, Failure):
+            return opened
+        writer = opened.unwrap()
+        progress = TransferProgress(doing, destination)
+        try:
+            copied = _copy(stream.read_chunk, writer, progress)
+        except BaseException:
+            writer.abort()
+            raise
+        if isinstance(copied, Failure):
+            writer.abort()
+            return copied
+        committed = writer.commit()
+        if isinstance(committed, Success):
+            progress.finished(committed.unwrap())
+        return committed
 
 
 class ImportDisk:
-    def __init__(self, disks: DiskTransfer, capabilities: CapabilitySource) -> None:
+    def __init__(
+        self,
+        disks: DiskLanding,
+        staging: StagingStorage,
+        judge: ImageJudge,
+        capabilities: CapabilitySource,
+        abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
+    ) -> None:
         self._disks = disks
+        self._staging = staging
+        self._judge = judge
         self._capabilities = capabilities
+        self._abandoned_after_seconds = abandoned_after_seconds
 
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         caps = self._capabilities.capabilities()
@@ -71,8 +171,103 @@ class ImportDisk:
                     request.mode.value, caps.supported_transfer_modes, "transfer mode"
                 )
             )
-            .bind(lambda _: self._disks.import_disk(request))
+            .bind(lambda _: _checked(request.source, fields.SOURCE_URL))
+            .bind(lambda source: self._import(request, source))
         )
+
+    def _import(
+        self, request: ImportRequest, source: StagedLocation
+    ) -> Result[ImportResult, ProviderError]:
+        expected = request.expected_checksum if request.verify_checksum else None
+        found = _imported_stem(request.target_name, source, self._disks.disk_suffix).bind(
+            lambda stem: self._disks.landing_site(stem, request.storage_hint)
+        )
+        if isinstance(found, Failure):
+            return found
+        site = found.unwrap()
+        _sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
+        opened = self._staging.open_read(source)
+        if isinstance(opened, Failure):
+            return opened
+        reader = opened.unwrap()
+        try:
+            earlier = site.earlier_record()
+            if isinstance(earlier, Failure):
+                return earlier
+            record = earlier.unwrap()
+            if record is not None:
+                return _answer_again(record, reader, source, expected, site)
+            landed = self._land(site, reader, source, expected)
+        finally:
+            reader.close()
+        if isinstance(landed, Failure):
+            return landed
+        disk, digest = landed.unwrap()
+        result = ImportResult(
+            disk_id=site.disk_name,
+            path=disk.path,
+            actual_size_bytes=digest.size_bytes,
+            checksum=digest.sha256,
+        )
+        return site.keep_record(_record(result), disk).map(lambda _: result)
+
+    def _land(
+        self,
+        site: LandingSite,
+        reader: StagedReader,
+        source: StagedLocation,
+        expected: str | None,
+    ) -> Result[tuple[LandedDisk, StagedDigest], ProviderError]:
+        """The staged bytes received by the hypervisor, checked, then made the disk; with the
+        digest of the staged bytes."""
+        held = self._received(site, reader, source, expected)
+        if isinstance(held, Failure):
+            return held
+        received, digest = held.unwrap()
+        try:
+            landed = received.land()
+        finally:
+            received.discard()
+        return landed.map(lambda disk: (disk, digest))
+
+    def _received(
+        self,
+        site: LandingSite,
+        reader: StagedReader,
+        source: StagedLocation,
+        expected: str | None,
+    ) -> Result[tuple[ReceivedDisk, StagedDigest], ProviderError]:
+        """The staged bytes held by the hypervisor once their format is judged and their
+        checksum matches; nothing is held otherwise."""
+        progress = TransferProgress(f"import of {source.name!r}", source)
+        inspection = self._judge.inspect(reader.size_bytes)
+        chunks = _StagedChunks(reader, progress, inspection.feed)
+        _, rest = peek_header(chunks, JUDGED_PREFIX_BYTES)
+        if chunks.failure is not None:
+            return Failure(chunks.failure)
+        held = inspection.first_look().bind(
+            lambda image: site.receive(rest, reader.size_bytes, image)
+        )
+        if isinstance(held, Failure):
+            return Failure(chunks.failure or held.failure())
+        received = held.unwrap()
+        digest = reader.digest()
+        refusal = chunks.failure or _failure_of(inspection.verdict())
+        if refusal is None and expected is not None and digest.sha256 != expected:
+            refusal = _checksum_mismatch(digest.sha256, expected)
+        if refusal is not None:
+            received.discard()
+            return Failure(refusal)
+        progress.finished(digest)
+        return Success((received, digest))
+
+
+class GetDiskInfo:
+    def __init__(self, disks: DiskFacts) -> None:
+        self._disks = disks
+
+    def __call__(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
+        return self._disks.disk_details(query)
 
 
 def _valid_mode(request: ExportRequest | ImportRequest) -> Result[None, ProviderError]:
@@ -92,9 +287,154 @@ def _valid_mode(request: ExportRequest | ImportRequest) -> Result[None, Provider
 _RELAY_ONLY_BACKENDS = frozenset({TransferBackend.PVC, TransferBackend.S3})
 
 
-class GetDiskInfo:
-    def __init__(self, disks: DiskTransfer) -> None:
-        self._disks = disks
+def _checked(location: StagedLocation | None, field: str) -> Result[StagedLocation, ProviderError]:
+    """The location the wire parser checked (it always fills it)."""
+    if location is None:
+        return Failure(ProviderError.invalid_spec(field, "was not checked"))
+    return Success(location)
 
-    def __call__(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
-        return self._disks.disk_details(query)
+
+def _imported_stem(
+    target_name: str, source: StagedLocation, disk_suffix: str
+) -> Result[str, ProviderError]:
+    """The imported disk's name before the hypervisor's `disk_suffix`: `target_name` as given,
+    else the staged object's name without its format's suffix."""
+    stem = source.name
+    for suffix in STAGED_SUFFIXES:
+        stem = stem.removesuffix(suffix)
+    name = target_name.removesuffix(disk_suffix) if target_name else stem
+    problem = name_problem(name)
+    if problem is not None:
+        return Failure(
+            ProviderError.invalid_spec(
+                fields.TARGET_NAME, f"{problem} (it names the imported disk)"
+            )
+        )
+    return Success(name)
+
+
+def _sweep_dead_transfers(
+    staging: StagingStorage, location: StagedLocation, older_than_seconds: float
+) -> None:
+    """Where a transfer goes, the staged temporaries of dead ones go first (the periodic sweep
+    cannot reach a bucket or an NFS export it was never told about)."""
+    swept = staging.sweep(location, older_than_seconds)
+    if isinstance(swept, Failure):
+        logger.warning("could not sweep staged leftovers: %s", swept.failure())
+    elif swept.unwrap():
+        logger.info("removed %d abandoned staged temporaries", swept.unwrap())
+
+
+def _copy(
+    read: Callable[[], Result[bytes, ProviderError]],
+    writer: StagedWriter,
+    progress: TransferProgress,
+) -> Result[None, ProviderError]:
+    """Every chunk `read` gives into `writer`, counted; the first failure stops it."""
+    while True:
+        read_chunk = read()
+        if isinstance(read_chunk, Failure):
+            return read_chunk
+        chunk = read_chunk.unwrap()
+        if not chunk:
+            return Success(None)
+        written = writer.write(chunk)
+        if isinstance(written, Failure):
+            return written
+        counted = progress.add(len(chunk))
+        if isinstance(counted, Failure):
+            return counted
+
+
+class _StagedChunks:
+    """The staged object's chunks, counted and shown to `inspect`; the first failure (a
+    cancelled call too) ends them early and is kept in `failure`, for the import to answer
+    instead of the bytes."""
+
+    def __init__(
+        self,
+        reader: StagedReader,
+        progress: TransferProgress,
+        inspect: Callable[[bytes], None] = lambda _: None,
+    ) -> None:
+        self._reader = reader
+        self._progress = progress
+        self._inspect = inspect
+        self.failure: ProviderError | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            read = self._reader.read_chunk().bind(
+                lambda chunk: self._progress.add(len(chunk)).map(lambda _: chunk)
+            )
+            if isinstance(read, Failure):
+                self.failure = read.failure()
+                return
+            chunk = read.unwrap()
+            if not chunk:
+                return
+            self._inspect(chunk)
+            yield chunk
+
+
+def _drained(reader: StagedReader, progress: TransferProgress) -> Result[str, ProviderError]:
+    """The SHA-256 of the whole staged object, read to its end."""
+    chunks = _StagedChunks(reader, progress)
+    for _ in chunks:
+        pass
+    if chunks.failure is not None:
+        return Failure(chunks.failure)
+    return Success(reader.digest().sha256)
+
+
+def _answer_again(
+    record: bytes,
+    reader: StagedReader,
+    source: StagedLocation,
+    expected: str | None,
+    site: LandingSite,
+) -> Result[ImportResult, ProviderError]:
+    """A retried import (its first answer was lost) of the same staged bytes answers what
+    the record says, without importing again; other bytes under that name (even ones that
+    would convert to the same disk) are a clash."""
+    earlier = _earlier_result(record)
+    if earlier is None:
+        return Failure(_clash(site))
+    if expected is None:
+        progress = TransferProgress(f"checksum of {site.disk_name!r}", source)
+        drained = _drained(reader, progress)
+        if isinstance(drained, Failure):
+            return drained
+        expected = drained.unwrap()
+    return Success(earlier) if earlier.checksum == expected else Failure(_clash(site))
+
+
+def _failure_of(result: Result[object, ProviderError]) -> ProviderError | None:
+    return result.failure() if isinstance(result, Failure) else None
+
+
+def _clash(site: LandingSite) -> ProviderError:
+    return ProviderError.already_exists(
+        f"target_name: {site.place} already has an imported disk {site.disk_name!r} with other "
+        "content; delete it or pick another target_name"
+    )
+
+
+def _checksum_mismatch(actual: str, expected: str) -> ProviderError:
+    """FAILED_PRECONDITION: the staged bytes are not the exported ones; nothing was imported."""
+    return ProviderError.failed_precondition(
+        f"expected_checksum: the staged object's sha256 is {actual}, not {expected}; "
+        "nothing was imported (export the disk again)"
+    )
+
+
+def _record(result: ImportResult) -> bytes:
+    """The record kept beside an imported disk (the same bytes every release has kept)."""
+    return json.dumps(result.model_dump()).encode()
+
+
+def _earlier_result(record: bytes) -> ImportResult | None:
+    try:
+        return ImportResult.model_validate(json.loads(record))
+    except ValueError:
+        return None

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
+from pyrigaud.adapters.hypervisors.libvirt.health import LIBVIRT_CAPABILITIES
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_volume
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.domain.models import Capabilities, CreateRequest, OwnerMark, VMClass, VMImage
 
 from libvirt_support import (
     add_base_image,
@@ -31,10 +32,20 @@ from libvirt_support import (
     write_pool_file,
 )
 from support import ManualClock, error_of, ok
-from transfer_support import export_disk, import_disk
+from transfer_support import REACHABLE_STAGING, DiskMoves, disk_moves, export_disk, import_disk
 
 OWNER = OwnerMark(provider="tests/libvirt-transfer")
 CONTENT = bytes(range(256)) * 8192  # 2 MiB: more than one chunk
+
+
+class _AsIfStreaming:
+    """The capabilities of a libvirt host with volume streams, staging where this machine can."""
+
+    def capabilities(self) -> Capabilities:
+        names = tuple(backend.value for backend in REACHABLE_STAGING)
+        return LIBVIRT_CAPABILITIES.model_copy(
+            update={"supported_export_backends": names, "supported_import_backends": names}
+        )
 
 
 @dataclass
@@ -42,6 +53,12 @@ class Host:
     backend: Backend
     connection: LibvirtConnection
     root: Path
+
+    @property
+    def moves(self) -> DiskMoves:
+        """The transfers behind the gate a host with volume streams opens: the test driver's
+        own capabilities claim none, so its adapter would never be reached."""
+        return disk_moves(self.backend, self.root, capabilities=_AsIfStreaming())
 
     @property
     def mig(self) -> Path:
@@ -69,7 +86,6 @@ def _host(tmp_path: Path, writer: VolumeWriter) -> Iterator[Host]:
         ManualClock(),
         domain_type="test",
         volume_writer=writer,
-        migration_storage_root=str(root),
     )
     try:
         yield Host(backend, connection, root)
@@ -102,7 +118,7 @@ def test_an_export_without_volume_streams_is_refused_and_leaves_nothing(host: Ho
     vm_id = host.vm()
     before = host.volume_names()
 
-    refused = export_disk(host.backend.disk_transfer, vm_id, "pvc://mig/x")
+    refused = export_disk(host.moves, vm_id, "pvc://mig/x")
 
     assert error_of(refused).kind is ErrorKind.UNSUPPORTED
     assert "cannot download" in error_of(refused).message
@@ -114,7 +130,7 @@ def test_an_import_without_volume_streams_is_refused_and_leaves_nothing(host: Ho
     (host.mig / "disk.raw").write_bytes(CONTENT)
     before = host.volume_names()
 
-    refused = import_disk(host.backend.disk_transfer, "pvc://mig/disk.raw", disk_format="raw")
+    refused = import_disk(host.moves, "pvc://mig/disk.raw", disk_format="raw")
 
     assert error_of(refused).kind is ErrorKind.UNSUPPORTED
     assert "cannot upload" in error_of(refused).message
@@ -123,7 +139,7 @@ def test_an_import_without_volume_streams_is_refused_and_leaves_nothing(host: Ho
 
 def test_a_missing_vm_or_disk_is_not_found(host: Host) -> None:
     vm_id = host.vm()
-    port = host.backend.disk_transfer
+    port = host.moves
 
     assert error_of(export_disk(port, "no-such-vm", "pvc://mig/x")).kind is ErrorKind.NOT_FOUND
     missing_disk = export_disk(port, vm_id, "pvc://mig/x", disk_id="vdz")
@@ -149,8 +165,8 @@ def test_a_path_that_leaves_its_pvc_is_an_invalid_spec(host: Host, url: str) -> 
     (host.mig / "outside").symlink_to(host.root.parent)
     vm_id = host.vm()
 
-    exported = export_disk(host.backend.disk_transfer, vm_id, url)
-    imported = import_disk(host.backend.disk_transfer, url, disk_format="raw")
+    exported = export_disk(host.moves, vm_id, url)
+    imported = import_disk(host.moves, url, disk_format="raw")
 
     assert error_of(exported).kind is ErrorKind.INVALID_SPEC
     assert "destination_url" in error_of(exported).message
@@ -165,14 +181,14 @@ def test_a_file_linked_from_outside_is_refused(host: Host) -> None:
     outside.write_bytes(CONTENT)
     (host.mig / "linked.raw").symlink_to(outside)
 
-    imported = import_disk(host.backend.disk_transfer, "pvc://mig/linked.raw")
+    imported = import_disk(host.moves, "pvc://mig/linked.raw")
 
     assert error_of(imported).kind is ErrorKind.INVALID_SPEC
     assert "source_url" in error_of(imported).message
 
 
 def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(host: Host) -> None:
-    imported = import_disk(host.backend.disk_transfer, "pvc://elsewhere/disk.qcow2")
+    imported = import_disk(host.moves, "pvc://elsewhere/disk.qcow2")
 
     assert error_of(imported).kind is ErrorKind.FAILED_PRECONDITION
     assert "elsewhere" in error_of(imported).message
@@ -180,7 +196,7 @@ def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(host: Host) -> None:
 
 def test_what_libvirt_cannot_export_is_refused(host: Host) -> None:
     vm_id = host.vm()
-    port = host.backend.disk_transfer
+    port = host.moves
 
     vmdk = export_disk(port, vm_id, "pvc://mig/x", disk_format="vmdk")
     snapshot = export_disk(port, vm_id, "pvc://mig/x", snapshot_id="before-upgrade")
@@ -192,7 +208,7 @@ def test_what_libvirt_cannot_export_is_refused(host: Host) -> None:
 
 
 def test_s3_credentials_and_options_are_checked_naming_the_wire_key(host: Host) -> None:
-    port = host.backend.disk_transfer
+    port = host.moves
     options = {"bucket": "mig", "endpoint": "http://127.0.0.1:9", "usePathStyle": True}
     secret = {"secretAccessKey": "do-not-echo"}
 
@@ -218,7 +234,7 @@ def test_unreachable_s3_storage_is_unavailable_and_leaves_nothing(host: Host) ->
     credentials = {"accessKeyID": "a", "secretAccessKey": "do-not-echo"}
 
     imported = import_disk(
-        host.backend.disk_transfer,
+        host.moves,
         "s3://mig/x.vmdk",
         backend="s3",
         options=options,
@@ -236,7 +252,7 @@ def test_a_wrong_checksum_leaves_nothing(writing_host: Host) -> None:
     before = host.volume_names()
 
     wrong = import_disk(
-        host.backend.disk_transfer,
+        host.moves,
         "pvc://mig/disk.raw",
         disk_format="raw",
         expected_checksum="f" * 64,
@@ -258,7 +274,7 @@ def test_an_image_that_would_open_other_files_is_refused(writing_host: Host) -> 
     descriptor = b'# Disk DescriptorFile\nRW 8 SPARSE "/etc/shadow"\n'
     (host.mig / "descriptor.vmdk").write_bytes(descriptor)
     before = host.volume_names()
-    port = host.backend.disk_transfer
+    port = host.moves
 
     overlay = import_disk(port, "pvc://mig/overlay.qcow2", disk_format="raw")
     external = import_disk(port, "pvc://mig/data-file.qcow2")

@@ -53,7 +53,7 @@ from staging_support import (
     s3_options,
 )
 from support import ManualClock, error_kind, error_of, ok
-from transfer_support import export_disk, import_disk
+from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
@@ -90,6 +90,7 @@ class Staged:
 @dataclass
 class Site:
     backend: Backend
+    moves: DiskMoves
     conn: Any
     staged: Staged
     base: str  # a raw volume of random bytes
@@ -109,7 +110,7 @@ class Site:
         self, vm_id: str, name: str, disk_format: str = "qcow2", snapshot_id: str = ""
     ) -> Any:
         return export_disk(
-            self.backend.disk_transfer,
+            self.moves,
             vm_id,
             self.staged.url(name),
             backend=self.staged.backend,
@@ -123,7 +124,7 @@ class Site:
         self, name: str, target: str, *, checksum: str = "", disk_format: str = "qcow2"
     ) -> Any:
         return import_disk(
-            self.backend.disk_transfer,
+            self.moves,
             self.staged.url(name),
             target_name=target,
             backend=self.staged.backend,
@@ -165,10 +166,9 @@ def _site(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
         ManualClock(),
         domain_type="qemu",
         pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
-        migration_storage_root=str(root),
     )
     try:
-        yield Site(backend, conn, staged, str(base.path()), content)
+        yield Site(backend, disk_moves(backend, root), conn, staged, str(base.path()), content)
     finally:
         connection.close()
         remove_pool_leftovers(conn, POOL, POOL_PATH)
@@ -319,6 +319,37 @@ def test_a_running_vm_is_refused(site: Site) -> None:
     assert error_of(running).kind is ErrorKind.FAILED_PRECONDITION
     assert "power it off" in error_of(running).message
     assert site.staged.stored("r.qcow2") is None
+
+
+@pytest.fixture
+def pvc_site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
+    """The site on a PVC only (what is staged matters, not where)."""
+    yield from _site("pvc", request, tmp_path)
+
+
+def _image_of(site: Site, tmp_path: Path, disk_format: str) -> bytes:
+    raw_file = tmp_path / "disk.raw"
+    raw_file.write_bytes(site.content)
+    image = tmp_path / f"disk.{disk_format}"
+    subprocess.run(
+        ["qemu-img", "convert", "-f", "raw", "-O", disk_format, str(raw_file), str(image)],
+        check=True,
+    )
+    return image.read_bytes()
+
+
+def test_an_image_of_a_format_not_staged_here_is_refused_by_name_and_leaves_nothing(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    site = pvc_site
+    site.staged.put("disk.vhdx", _image_of(site, tmp_path, "vhdx"))
+    before = site.volume_names()
+
+    refused = site.import_("disk.vhdx", "xfer-vhdx", disk_format="raw")
+
+    assert error_of(refused).kind is ErrorKind.INVALID_SPEC
+    assert "vhdx image: convert it to qcow2 first" in error_of(refused).message
+    assert site.volume_names() == before
 
 
 @pytest.fixture

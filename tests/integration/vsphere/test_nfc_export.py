@@ -27,7 +27,8 @@ from pyrigaud.domain.models import ImageSource, Placement, PrepareImageRequest
 
 from image_server_support import serving
 from support import ok
-from vsphere_support import TEMPLATE_VM, Simulator, scratch_staging, vim
+from transfer_support import REACHABLE_STAGING
+from vsphere_support import TEMPLATE_VM, Simulator, vim
 
 vmodl: Any = untyped_vmodl  # pyVmomi's fault classes are untyped
 
@@ -65,7 +66,7 @@ def imported_vm(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=True,
-        staging=scratch_staging(),
+        staging_backends=REACHABLE_STAGING,
         owner="tests/vsphere-nfc-export",
     )
     assert backend.images is not None

@@ -41,6 +41,7 @@ from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
 from support import error_kind, error_of, ok
+from transfer_support import REACHABLE_STAGING
 from vsphere_support import (
     TEMPLATE_VM,
     Simulator,
@@ -48,7 +49,6 @@ from vsphere_support import (
     create_use_case,
     eventually,
     running_simulator,
-    scratch_staging,
     template_request,
     vm_ref,
 )
@@ -368,7 +368,7 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
             insecure=True,
             defaults=Placement(),
             on_relogin=lambda: None,
-            staging=scratch_staging(),
+            staging_backends=REACHABLE_STAGING,
             owner=OWNER.provider,
         )
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.clocks import SystemClock
-from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -27,7 +25,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import made
 from support import error_kind, ok
-from transfer_support import export_disk, import_disk
+from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
 from vsphere_support import Simulator, backend_over, create_use_case, remove_vms_made_since
 
 OWNER = OwnerMark(provider="tests/vsphere-transfer")
@@ -56,11 +54,15 @@ def ports(simulator: Simulator, root: Path) -> Iterator[Backend]:
     backend = backend_over(
         simulator.session(),
         defaults=Placement(datastore="LocalDS_0"),
-        staging=staging_by_backend("tests/vsphere-transfer", SystemClock(), str(root)),
     )
     before = {vm.id for vm in ok(backend.inventory.list_vms())}
     yield backend
     remove_vms_made_since(backend, before)
+
+
+@pytest.fixture
+def moves(ports: Backend, root: Path) -> DiskMoves:
+    return disk_moves(ports, root, owner="tests/vsphere-transfer")
 
 
 def _qemu_img(*arguments: str) -> None:
@@ -97,35 +99,31 @@ def _vm_around(ports: Backend, name: str, disk_path: str) -> str:
 
 @pytest.mark.parametrize("staged_format", ["raw", "qcow2", "vmdk"])
 def test_a_disk_comes_in_and_goes_out_in_every_format_with_its_bytes(
-    ports: Backend, root: Path, staged_format: str
+    ports: Backend, moves: DiskMoves, root: Path, staged_format: str
 ) -> None:
     name = f"xfer-{staged_format}"
     url = _staged(root, f"{name}.{staged_format}", RAW, staged_format)
-    imported = ok(import_disk(ports.disk_transfer, url, target_name=name, disk_format="qcow2"))
+    imported = ok(import_disk(moves, url, target_name=name, disk_format="qcow2"))
     assert imported.path.startswith(f"[LocalDS_0] {name}/")
     assert imported.actual_size_bytes == (root / PVC / f"{name}.{staged_format}").stat().st_size
     vm_id = _vm_around(ports, name, imported.path)
     for out in ("vmdk", "qcow2", "raw"):
-        exported = ok(
-            export_disk(
-                ports.disk_transfer, vm_id, f"pvc://{PVC}/{name}.out.{out}", disk_format=out
-            )
-        )
+        exported = ok(export_disk(moves, vm_id, f"pvc://{PVC}/{name}.out.{out}", disk_format=out))
         staged = root / PVC / f"{name}.out.{out}"
         assert exported.estimated_size_bytes == staged.stat().st_size
         assert _raw_of(staged, len(RAW)) == RAW, out
 
 
 def test_a_retried_import_answers_the_same_and_other_bytes_clash(
-    ports: Backend, root: Path
+    moves: DiskMoves, root: Path
 ) -> None:
     url = _staged(root, "retry.raw", RAW, "raw")
-    first = ok(import_disk(ports.disk_transfer, url, target_name="xfer-retry", disk_format="raw"))
-    again = ok(import_disk(ports.disk_transfer, url, target_name="xfer-retry", disk_format="raw"))
+    first = ok(import_disk(moves, url, target_name="xfer-retry", disk_format="raw"))
+    again = ok(import_disk(moves, url, target_name="xfer-retry", disk_format="raw"))
     assert again == first
     verified = ok(
         import_disk(
-            ports.disk_transfer,
+            moves,
             url,
             target_name="xfer-retry",
             disk_format="raw",
@@ -134,32 +132,32 @@ def test_a_retried_import_answers_the_same_and_other_bytes_clash(
     )
     assert verified == first
     other = _staged(root, "other.raw", _disk_bytes(15), "raw")
-    clash = import_disk(ports.disk_transfer, other, target_name="xfer-retry", disk_format="raw")
+    clash = import_disk(moves, other, target_name="xfer-retry", disk_format="raw")
     assert error_kind(clash) is ErrorKind.ALREADY_EXISTS
 
 
-def test_a_checksum_mismatch_lands_nothing(ports: Backend, root: Path) -> None:
+def test_a_checksum_mismatch_lands_nothing(moves: DiskMoves, root: Path) -> None:
     url = _staged(root, "mismatch.raw", RAW, "raw")
-    wrong = import_disk(
-        ports.disk_transfer, url, target_name="xfer-mismatch", expected_checksum="0" * 64
-    )
+    wrong = import_disk(moves, url, target_name="xfer-mismatch", expected_checksum="0" * 64)
     assert error_kind(wrong) is ErrorKind.FAILED_PRECONDITION
-    retried = ok(import_disk(ports.disk_transfer, url, target_name="xfer-mismatch"))
+    retried = ok(import_disk(moves, url, target_name="xfer-mismatch"))
     assert retried.path.startswith("[LocalDS_0] xfer-mismatch/")  # nothing was in the way
 
 
-def test_a_running_vm_exports_only_from_a_snapshot(ports: Backend, root: Path) -> None:
+def test_a_running_vm_exports_only_from_a_snapshot(
+    ports: Backend, moves: DiskMoves, root: Path
+) -> None:
     url = _staged(root, "running.raw", RAW, "raw")
-    imported = ok(import_disk(ports.disk_transfer, url, target_name="xfer-running"))
+    imported = ok(import_disk(moves, url, target_name="xfer-running"))
     vm_id = _vm_around(ports, "xfer-running", imported.path)
     ok(ports.power.power_on(vm_id))
-    refused = export_disk(ports.disk_transfer, vm_id, f"pvc://{PVC}/running.out", disk_format="raw")
+    refused = export_disk(moves, vm_id, f"pvc://{PVC}/running.out", disk_format="raw")
     assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
     assert ports.snapshots is not None
     snapshot = ok(ports.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="mig")))
     ok(
         export_disk(
-            ports.disk_transfer,
+            moves,
             vm_id,
             f"pvc://{PVC}/running.out",
             disk_format="raw",

@@ -38,10 +38,10 @@ from pyrigaud.domain.models import (
 from contract.harness import made
 from image_server_support import ImageServer, serving
 from support import error_kind, error_of, ok
+from transfer_support import REACHABLE_STAGING
 from vsphere_support import (
     TEMPLATE_VM,
     Simulator,
-    scratch_staging,
     template_request,
     vim,
     vm_ref,
@@ -58,7 +58,7 @@ def images_backend(simulator: Simulator) -> Backend:
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=True,
-        staging=scratch_staging(),
+        staging_backends=REACHABLE_STAGING,
         owner=OWNER.provider,
     )
 
@@ -215,7 +215,7 @@ def test_the_url_rules_refuse_before_any_traffic(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback,
-        staging=scratch_staging(),
+        staging_backends=REACHABLE_STAGING,
         owner=OWNER.provider,
     )
     with serving({"/tiny.ova": ova}) as server:

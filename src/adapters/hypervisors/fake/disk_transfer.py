@@ -1,15 +1,16 @@
-"""DiskTransfer on the fake hypervisor: exports and imports answer as a host would, staging a
-few bytes standing for the disk in memory (by URL), so checksums, their verification, retries
-and name clashes behave as on a real backend; an imported disk is attached to nothing
-(it becomes a base image a Create can name)."""
+"""DiskReading, DiskLanding and DiskFacts on the fake hypervisor: a disk reads as a few bytes
+that stand for it (its id, size, snapshot and the format asked for), and landed bytes become a
+base image a Create can name. The transfer around them is the real one (the use cases, the
+staging storage), so checksums, their verification, retries and name clashes are exercised on
+the fake exactly as on a real backend."""
 
 from __future__ import annotations
 
 import copy
-import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from returns.result import Result
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     DISK_DIR,
@@ -17,73 +18,40 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeHypervisor,
     FakeImage,
 )
+from pyrigaud.domain.disk_images import JudgedImage, LandedDisk
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.models import (
-    DiskDetails,
-    DiskQuery,
-    ExportRequest,
-    ExportResult,
-    ImportRequest,
-    ImportResult,
-)
+from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
 GIB = 1024**3
 IMPORTED_DISK_GIB = 1
+DISK_SUFFIX = ".qcow2"
 
 
 @dataclass(frozen=True)
 class FakeDiskTransfer:
     hypervisor: FakeHypervisor
 
-    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
-        def export() -> ExportResult:
+    @property
+    def disk_suffix(self) -> str:
+        return DISK_SUFFIX
+
+    def read_disk(self, request: ExportRequest) -> Result[_FakeDiskStream, ProviderError]:
+        def read() -> _FakeDiskStream:
             disk = self._disk(request.vm_id, request.disk_id, request.snapshot_id)
-            content = f"{disk.id}:{disk.size_gib}:{request.snapshot_id}:{request.format}".encode()
-            self.hypervisor.staged[request.destination_url] = content
-            checksum = hashlib.sha256(content).hexdigest()
-            return ExportResult(
-                export_id=f"export-{checksum[:16]}",
-                estimated_size_bytes=disk.size_gib * GIB,
-                checksum=checksum,
-            )
+            at = request.snapshot_id or "now"
+            content = f"fake disk {disk.id} of {disk.size_gib} GiB at {at} as {request.format}\n"
+            return _FakeDiskStream([content.encode()])
 
-        return self.hypervisor.serve("export_disk", export)
+        return self.hypervisor.serve("read_disk", read)
 
-    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
-        def import_() -> ImportResult:
-            content = self.hypervisor.staged.get(request.source_url)
-            if content is None:
-                raise _not_found(f"no staged object at {request.source_url}")
-            checksum = hashlib.sha256(content).hexdigest()
-            if request.verify_checksum and checksum != request.expected_checksum:
-                raise ExpectedError(
-                    ProviderError.failed_precondition(
-                        f"expected_checksum: the staged object's sha256 is {checksum}"
-                    )
-                )
-            name = request.target_name or f"imported-{self.hypervisor.next_serial()}"
-            if self.hypervisor.imported.setdefault(name, checksum) != checksum:
-                raise ExpectedError(
-                    ProviderError.already_exists(f"target_name: {name!r} has other content")
-                )
-            path = f"{DISK_DIR}/{name}.qcow2"
-            # the imported disk is a base a Create can name as its image path
-            self.hypervisor.images.setdefault(
-                path, FakeImage(id=name, path=path, size_gib=IMPORTED_DISK_GIB)
-            )
-            return ImportResult(
-                disk_id=name,
-                path=path,
-                actual_size_bytes=IMPORTED_DISK_GIB * GIB,
-                checksum=checksum,
-            )
-
-        return self.hypervisor.serve("import_disk", import_)
+    def landing_site(self, stem: str, storage_hint: str) -> Result[_FakeSite, ProviderError]:
+        del storage_hint  # the fake has one place for disks
+        return self.hypervisor.serve("landing_site", lambda: _FakeSite(self.hypervisor, stem))
 
     def sweep_transfer_leftovers(
         self, older_than_seconds: float
     ) -> Result[tuple[str, ...], ProviderError]:
-        """No bytes move here, so no transfer leaves anything behind."""
+        """Landings are in memory: a dead transfer leaves nothing in the hypervisor."""
         del older_than_seconds
         return self.hypervisor.serve("sweep_transfer_leftovers", tuple)
 
@@ -118,6 +86,83 @@ class FakeDiskTransfer:
             if disk_id in (disk.id, disk.path):
                 return copy.copy(disk)
         raise _not_found(f"VM {vm.name!r} has no disk {disk_id!r}")
+
+
+@dataclass
+class _FakeDiskStream:
+    chunks: list[bytes]
+
+    @property
+    def size_bytes(self) -> int | None:
+        return sum(len(chunk) for chunk in self.chunks)
+
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        return Success(self.chunks.pop(0) if self.chunks else b"")
+
+    def close(self) -> None:
+        self.chunks.clear()
+
+
+@dataclass(frozen=True)
+class _FakeSite:
+    hypervisor: FakeHypervisor
+    disk_name: str
+    place: str = "the fake hypervisor"
+
+    @property
+    def path(self) -> str:
+        return f"{DISK_DIR}/{self.disk_name}{DISK_SUFFIX}"
+
+    def earlier_record(self) -> Result[bytes | None, ProviderError]:
+        def earlier() -> bytes | None:
+            if self.path not in self.hypervisor.images:
+                self.hypervisor.import_records.pop(self.disk_name, None)
+            return self.hypervisor.import_records.get(self.disk_name)
+
+        return self.hypervisor.serve("earlier_record", earlier)
+
+    def receive(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+    ) -> Result[_FakeReceived, ProviderError]:
+        del size_bytes, image  # any image stands for a disk here
+        return Success(_FakeReceived(self, b"".join(chunks)))
+
+    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
+        def keep() -> None:
+            self.hypervisor.import_records[self.disk_name] = record
+
+        del landed
+        return self.hypervisor.serve("keep_record", keep)
+
+
+@dataclass
+class _FakeReceived:
+    site: _FakeSite
+    content: bytes
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        """The image a Create can name; one of that name holding other bytes is a clash."""
+        hypervisor, site = self.site.hypervisor, self.site
+
+        def land() -> LandedDisk:
+            earlier = hypervisor.imported.setdefault(site.disk_name, self.content)
+            if earlier != self.content:
+                raise ExpectedError(
+                    ProviderError.already_exists(
+                        f"target_name: {site.place} already has a disk {site.disk_name!r} "
+                        "with other content; delete it or pick another target_name"
+                    )
+                )
+            made_now = site.path not in hypervisor.images
+            hypervisor.images.setdefault(
+                site.path, FakeImage(id=site.disk_name, path=site.path, size_gib=IMPORTED_DISK_GIB)
+            )
+            return LandedDisk(path=site.path, made_now=made_now)
+
+        return hypervisor.serve("land", land)
+
+    def discard(self) -> None:
+        self.content = b""
 
 
 def _not_found(message: str) -> ExpectedError:

@@ -139,9 +139,9 @@ class FakeHypervisor:
         self.vms: dict[str, FakeVM] = {}
         self.ids_by_name: dict[str, str] = {}
         self.images: dict[str, FakeImage] = {}  # by path
-        # Disk transfers: the staged objects by URL, and imported disks' staged sha256 by name.
-        self.staged: dict[str, bytes] = {}
-        self.imported: dict[str, str] = {}
+        # Disk imports: what each landed disk holds, and the record kept beside it, by name.
+        self.imported: dict[str, bytes] = {}
+        self.import_records: dict[str, bytes] = {}
         self._lock = threading.RLock()
         self._serials = itertools.count(1)
 

@@ -25,7 +25,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import TransferVolumes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
-from pyrigaud.application.ports.staging import StagingBackends
+from pyrigaud.domain.models import TransferBackend
 
 
 def build_libvirt_backend(
@@ -35,7 +35,7 @@ def build_libvirt_backend(
     domain_type: str,
     pools: PoolSettings,
     allow_loopback_urls: bool,
-    staging: StagingBackends,
+    staging_backends: tuple[TransferBackend, ...],
     transfer_owner: str,
     volume_writer: VolumeWriter = upload_volume,
     scratch_dir: str | None = None,
@@ -43,11 +43,11 @@ def build_libvirt_backend(
     """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
 
-    `staging` is where ExportDisk/ImportDisk stage disks (pvc, s3, nfs: what it reaches is
-    advertised); `transfer_owner` marks the temporary volumes of transfers as this provider's,
-    for the sweep; `volume_writer` puts bytes into a volume (a libvirt stream unless a test's
-    driver cannot stream); `scratch_dir` is where a snapshot's export keeps its anonymous
-    scratch files (None: the system's temporary directory).
+    `staging_backends` are where ExportDisk/ImportDisk can stage disks (pvc, s3, nfs: what
+    this machine reaches, advertised); `transfer_owner` marks the temporary volumes of
+    transfers as this provider's, for the sweep; `volume_writer` puts bytes into a volume (a
+    libvirt stream unless a test's driver cannot stream); `scratch_dir` is where a snapshot's
+    export keeps its anonymous scratch files (None: the system's temporary directory).
     """
     inventory: LibvirtInventory
     # The cache fills itself by the inventory's listing, which reads through the cache: the
@@ -69,7 +69,6 @@ def build_libvirt_backend(
     inventory = LibvirtInventory(host)
     disk_transfer = LibvirtDiskTransfer(
         host,
-        staging,
         TransferVolumes(owner=transfer_owner, clock=clock),
         scratch_dir=scratch_dir,
     )
@@ -78,7 +77,7 @@ def build_libvirt_backend(
         power=LibvirtPowerControl(host),
         inventory=inventory,
         health=LibvirtHealth(host),
-        capabilities=LibvirtCapabilities(host, staging.backends),
+        capabilities=LibvirtCapabilities(host, staging_backends),
         tasks=LibvirtTasks(),
         snapshots=LibvirtSnapshots(host),
         cloning=LibvirtCloning(host),

@@ -118,8 +118,9 @@ class LibvirtConnection:
         self._hooks_lock = threading.Lock()
         self._close_hooks: list[weakref.WeakMethod[CloseHook]] = []
 
-    def call(self, action: Callable[[VirConnect], T]) -> T:
-        """Run `action` on the live connection; once more on a fresh one if it died meanwhile.
+    def call(self, action: Callable[[VirConnect], T], *, once: bool = False) -> T:
+        """Run `action` on the live connection; once more on a fresh one if it died meanwhile,
+        unless `once` (an action that consumes a stream cannot start over).
 
         At most `max_concurrent_calls` run at once; the others wait for a slot.
         """
@@ -135,7 +136,7 @@ class LibvirtConnection:
             try:
                 return action(conn)
             except libvirt.libvirtError as error:
-                if error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
+                if once or error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
                     raise
             return action(self._reopen(conn))
         finally:

@@ -1,24 +1,23 @@
-"""DiskTransfer on libvirt: a VM's volume streamed into staging storage (pvc, s3, nfs), and back.
+"""A libvirt VM's disk read at a point in time as a byte stream, and a byte stream landed as a
+qcow2 volume: what ExportDisk and ImportDisk ask of libvirt (the transfer itself is theirs).
 
-The bytes travel chunk by chunk between libvirt's volume streams (`volume_streams.py`) and the
-StagingStorage port, so no disk is ever held in memory, the same code serves a remote host over
-any transport, and nothing here runs a program on the host or in the pod.
+The bytes travel through libvirt's volume streams (`volume_streams.py`), so no disk is ever held
+in memory, the same code serves a remote host over any transport, and nothing here runs a
+program on the host or in the pod.
 
-Export refuses a running (or paused) VM: QEMU writes to its disk, so a copy would not be from one
-point in time. A disk that overlays an image, or a requested format other than the disk's own, is
-first copied by libvirt into a temporary standalone volume of that format in the same pool
-(flattened and converted on the libvirt host), streamed, then removed. The state at a snapshot
-(`snapshot_id`, which the manager's sequence always sends) is read from the qcow2 file's
-internal snapshot by `snapshot_export.py`, in a scratch file of the pod.
+Reading refuses a running (or paused) VM: QEMU writes to its disk, so a copy would not be from
+one point in time. A disk that overlays an image, or a requested format other than the disk's
+own, is first copied by libvirt into a temporary standalone volume of that format in the same
+pool (flattened and converted on the libvirt host), streamed, then removed. The state at a
+snapshot (`snapshot_id`, which the manager's sequence always sends) is read from the qcow2
+file's internal snapshot by `snapshot_export.py`, in a scratch file of the pod.
 
-Import stages the bytes in a temporary volume of the target pool (format conversion needs a
-seekable file, and the pool has the room a pod's /tmp lacks), checks their SHA-256 before
-anything else is made, then has libvirt convert them into the final qcow2 volume
-(`createXMLFrom`: qcow2, raw or a sparse vmdk in, judged by the bytes' header, never by the
-`format` field or the key's name). A killed provider leaves at most a marked temporary the sweep
-removes; the final volume is made by libvirtd in one call, which a provider's death does not cut.
-A small volume beside it, `<disk>.pyrigaud-import.json`, keeps the import's answer: a retry of
-the same staged bytes answers it without importing again, other bytes are ALREADY_EXISTS.
+Landing holds the bytes in a temporary volume of the target pool (format conversion needs a
+seekable file, and the pool has the room a pod's /tmp lacks) until their checksum is known, then
+has libvirt convert them into the final qcow2 volume (`createXMLFrom`: qcow2, raw or a sparse
+vmdk in, as judged by the bytes' header). A killed provider leaves at most a marked temporary the
+sweep removes; the final volume is made by libvirtd in one call, which a provider's death does
+not cut. A small volume beside it, `<disk>.pyrigaud-import.json`, keeps the import's record.
 """
 
 from __future__ import annotations
@@ -26,17 +25,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import libvirt
-from returns.result import Result
+from returns.result import Failure, Result
 
-from pyrigaud.adapters.disk_images.formats import disk_format_of, peek_header
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
 from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file
+from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
@@ -58,65 +57,48 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
     refusing_unsupported,
     volume_chunks,
 )
-from pyrigaud.adapters.staging.progress import TransferProgress
-from pyrigaud.adapters.staging.transfers import (
-    RECORD_SUFFIX,
-    answer_again,
-    checked_location,
-    checksum_mismatch,
-    expected_sha256,
-    import_record,
-    imported_name,
-    staged_chunks,
-    sweep_dead_transfers,
-    unwrap,
-    write_staged,
-)
-from pyrigaud.application.ports.staging import StagedReader, StagingBackends
+from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, ReceivedDisk
+from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain import fields
+from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.models import (
-    DiskDetails,
-    DiskQuery,
-    ExportRequest,
-    ExportResult,
-    ImportRequest,
-    ImportResult,
-)
-from pyrigaud.domain.staging import StagedDigest, StagedLocation
+from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
 EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
+DISK_SUFFIX = ".qcow2"
 MAX_RECORD_BYTES = 64 * 1024
 VirDomain = Any
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class LibvirtDiskTransfer:
-    """ExportDisk, ImportDisk, the facts of one disk, and the sweep of transfer leftovers."""
+    """DiskReading, DiskLanding and DiskFacts on libvirt, and the sweep of transfer leftovers."""
 
     host: LibvirtHost
-    staging: StagingBackends
     volumes: TransferVolumes
-    # Staged temporaries and temporary volumes older than this belong to dead transfers.
-    abandoned_after_seconds: float = 2 * TRANSFER_DEADLINE_SECONDS
     # Where a snapshot's export keeps its anonymous scratch files (None: the temp directory).
     scratch_dir: str | None = None
 
-    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
-        return self.host.run(
-            f"export disk of {request.vm_id!r}",
-            lambda conn: self._export(conn, Guest.by_id(conn, request.vm_id).dom, request),
-        )
+    @property
+    def disk_suffix(self) -> str:
+        return DISK_SUFFIX
 
-    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
-        return self.host.run(
-            "import disk",  # the URL is not echoed before it is checked
-            lambda conn: self._import(conn, request),
-        )
+    def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
+        doing = f"export disk of {request.vm_id!r}"
+        return self.host.run(doing, lambda conn: self._opened(conn, request, doing))
+
+    def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
+        pool = storage_hint or self.host.pools.default_pool
+
+        def site(conn: VirConnect) -> LandingSite:
+            find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT)
+            return _PoolSite(self, pool, f"{stem}{DISK_SUFFIX}")
+
+        return self.host.run("import disk", site)
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         return self.host.run(
@@ -133,14 +115,8 @@ class LibvirtDiskTransfer:
             lambda conn: self.volumes.sweep(conn, older_than_seconds),
         )
 
-    def _export(self, conn: VirConnect, dom: VirDomain, request: ExportRequest) -> ExportResult:
-        destination = checked_location(request.destination, fields.DESTINATION_URL)
-        if request.format not in EXPORT_FORMATS:
-            raise ExpectedError(
-                ProviderError.unsupported(
-                    f"format {request.format!r}: libvirt exports qcow2 or raw"
-                )
-            )
+    def _opened(self, conn: VirConnect, request: ExportRequest, doing: str) -> DiskStream:
+        dom = Guest.by_id(conn, request.vm_id).dom
         facts = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         disk = _chosen_disk(facts.name, facts.disks, request.disk_id)
         if dom.isActive():
@@ -150,58 +126,64 @@ class LibvirtDiskTransfer:
                     "power it off first, then export"
                 )
             )
-        sweep_dead_transfers(self.staging, destination, self.abandoned_after_seconds)
-        if request.snapshot_id:
-            find_snapshot(Guest(dom), request.snapshot_id)
-            digest = self._export_snapshot(conn, disk.path, request, destination)
-            return _exported(digest)
-        with self._standalone_volume(conn, disk.path, request.format) as volume:
-            writer = unwrap(self.staging.open_write(destination, _file_size(volume)))
-            progress = TransferProgress(f"export of VM {facts.name!r}", destination)
-            digest = refusing_unsupported(
-                "download", lambda: write_staged(writer, volume_chunks(conn, volume), progress)
-            )
-        progress.finished(digest)
-        return _exported(digest)
+        holds = contextlib.ExitStack()
+        size: int | None
+        try:
+            if request.snapshot_id:
+                find_snapshot(Guest(dom), request.snapshot_id)
+                chunks, size = self._at_snapshot(conn, holds, disk.path, request)
+            else:
+                volume = holds.enter_context(
+                    self._standalone_volume(conn, disk.path, request.format)
+                )
+                chunks, size = volume_chunks(conn, volume), _file_size(volume)
+        except BaseException:
+            holds.close()
+            raise
+        return ChunkStream(
+            chunks,
+            size,
+            holds,
+            lambda read: self.host.attempt(doing, lambda: refusing_unsupported("download", read)),
+        )
 
-    def _export_snapshot(
-        self, conn: VirConnect, path: str, request: ExportRequest, destination: StagedLocation
-    ) -> StagedDigest:
-        """The disk at an internal snapshot (snapshot_export.py), staged as raw, or as qcow2
-        built in a scratch file first (its tables precede its data)."""
+    def _at_snapshot(
+        self,
+        conn: VirConnect,
+        holds: contextlib.ExitStack,
+        path: str,
+        request: ExportRequest,
+    ) -> tuple[Iterator[bytes], int]:
+        """The disk at an internal snapshot (snapshot_export.py) as raw, or as qcow2 built in
+        a scratch file first (its tables precede its data); its size."""
         disk = volume_facts(conn, path)
         if disk is None:
             raise ExpectedError(ProviderError.not_found(f"no volume at {path!r}"))
-        doing = f"export of snapshot {request.snapshot_id!r}"
-        reading = TransferProgress(f"{doing}, reading the disk", destination)
-        with contextlib.ExitStack() as stack:
-            backing = (
-                stack.enter_context(self._standalone_volume(conn, disk.backing_path, "raw"))
-                if disk.backing_path
-                else None
+        assert request.destination is not None  # the use case reads only checked requests
+        reading = TransferProgress(
+            f"export of snapshot {request.snapshot_id!r}, reading the disk", request.destination
+        )
+        backing = (
+            holds.enter_context(self._standalone_volume(conn, disk.backing_path, "raw"))
+            if disk.backing_path
+            else None
+        )
+        raw = holds.enter_context(
+            snapshot_disk(
+                conn,
+                disk,
+                request.snapshot_id,
+                backing=backing,
+                scratch_dir=self.scratch_dir,
+                progress=reading,
             )
-            raw = stack.enter_context(
-                snapshot_disk(
-                    conn,
-                    disk,
-                    request.snapshot_id,
-                    backing=backing,
-                    scratch_dir=self.scratch_dir,
-                    progress=reading,
-                )
-            )
-            progress = TransferProgress(doing, destination)
-            if request.format == "raw":
-                writer = unwrap(self.staging.open_write(destination, disk.capacity_bytes))
-                digest = write_staged(writer, raw, progress)
-            else:
-                image = stack.enter_context(scratch_file(self.scratch_dir))
-                size = write_qcow2(raw, disk.capacity_bytes, image)
-                image.seek(0)
-                writer = unwrap(self.staging.open_write(destination, size))
-                digest = write_staged(writer, file_chunks(image), progress)
-        progress.finished(digest)
-        return digest
+        )
+        if request.format == "raw":
+            return raw, disk.capacity_bytes
+        image = holds.enter_context(scratch_file(self.scratch_dir))
+        size = write_qcow2(raw, disk.capacity_bytes, image)
+        image.seek(0)
+        return file_chunks(image), size
 
     @contextlib.contextmanager
     def _standalone_volume(
@@ -227,126 +209,128 @@ class LibvirtDiskTransfer:
         ) as copy:
             yield conn.storageVolLookupByPath(copy)
 
-    def _import(self, conn: VirConnect, request: ImportRequest) -> ImportResult:
-        source = checked_location(request.source, fields.SOURCE_URL)
-        expected = expected_sha256(request)
-        name = f"{imported_name(request.target_name, source, '.qcow2')}.qcow2"
-        pool_name = request.storage_hint or self.host.pools.default_pool
-        pool = find_pool(conn, pool_name, self.host.pools, fields.STORAGE_HINT)
-        sweep_dead_transfers(self.staging, source, self.abandoned_after_seconds)
-        reader = unwrap(self.staging.open_read(source))
-        try:
-            record = _earlier_record(conn, pool, name)
-            if record is not None:
-                return answer_again(
-                    record,
-                    reader,
-                    source,
-                    expected=expected,
-                    name=name,
-                    place=f"storage pool {pool_name!r}",
-                )
-            with self._staged_volume(conn, pool, reader, source, expected) as (staged, digest):
-                existing = find_volume(pool, name)
-                if existing is None:
-                    path = _converted(conn, pool, staged, name)
-                else:  # no record: its import was killed before it kept one
-                    path = self._earlier_import(conn, pool, staged, existing, pool_name)
-        finally:
-            reader.close()
-        result = ImportResult(
-            disk_id=name, path=path, actual_size_bytes=digest.size_bytes, checksum=digest.sha256
-        )
-        self._keep_record(conn, pool, name, result, made_now=existing is None)
-        return result
 
-    def _keep_record(
-        self,
-        conn: VirConnect,
-        pool: VirStoragePool,
-        name: str,
-        result: ImportResult,
-        *,
-        made_now: bool,
-    ) -> None:
-        """The import's answer in a small volume beside the disk; a disk this call made goes
-        if its record cannot be kept."""
-        record = import_record(result)
-        try:
-            write_new_volume(
-                conn,
-                pool,
-                volume_xml(f"{name}{RECORD_SUFFIX}", len(record), volume_format="raw"),
-                (record,),
-                self.host.write_volume,
-            )
-        except BaseException:
-            if made_now:
-                delete_volume(conn, result.path)
-            raise
+@dataclass(frozen=True)
+class _PoolSite:
+    """An import into storage pool `pool`, as volume `disk_name`."""
 
-    @contextlib.contextmanager
-    def _staged_volume(
-        self,
-        conn: VirConnect,
-        pool: VirStoragePool,
-        reader: StagedReader,
-        source: StagedLocation,
-        expected: str | None,
-    ) -> Iterator[tuple[str, StagedDigest]]:
-        """The staged bytes in a temporary volume of `pool`, checked (format, checksum), with
-        their digest; removed when the block ends."""
-        progress = TransferProgress(f"import of {source.name!r}", source)
-        header, chunks = peek_header(staged_chunks(reader, progress))
-        # qcow2, vmdk (sparse, self-contained) or raw; an image that would make the
-        # conversion open another file of the host is refused.
-        staged_format = disk_format_of(header, field=fields.SOURCE_URL)
-        # A raw placeholder of the object's exact size: the upload leaves exactly its bytes,
-        # and the pool's refresh reads the format and virtual size back from them.
-        size = reader.size_bytes if reader.size_bytes is not None else len(header)
-        with self.volumes.temporary(
-            conn,
-            lambda name: refusing_unsupported(
+    transfer: LibvirtDiskTransfer
+    pool: str
+    disk_name: str
+
+    @property
+    def place(self) -> str:
+        return f"storage pool {self.pool!r}"
+
+    def earlier_record(self) -> Result[bytes | None, ProviderError]:
+        return self.run(lambda conn, pool: _earlier_record(conn, pool, self.disk_name))
+
+    def receive(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+    ) -> Result[ReceivedDisk, ProviderError]:
+        """The bytes in a temporary raw placeholder of their exact size: the upload leaves
+        exactly them, and the pool's refresh reads their format and virtual size back."""
+
+        def received(conn: VirConnect, pool: VirStoragePool) -> ReceivedDisk:
+            volumes = self.transfer.volumes
+            staged = refusing_unsupported(
                 "upload",
                 lambda: write_new_volume(
                     conn,
                     pool,
-                    volume_xml(name, size, volume_format="raw"),
+                    volume_xml(
+                        volumes.name("import", image.format), size_bytes or 0, volume_format="raw"
+                    ),
                     chunks,
-                    self.host.write_volume,
+                    self.transfer.host.write_volume,
                 ),
-            ),
-            self.volumes.name("import", staged_format),
-        ) as staged:
-            digest = reader.digest()
-            if expected is not None and digest.sha256 != expected:
-                raise checksum_mismatch(digest.sha256, expected)
+            )
             landed = volume_facts(conn, staged)
-            if landed is None or landed.format != staged_format:
+            if landed is None or landed.format != image.format:
+                delete_volume(conn, staged)
                 raise ExpectedError(
                     ProviderError.unsupported(
-                        f"storage pool {pool.name()!r} did not recognise the staged "
-                        f"{staged_format} image: import into a directory pool"
+                        f"storage pool {self.pool!r} did not recognise the staged "
+                        f"{image.format} image: import into a directory pool"
                     )
                 )
-            progress.finished(digest)
-            yield staged, digest
+            return _ReceivedVolume(self, staged)
 
-    def _earlier_import(
-        self, conn: VirConnect, pool: VirStoragePool, staged: str, existing: str, pool_name: str
-    ) -> str:
+        return self.run(received, once=True)
+
+    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
+        """The record in a small volume beside the disk; a disk this import made goes if its
+        record cannot be kept."""
+
+        def keep(conn: VirConnect, pool: VirStoragePool) -> None:
+            try:
+                write_new_volume(
+                    conn,
+                    pool,
+                    volume_xml(
+                        f"{self.disk_name}{IMPORT_RECORD_SUFFIX}", len(record), volume_format="raw"
+                    ),
+                    (record,),
+                    self.transfer.host.write_volume,
+                )
+            except BaseException:
+                if landed.made_now:
+                    delete_volume(conn, landed.path)
+                raise
+
+        return self.run(keep)
+
+    def run(
+        self, action: Callable[[VirConnect, VirStoragePool], T], *, once: bool = False
+    ) -> Result[T, ProviderError]:
+        """`action(conn, pool)` at the libvirt edge (`once`: never started over)."""
+        host = self.transfer.host
+        run = host.run_once if once else host.run
+        return run(
+            "import disk",
+            lambda conn: action(conn, find_pool(conn, self.pool, host.pools, fields.STORAGE_HINT)),
+        )
+
+
+@dataclass(frozen=True)
+class _ReceivedVolume:
+    """The staged bytes in temporary volume `staged` of the site's pool."""
+
+    site: _PoolSite
+    staged: str
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        def landed(conn: VirConnect, pool: VirStoragePool) -> LandedDisk:
+            existing = find_volume(pool, self.site.disk_name)
+            if existing is None:
+                return LandedDisk(path=_converted(conn, pool, self.staged, self.site.disk_name))
+            # no record: its import was killed before it kept one
+            return LandedDisk(path=self._earlier_import(conn, pool, existing), made_now=False)
+
+        return self.site.run(landed)
+
+    def discard(self) -> None:
+        removed = self.site.transfer.host.run(
+            "remove a staged import", lambda conn: delete_volume(conn, self.staged)
+        )
+        match removed:
+            case Failure(error):
+                logger.warning("could not remove a staged import's volume: %s", error)
+
+    def _earlier_import(self, conn: VirConnect, pool: VirStoragePool, existing: str) -> str:
         """A disk of that name without a record (its import was killed before keeping one):
         the staged bytes converted again give the same volume (the conversion is
         deterministic) if they made it; other content is a name clash."""
         clash = ProviderError.already_exists(
-            f"target_name: storage pool {pool_name!r} already has a volume "
+            f"target_name: storage pool {self.site.pool!r} already has a volume "
             f"{PurePosixPath(existing).name!r} with other content; delete it or pick another "
             "target_name"
         )
-        with self.volumes.temporary(
+        volumes = self.site.transfer.volumes
+        with volumes.temporary(
             conn,
-            lambda name: _converted(conn, pool, staged, name),
-            self.volumes.name("compare", "qcow2"),
+            lambda name: _converted(conn, pool, self.staged, name),
+            volumes.name("compare", "qcow2"),
         ) as again:
             try:
                 same = _sha256_of(conn, existing) == _sha256_of(conn, again)
@@ -357,18 +341,10 @@ class LibvirtDiskTransfer:
         return existing
 
 
-def _exported(digest: StagedDigest) -> ExportResult:
-    return ExportResult(
-        export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
-        estimated_size_bytes=digest.size_bytes,
-        checksum=digest.sha256,
-    )
-
-
 def _earlier_record(conn: VirConnect, pool: VirStoragePool, name: str) -> bytes | None:
     """The record of an earlier import into volume `name` that is still there; the record of
     a volume deleted since is removed."""
-    record_path = find_volume(pool, f"{name}{RECORD_SUFFIX}")
+    record_path = find_volume(pool, f"{name}{IMPORT_RECORD_SUFFIX}")
     if record_path is None:
         return None
     if find_volume(pool, name) is None:

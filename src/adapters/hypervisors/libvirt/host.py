@@ -43,8 +43,19 @@ class LibvirtHost:
 
     def run(self, doing: str, action: Callable[[VirConnect], T]) -> Result[T, ProviderError]:
         """The edge: libvirt exceptions and expected failures become Failure values."""
+        return self.attempt(doing, lambda: self.connection.call(action))
+
+    def run_once(self, doing: str, action: Callable[[VirConnect], T]) -> Result[T, ProviderError]:
+        """`run`, never started over on a reopened connection: for an action that consumes a
+        stream of bytes, which a second start would take up part-way."""
+        return self.attempt(doing, lambda: self.connection.call(action, once=True))
+
+    @staticmethod
+    def attempt(doing: str, action: Callable[[], T]) -> Result[T, ProviderError]:
+        """The edge for work on a connection already in hand (a volume stream being read):
+        no call slot taken, no reopening, which would restart a stream part-way."""
         try:
-            return Success(self.connection.call(action))
+            return Success(action())
         except ExpectedError as failure:
             return Failure(failure.error)
         except libvirt.libvirtError as error:

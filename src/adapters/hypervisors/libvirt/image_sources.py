@@ -16,7 +16,6 @@ from typing import Any
 
 import libvirt
 
-from pyrigaud.adapters.disk_images.formats import peek_header
 from pyrigaud.adapters.downloads import (
     ChecksumMismatchError,
     Download,
@@ -45,6 +44,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 )
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
+from pyrigaud.domain.disk_images import peek_header
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.image_urls import UnsafeImageURLError, parse_image_url
 from pyrigaud.domain.models import CreateRequest, VMImage

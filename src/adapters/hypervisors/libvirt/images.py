@@ -14,7 +14,6 @@ from typing import Any
 
 from returns.result import Result
 
-from pyrigaud.adapters.disk_images.formats import peek_header
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
@@ -35,6 +34,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     write_new_volume,
 )
 from pyrigaud.domain import fields
+from pyrigaud.domain.disk_images import peek_header
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import PreparedImage, PrepareImageRequest
 

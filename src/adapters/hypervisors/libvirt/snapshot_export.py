@@ -15,12 +15,11 @@ import contextlib
 from collections.abc import Iterator
 
 from pyrigaud.adapters.disk_images.qcow2 import read_qcow2
-from pyrigaud.adapters.disk_images.scratch import scratch_file, spool
+from pyrigaud.adapters.disk_images.scratch import counted, scratch_file, spool
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import VirStorageVol, volume_chunks
-from pyrigaud.adapters.staging.progress import TransferProgress
-from pyrigaud.adapters.staging.transfers import counted
+from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 

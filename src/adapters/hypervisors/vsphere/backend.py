@@ -25,8 +25,7 @@ from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
-from pyrigaud.application.ports.staging import StagingBackends
-from pyrigaud.domain.models import Placement
+from pyrigaud.domain.models import Placement, TransferBackend
 
 
 def build_vsphere_backend(
@@ -39,7 +38,7 @@ def build_vsphere_backend(
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
     on_call: Callable[[], None] = lambda: None,
-    staging: StagingBackends,
+    staging_backends: tuple[TransferBackend, ...],
     owner: str,
     scratch_dir: str | None = None,
 ) -> Backend:
@@ -47,8 +46,8 @@ def build_vsphere_backend(
     time an expired session is replaced by a new login, `on_resync` each time the inventory
     cache's update feed broke and reads the whole inventory again, `on_call` each call the
     ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
-    lets ImagePrepare fetch from loopback (tests only); `staging` is where ExportDisk/ImportDisk
-    stage disks (what it reaches is advertised), `scratch_dir` where their format conversions
+    lets ImagePrepare fetch from loopback (tests only); `staging_backends` are where ExportDisk
+    and ImportDisk can stage disks (advertised), `scratch_dir` where their format conversions
     keep anonymous scratch files (None: the system's temporary directory); `owner` is this
     provider's owner mark, written on the VMs imports make until they are complete."""
     session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin, on_call)
@@ -58,7 +57,7 @@ def build_vsphere_backend(
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback_urls,
         on_resync=on_resync,
-        staging=staging,
+        staging_backends=staging_backends,
         owner=owner,
         scratch_dir=scratch_dir,
     )
@@ -71,7 +70,7 @@ def vsphere_backend(
     clock: Clock,
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
-    staging: StagingBackends,
+    staging_backends: tuple[TransferBackend, ...],
     owner: str,
     scratch_dir: str | None = None,
 ) -> Backend:
@@ -90,13 +89,11 @@ def vsphere_backend(
         power=_refreshing(VSpherePowerControl(vcenter), cache),
         inventory=VSphereInventory(vcenter, cache),
         health=VSphereHealth(session),
-        capabilities=VSphereCapabilities(staging.backends),
+        capabilities=VSphereCapabilities(staging_backends),
         tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
         snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
         cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
-        disk_transfer=VSphereDiskTransfer(
-            vcenter, staging, defaults, marks, scratch_dir=scratch_dir
-        ),
+        disk_transfer=VSphereDiskTransfer(vcenter, defaults, marks, scratch_dir=scratch_dir),
         images=VSphereImages(vcenter, defaults, marks, allow_loopback_urls=allow_loopback_urls),
     )
 

@@ -1,4 +1,5 @@
-"""DiskTransfer on vSphere: a VM's disk out to staging storage (pvc, s3, nfs) and back in.
+"""A vSphere VM's disk read at a point in time as a byte stream, and a byte stream landed as a
+disk on a datastore: what ExportDisk and ImportDisk ask of vCenter (the transfer itself is theirs).
 
 The bytes leave vCenter the way its own export tools take them, through an NFC export lease
 (`nfc_export.py`: one streamOptimized vmdk per disk, whatever the datastore's layout), and enter
@@ -9,34 +10,42 @@ forked program. Two steps need a seekable file: reading a qcow2 (its tables may 
 they map) and writing one (its tables precede the data); those use anonymous scratch files in
 PYRIGAUD_TRANSFER_SCRATCH_DIR (unlinked from the start: a killed provider leaves nothing).
 
-Export of a running VM is refused unless it names a snapshot (the manager's sequence powers the
+Reading a running VM is refused unless it names a snapshot (the manager's sequence powers the
 VM off and takes one); the state at a snapshot is read through the snapshot's own export lease.
-An import checks the staged bytes' SHA-256 before anything lands in vCenter, and leaves a small
-record of it next to the disk, so that a retried import answers the same without a second disk.
+A landing holds the staged disk as a streamOptimized vmdk in a scratch file until its checksum
+is known, then uploads it; the import's record is a small file beside the disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from returns.result import Result
 
-from pyrigaud.adapters.disk_images.formats import disk_format_of, peek_header
 from pyrigaud.adapters.disk_images.qcow2 import qcow2_virtual_size, read_qcow2, write_qcow2
-from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file, spool
+from pyrigaud.adapters.disk_images.scratch import (
+    counted,
+    file_chunks,
+    open_scratch,
+    scratch_file,
+    spool,
+)
 from pyrigaud.adapters.disk_images.stream_optimized import (
     decode_stream_optimized,
     encode_stream_optimized,
     is_stream_optimized,
     stream_optimized_capacity,
 )
+from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
-from pyrigaud.adapters.hypervisors.vsphere.errors import run
+from pyrigaud.adapters.hypervisors.vsphere.errors import attempt, run
 from pyrigaud.adapters.hypervisors.vsphere.nfc_export import exported_disk
-from pyrigaud.adapters.hypervisors.vsphere.placement import import_location
+from pyrigaud.adapters.hypervisors.vsphere.placement import Location, import_location
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
@@ -44,68 +53,52 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
     power_state,
     virtual_disks,
 )
-from pyrigaud.adapters.staging.progress import TransferProgress
-from pyrigaud.adapters.staging.transfers import (
-    RECORD_SUFFIX,
-    answer_again,
-    checked_location,
-    checksum_mismatch,
-    counted,
-    expected_sha256,
-    import_record,
-    imported_name,
-    staged_chunks,
-    sweep_dead_transfers,
-    unwrap,
-    write_staged,
-)
-from pyrigaud.application.ports.staging import StagedReader, StagingBackends
+from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, ReceivedDisk
+from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.models import (
-    DiskDetails,
-    DiskQuery,
-    ExportRequest,
-    ExportResult,
-    ImportRequest,
-    ImportResult,
-    Placement,
+from pyrigaud.domain.disk_images import (
+    HEADER_BYTES,
+    IMPORT_RECORD_SUFFIX,
+    JudgedImage,
+    LandedDisk,
+    peek_header,
 )
+from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest, Placement
 from pyrigaud.domain.power import PowerState
-from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 EXPORT_FORMATS = ("vmdk", "qcow2", "raw")
 IMPORT_FORMATS = ("vmdk", "qcow2", "raw")  # what the staged bytes may be, judged by their header
-HEADER_BYTES = 512
+DISK_SUFFIX = ".vmdk"
+IMPORTING = "importing a disk"  # the URL is not echoed before it is checked
 
 
 class VSphereDiskTransfer:
-    """ExportDisk, ImportDisk and the facts of one disk."""
+    """DiskReading, DiskLanding and DiskFacts on vSphere."""
 
     def __init__(
         self,
         vcenter: VCenter,
-        staging: StagingBackends,
         defaults: Placement,
         marks: ImportMarks,
         *,
         scratch_dir: str | None = None,
-        abandoned_after_seconds: float = 2 * TRANSFER_DEADLINE_SECONDS,
     ) -> None:
-        self._vcenter = vcenter
-        self._staging = staging
+        self.vcenter = vcenter
+        self.marks = marks
+        self.scratch_dir = scratch_dir
         self._defaults = defaults
-        self._marks = marks
-        self._scratch_dir = scratch_dir
-        self._abandoned_after_seconds = abandoned_after_seconds
+
+    @property
+    def disk_suffix(self) -> str:
+        return DISK_SUFFIX
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         """The disk asked for (the first when none is named); a linked clone's names the
         snapshot disk it grows from as its backing file."""
 
         def read(instance: Any) -> DiskDetails:
-            row = self._vcenter.vm_row(instance, query.vm_id, ("config.hardware.device",))
+            row = self.vcenter.vm_row(instance, query.vm_id, ("config.hardware.device",))
             if row is None:
                 raise ExpectedError(ProviderError.vm_not_found(query.vm_id))
             disks = virtual_disks(row)
@@ -121,31 +114,26 @@ class VSphereDiskTransfer:
                 backing_file=str(parent.fileName) if parent is not None else "",
             )
 
-        return run(self._vcenter.session, f"reading disks of VM {query.vm_id!r}", read)
+        return run(self.vcenter.session, f"reading disks of VM {query.vm_id!r}", read)
 
-    def export_disk(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+    def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
+        doing = f"exporting a disk of VM {request.vm_id!r}"
         return run(
-            self._vcenter.session,
-            f"exporting a disk of VM {request.vm_id!r}",
-            lambda instance: self._export(instance, request),
+            self.vcenter.session, doing, lambda instance: self._opened(instance, request, doing)
         )
 
-    def import_disk(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
-        return run(
-            self._vcenter.session,
-            "importing a disk",  # the URL is not echoed before it is checked
-            lambda instance: self._import(instance, request),
-        )
+    def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
+        def site(instance: Any) -> LandingSite:
+            location = import_location(instance, self._defaults, storage_hint)
+            transient = self.vcenter.record(instance, stem)
+            if transient is not None:
+                self.marks.refuse_unfinished(transient, "an import of the disk")
+            return _DatastoreSite(self, location, str(location.datastore.name), stem)
 
-    def _export(self, instance: Any, request: ExportRequest) -> ExportResult:
-        destination = checked_location(request.destination, fields.DESTINATION_URL)
-        if request.format not in EXPORT_FORMATS:
-            raise ExpectedError(
-                ProviderError.unsupported(
-                    f"format {request.format!r}: vSphere exports {', '.join(EXPORT_FORMATS)}"
-                )
-            )
-        row = self._vcenter.vm_row(
+        return run(self.vcenter.session, IMPORTING, site)
+
+    def _opened(self, instance: Any, request: ExportRequest, doing: str) -> DiskStream:
+        row = self.vcenter.vm_row(
             instance, request.vm_id, ("name", "runtime.powerState", "config.hardware.device")
         )
         if row is None:
@@ -153,7 +141,7 @@ class VSphereDiskTransfer:
         name = str(row.get("name") or request.vm_id)
         index = _disk_index(virtual_disks(row), request.disk_id, name)
         if request.snapshot_id:
-            source = find_snapshot(self._vcenter, instance, request.vm_id, request.snapshot_id)
+            source = find_snapshot(self.vcenter, instance, request.vm_id, request.snapshot_id)
         elif power_state(row) != PowerState.OFF:
             raise ExpectedError(
                 ProviderError.failed_precondition(
@@ -163,100 +151,104 @@ class VSphereDiskTransfer:
             )
         else:
             source = row["_ref"]
-        sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
-        doing = f"export of VM {name!r}"
-        with exported_disk(instance, source, index) as disk:
+        holds = contextlib.ExitStack()
+        try:
+            disk = holds.enter_context(exported_disk(instance, source, index))
             vmdk = disk.chunks()
             if request.format == "vmdk":
-                digest = self._staged(destination, vmdk, disk.size_bytes, doing)
+                chunks, size = vmdk, disk.size_bytes
             elif request.format == "raw":
                 header, vmdk = peek_header(vmdk, HEADER_BYTES)
-                raw = decode_stream_optimized(vmdk)
-                size = stream_optimized_capacity(header)
-                digest = self._staged(destination, raw, size, doing)
+                chunks, size = decode_stream_optimized(vmdk), stream_optimized_capacity(header)
             else:
-                digest = self._staged_qcow2(destination, vmdk, doing)
-        return ExportResult(
-            export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
-            estimated_size_bytes=digest.size_bytes,
-            checksum=digest.sha256,
-        )
-
-    def _staged(
-        self, destination: StagedLocation, chunks: Iterable[bytes], size: int | None, doing: str
-    ) -> StagedDigest:
-        progress = TransferProgress(doing, destination)
-        writer = unwrap(self._staging.open_write(destination, size))
-        digest = write_staged(writer, chunks, progress)
-        progress.finished(digest)
-        return digest
-
-    def _staged_qcow2(
-        self, destination: StagedLocation, vmdk: Iterator[bytes], doing: str
-    ) -> StagedDigest:
-        """qcow2's tables come before its data: the image is built in a scratch file first."""
-        reading = TransferProgress(f"{doing}, reading from vCenter", destination)
-        header, vmdk = peek_header(counted(vmdk, reading), HEADER_BYTES)
-        with scratch_file(self._scratch_dir) as scratch:
-            size = write_qcow2(
-                decode_stream_optimized(vmdk), stream_optimized_capacity(header), scratch
-            )
-            scratch.seek(0)
-            return self._staged(destination, file_chunks(scratch), size, doing)
-
-    def _import(self, instance: Any, request: ImportRequest) -> ImportResult:
-        source = checked_location(request.source, fields.SOURCE_URL)
-        expected = expected_sha256(request)
-        name = imported_name(request.target_name, source, ".vmdk")
-        location = import_location(instance, self._defaults, request.storage_hint)
-        datastore = str(location.datastore.name)
-        record_path = f"[{datastore}] {name}/{name}{RECORD_SUFFIX}"
-        transient = self._vcenter.record(instance, name)
-        if transient is not None:
-            self._marks.refuse_unfinished(transient, "an import of the disk")
-        sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
-        reader = unwrap(self._staging.open_read(source))
-        try:
-            earlier = self._earlier_record(instance, record_path, f"[{datastore}] {name}")
-            if earlier is not None:
-                return answer_again(
-                    earlier,
-                    reader,
-                    source,
-                    expected=expected,
-                    name=name,
-                    place=f"datastore {datastore!r}",
-                )
-            with scratch_file(self._scratch_dir) as vmdk:
-                capacity, digest = self._stream_optimized(reader, source, vmdk)
-                if expected is not None and digest.sha256 != expected:
-                    raise checksum_mismatch(digest.sha256, expected)
-                size = vmdk.tell()
-                vmdk.seek(0)
-                path = import_stream_optimized(
-                    instance, vmdk, size, name, location, capacity, marks=self._marks.building()
-                )
-        finally:
-            reader.close()
-        result = ImportResult(
-            disk_id=name, path=path, actual_size_bytes=digest.size_bytes, checksum=digest.sha256
-        )
-        try:
-            datastore_files.write_small(instance, record_path, import_record(result))
+                chunks, size = self._as_qcow2(holds, vmdk, request, name)
         except BaseException:
-            datastore_files.delete(instance, f"[{datastore}] {name}")  # this import's own
+            holds.__exit__(*sys.exc_info())  # the lease is aborted, not completed
             raise
-        return result
+        return ChunkStream(chunks, size, holds, lambda read: attempt(doing, read))
+
+    def _as_qcow2(
+        self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], request: ExportRequest, name: str
+    ) -> tuple[Iterator[bytes], int]:
+        """qcow2's tables come before its data: the image is built in a scratch file first,
+        the whole disk read off the lease meanwhile; its chunks and size."""
+        assert request.destination is not None  # the use case reads only checked requests
+        reading = TransferProgress(
+            f"export of VM {name!r}, reading from vCenter", request.destination
+        )
+        header, vmdk = peek_header(counted(vmdk, reading), HEADER_BYTES)
+        scratch = holds.enter_context(scratch_file(self.scratch_dir))
+        capacity = stream_optimized_capacity(header)
+        size = write_qcow2(decode_stream_optimized(vmdk), capacity, scratch)
+        scratch.seek(0)
+        return file_chunks(scratch), size
+
+
+class _DatastoreSite:
+    """An import into `[<datastore>] <name>/`, its record beside the disk."""
+
+    def __init__(
+        self, transfer: VSphereDiskTransfer, location: Location, datastore: str, name: str
+    ) -> None:
+        self.transfer = transfer
+        self.location = location
+        self.disk_name = name
+        self.folder = f"[{datastore}] {name}"
+        self.place = f"datastore {datastore!r}"
+        self._record_path = f"{self.folder}/{name}{IMPORT_RECORD_SUFFIX}"
+
+    def earlier_record(self) -> Result[bytes | None, ProviderError]:
+        """The record of an earlier import under this name whose disk is still there; the
+        record of a disk deleted since (with the VM made around it) goes with its folder."""
+
+        def earlier(instance: Any) -> bytes | None:
+            record = datastore_files.read_small(instance, self._record_path)
+            if record is None:
+                return None
+            try:
+                path = str(json.loads(record)["path"])
+            except (ValueError, KeyError, TypeError):
+                return record  # not ours to judge: a clash
+            if datastore_files.exists(instance, path):
+                return record
+            datastore_files.delete(instance, self.folder)
+            return None
+
+        return run(self.transfer.vcenter.session, IMPORTING, earlier)
+
+    def receive(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+    ) -> Result[ReceivedDisk, ProviderError]:
+        """The staged disk as a streamOptimized vmdk in a scratch file."""
+
+        def received() -> ReceivedDisk:
+            vmdk = open_scratch(self.transfer.scratch_dir)
+            try:
+                capacity = self._stream_optimized(chunks, size_bytes, image, vmdk)
+            except BaseException:
+                vmdk.close()
+                raise
+            return _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity)
+
+        return attempt(IMPORTING, received)
+
+    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
+        def keep(instance: Any) -> None:
+            try:
+                datastore_files.write_small(instance, self._record_path, record)
+            except BaseException:
+                if landed.made_now:
+                    datastore_files.delete(instance, self.folder)  # this import's own
+                raise
+
+        return run(self.transfer.vcenter.session, IMPORTING, keep)
 
     def _stream_optimized(
-        self, reader: StagedReader, source: StagedLocation, vmdk: IO[bytes]
-    ) -> tuple[int, StagedDigest]:
-        """The staged disk as a streamOptimized vmdk in `vmdk`; its capacity and the digest of
-        the staged bytes (all of them read)."""
-        progress = TransferProgress(f"import of {source.name!r}", source)
-        header, chunks = peek_header(staged_chunks(reader, progress), HEADER_BYTES)
-        staged_format = disk_format_of(header)
-        if staged_format == "vmdk":
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
+    ) -> int:
+        """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
+        header, rest = peek_header(chunks, HEADER_BYTES)
+        if image.format == "vmdk":
             if not is_stream_optimized(header):
                 raise ExpectedError(
                     ProviderError.invalid_spec(
@@ -265,41 +257,55 @@ class VSphereDiskTransfer:
                         "a qcow2 or a raw image",
                     )
                 )
-            capacity = stream_optimized_capacity(header)
-            spool(chunks, vmdk)
-        elif staged_format == "raw":
-            capacity = reader.size_bytes if reader.size_bytes is not None else 0
-            if reader.size_bytes is None:
+            spool(rest, vmdk)
+            return stream_optimized_capacity(header)
+        if image.format == "raw":
+            if size_bytes is None:
                 raise ExpectedError(
                     ProviderError.invalid_spec(
                         fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
                     )
                 )
-            spool(encode_stream_optimized(chunks, capacity), vmdk)
-        else:
-            capacity = qcow2_virtual_size(header)
-            with scratch_file(self._scratch_dir) as qcow2:
-                spool(chunks, qcow2)
-                qcow2.seek(0)
-                spool(encode_stream_optimized(read_qcow2(qcow2), capacity), vmdk)
-        digest = reader.digest()
-        progress.finished(digest)
-        return capacity, digest
+            spool(encode_stream_optimized(rest, size_bytes), vmdk)
+            return size_bytes
+        capacity = qcow2_virtual_size(header)
+        with scratch_file(self.transfer.scratch_dir) as qcow2:
+            spool(rest, qcow2)
+            qcow2.seek(0)
+            spool(encode_stream_optimized(read_qcow2(qcow2), capacity), vmdk)
+        return capacity
 
-    def _earlier_record(self, instance: Any, record_path: str, folder: str) -> bytes | None:
-        """The record of an earlier import under this name whose disk is still there; the
-        record of a disk deleted since (with the VM made around it) goes with its folder."""
-        record = datastore_files.read_small(instance, record_path)
-        if record is None:
-            return None
-        try:
-            path = str(json.loads(record)["path"])
-        except (ValueError, KeyError, TypeError):
-            return record  # not ours to judge: a clash below
-        if datastore_files.exists(instance, path):
-            return record
-        datastore_files.delete(instance, folder)
-        return None
+
+class _ReceivedVmdk:
+    """The staged disk as a streamOptimized vmdk of `size_bytes` in `vmdk`, to upload."""
+
+    def __init__(
+        self, site: _DatastoreSite, vmdk: BinaryIO, size_bytes: int, capacity_bytes: int
+    ) -> None:
+        self._site = site
+        self._vmdk = vmdk
+        self._size_bytes = size_bytes
+        self._capacity_bytes = capacity_bytes
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        site, transfer = self._site, self._site.transfer
+
+        def landed(instance: Any) -> LandedDisk:
+            path = import_stream_optimized(
+                instance,
+                self._vmdk,
+                self._size_bytes,
+                site.disk_name,
+                site.location,
+                self._capacity_bytes,
+                marks=transfer.marks.building(),
+            )
+            return LandedDisk(path=path)
+
+        return run(transfer.vcenter.session, IMPORTING, landed)
+
+    def discard(self) -> None:
+        self._vmdk.close()
 
 
 def _disk_index(disks: list[Any], disk_id: str, vm: str) -> int:

@@ -58,8 +58,14 @@ def run(
     """`operation(instance)` through the session, its expected failures as values: an
     ExpectedError raised inside stands as it is, a fault becomes the ProviderError of its kind
     while `doing` something (for the message: "deleting VM 'vm-42'")."""
+    return attempt(doing, lambda: session.call(operation))
+
+
+def attempt(doing: str, action: Callable[[], T]) -> Result[T, ProviderError]:
+    """`action()` with its expected failures as values, for work that needs no session call
+    (a disk's bytes read off a lease already open, converted in the pod)."""
     try:
-        return Success(session.call(operation))
+        return Success(action())
     except ExpectedError as error:
         return Failure(error.error)
     except EXPECTED_FAILURES as error:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import logging
 import time
 
-from pyrigaud.application.cancellation import ensure_call_active
+from returns.result import Result
+
+from pyrigaud.application.cancellation import call_active
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 PROGRESS_EVERY_BYTES = 256 * 1024**2
@@ -20,31 +23,31 @@ class TransferProgress:
     """One transfer: `doing` (e.g. "export of VM 'web'") to or from `location`."""
 
     def __init__(self, doing: str, location: StagedLocation) -> None:
-        self._doing = doing
+        self.doing = doing
         self._where = f"{location.backend.value} {location.container}/{location.key}"
         self._started = time.monotonic()
         self._done = 0
         logger.info("%s: started (%s)", doing, self._where)
 
-    def add(self, count: int) -> None:
-        """`count` more bytes moved; a line at every PROGRESS_EVERY_BYTES; stops (raising
-        UNAVAILABLE) when the RPC's client cancelled or its deadline passed."""
+    def add(self, count: int) -> Result[None, ProviderError]:
+        """`count` more bytes moved; a line at every PROGRESS_EVERY_BYTES; UNAVAILABLE once
+        the RPC's client cancelled or its deadline passed (the transfer stops there)."""
         before, self._done = self._done, self._done + count
         if self._done // PROGRESS_EVERY_BYTES > before // PROGRESS_EVERY_BYTES:
             seconds = max(time.monotonic() - self._started, 1e-6)
             logger.info(
                 "%s: %d MiB so far, %.1f MiB/s",
-                self._doing,
+                self.doing,
                 self._done // MiB,
                 self._done / MiB / seconds,
             )
-        ensure_call_active(self._doing)
+        return call_active(self.doing)
 
     def finished(self, digest: StagedDigest) -> None:
         seconds = time.monotonic() - self._started
         logger.info(
             "%s: done, %d bytes in %.1f s (%.1f MiB/s), sha256 %s",
-            self._doing,
+            self.doing,
             digest.size_bytes,
             seconds,
             digest.size_bytes / MiB / max(seconds, 1e-6),

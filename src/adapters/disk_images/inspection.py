@@ -1,0 +1,202 @@
+"""The ImageJudge port by oslo.utils' format_inspector, the pure-Python inspector OpenStack runs
+on every untrusted image (after CVE-2024-32498) before qemu-img may touch it.
+
+Every inspector reads the bytes as they stream past; none of them allocates by what a header
+claims. The format is named from the first JUDGED_PREFIX_BYTES (every format's signature and
+header lie there), refusals that a header already shows are made then, before a byte is stored
+as a disk, and the rest (a streamOptimized vmdk's footer and end-of-stream marker) once the last
+byte passed. An image is raw only when no other format's signature is in it: a partition table
+or an ISO 9660 volume is a raw disk's content, as qemu reads it.
+
+Accepted: raw, qcow2 (v2 and v3 with the features qemu knows: lazy refcounts, zlib or zstd
+compression, extended L2 entries, internal snapshots) and the vmdk variants a single file holds
+(monolithicSparse, streamOptimized). Refused by name: vhdx, vpc (vhd), vdi and qed (convert them
+to qcow2 first), LUKS (encrypted), a qcow2 with a backing file or an external data file or the
+corrupt bit, a vmdk naming other extent files, and any image whose virtual size is above the
+bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from oslo_utils.imageutils import format_inspector
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain import fields
+from pyrigaud.domain.disk_images import JudgedImage
+from pyrigaud.domain.errors import ProviderError
+
+logger = logging.getLogger(__name__)
+
+ACCEPTED = ("raw", "qcow2", "vmdk")
+# Formats qemu reads but a migrated disk may not be staged as here, with what to do instead.
+REFUSED = {
+    "vhdx": "a vhdx image: convert it to qcow2 first",
+    "vhd": "a vpc (vhd) image: convert it to qcow2 first",
+    "vdi": "a vdi image: convert it to qcow2 first",
+    "qed": "a qed image: convert it to qcow2 first",
+    "luks": "a LUKS-encrypted image: decrypt it first (pyrigaud holds no keys)",
+}
+# What a raw disk may hold and still be read as raw by qemu.
+RAW_CONTENT = frozenset({"raw", "gpt", "iso"})
+VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
+# qcow2's header (qemu's docs/interop/qcow2.txt): the encryption method at byte 32, and the
+# incompatible feature bits (qemu's docs/interop/qcow2.txt): 0 dirty, 1 corrupt,
+# 2 external data file, 3 compression type, 4 extended L2 entries; qemu knows no other.
+QCOW2_FEATURES_OFFSET = 72
+QCOW2_CORRUPT = 1 << 1
+QCOW2_KNOWN_FEATURES = (1 << 5) - 1
+
+
+class InspectingJudge:
+    """Images of at most `max_virtual_bytes` (what the target can hold)."""
+
+    def __init__(self, max_virtual_bytes: int) -> None:
+        self._max_virtual_bytes = max_virtual_bytes
+
+    def inspect(self, size_bytes: int | None) -> ImageInspection:
+        return ImageInspection(self._max_virtual_bytes, size_bytes)
+
+
+class ImageInspection:
+    """One image's bytes, judged as they pass (`feed`)."""
+
+    def __init__(self, max_virtual_bytes: int, size_bytes: int | None) -> None:
+        self._max_virtual_bytes = max_virtual_bytes
+        self._size_bytes = size_bytes
+        self._inspectors = {
+            name: kind() for name, kind in format_inspector.ALL_FORMATS.items() if name != "raw"
+        }
+        self._fed = 0
+        self._chosen: JudgedImage | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """The next bytes; an inspector that finds they are not its format drops out."""
+        self._fed += len(chunk)
+        for name, inspector in list(self._inspectors.items()):
+            try:
+                inspector.eat_chunk(chunk)
+            except Exception as error:
+                logger.debug("not a %s image: %s", name, error)
+                del self._inspectors[name]
+
+    def first_look(self) -> Result[JudgedImage, ProviderError]:
+        """The format, from the bytes fed so far (the first JUDGED_PREFIX_BYTES, or all of a
+        shorter image), and what its header alone refuses."""
+        if not self._fed:
+            return Failure(_refusal("the staged image is empty"))
+        matched = sorted(
+            name
+            for name, inspector in self._inspectors.items()
+            if name not in RAW_CONTENT and _matches(inspector)
+        )
+        if len(matched) > 1:
+            return Failure(
+                _refusal(f"the staged image carries the signatures of {', '.join(matched)}")
+            )
+        name = matched[0] if matched else "raw"
+        if name in REFUSED:
+            return Failure(_refusal(f"the staged image is {REFUSED[name]}"))
+        # What follows needs only the chosen format's inspector.
+        self._inspectors = {name: self._inspectors[name]} if name != "raw" else {}
+        judged = self._judged(name)
+        if isinstance(judged, Success):
+            self._chosen = judged.unwrap()
+        return judged
+
+    def verdict(self) -> Result[JudgedImage, ProviderError]:
+        """The whole image judged, once the last byte was fed (after `first_look`)."""
+        if self._chosen is None:
+            return self.first_look()
+        if self._chosen.format == "raw":
+            return Success(self._chosen.model_copy(update={"virtual_size_bytes": self._fed}))
+        chosen = self._chosen
+        inspector = self._inspectors[chosen.format]
+        inspector.finish()
+        return _safe(chosen.format, inspector).map(lambda _: chosen)
+
+    def _judged(self, name: str) -> Result[JudgedImage, ProviderError]:
+        if name == "raw":
+            virtual = self._size_bytes if self._size_bytes is not None else self._fed
+            return self._bounded(JudgedImage(format="raw", virtual_size_bytes=virtual))
+        inspector = self._inspectors[name]
+        if name == "vmdk" and getattr(inspector, "vmdktype", "") not in VMDK_SUBFORMATS:
+            return Failure(
+                _refusal(
+                    "the staged vmdk is not a single file (monolithicSparse or "
+                    "streamOptimized): it names other extent files"
+                )
+            )
+        if name == "qcow2":
+            problem = _qcow2_header_problem(inspector)
+            if problem:
+                return Failure(_refusal(problem))
+        checked: Result[None, ProviderError] = Success(None)
+        if inspector.complete:  # a vmdk's footer is judged at the end
+            checked = _safe(name, inspector)
+        return checked.bind(
+            lambda _: self._bounded(
+                JudgedImage(format=name, virtual_size_bytes=int(inspector.virtual_size))
+            )
+        )
+
+    def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
+        if image.virtual_size_bytes > self._max_virtual_bytes:
+            return Failure(
+                _refusal(
+                    f"the staged {image.format} image claims a virtual size of "
+                    f"{image.virtual_size_bytes} bytes, above the {self._max_virtual_bytes} "
+                    "this provider accepts (PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB)"
+                )
+            )
+        return Success(image)
+
+
+def _matches(inspector: format_inspector.FileInspector) -> bool:
+    try:
+        return bool(inspector.format_match)
+    except Exception:
+        return False
+
+
+def _qcow2_header_problem(inspector: format_inspector.FileInspector) -> str | None:
+    """What qemu itself refuses, and what format_inspector does not know yet (extended L2
+    entries, which qemu reads, are refused by its feature check: it is judged here)."""
+    header = bytes(inspector.region("header").data)
+    version, crypt_method = struct.unpack_from(">I24xI", header, 4)
+    if crypt_method:
+        return "the staged qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
+    if version < 3:
+        return None
+    (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
+    if features & QCOW2_CORRUPT:
+        return "the staged qcow2 image is marked corrupt (qemu-img check -r all repairs it)"
+    if features & ~QCOW2_KNOWN_FEATURES:
+        return "the staged qcow2 image needs features qemu does not know"
+    return None
+
+
+def _safe(name: str, inspector: format_inspector.FileInspector) -> Result[None, ProviderError]:
+    """format_inspector's safety checks of the format (a qcow2's unknown-features check is
+    `_qcow2_header_problem`'s: it knows extended L2 entries)."""
+    try:
+        inspector.safety_check()
+    except format_inspector.SafetyCheckFailed as failed:
+        reasons = {
+            check: str(error)
+            for check, error in failed.failures.items()
+            if not (name == "qcow2" and check == "unknown_features")
+        }
+        if reasons:
+            return Failure(
+                _refusal(f"the staged {name} image is unsafe: {'; '.join(reasons.values())}")
+            )
+    except format_inspector.ImageFormatError as error:
+        return Failure(_refusal(f"the staged {name} image is malformed: {error}"))
+    return Success(None)
+
+
+def _refusal(problem: str) -> ProviderError:
+    return ProviderError.invalid_spec(fields.SOURCE_URL, problem)

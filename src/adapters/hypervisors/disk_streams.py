@@ -1,0 +1,73 @@
+"""The DiskStream a hypervisor adapter hands ExportDisk: its chunks read under the adapter's own
+edge (exceptions become values there), and what the read holds released when it is closed."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.errors import ProviderError
+
+logger = logging.getLogger(__name__)
+
+Edge = Callable[[Callable[[], bytes]], Result[bytes, ProviderError]]
+
+
+class TransferStoppedError(Exception):
+    """What a hold sees when the transfer stopped before the last chunk (an export lease is
+    then aborted rather than completed)."""
+
+
+class ChunkStream:
+    """`chunks` of `size_bytes` (None: not told beforehand), each read through `edge`; `holds`
+    (temporary copies, a lease) are released on close, as after a failure unless every chunk
+    was read."""
+
+    def __init__(
+        self,
+        chunks: Iterator[bytes],
+        size_bytes: int | None,
+        holds: contextlib.ExitStack,
+        edge: Edge,
+    ) -> None:
+        self._chunks = chunks
+        self._size_bytes = size_bytes
+        self._holds = holds
+        self._edge = edge
+        self._finished = False
+
+    @property
+    def size_bytes(self) -> int | None:
+        return self._size_bytes
+
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        read = self._edge(self._next)
+        if read == _END:
+            self._finished = True
+        return read
+
+    def close(self) -> None:
+        """Release what the read holds; a failure to is logged (the transfer's answer stands)."""
+        match self._edge(self._release):
+            case Failure(error):
+                logger.warning("could not release what a disk export held: %s", error)
+
+    def _release(self) -> bytes:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()  # a generator's own cleanup (an open libvirt stream is aborted)
+        if self._finished:
+            self._holds.close()
+        else:
+            stopped = TransferStoppedError("the transfer stopped before the disk's end")
+            self._holds.__exit__(TransferStoppedError, stopped, None)
+        return b""
+
+    def _next(self) -> bytes:
+        return next(self._chunks, b"")
+
+
+_END: Result[bytes, ProviderError] = Success(b"")

@@ -1,0 +1,46 @@
+"""What a transfer knows of a disk image: its judged format, and the disk it landed as."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+
+from pyrigaud.domain.values import Value
+
+# The header a converter reads first (a qcow2's, a sparse vmdk's).
+HEADER_BYTES = 512
+# How much of an image its judge sees before it names the format: every format's signature and
+# header lie there (a vmdk's embedded descriptor, an ISO 9660 volume descriptor, vhdx's regions).
+JUDGED_PREFIX_BYTES = 1024 * 1024
+# Beside an imported disk, named after it: the import's record, for a retry to answer from.
+IMPORT_RECORD_SUFFIX = ".pyrigaud-import.json"
+
+
+class JudgedImage(Value):
+    """An image's format as its bytes say: "qcow2", "vmdk" (a self-contained sparse extent)
+    or "raw"; and the size of the disk it holds."""
+
+    format: str
+    virtual_size_bytes: int = 0
+
+
+class LandedDisk(Value):
+    """An imported disk: its path on the hypervisor, and whether this import made it (a retry
+    may find the disk an earlier, killed import made)."""
+
+    path: str
+    made_now: bool = True
+
+
+def peek_header(
+    chunks: Iterable[bytes], count: int = HEADER_BYTES
+) -> tuple[bytes, Iterator[bytes]]:
+    """The image's first `count` bytes (all of a shorter one) and the whole image, still to
+    read: its format is judged before a byte is stored."""
+    stream = iter(chunks)
+    taken: list[bytes] = []
+    size = 0
+    while size < count and (chunk := next(stream, b"")):
+        taken.append(chunk)
+        size += len(chunk)
+    return b"".join(taken)[:count], itertools.chain(taken, stream)

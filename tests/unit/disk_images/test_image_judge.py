@@ -1,0 +1,198 @@
+"""The staged image judge (format_inspector) on images the real qemu-img makes: the formats a
+disk may be staged in are named, every other image is refused by name, and bounds hold."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from returns.result import Result
+
+from pyrigaud.adapters.disk_images.inspection import InspectingJudge
+from pyrigaud.adapters.disk_images.scratch import scratch_file
+from pyrigaud.adapters.disk_images.stream_optimized import encode_stream_optimized
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
+from pyrigaud.domain.errors import ErrorKind, ProviderError
+
+from disk_image_support import MIB, file_chunks, qemu_img
+from support import error_of, ok
+
+TIB = 1024**4
+BOUND = 62 * TIB
+SIZE = "3M"
+
+
+def judged(
+    path: Path, bound: int = BOUND, chunk: int = 64 * 1024
+) -> Result[JudgedImage, ProviderError]:
+    """The image at `path` fed as a stream: first look after the judged prefix, then the
+    verdict after the last byte (the first refusal wins)."""
+    inspection = InspectingJudge(bound).inspect(path.stat().st_size)
+    fed, first = 0, None
+    for piece in file_chunks(path, chunk):
+        inspection.feed(piece)
+        fed += len(piece)
+        if first is None and fed >= JUDGED_PREFIX_BYTES:
+            first = inspection.first_look()
+    first = first if first is not None else inspection.first_look()
+    return first.bind(lambda early: inspection.verdict().map(lambda late: (early, late)[1]))
+
+
+def made(tmp_path: Path, disk_format: str, *options: str, size: str = SIZE) -> Path:
+    image = tmp_path / f"image.{disk_format}"
+    qemu_img("create", "-f", disk_format, *options, image, size)
+    return image
+
+
+def with_data(tmp_path: Path, disk_format: str, *options: str) -> Path:
+    """A 3 MiB disk with data in its first and last clusters, converted to the format."""
+    raw = tmp_path / "source.raw"
+    raw.write_bytes(os.urandom(64 * 1024) + bytes(3 * MIB - 128 * 1024) + os.urandom(64 * 1024))
+    image = tmp_path / f"image.{disk_format}"
+    qemu_img("convert", "-O", disk_format, *options, raw, image)
+    return image
+
+
+@pytest.mark.parametrize(
+    ("disk_format", "options"),
+    [
+        ("qcow2", ["-o", "compat=0.10"]),
+        ("qcow2", []),
+        ("qcow2", ["-o", "lazy_refcounts=on"]),
+        ("qcow2", ["-o", "compression_type=zstd", "-c"]),
+        ("qcow2", ["-o", "compression_type=zlib", "-c"]),
+        ("qcow2", ["-o", "extended_l2=on,cluster_size=128k"]),
+        ("qcow2", ["-o", "cluster_size=2M"]),
+        ("vmdk", []),  # monolithicSparse, VMware Workstation's own
+        ("vmdk", ["-o", "subformat=streamOptimized"]),
+        ("raw", []),
+    ],
+)
+def test_the_formats_a_disk_may_be_staged_in_are_named(
+    tmp_path: Path, disk_format: str, options: list[str]
+) -> None:
+    image = ok(judged(with_data(tmp_path, disk_format, *options)))
+    assert image.format == disk_format
+    assert image.virtual_size_bytes == 3 * MIB
+
+
+def test_a_qcow2_with_internal_snapshots_is_a_qcow2(tmp_path: Path) -> None:
+    image = with_data(tmp_path, "qcow2")
+    qemu_img("snapshot", "-c", "before", image)
+    assert ok(judged(image)).format == "qcow2"
+
+
+def test_a_raw_disk_with_a_partition_table_is_raw(tmp_path: Path) -> None:
+    """A GPT (behind its protective MBR) is a raw disk's content, as qemu reads it."""
+    disk = bytearray(3 * MIB)
+    disk[446 + 4] = 0xEE  # the protective MBR's one partition
+    disk[510:512] = b"\x55\xaa"
+    disk[512:520] = b"EFI PART"
+    image = tmp_path / "gpt.raw"
+    image.write_bytes(bytes(disk))
+    assert ok(judged(image)) == JudgedImage(format="raw", virtual_size_bytes=3 * MIB)
+
+
+@pytest.mark.parametrize(
+    ("disk_format", "options", "named"),
+    [
+        ("vhdx", [], "vhdx image"),
+        ("vpc", [], "vpc (vhd) image"),
+        ("vdi", [], "vdi image"),
+        ("qed", [], "qed image"),
+        ("vmdk", ["-o", "subformat=twoGbMaxExtentSparse"], "names other extent files"),
+        ("vmdk", ["-o", "subformat=monolithicFlat"], "names other extent files"),
+    ],
+)
+def test_other_formats_are_refused_by_name(
+    tmp_path: Path, disk_format: str, options: list[str], named: str
+) -> None:
+    refused = error_of(judged(made(tmp_path, disk_format, *options)))
+    assert refused.kind is ErrorKind.INVALID_SPEC
+    assert refused.message.startswith("source_url: ")
+    assert named in refused.message
+
+
+def test_an_encrypted_image_is_refused(tmp_path: Path) -> None:
+    image = tmp_path / "secret.luks"
+    qemu_img(
+        *("create", "--object", "secret,id=key,data=hunter2", "-f", "luks"),
+        *("-o", "key-secret=key,iter-time=500", image, SIZE),
+    )
+    assert "LUKS-encrypted" in error_of(judged(image)).message
+
+
+def test_an_encrypted_qcow2_is_refused(tmp_path: Path) -> None:
+    image = tmp_path / "secret.qcow2"
+    qemu_img(
+        *("create", "--object", "secret,id=key,data=hunter2", "-f", "qcow2"),
+        *("-o", "encrypt.format=luks,encrypt.key-secret=key,encrypt.iter-time=500", image, SIZE),
+    )
+    assert "encrypted" in error_of(judged(image)).message
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["-b", "{dir}/base", "-F", "raw"], "backing file"),
+        (["-o", "data_file={dir}/data"], "data_file"),
+    ],
+)
+def test_a_qcow2_naming_another_file_is_refused(
+    tmp_path: Path, options: list[str], problem: str
+) -> None:
+    qemu_img("create", "-f", "raw", tmp_path / "base", SIZE)
+    image = made(tmp_path, "qcow2", *(part.format(dir=tmp_path) for part in options))
+    assert problem in error_of(judged(image)).message
+
+
+def test_a_qcow2_marked_corrupt_is_refused(tmp_path: Path) -> None:
+    image = with_data(tmp_path, "qcow2")
+    header = bytearray(image.read_bytes())
+    header[79] |= 1 << 1  # the corrupt bit of the incompatible features
+    image.write_bytes(bytes(header))
+    assert "marked corrupt" in error_of(judged(image)).message
+
+
+def test_a_virtual_size_above_the_bound_is_refused_before_the_rest_is_read(
+    tmp_path: Path,
+) -> None:
+    image = made(tmp_path, "qcow2", size="100T")  # a few hundred KiB claiming 100 TiB
+    inspection = InspectingJudge(BOUND).inspect(image.stat().st_size)
+    with image.open("rb") as file:
+        inspection.feed(file.read(JUDGED_PREFIX_BYTES))
+    refused = error_of(inspection.first_look())
+    assert "virtual size of 109951162777600 bytes" in refused.message
+    assert "PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB" in refused.message
+
+
+def test_a_raw_image_larger_than_the_bound_is_refused(tmp_path: Path) -> None:
+    image = tmp_path / "disk.raw"
+    image.write_bytes(os.urandom(4096))
+    assert "virtual size" in error_of(judged(image, bound=1024)).message
+
+
+def test_a_stream_optimized_vmdk_cut_short_is_refused_at_the_end(tmp_path: Path) -> None:
+    """As vCenter's exports stream them: the grain directory after the data, the header
+    saying so and a footer repeating it, which the cut took away."""
+    disk = os.urandom(MIB) + bytes(2 * MIB)
+    whole = b"".join(encode_stream_optimized([disk], len(disk)))
+    image = tmp_path / "cut.vmdk"
+    image.write_bytes(whole[: -3 * 512])
+    assert "vmdk image is unsafe" in error_of(judged(image)).message
+
+
+def test_an_empty_image_is_refused(tmp_path: Path) -> None:
+    image = tmp_path / "empty"
+    image.write_bytes(b"")
+    assert "empty" in error_of(judged(image)).message
+
+
+def test_scratch_file_leaves_no_name_and_closes(tmp_path: Path) -> None:
+    with scratch_file(str(tmp_path)) as file:
+        file.write(b"scratch")
+        file.seek(0)
+        assert file.read() == b"scratch"
+        assert os.listdir(tmp_path) == []  # unlinked at once: a killed provider leaves nothing
+    assert file.closed
