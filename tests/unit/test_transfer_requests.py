@@ -151,3 +151,12 @@ def test_a_malformed_expected_checksum_is_refused() -> None:
 
     assert refused.kind is ErrorKind.INVALID_SPEC
     assert "expected_checksum" in refused.message
+
+
+def test_verify_checksum_without_an_expected_one_is_read_as_sent() -> None:
+    """Upstream's libvirt, Proxmox and vSphere-over-NFS exports return no checksum; the
+    manager then asks to verify with an empty one (the import answers the staged checksum)."""
+    request = ok(_import("pvc://mig/x.qcow2", "pvc", "", expected_checksum=""))  # type: ignore[arg-type]
+
+    assert request.verify_checksum
+    assert request.expected_checksum == ""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
@@ -24,7 +24,7 @@ from pyrigaud.application.ownership import (
     OwnershipRule,
 )
 from pyrigaud.application.ports import VMLifecycle
-from pyrigaud.application.ports.staging import StagingBackends
+from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingBackends
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -62,7 +62,7 @@ from pyrigaud.domain.models import (
     VMRecord,
 )
 from pyrigaud.domain.power import PowerOp, PowerState
-from pyrigaud.domain.staging import StagedSweep
+from pyrigaud.domain.staging import StagedLocation, StagedSweep
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
 import transfer_support as transfers
@@ -729,6 +729,54 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
         ImportRequest(source_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT)
     )
     assert error_kind(direct_import) is ErrorKind.INVALID_SPEC
+
+
+class RefusingStaging:
+    """Staging that records where it was asked to write and refuses: how far a request got."""
+
+    def __init__(self) -> None:
+        self.asked: list[StagedLocation] = []
+
+    def open_write(
+        self, location: StagedLocation, size_bytes: int | None = None
+    ) -> Result[StagedWriter, ProviderError]:
+        self.asked.append(location)
+        return Failure(ProviderError.unavailable("the test's staging refuses"))
+
+    def sweep(
+        self, location: StagedLocation, older_than_seconds: float
+    ) -> Result[int, ProviderError]:
+        return Success(0)
+
+    def open_read(self, location: StagedLocation) -> Result[StagedReader, ProviderError]:
+        raise AssertionError("an export reads nothing staged")
+
+
+def test_a_direct_transfer_through_nfs_is_carried_out_as_relay(backend: Backend) -> None:
+    """The manager passes `direct` through for NFS; upstream's providers relay it."""
+    staging = RefusingStaging()
+    exported = transfers.export_disk(
+        disk_moves(backend, staging),
+        create(backend),
+        "nfs://127.0.0.1/export/vmmigrations-ns-m-export.qcow2",
+        backend="nfs",
+        options={"server": "127.0.0.1", "export": "/export"},
+        transfer_mode="direct",
+    )
+    assert error_of(exported).message == "the test's staging refuses"
+    assert [location.key for location in staging.asked] == ["vmmigrations-ns-m-export.qcow2"]
+
+
+def test_verify_checksum_without_an_expected_one_imports_and_answers_the_checksum(
+    backend: Backend, staging: StagingBackends
+) -> None:
+    """What the manager sends after an upstream export that returned no checksum."""
+    moves = disk_moves(backend, staging)
+    exported = ok(transfers.export_disk(moves, create(backend), "pvc://m/export.qcow2"))
+    imported = transfers.import_disk(
+        moves, "pvc://m/export.qcow2", target_name="unchecked", verify_checksum=True
+    )
+    assert ok(imported).checksum == exported.checksum
 
 
 def test_a_relay_export_as_the_manager_sends_it_works(

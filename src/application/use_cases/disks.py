@@ -39,6 +39,7 @@ from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, LandedDisk, peek_he
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import (
+    Capabilities,
     DiskDetails,
     DiskQuery,
     ExportRequest,
@@ -74,8 +75,16 @@ class ExportDisk:
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         caps = self._capabilities.capabilities()
         return (
-            _valid_mode(request)
-            .bind(lambda _: require(caps.supports_disk_export, "disk export"))
+            _carried_mode(request)
+            .map(lambda mode: request.model_copy(update={"mode": mode}))
+            .bind(lambda request: self._gated(request, caps))
+        )
+
+    def _gated(
+        self, request: ExportRequest, caps: Capabilities
+    ) -> Result[ExportResult, ProviderError]:
+        return (
+            require(caps.supports_disk_export, "disk export")
             .bind(lambda _: require_listed(request.format, caps.supported_export_formats, "format"))
             .bind(
                 lambda _: require_listed(
@@ -158,8 +167,16 @@ class ImportDisk:
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         caps = self._capabilities.capabilities()
         return (
-            _valid_mode(request)
-            .bind(lambda _: require(caps.supports_disk_import, "disk import"))
+            _carried_mode(request)
+            .map(lambda mode: request.model_copy(update={"mode": mode}))
+            .bind(lambda request: self._gated(request, caps))
+        )
+
+    def _gated(
+        self, request: ImportRequest, caps: Capabilities
+    ) -> Result[ImportResult, ProviderError]:
+        return (
+            require(caps.supports_disk_import, "disk import")
             .bind(lambda _: require_listed(request.format, caps.supported_import_formats, "format"))
             .bind(
                 lambda _: require_listed(
@@ -179,6 +196,14 @@ class ImportDisk:
         self, request: ImportRequest, source: StagedLocation
     ) -> Result[ImportResult, ProviderError]:
         expected = request.expected_checksum if request.verify_checksum else None
+        if request.verify_checksum and not request.expected_checksum:
+            # What upstream's libvirt, Proxmox and vSphere-over-NFS exports send: no checksum.
+            logger.info(
+                "import of %r: verify_checksum without an expected_checksum (the export gave "
+                "none): nothing is compared; the staged bytes' sha256 is answered",
+                source.name,
+            )
+            expected = None
         found = _imported_stem(request.target_name, source, self._disks.disk_suffix).bind(
             lambda stem: self._disks.landing_site(stem, request.storage_hint)
         )
@@ -270,10 +295,14 @@ class GetDiskInfo:
         return self._disks.disk_details(query)
 
 
-def _valid_mode(request: ExportRequest | ImportRequest) -> Result[None, ProviderError]:
-    """The manager's rule, checked before what this backend supports: a direct transfer
-    through pvc or s3 staging is bad input (only NFS can be reached by the hypervisor)."""
-    if request.mode is TransferMode.DIRECT and request.backend in _RELAY_ONLY_BACKENDS:
+def _carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode, ProviderError]:
+    """How the transfer is carried out, by the manager's rules, before what this backend
+    supports: a direct transfer through pvc or s3 staging is bad input (only NFS can be reached
+    by the hypervisor itself), and a direct one through NFS, which the manager passes on as
+    asked (its relay gate exempts NFS), is carried out as relay, as upstream's providers do."""
+    if request.mode is not TransferMode.DIRECT:
+        return Success(request.mode)
+    if request.backend in _RELAY_ONLY_BACKENDS:
         return Failure(
             ProviderError.invalid_spec(
                 fields.TRANSFER_MODE,
@@ -281,7 +310,8 @@ def _valid_mode(request: ExportRequest | ImportRequest) -> Result[None, Provider
                 "use 'relay' (or 'auto')",
             )
         )
-    return Success(None)
+    logger.info("transfer_mode 'direct' through nfs is carried out as relay")
+    return Success(TransferMode.RELAY)
 
 
 _RELAY_ONLY_BACKENDS = frozenset({TransferBackend.PVC, TransferBackend.S3})

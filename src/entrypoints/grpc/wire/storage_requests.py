@@ -225,8 +225,6 @@ def parse_import(
     storage_options_json: str,
 ) -> ImportRequest:
     backend = _backend(backend_type, fields.BACKEND_TYPE)
-    if verify_checksum and not expected_checksum:
-        raise invalid(fields.EXPECTED_CHECKSUM, "must be set when verify_checksum is true")
     url = _transfer_url(source_url, fields.SOURCE_URL)
     options = _storage_options(storage_options_json)
     checked_credentials = _credentials(credentials)
