@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -349,6 +350,26 @@ def test_an_image_of_a_format_not_staged_here_is_refused_by_name_and_leaves_noth
 
     assert error_of(refused).kind is ErrorKind.INVALID_SPEC
     assert "vhdx image: convert it to qcow2 first" in error_of(refused).message
+    assert site.volume_names() == before
+
+
+def test_an_image_qemu_img_refuses_on_the_host_is_bad_input_and_leaves_nothing(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    """format_inspector reads headers; qemu also checks the tables: an L1 table that is not
+    cluster-aligned makes qemu refuse the image as corrupt."""
+    site = pvc_site
+    image = bytearray(_image_of(site, tmp_path, "qcow2"))
+    (l1_offset,) = struct.unpack_from(">Q", image, 40)
+    struct.pack_into(">Q", image, 40, l1_offset + 8)
+    site.staged.put("corrupt.qcow2", bytes(image))
+    before = site.volume_names()
+
+    refused = site.import_("corrupt.qcow2", "xfer-corrupt")
+
+    assert error_of(refused).kind is ErrorKind.INVALID_SPEC
+    assert "qemu-img on the libvirt host refuses the staged image" in error_of(refused).message
+    assert "L1 table" in error_of(refused).message
     assert site.volume_names() == before
 
 

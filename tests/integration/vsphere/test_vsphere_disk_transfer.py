@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
-from support import error_kind, ok
+from support import error_kind, error_of, ok
 from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
 from vsphere_support import Simulator, backend_over, create_use_case, remove_vms_made_since
 
@@ -142,6 +142,27 @@ def test_a_checksum_mismatch_lands_nothing(moves: DiskMoves, root: Path) -> None
     assert error_kind(wrong) is ErrorKind.FAILED_PRECONDITION
     retried = ok(import_disk(moves, url, target_name="xfer-mismatch"))
     assert retried.path.startswith("[LocalDS_0] xfer-mismatch/")  # nothing was in the way
+
+
+@pytest.mark.parametrize(
+    ("cut", "problem"),
+    [
+        (lambda vmdk: vmdk[: len(vmdk) // 2], "qemu-img refuses the image"),
+        (lambda vmdk: vmdk[:400], "vmdk"),  # not even its header
+    ],
+)
+def test_a_staged_vmdk_qemu_cannot_read_whole_lands_nothing(
+    moves: DiskMoves, root: Path, cut: Callable[[bytes], bytes], problem: str
+) -> None:
+    """A staged streamOptimized vmdk goes to vCenter as it is: qemu-img checks it first."""
+    url = _staged(root, "cut.vmdk", RAW, "vmdk")
+    staged = root / PVC / "cut.vmdk"
+    staged.write_bytes(cut(staged.read_bytes()))
+    refused = import_disk(moves, url, target_name="xfer-cut", disk_format="vmdk")
+    assert error_kind(refused) is ErrorKind.INVALID_SPEC
+    assert problem in error_of(refused).message
+    retried = ok(import_disk(moves, _staged(root, "whole.raw", RAW, "raw"), target_name="xfer-cut"))
+    assert retried.path.startswith("[LocalDS_0] xfer-cut/")  # nothing was in the way
 
 
 def test_a_running_vm_exports_only_from_a_snapshot(

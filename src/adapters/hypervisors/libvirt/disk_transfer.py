@@ -68,6 +68,8 @@ EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
 DISK_SUFFIX = ".qcow2"
 MAX_RECORD_BYTES = 64 * 1024
+# How libvirt quotes a failed qemu-img run's own words ("... exit status 1: qemu-img: <why>").
+QEMU_IMG_SAYS = "qemu-img: "
 VirDomain = Any
 T = TypeVar("T")
 
@@ -357,10 +359,24 @@ def _earlier_record(conn: VirConnect, pool: VirStoragePool, name: str) -> bytes 
 
 
 def _converted(conn: VirConnect, pool: VirStoragePool, staged: str, name: str) -> str:
-    """A qcow2 volume `name` holding the staged image's disk, made by libvirt in one call."""
+    """A qcow2 volume `name` holding the staged image's disk, made by libvirt in one call (its
+    qemu-img on the host converts). An image qemu-img refuses (corrupt by qemu's rules) is bad
+    input, named with qemu's reason; libvirt has removed what it began."""
     origin = conn.storageVolLookupByPath(staged)
     capacity = int(origin.info()[1])
-    return str(pool.createXMLFrom(volume_xml(name, capacity), origin, 0).path())
+    try:
+        return str(pool.createXMLFrom(volume_xml(name, capacity), origin, 0).path())
+    except libvirt.libvirtError as error:
+        message = str(error)
+        if QEMU_IMG_SAYS not in message:
+            raise
+        reason = message.rsplit(QEMU_IMG_SAYS, 1)[1].strip()
+        raise ExpectedError(
+            ProviderError.invalid_spec(
+                fields.SOURCE_URL,
+                f"qemu-img on the libvirt host refuses the staged image: {reason}",
+            )
+        ) from error
 
 
 def _sha256_of(conn: VirConnect, path: str) -> str:

@@ -24,9 +24,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, BinaryIO
 
-from returns.result import Result
+from returns.result import Failure, Result
 
 from pyrigaud.adapters.disk_images.qcow2 import qcow2_virtual_size, read_qcow2, write_qcow2
+from pyrigaud.adapters.disk_images.qemu_img import run_qemu_img
 from pyrigaud.adapters.disk_images.scratch import (
     counted,
     file_chunks,
@@ -258,6 +259,7 @@ class _DatastoreSite:
                     )
                 )
             spool(rest, vmdk)
+            _checked_by_qemu(vmdk)
             return stream_optimized_capacity(header)
         if image.format == "raw":
             if size_bytes is None:
@@ -274,6 +276,20 @@ class _DatastoreSite:
             qcow2.seek(0)
             spool(encode_stream_optimized(read_qcow2(qcow2), capacity), vmdk)
         return capacity
+
+
+def _checked_by_qemu(vmdk: IO[bytes]) -> None:
+    """A staged vmdk goes to vCenter as it is: qemu-img checks it first (its grain tables
+    inside the file, the file whole), so a truncated or garbled one is refused here."""
+    vmdk.flush()
+    descriptor = vmdk.fileno()
+    checked = run_qemu_img(
+        ["check", "-f", "vmdk", f"/dev/fd/{descriptor}"],
+        doing="checking the staged vmdk",
+        pass_fds=(descriptor,),
+    )
+    if isinstance(checked, Failure):
+        raise ExpectedError(checked.failure())
 
 
 class _ReceivedVmdk:

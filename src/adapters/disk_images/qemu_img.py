@@ -1,0 +1,91 @@
+"""qemu-img in the pod, bounded, as OpenStack and KubeVirt CDI run it on untrusted images: under
+process limits (address space, CPU time, the size of any file it writes; `prlimit` sets them
+before qemu-img starts), and killed as soon as the RPC's caller is gone or its time is up.
+
+One run per transfer, never per request: the hot path (Validate, Describe, ListVMs) forks
+nothing. Only staged images come here, so a refusal names `source_url`.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.application.cancellation import call_active
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ProviderError
+
+logger = logging.getLogger(__name__)
+
+QEMU_IMG = "qemu-img"
+POLL_SECONDS = 0.1
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class QemuImgLimits:
+    """CDI's bounds for judging an image (1 GiB of address space, 30 s of CPU) by default; a
+    conversion raises the CPU time and bounds what it writes."""
+
+    address_space_bytes: int = 1024**3
+    cpu_seconds: int = 30
+    file_size_bytes: int | None = None
+    wall_seconds: float = 120.0
+
+
+def run_qemu_img(
+    arguments: Sequence[str],
+    *,
+    doing: str,
+    limits: QemuImgLimits = QemuImgLimits(),
+    pass_fds: Sequence[int] = (),
+) -> Result[str, ProviderError]:
+    """qemu-img's output; INVALID_SPEC with qemu's own reason when it refuses the image or goes
+    past a limit, UNAVAILABLE when the caller went away or `limits.wall_seconds` passed."""
+    command = ["prlimit", f"--as={limits.address_space_bytes}", f"--cpu={limits.cpu_seconds}"]
+    if limits.file_size_bytes is not None:
+        command.append(f"--fsize={limits.file_size_bytes}")
+    command += ["--", QEMU_IMG, *arguments]
+    process = subprocess.Popen(  # noqa: S603 - a fixed program, arguments of ours
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=tuple(pass_fds),
+        start_new_session=True,
+    )
+    stopped = _watched(process, doing, time.monotonic() + limits.wall_seconds)
+    stdout, stderr = process.communicate()
+    if stopped is not None:
+        return Failure(stopped)
+    if process.returncode != 0:
+        reason = stderr.decode(errors="replace").strip().replace("\n", "; ")[:MAX_REASON_CHARS]
+        if process.returncode < 0:
+            reason = f"qemu-img went past its limits ({reason or f'signal {-process.returncode}'})"
+        return Failure(
+            ProviderError.invalid_spec(fields.SOURCE_URL, f"qemu-img refuses the image: {reason}")
+        )
+    return Success(stdout.decode(errors="replace"))
+
+
+def _watched(process: subprocess.Popen[bytes], doing: str, deadline: float) -> ProviderError | None:
+    """Wait for `process`; kill it (and say why) once the caller is gone or the deadline passed."""
+    while True:
+        try:
+            process.wait(timeout=POLL_SECONDS)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        gone = call_active(doing)
+        if isinstance(gone, Failure):
+            process.kill()
+            error: ProviderError = gone.failure()
+            return error
+        if time.monotonic() > deadline:
+            process.kill()
+            return ProviderError.unavailable(f"{doing}: qemu-img did not finish in time")
