@@ -11,22 +11,26 @@ or an ISO 9660 volume is a raw disk's content, as qemu reads it.
 Accepted: raw, qcow2 (v2 and v3 with the features qemu knows: lazy refcounts, zlib or zstd
 compression, extended L2 entries, internal snapshots) and the vmdk variants a single file holds
 (monolithicSparse, streamOptimized). Refused by name: vhdx, vpc (vhd), vdi and qed (convert them
-to qcow2 first), LUKS (encrypted), a qcow2 with a backing file or an external data file or the
-corrupt bit, a vmdk naming other extent files, and any image whose virtual size is above the
-bound.
+to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector does not know
+(parallels, bochs, cloop, VMware 3, a bare vmdk descriptor), a qcow2 with a backing file, an
+external data file, encryption or the corrupt bit, a vmdk naming other extent files, and any
+image whose virtual size is above the bound.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from typing import TYPE_CHECKING
 
-from oslo_utils.imageutils import format_inspector
 from returns.result import Failure, Result, Success
 
 from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ProviderError
+
+if TYPE_CHECKING:
+    from oslo_utils.imageutils.format_inspector import FileInspector
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +45,16 @@ REFUSED = {
 }
 # What a raw disk may hold and still be read as raw by qemu.
 RAW_CONTENT = frozenset({"raw", "gpt", "iso"})
+# Signatures qemu's own format probes know and format_inspector does not: never raw.
+OTHER_SIGNATURES = {
+    b"WithoutFreeSpace": "a parallels image: convert it to qcow2 first",
+    b"WithouFreSpacExt": "a parallels image: convert it to qcow2 first",
+    b"# Disk DescriptorFile": "a vmdk descriptor, which names other extent files",
+    b"COWD": "a VMware 3 vmdk (COWD): convert it to qcow2 first",
+    b"Bochs Virtual HD Image": "a bochs image: convert it to qcow2 first",
+    b"#!/bin/sh\n#V2.0 Format": "a cloop image: convert it to qcow2 first",
+}
+SIGNATURE_BYTES = max(len(signature) for signature in OTHER_SIGNATURES)
 VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # qcow2's header (qemu's docs/interop/qcow2.txt): the encryption method at byte 32, and the
 # incompatible feature bits (qemu's docs/interop/qcow2.txt): 0 dirty, 1 corrupt,
@@ -66,14 +80,21 @@ class ImageInspection:
     def __init__(self, max_virtual_bytes: int, size_bytes: int | None) -> None:
         self._max_virtual_bytes = max_virtual_bytes
         self._size_bytes = size_bytes
+        # Imported at the first import of a disk: it and its cryptography take memory a
+        # provider that never imports one should not hold.
+        from oslo_utils.imageutils import format_inspector  # noqa: PLC0415
+
         self._inspectors = {
             name: kind() for name, kind in format_inspector.ALL_FORMATS.items() if name != "raw"
         }
         self._fed = 0
+        self._start = b""  # the image's first SIGNATURE_BYTES
         self._chosen: JudgedImage | None = None
 
     def feed(self, chunk: bytes) -> None:
         """The next bytes; an inspector that finds they are not its format drops out."""
+        if len(self._start) < SIGNATURE_BYTES:
+            self._start += chunk[: SIGNATURE_BYTES - len(self._start)]
         self._fed += len(chunk)
         for name, inspector in list(self._inspectors.items()):
             try:
@@ -87,6 +108,9 @@ class ImageInspection:
         shorter image), and what its header alone refuses."""
         if not self._fed:
             return Failure(_refusal("the staged image is empty"))
+        for signature, what in OTHER_SIGNATURES.items():
+            if self._start.startswith(signature):
+                return Failure(_refusal(f"the staged image is {what}"))
         matched = sorted(
             name
             for name, inspector in self._inspectors.items()
@@ -129,13 +153,13 @@ class ImageInspection:
                     "streamOptimized): it names other extent files"
                 )
             )
-        if name == "qcow2":
-            problem = _qcow2_header_problem(inspector)
-            if problem:
-                return Failure(_refusal(problem))
         checked: Result[None, ProviderError] = Success(None)
         if inspector.complete:  # a vmdk's footer is judged at the end
             checked = _safe(name, inspector)
+        if name == "qcow2" and isinstance(checked, Success):
+            problem = _qcow2_header_problem(inspector)
+            if problem:
+                return Failure(_refusal(problem))
         return checked.bind(
             lambda _: self._bounded(
                 JudgedImage(format=name, virtual_size_bytes=int(inspector.virtual_size))
@@ -154,21 +178,23 @@ class ImageInspection:
         return Success(image)
 
 
-def _matches(inspector: format_inspector.FileInspector) -> bool:
+def _matches(inspector: FileInspector) -> bool:
     try:
         return bool(inspector.format_match)
     except Exception:
         return False
 
 
-def _qcow2_header_problem(inspector: format_inspector.FileInspector) -> str | None:
+def _qcow2_header_problem(inspector: FileInspector) -> str | None:
     """What qemu itself refuses, and what format_inspector does not know yet (extended L2
     entries, which qemu reads, are refused by its feature check: it is judged here)."""
     header = bytes(inspector.region("header").data)
     version, crypt_method = struct.unpack_from(">I24xI", header, 4)
+    if version not in (2, 3):
+        return f"the staged image is a qcow version {version} image: only 2 and 3 are read here"
     if crypt_method:
         return "the staged qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
-    if version < 3:
+    if version == 2:
         return None
     (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
     if features & QCOW2_CORRUPT:
@@ -178,9 +204,11 @@ def _qcow2_header_problem(inspector: format_inspector.FileInspector) -> str | No
     return None
 
 
-def _safe(name: str, inspector: format_inspector.FileInspector) -> Result[None, ProviderError]:
+def _safe(name: str, inspector: FileInspector) -> Result[None, ProviderError]:
     """format_inspector's safety checks of the format (a qcow2's unknown-features check is
     `_qcow2_header_problem`'s: it knows extended L2 entries)."""
+    from oslo_utils.imageutils import format_inspector  # noqa: PLC0415 - loaded by now
+
     try:
         inspector.safety_check()
     except format_inspector.SafetyCheckFailed as failed:

@@ -103,6 +103,8 @@ def test_a_raw_disk_with_a_partition_table_is_raw(tmp_path: Path) -> None:
         ("qed", [], "qed image"),
         ("vmdk", ["-o", "subformat=twoGbMaxExtentSparse"], "names other extent files"),
         ("vmdk", ["-o", "subformat=monolithicFlat"], "names other extent files"),
+        ("parallels", [], "parallels image"),
+        ("qcow", [], "qcow version 1 image"),
     ],
 )
 def test_other_formats_are_refused_by_name(
@@ -112,6 +114,13 @@ def test_other_formats_are_refused_by_name(
     assert refused.kind is ErrorKind.INVALID_SPEC
     assert refused.message.startswith("source_url: ")
     assert named in refused.message
+
+
+def test_a_bare_vmdk_descriptor_is_refused_even_without_a_create_type(tmp_path: Path) -> None:
+    """qemu probes the descriptor's first line: it is never a raw disk of those bytes."""
+    image = tmp_path / "descriptor.vmdk"
+    image.write_bytes(b'# Disk DescriptorFile\nRW 8 SPARSE "/etc/shadow"\n')
+    assert "vmdk descriptor" in error_of(judged(image)).message
 
 
 def test_an_encrypted_image_is_refused(tmp_path: Path) -> None:
