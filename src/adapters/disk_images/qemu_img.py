@@ -3,7 +3,7 @@ process limits (address space, CPU time, the size of any file it writes; `prlimi
 before qemu-img starts), and killed as soon as the RPC's caller is gone or its time is up.
 
 One run per transfer, never per request: the hot path (Validate, Describe, ListVMs) forks
-nothing. Only staged images come here, so a refusal names `source_url`.
+nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from returns.result import Failure, Result, Success
@@ -38,15 +38,21 @@ class QemuImgLimits:
     wall_seconds: float = 120.0
 
 
+def staged_image_refused(reason: str) -> ProviderError:
+    """qemu refusing a staged image: the request's image is bad input."""
+    return ProviderError.invalid_spec(fields.SOURCE_URL, f"qemu-img refuses the image: {reason}")
+
+
 def run_qemu_img(
     arguments: Sequence[str],
     *,
     doing: str,
     limits: QemuImgLimits = QemuImgLimits(),
     pass_fds: Sequence[int] = (),
+    refused: Callable[[str], ProviderError] = staged_image_refused,
 ) -> Result[str, ProviderError]:
-    """qemu-img's output; INVALID_SPEC with qemu's own reason when it refuses the image or goes
-    past a limit, UNAVAILABLE when the caller went away or `limits.wall_seconds` passed."""
+    """qemu-img's output; `refused(qemu's own reason)` when it refuses the image or goes past a
+    limit, UNAVAILABLE when the caller went away or `limits.wall_seconds` passed."""
     command = ["prlimit", f"--as={limits.address_space_bytes}", f"--cpu={limits.cpu_seconds}"]
     if limits.file_size_bytes is not None:
         command.append(f"--fsize={limits.file_size_bytes}")
@@ -67,9 +73,7 @@ def run_qemu_img(
         reason = stderr.decode(errors="replace").strip().replace("\n", "; ")[:MAX_REASON_CHARS]
         if process.returncode < 0:
             reason = f"qemu-img went past its limits ({reason or f'signal {-process.returncode}'})"
-        return Failure(
-            ProviderError.invalid_spec(fields.SOURCE_URL, f"qemu-img refuses the image: {reason}")
-        )
+        return Failure(refused(reason))
     return Success(stdout.decode(errors="replace"))
 
 

@@ -33,6 +33,20 @@ def spool(chunks: Iterable[bytes], file: IO[bytes]) -> None:
         file.write(chunk)
 
 
+def spool_sparse(chunks: Iterable[bytes], file: IO[bytes]) -> None:
+    """Every chunk written to `file` from its start, all-zero chunks left as holes (a disk's
+    free space costs no scratch room)."""
+    size = 0
+    for chunk in chunks:
+        if chunk.count(0) == len(chunk):
+            file.seek(len(chunk), 1)
+        else:
+            file.write(chunk)
+        size += len(chunk)
+    file.truncate(size)
+    file.flush()
+
+
 def file_chunks(file: IO[bytes]) -> Iterator[bytes]:
     """The rest of `file` from its position, MAX_CHUNK_BYTES at a time."""
     while chunk := file.read(MAX_CHUNK_BYTES):

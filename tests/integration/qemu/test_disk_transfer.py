@@ -31,6 +31,7 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CreateRequest,
+    DiskDefaults,
     DiskQuery,
     OwnerMark,
     SnapshotRequest,
@@ -430,3 +431,65 @@ def test_the_state_at_a_snapshot_is_exported_not_what_came_after(
     assert site.volume_names() == before, "the flattened backing made for the export was kept"
     missing = site.export(source, "none.raw", "raw", snapshot_id="no-such")
     assert error_kind(missing) is ErrorKind.NOT_FOUND
+
+
+def _sha256_of_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(4 * 1024**2):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _qemu_io(path: str, command: str) -> None:
+    written = subprocess.run(["qemu-io", "-c", command, path], capture_output=True, check=False)
+    assert written.returncode == 0, written.stderr
+
+
+@pytest.mark.parametrize("disk_format", ["raw", "qcow2"])
+def test_a_snapshot_of_a_disk_grown_past_an_odd_sized_base_exports_as_qemu_reads_it(
+    pvc_site: Site, tmp_path: Path, disk_format: str
+) -> None:
+    """What Create makes (an image grown to the class's disk size) at the snapshot the manager
+    takes: bit for bit `qemu-img convert -l snapshot.name=...` of the chain, the base's last
+    bytes and the data written across its end included."""
+    site = pvc_site
+    odd = 9 * 1024**2 + 4097
+    pool = site.conn.storagePoolLookupByName(POOL)
+    base = pool.createXML(volume_xml("xfer-odd-base.raw", odd, volume_format="raw"), 0)
+    upload_volume(site.conn, base, [os.urandom(odd)])
+    grown = VMClass(cpu=1, memory_mib=256, disk_defaults=DiskDefaults(size_gib=1))
+    request = CreateRequest(
+        name=f"xfer-odd-{disk_format}",
+        vm_class=grown,
+        image=VMImage(path=str(base.path()), format="raw"),
+    )
+    source = ok(site.backend.lifecycle.start_create(request, OWNER)).id
+    overlay = ok(site.backend.disk_transfer.disk_details(DiskQuery(vm_id=source))).path
+    _qemu_io(overlay, f"write -P 0x5a {odd - 1000} 8k")  # across the base's end
+    _qemu_io(overlay, "write -P 0x6b 512M 4k")
+    assert site.backend.snapshots is not None
+    taken = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="mig")))
+    _qemu_io(overlay, "write -P 0x33 0 1M")  # after the snapshot: not in the export
+
+    exported = ok(site.export(source, f"odd.{disk_format}", disk_format, snapshot_id=taken.id))
+
+    expected = tmp_path / "expected.raw"
+    subprocess.run(
+        [
+            *("qemu-img", "convert", "-l", "snapshot.name=mig", "-O", "raw"),
+            *(overlay, str(expected)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    staged = tmp_path / f"staged.{disk_format}"
+    staged.write_bytes(site.staged.stored(f"odd.{disk_format}") or b"")
+    assert exported.checksum == _sha256_of_file(staged)
+    as_raw = tmp_path / "staged-as.raw"
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", str(staged), str(as_raw)],
+        check=True,
+        capture_output=True,
+    )
+    assert _sha256_of_file(as_raw) == _sha256_of_file(expected)

@@ -2,15 +2,16 @@
 qcow2 volume: what ExportDisk and ImportDisk ask of libvirt (the transfer itself is theirs).
 
 The bytes travel through libvirt's volume streams (`volume_streams.py`), so no disk is ever held
-in memory, the same code serves a remote host over any transport, and nothing here runs a
-program on the host or in the pod.
+in memory, the same code serves a remote host over any transport, and nothing runs on the host.
 
-Reading refuses a running (or paused) VM: QEMU writes to its disk, so a copy would not be from
-one point in time. A disk that overlays an image, or a requested format other than the disk's
-own, is first copied by libvirt into a temporary standalone volume of that format in the same
-pool (flattened and converted on the libvirt host), streamed, then removed. The state at a
-snapshot (`snapshot_id`, which the manager's sequence always sends) is read from the qcow2
-file's internal snapshot by `snapshot_export.py`, in a scratch file of the pod.
+The state at a snapshot (`snapshot_id`, which the manager's sequence always sends: with its
+defaults the VM keeps running) is read from the qcow2 file's internal snapshot by qemu-img in
+the pod (`snapshot_export.py`), running VM or not: the snapshot's clusters are never written
+again, so the guest goes on undisturbed. Without a snapshot a running (or paused) VM is
+refused: QEMU writes to its disk, so a copy would not be from one point in time. A disk that
+overlays an image, or a requested format other than the disk's own, is first copied by libvirt
+into a temporary standalone volume of that format in the same pool (flattened and converted on
+the libvirt host), streamed, then removed.
 
 Landing holds the bytes in a temporary volume of the target pool (format conversion needs a
 seekable file, and the pool has the room a pod's /tmp lacks) until their checksum is known, then
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -33,14 +35,13 @@ from typing import Any, TypeVar
 import libvirt
 from returns.result import Failure, Result
 
-from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
-from pyrigaud.adapters.disk_images.scratch import file_chunks, scratch_file
+from pyrigaud.adapters.disk_images.scratch import file_chunks
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
-from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_disk
+from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_image
 from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
@@ -121,11 +122,11 @@ class LibvirtDiskTransfer:
         dom = Guest.by_id(conn, request.vm_id).dom
         facts = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         disk = _chosen_disk(facts.name, facts.disks, request.disk_id)
-        if dom.isActive():
+        if dom.isActive() and not request.snapshot_id:
             raise ExpectedError(
                 ProviderError.failed_precondition(
-                    f"VM {facts.name!r} is running (QEMU is writing to its disk): "
-                    "power it off first, then export"
+                    f"VM {facts.name!r} is running (QEMU is writing to its disk): power it "
+                    "off, or export from a snapshot (snapshot_id)"
                 )
             )
         holds = contextlib.ExitStack()
@@ -156,8 +157,8 @@ class LibvirtDiskTransfer:
         path: str,
         request: ExportRequest,
     ) -> tuple[Iterator[bytes], int]:
-        """The disk at an internal snapshot (snapshot_export.py) as raw, or as qcow2 built in
-        a scratch file first (its tables precede its data); its size."""
+        """The disk at an internal snapshot in the asked format, as qemu reads it
+        (snapshot_export.py); its chunks and size."""
         disk = volume_facts(conn, path)
         if disk is None:
             raise ExpectedError(ProviderError.not_found(f"no volume at {path!r}"))
@@ -170,21 +171,18 @@ class LibvirtDiskTransfer:
             if disk.backing_path
             else None
         )
-        raw = holds.enter_context(
-            snapshot_disk(
+        image = holds.enter_context(
+            snapshot_image(
                 conn,
                 disk,
                 request.snapshot_id,
+                disk_format=request.format,
                 backing=backing,
                 scratch_dir=self.scratch_dir,
                 progress=reading,
             )
         )
-        if request.format == "raw":
-            return raw, disk.capacity_bytes
-        image = holds.enter_context(scratch_file(self.scratch_dir))
-        size = write_qcow2(raw, disk.capacity_bytes, image)
-        image.seek(0)
+        size = os.fstat(image.fileno()).st_size
         return file_chunks(image), size
 
     @contextlib.contextmanager

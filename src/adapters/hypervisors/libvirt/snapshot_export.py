@@ -1,48 +1,104 @@
-"""The raw disk at an internal snapshot, read without touching the VM.
+"""The disk at an internal snapshot, as qemu itself reads it, without touching the VM.
 
 libvirt's snapshots here are internal to the disk's qcow2 file, and libvirt has no call that
 reads one without reverting the VM to it. So the qcow2 file's bytes (snapshots included) are
-downloaded through a volume stream into an anonymous scratch file in the pod, and pyrigaud's
-own qcow2 reader follows that snapshot's L1 table; the clusters the overlay leaves to its
-backing chain are read from a temporary flattened raw copy of that chain, which libvirt makes
-on its host (an image is never written after a VM grew from it, so its state now is its state
-at the snapshot). Nothing runs on the host, and every libvirt transport works.
+downloaded through a volume stream into an anonymous scratch file in the pod, the clusters the
+overlay leaves to its backing chain into another, from a temporary flattened raw copy of that
+chain libvirt makes on its host (an image is never written after a VM grew from it, so its
+state now is its state at the snapshot); then `qemu-img convert -l snapshot.name=<snapshot>`
+in the pod, bounded (`disk_images/qemu_img.py`), writes the disk in the asked format into a
+third. What is staged is what qemu reads at that snapshot, whatever the base's size.
+
+A running VM's file may be read too: an internal snapshot's tables and clusters are never
+written again while the snapshot exists (QEMU copies a shared cluster before it writes), so
+the copy holds the snapshot whole even as the guest keeps writing elsewhere.
+
+Zero chunks are left as holes in the scratch files: a disk's free space costs no room.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
+from typing import BinaryIO
 
-from pyrigaud.adapters.disk_images.qcow2 import read_qcow2
-from pyrigaud.adapters.disk_images.scratch import counted, scratch_file, spool
+from returns.result import Failure
+
+from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
+from pyrigaud.adapters.disk_images.scratch import counted, scratch_file, spool_sparse
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import VirStorageVol, volume_chunks
 from pyrigaud.application.transfer_progress import TransferProgress
-from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
+
+# qemu-img's own buffers are small; what it writes is the disk, with a qcow2's tables.
+CONVERSION_ADDRESS_SPACE_BYTES = 2 * 1024**3
+TABLES_ALLOWANCE_BYTES = 64 * 1024**2
 
 
 @contextlib.contextmanager
-def snapshot_disk(
+def snapshot_image(
     conn: VirConnect,
     disk: VolumeFacts,
     snapshot: str,
     *,
+    disk_format: str,
     backing: VirStorageVol | None,
     scratch_dir: str | None,
     progress: TransferProgress,
-) -> Iterator[Iterator[bytes]]:
-    """The raw disk of `disk` (a qcow2 volume) as internal snapshot `snapshot` holds it;
-    `backing` is the raw flattened backing chain when the volume has one."""
+) -> Iterator[BinaryIO]:
+    """A scratch file, read from its start, holding `disk` (a qcow2 volume) as internal snapshot
+    `snapshot` has it, as a `disk_format` image; `backing` is the raw flattened backing chain
+    when the volume has one."""
     if disk.format != "qcow2":
         raise ExpectedError(
             ProviderError.failed_precondition(
                 f"the disk {disk.path!r} is {disk.format}: only a qcow2 disk holds snapshots"
             )
         )
-    with scratch_file(scratch_dir) as image:
-        spool(counted(volume_chunks(conn, conn.storageVolLookupByPath(disk.path)), progress), image)
-        raw_backing = volume_chunks(conn, backing) if backing is not None else None
-        yield read_qcow2(image, field=fields.SNAPSHOT_ID, snapshot=snapshot, backing=raw_backing)
+    with contextlib.ExitStack() as files:
+        overlay = files.enter_context(scratch_file(scratch_dir))
+        volume = conn.storageVolLookupByPath(disk.path)
+        spool_sparse(counted(volume_chunks(conn, volume), progress), overlay)
+        image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
+        descriptors = [overlay.fileno()]
+        if backing is not None:
+            base = files.enter_context(scratch_file(scratch_dir))
+            spool_sparse(counted(volume_chunks(conn, backing), progress), base)
+            image["backing"] = {"driver": "raw", "file": _file(base)}
+            descriptors.append(base.fileno())
+        out = files.enter_context(scratch_file(scratch_dir))
+        converted = run_qemu_img(
+            [
+                *("convert", "-l", f"snapshot.name={snapshot}", "-O", disk_format),
+                f"json:{json.dumps(image)}",
+                _path(out),
+            ],
+            doing=progress.doing,
+            limits=QemuImgLimits(
+                address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
+                cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
+                file_size_bytes=disk.capacity_bytes + TABLES_ALLOWANCE_BYTES,
+                wall_seconds=TRANSFER_DEADLINE_SECONDS,
+            ),
+            pass_fds=(*descriptors, out.fileno()),
+            refused=lambda reason: ProviderError.failed_precondition(
+                f"qemu-img cannot read snapshot {snapshot!r} of {disk.path!r}: {reason}"
+            ),
+        )
+        if isinstance(converted, Failure):
+            raise ExpectedError(converted.failure())
+        out.seek(0)
+        yield out
+
+
+def _path(file: BinaryIO) -> str:
+    """The anonymous scratch file as qemu-img, which inherits its descriptor, opens it."""
+    return f"/dev/fd/{file.fileno()}"
+
+
+def _file(file: BinaryIO) -> dict[str, str]:
+    return {"driver": "file", "filename": _path(file)}
