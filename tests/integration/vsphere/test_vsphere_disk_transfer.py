@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,15 +69,23 @@ def _qemu_img(*arguments: str) -> None:
     subprocess.run(["qemu-img", *arguments], check=True, capture_output=True, timeout=120)
 
 
-def _staged(root: Path, name: str, raw: bytes, disk_format: str) -> str:
-    """RAW staged on the PVC as `disk_format` (made by qemu-img); the pvc:// URL."""
+# What qemu-img is asked for each staged variant: (its format, its options).
+MADE_AS = {
+    "qcow2": ("qcow2", ["-c"]),
+    "vmdk": ("vmdk", ["-o", "subformat=streamOptimized"]),
+    "sparse-vmdk": ("vmdk", []),  # monolithicSparse, VMware Workstation's own
+}
+
+
+def _staged(root: Path, name: str, raw: bytes, variant: str) -> str:
+    """RAW staged on the PVC as `variant` (made by qemu-img); the pvc:// URL."""
     raw_path = root / f"{name}.source.raw"
     raw_path.write_bytes(raw)
     target = root / PVC / name
-    if disk_format == "raw":
+    if variant == "raw":
         target.write_bytes(raw)
     else:
-        options = ["-o", "subformat=streamOptimized"] if disk_format == "vmdk" else ["-c"]
+        disk_format, options = MADE_AS[variant]
         _qemu_img("convert", "-f", "raw", "-O", disk_format, *options, str(raw_path), str(target))
     return f"pvc://{PVC}/{name}"
 
@@ -97,7 +105,7 @@ def _vm_around(ports: Backend, name: str, disk_path: str) -> str:
     return made(ports.tasks, create_use_case(ports, OWNER)(request))
 
 
-@pytest.mark.parametrize("staged_format", ["raw", "qcow2", "vmdk"])
+@pytest.mark.parametrize("staged_format", ["raw", "qcow2", "vmdk", "sparse-vmdk"])
 def test_a_disk_comes_in_and_goes_out_in_every_format_with_its_bytes(
     ports: Backend, moves: DiskMoves, root: Path, staged_format: str
 ) -> None:
@@ -145,24 +153,26 @@ def test_a_checksum_mismatch_lands_nothing(moves: DiskMoves, root: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("cut", "problem"),
+    ("kept", "problem"),
     [
-        (lambda vmdk: vmdk[: len(vmdk) // 2], "qemu-img refuses the image"),
-        (lambda vmdk: vmdk[:400], "vmdk"),  # not even its header
+        ("half", "qemu-img refuses the image"),
+        ("header", "vmdk"),  # not even the whole header
     ],
 )
 def test_a_staged_vmdk_qemu_cannot_read_whole_lands_nothing(
-    moves: DiskMoves, root: Path, cut: Callable[[bytes], bytes], problem: str
+    moves: DiskMoves, root: Path, kept: str, problem: str
 ) -> None:
     """A staged streamOptimized vmdk goes to vCenter as it is: qemu-img checks it first."""
     url = _staged(root, "cut.vmdk", RAW, "vmdk")
     staged = root / PVC / "cut.vmdk"
-    staged.write_bytes(cut(staged.read_bytes()))
-    refused = import_disk(moves, url, target_name="xfer-cut", disk_format="vmdk")
+    whole = staged.read_bytes()
+    staged.write_bytes(whole[: len(whole) // 2] if kept == "half" else whole[:400])
+    name = f"xfer-cut-{kept}"
+    refused = import_disk(moves, url, target_name=name, disk_format="vmdk")
     assert error_kind(refused) is ErrorKind.INVALID_SPEC
     assert problem in error_of(refused).message
-    retried = ok(import_disk(moves, _staged(root, "whole.raw", RAW, "raw"), target_name="xfer-cut"))
-    assert retried.path.startswith("[LocalDS_0] xfer-cut/")  # nothing was in the way
+    retried = ok(import_disk(moves, _staged(root, "whole.raw", RAW, "raw"), target_name=name))
+    assert retried.path.startswith(f"[LocalDS_0] {name}/")  # nothing was in the way
 
 
 def test_a_running_vm_exports_only_from_a_snapshot(

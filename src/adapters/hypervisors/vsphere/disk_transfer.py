@@ -5,10 +5,13 @@ The bytes leave vCenter the way its own export tools take them, through an NFC e
 (`nfc_export.py`: one streamOptimized vmdk per disk, whatever the datastore's layout), and enter
 it through an NFC import lease (`disk_import.py`: a transient one-disk VM, unregistered once the
 disk landed). Between vCenter's streamOptimized vmdk and the staged qcow2, raw or vmdk the
-conversion is done here in the pod, chunk by chunk (`pyrigaud.adapters.disk_images`), never by a
-forked program. Two steps need a seekable file: reading a qcow2 (its tables may follow the data
-they map) and writing one (its tables precede the data); those use anonymous scratch files in
-PYRIGAUD_TRANSFER_SCRATCH_DIR (unlinked from the start: a killed provider leaves nothing).
+conversion is done in the pod: a staged qcow2 or monolithicSparse vmdk is read by qemu-img
+(bounded, `disk_images/qemu_img.py`) into a raw disk, which pyrigaud's streamOptimized encoder
+turns into what the lease takes (faster than qemu-img's own on incompressible disks); vCenter's
+own vmdk is decoded chunk by chunk for a raw or qcow2 export. What needs a seekable file (a
+staged image qemu-img reads, a qcow2 being written, whose tables precede its data) uses
+anonymous scratch files in PYRIGAUD_TRANSFER_SCRATCH_DIR (unlinked from the start: a killed
+provider leaves nothing).
 
 Reading a running VM is refused unless it names a snapshot (the manager's sequence powers the
 VM off and takes one); the state at a snapshot is read through the snapshot's own export lease.
@@ -20,14 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, BinaryIO
 
 from returns.result import Failure, Result
 
-from pyrigaud.adapters.disk_images.qcow2 import qcow2_virtual_size, read_qcow2, write_qcow2
-from pyrigaud.adapters.disk_images.qemu_img import run_qemu_img
+from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
+from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
 from pyrigaud.adapters.disk_images.scratch import (
     counted,
     file_chunks,
@@ -65,12 +69,14 @@ from pyrigaud.domain.disk_images import (
     peek_header,
 )
 from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest, Placement
 from pyrigaud.domain.power import PowerState
 
 EXPORT_FORMATS = ("vmdk", "qcow2", "raw")
 IMPORT_FORMATS = ("vmdk", "qcow2", "raw")  # what the staged bytes may be, judged by their header
 DISK_SUFFIX = ".vmdk"
+SECTOR_ALLOWANCE_BYTES = 512  # qemu rounds a disk up to whole sectors
 IMPORTING = "importing a disk"  # the URL is not echoed before it is checked
 
 
@@ -249,15 +255,7 @@ class _DatastoreSite:
     ) -> int:
         """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
         header, rest = peek_header(chunks, HEADER_BYTES)
-        if image.format == "vmdk":
-            if not is_stream_optimized(header):
-                raise ExpectedError(
-                    ProviderError.invalid_spec(
-                        fields.SOURCE_URL,
-                        "the staged vmdk is not streamOptimized; stage a streamOptimized vmdk, "
-                        "a qcow2 or a raw image",
-                    )
-                )
+        if image.format == "vmdk" and is_stream_optimized(header):
             spool(rest, vmdk)
             _checked_by_qemu(vmdk)
             return stream_optimized_capacity(header)
@@ -270,12 +268,36 @@ class _DatastoreSite:
                 )
             spool(encode_stream_optimized(rest, size_bytes), vmdk)
             return size_bytes
-        capacity = qcow2_virtual_size(header)
-        with scratch_file(self.transfer.scratch_dir) as qcow2:
-            spool(rest, qcow2)
-            qcow2.seek(0)
-            spool(encode_stream_optimized(read_qcow2(qcow2), capacity), vmdk)
+        # A qcow2, a monolithicSparse vmdk: qemu reads them into a raw disk first.
+        with scratch_file(self.transfer.scratch_dir) as staged:
+            spool(rest, staged)
+            with scratch_file(self.transfer.scratch_dir) as raw:
+                capacity = _read_by_qemu(staged, image, raw)
+                spool(encode_stream_optimized(file_chunks(raw), capacity), vmdk)
         return capacity
+
+
+def _read_by_qemu(staged: IO[bytes], image: JudgedImage, raw: IO[bytes]) -> int:
+    """The staged image's disk written to `raw` by qemu-img (bounded, and refusing what qemu
+    finds corrupt); its size, `raw` read from its start."""
+    staged.flush()
+    converted = run_qemu_img(
+        [
+            *("convert", "-f", image.format, "-O", "raw"),
+            *(f"/dev/fd/{staged.fileno()}", f"/dev/fd/{raw.fileno()}"),
+        ],
+        doing=f"reading the staged {image.format} image",
+        limits=QemuImgLimits(
+            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
+            wall_seconds=TRANSFER_DEADLINE_SECONDS,
+            file_size_bytes=image.virtual_size_bytes + SECTOR_ALLOWANCE_BYTES,
+        ),
+        pass_fds=(staged.fileno(), raw.fileno()),
+    )
+    if isinstance(converted, Failure):
+        raise ExpectedError(converted.failure())
+    raw.seek(0)
+    return os.fstat(raw.fileno()).st_size
 
 
 def _checked_by_qemu(vmdk: IO[bytes]) -> None:
