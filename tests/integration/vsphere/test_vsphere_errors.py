@@ -24,6 +24,7 @@ vmodl: Any = untyped_vmodl
         (vim.fault.InvalidPowerState(), ErrorKind.FAILED_PRECONDITION),
         (vim.fault.DuplicateName(), ErrorKind.ALREADY_EXISTS),
         (vmodl.fault.NotSupported(), ErrorKind.UNSUPPORTED),
+        (vmodl.fault.MethodNotFound(), ErrorKind.UNSUPPORTED),
         (vmodl.fault.InvalidArgument(), ErrorKind.INVALID_SPEC),
         (vim.fault.InvalidLogin(), ErrorKind.UNAVAILABLE),
         (ConnectionRefusedError(111, "refused"), ErrorKind.UNAVAILABLE),

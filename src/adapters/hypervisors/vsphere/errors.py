@@ -31,6 +31,8 @@ KIND_BY_FAULT: Sequence[tuple[type[BaseException], ErrorKind]] = (
     (vim.fault.DuplicateName, ErrorKind.ALREADY_EXISTS),
     (vim.fault.AlreadyExists, ErrorKind.ALREADY_EXISTS),
     (vmodl.fault.NotSupported, ErrorKind.UNSUPPORTED),
+    # This server lacks the method (an older vCenter, an ESXi host without it): no bug of ours.
+    (vmodl.fault.MethodNotFound, ErrorKind.UNSUPPORTED),
     (vmodl.fault.NotImplemented, ErrorKind.UNSUPPORTED),
     (vmodl.fault.InvalidArgument, ErrorKind.INVALID_SPEC),
     (vim.fault.InvalidName, ErrorKind.INVALID_SPEC),
