@@ -45,15 +45,15 @@ def disk_moves(
     capabilities: CapabilitySource | None = None,
 ) -> DiskMoves:
     """The backend's disk transfer use cases through `staging` (a staging storage, or the PVC
-    root one is built over), gated by `capabilities` (the backend's own by default)."""
+    root one is built over), as the backend's capabilities allow (or `capabilities`')."""
     disks = backend.disk_transfer
     assert disks is not None, "this backend has no disk transfer"
     if isinstance(staging, Path):
         staging = staging_by_backend(owner, SystemClock(), str(staging))
-    gate = capabilities or backend.capabilities
+    claimed = capabilities or backend.capabilities
     return DiskMoves(
-        export_disk=ExportDisk(disks, staging, gate),
-        import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, gate),
+        export_disk=ExportDisk(disks, staging, claimed),
+        import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, claimed),
     )
 
 

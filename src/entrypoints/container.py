@@ -31,7 +31,7 @@ from pyrigaud.entrypoints.grpc.server import ProviderService
 from pyrigaud.entrypoints.grpc.servicer import provider_rpcs
 from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
 from pyrigaud.entrypoints.instrumented import instrument_backend
-from pyrigaud.entrypoints.metrics import Metrics
+from pyrigaud.entrypoints.metrics import Metrics, PrometheusTransfers
 from pyrigaud.entrypoints.settings import Settings
 from pyrigaud.entrypoints.use_cases import provider_use_cases
 
@@ -149,6 +149,9 @@ class Container(containers.DeclarativeContainer):
         staging=staging,
         judge=image_judge,
         leftovers=leftovers,
+        transfer_metrics=providers.Singleton(
+            PrometheusTransfers, metrics, settings.provided.provider_type
+        ),
     )
 
     limiter = providers.Singleton(

@@ -15,7 +15,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -24,6 +24,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+
+from pyrigaud.application.ports.transfer_metrics import TransferPhase
 
 # From a sub-millisecond Describe on the fake to a minutes-long Create or disk import.
 LATENCY_BUCKETS_SECONDS = (
@@ -49,6 +51,13 @@ LATENCY_BUCKETS_SECONDS = (
 )
 
 _BUCKET_NAMES = (*(str(bound) for bound in LATENCY_BUCKETS_SECONDS), "+Inf")
+# A disk transfer: seconds to the manager's 30-minute deadline and past it.
+TRANSFER_BUCKETS_SECONDS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+MiB = 1024**2
+TRANSFER_BUCKETS_BYTES_PER_SECOND = tuple(
+    float(mib * MiB) for mib in (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048)
+)
+TRANSFER_LABELS = ("backend", "storage", "direction")
 
 
 class _ThreadCounts:
@@ -239,6 +248,40 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.transfer_bytes = Counter(
+            "pyrigaud_transfer_bytes",
+            "Disk bytes moved between the hypervisor and the staging storage, as they pass.",
+            TRANSFER_LABELS,
+            registry=self.registry,
+        )
+        self.transfers_in_flight = Gauge(
+            "pyrigaud_transfers_in_flight",
+            "Disk exports and imports running right now.",
+            TRANSFER_LABELS,
+            registry=self.registry,
+        )
+        self.transfer_duration = Histogram(
+            "pyrigaud_transfer_duration_seconds",
+            "Time a disk export or import took, however it ended.",
+            TRANSFER_LABELS,
+            buckets=TRANSFER_BUCKETS_SECONDS,
+            registry=self.registry,
+        )
+        self.transfer_throughput = Histogram(
+            "pyrigaud_transfer_throughput_bytes_per_second",
+            "Staged bytes per second of each disk export or import that succeeded.",
+            TRANSFER_LABELS,
+            buckets=TRANSFER_BUCKETS_BYTES_PER_SECOND,
+            registry=self.registry,
+        )
+        self.transfer_failures = Counter(
+            "pyrigaud_transfer_failures",
+            "Disk exports and imports that failed, by the phase they failed in (open, read, "
+            "write, verify, commit).",
+            (*TRANSFER_LABELS, "phase"),
+            registry=self.registry,
+        )
+
     def watch_inflight_mutations(self, count: Callable[[], int]) -> None:
         """Read the mutation count at scrape time from its owner (the limiter)."""
         self.inflight_mutations.set_function(count)
@@ -248,3 +291,34 @@ class Metrics:
         OpenMetrics for Prometheus, the classic 0.0.4 text format for anyone else."""
         encode, content_type = choose_encoder(accept)
         return encode(self.registry), content_type
+
+
+class PrometheusTransfers:
+    """The TransferMetrics port on these metrics, for the hypervisor `backend` serving."""
+
+    def __init__(self, metrics: Metrics, backend: str) -> None:
+        self._metrics = metrics
+        self._backend = backend
+
+    def started(self, direction: str, storage: str) -> None:
+        self._metrics.transfers_in_flight.labels(self._backend, storage, direction).inc()
+
+    def moved(self, direction: str, storage: str, count: int) -> None:
+        self._metrics.transfer_bytes.labels(self._backend, storage, direction).inc(count)
+
+    def ended(
+        self,
+        direction: str,
+        storage: str,
+        *,
+        seconds: float,
+        size_bytes: int,
+        failed_in: TransferPhase | None,
+    ) -> None:
+        labels = (self._backend, storage, direction)
+        self._metrics.transfers_in_flight.labels(*labels).dec()
+        self._metrics.transfer_duration.labels(*labels).observe(seconds)
+        if failed_in is not None:
+            self._metrics.transfer_failures.labels(*labels, failed_in.value).inc()
+        elif size_bytes and seconds > 0:
+            self._metrics.transfer_throughput.labels(*labels).observe(size_bytes / seconds)

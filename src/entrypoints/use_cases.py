@@ -17,6 +17,7 @@ from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.application.ports.transfer_metrics import TransferMetrics
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
 from pyrigaud.application.use_cases.clone_vm import CloneVM
@@ -105,9 +106,11 @@ def provider_use_cases(
     staging: StagingStorage,
     judge: ImageJudge,
     leftovers: LeftoverPolicy,
+    transfer_metrics: TransferMetrics,
 ) -> ProviderUseCases:
-    """`staging` is where disks move through, `judge` tells a staged image's format, and
-    `leftovers` when a transfer's staged temporaries count as abandoned."""
+    """`staging` is where disks move through, `judge` tells a staged image's format,
+    `leftovers` when a transfer's staged temporaries count as abandoned, and
+    `transfer_metrics` what an operator sees of transfers."""
     caps = backend.capabilities
     abandoned = leftovers.transfer_abandoned_after_seconds
     return ProviderUseCases(
@@ -130,12 +133,25 @@ def provider_use_cases(
         export_disk=_served(
             backend.disk_transfer,
             "disk export",
-            lambda p: ExportDisk(p, staging, caps, abandoned),
+            lambda p: ExportDisk(
+                p,
+                staging,
+                caps,
+                abandoned_after_seconds=abandoned,
+                metrics=transfer_metrics,
+            ),
         ),
         import_disk=_served(
             backend.disk_transfer,
             "disk import",
-            lambda p: ImportDisk(p, staging, judge, caps, abandoned),
+            lambda p: ImportDisk(
+                p,
+                staging,
+                judge,
+                caps,
+                abandoned_after_seconds=abandoned,
+                metrics=transfer_metrics,
+            ),
         ),
         get_disk_info=_served(backend.disk_transfer, "disk transfer", GetDiskInfo),
         list_vms=ListVMs(backend.inventory),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.application.ports.transfer_metrics import UncountedTransfers
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
@@ -64,6 +65,7 @@ def test_a_lacked_port_is_unsupported_and_unclaimed(
             staging=staging_by_backend(owner.provider, harness.clock),
             judge=IMAGE_JUDGE,
             leftovers=LeftoverPolicy(owner=owner),
+            transfer_metrics=UncountedTransfers(),
         )
         for call in CALLS_BY_PORT[port]:
             assert error_kind(call(use)) is ErrorKind.UNSUPPORTED

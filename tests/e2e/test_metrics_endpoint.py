@@ -6,6 +6,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -47,9 +48,17 @@ class Served:
 
 
 @pytest.fixture
-def served() -> Iterator[Served]:
-    """The gRPC server and the health server sharing one Metrics, as `pyrigaud serve` does."""
-    settings = load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0"})
+def served(tmp_path: Path) -> Iterator[Served]:
+    """The gRPC server and the health server sharing one Metrics, as `pyrigaud serve` does
+    (PVC `mig` mounted for disk transfers)."""
+    (tmp_path / "mig").mkdir()
+    settings = load_settings(
+        {
+            "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
+            "PYRIGAUD_PORT": "0",
+            "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path),
+        }
+    )
     container = build_container(settings)
     metrics = Metrics()
     clock = ManualClock()
@@ -105,6 +114,50 @@ def test_scrape_after_rpcs_shows_rpcs_and_hypervisor_calls(served: Served) -> No
     assert value("pyrigaud_hypervisor_call_duration_seconds_count", operation="describe") == 1
     assert value("pyrigaud_inflight_rpcs") == 0
     assert value("pyrigaud_inflight_mutations") == 0
+
+
+def test_disk_transfers_show_their_bytes_durations_and_where_the_failed_ones_failed(
+    served: Served,
+) -> None:
+    vm_id = create_vm(served.stub, "metrics-transfer")
+    exported = served.stub.ExportDisk(
+        pb.ExportDiskRequest(
+            vm_id=vm_id,
+            destination_url="pvc://mig/m.qcow2",
+            backend_type="pvc",
+            transfer_mode="relay",
+        ),
+        timeout=5,
+    )
+    with pytest.raises(grpc.RpcError):
+        served.stub.ImportDisk(
+            pb.ImportDiskRequest(
+                source_url="pvc://mig/m.qcow2",
+                target_name="metrics-in",
+                verify_checksum=True,
+                expected_checksum="0" * 64,
+                backend_type="pvc",
+                transfer_mode="relay",
+            ),
+            timeout=5,
+        )
+
+    samples = scrape(served)
+
+    def value(name: str, **labels: str) -> float | None:
+        return samples.get((name, frozenset(labels.items())))
+
+    export = {"backend": "libvirt", "storage": "pvc", "direction": "export"}
+    imports = {**export, "direction": "import"}
+    assert value("pyrigaud_transfer_bytes_total", **export) == exported.estimated_size_bytes
+    assert value("pyrigaud_transfer_bytes_total", **imports) == exported.estimated_size_bytes
+    assert value("pyrigaud_transfers_in_flight", **export) == 0
+    assert value("pyrigaud_transfer_duration_seconds_count", **export) == 1
+    assert value("pyrigaud_transfer_duration_seconds_count", **imports) == 1
+    assert value("pyrigaud_transfer_throughput_bytes_per_second_count", **export) == 1
+    assert value("pyrigaud_transfer_throughput_bytes_per_second_count", **imports) is None
+    assert value("pyrigaud_transfer_failures_total", **imports, phase="verify") == 1
+    assert value("pyrigaud_transfer_failures_total", **export, phase="open") is None
 
 
 def test_prometheus_asking_for_openmetrics_gets_it(served: Served) -> None:

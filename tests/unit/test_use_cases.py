@@ -25,6 +25,7 @@ from pyrigaud.application.ownership import (
 )
 from pyrigaud.application.ports import VMLifecycle
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingBackends
+from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -697,7 +698,7 @@ def test_export_refuses_unlisted_modes_and_compression(
     relay_only = ExportDisk(
         served(backend.disk_transfer),
         staging,
-        FakeCapabilities(
+        capabilities=FakeCapabilities(
             FakeHypervisor(
                 clock,
                 capabilities=FAKE_CAPABILITIES.model_copy(update={"supported_transfer_modes": ()}),
@@ -723,7 +724,10 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     assert error_kind(direct) is ErrorKind.INVALID_SPEC
     assert error_of(direct).message.startswith("transfer_mode:")
     importing = ImportDisk(
-        served(backend.disk_transfer), staging, IMAGE_JUDGE, backend.capabilities
+        served(backend.disk_transfer),
+        staging,
+        IMAGE_JUDGE,
+        backend.capabilities,
     )
     direct_import = importing(
         ImportRequest(source_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT)
@@ -765,6 +769,60 @@ def test_a_direct_transfer_through_nfs_is_carried_out_as_relay(backend: Backend)
     )
     assert error_of(exported).message == "the test's staging refuses"
     assert [location.key for location in staging.asked] == ["vmmigrations-ns-m-export.qcow2"]
+
+
+class RecordedTransfers:
+    """TransferMetrics that keep what they were told."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.ends: list[tuple[str, str, TransferPhase | None]] = []
+
+    def started(self, direction: str, storage: str) -> None:
+        del direction, storage
+
+    def moved(self, direction: str, storage: str, count: int) -> None:
+        self.bytes += count
+
+    def ended(
+        self,
+        direction: str,
+        storage: str,
+        *,
+        seconds: float,
+        size_bytes: int,
+        failed_in: TransferPhase | None,
+    ) -> None:
+        self.ends.append((direction, storage, failed_in))
+
+
+def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
+    backend: Backend, staging: StagingBackends
+) -> None:
+    vm_id = create(backend)
+    metrics = RecordedTransfers()
+    disks = served(backend.disk_transfer)
+    moves = transfers.DiskMoves(
+        export_disk=ExportDisk(disks, staging, backend.capabilities, metrics=metrics),
+        import_disk=ImportDisk(
+            disks,
+            staging,
+            IMAGE_JUDGE,
+            backend.capabilities,
+            metrics=metrics,
+        ),
+    )
+    refused = ExportDisk(disks, RefusingStaging(), backend.capabilities, metrics=metrics)
+    exported = ok(transfers.export_disk(moves, vm_id, "pvc://m/counted.qcow2"))
+    transfers.export_disk(transfers.DiskMoves(refused, moves.import_disk), vm_id, "pvc://m/x")
+    transfers.import_disk(moves, "pvc://m/counted.qcow2", expected_checksum="0" * 64)
+
+    assert metrics.ends == [
+        ("export", "pvc", None),
+        ("export", "pvc", TransferPhase.OPEN),
+        ("import", "pvc", TransferPhase.VERIFY),
+    ]
+    assert metrics.bytes == 2 * exported.estimated_size_bytes
 
 
 def test_verify_checksum_without_an_expected_one_imports_and_answers_the_checksum(

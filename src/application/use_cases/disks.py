@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
@@ -31,6 +33,11 @@ from pyrigaud.application.ports.disk_transfer import (
 )
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.application.ports.transfer_metrics import (
+    TransferMetrics,
+    TransferPhase,
+    UncountedTransfers,
+)
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.application.use_cases.capabilities import require, require_listed
 from pyrigaud.domain import fields
@@ -56,6 +63,9 @@ STAGED_SUFFIXES = (".qcow2", ".raw", ".vmdk", ".img")
 # Staged temporaries older than this belong to dead transfers.
 ABANDONED_AFTER_SECONDS = 2 * TRANSFER_DEADLINE_SECONDS
 
+_UNCOUNTED = UncountedTransfers()
+T = TypeVar("T")
+
 logger = logging.getLogger(__name__)
 
 
@@ -65,12 +75,15 @@ class ExportDisk:
         disks: DiskReading,
         staging: StagingStorage,
         capabilities: CapabilitySource,
+        *,
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
+        metrics: TransferMetrics = _UNCOUNTED,
     ) -> None:
         self._disks = disks
         self._staging = staging
         self._capabilities = capabilities
         self._abandoned_after_seconds = abandoned_after_seconds
+        self._metrics = metrics
 
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         caps = self._capabilities.capabilities()
@@ -102,11 +115,15 @@ class ExportDisk:
                 )
             )
             .bind(lambda _: _checked(request.destination, fields.DESTINATION_URL))
-            .bind(lambda destination: self._export(request, destination))
+            .bind(
+                lambda destination: _Watched(self._metrics, "export", destination).over(
+                    lambda watched: self._export(request, destination, watched)
+                )
+            )
         )
 
     def _export(
-        self, request: ExportRequest, destination: StagedLocation
+        self, request: ExportRequest, destination: StagedLocation, watched: _Watched
     ) -> Result[ExportResult, ProviderError]:
         opened = self._disks.read_disk(request)
         if isinstance(opened, Failure):
@@ -114,7 +131,7 @@ class ExportDisk:
         stream = opened.unwrap()
         try:
             _sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
-            staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}")
+            staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}", watched)
         finally:
             stream.close()
         return staged.map(
@@ -126,7 +143,7 @@ class ExportDisk:
         )
 
     def _staged(
-        self, stream: DiskStream, destination: StagedLocation, doing: str
+        self, stream: DiskStream, destination: StagedLocation, doing: str, watched: _Watched
     ) -> Result[StagedDigest, ProviderError]:
         """Every chunk of `stream` staged and committed; on any failure (a cancelled call
         too) the writer is aborted, so nothing stays staged under a temporary or the name."""
@@ -136,13 +153,14 @@ class ExportDisk:
         writer = opened.unwrap()
         progress = TransferProgress(doing, destination)
         try:
-            copied = _copy(stream.read_chunk, writer, progress)
+            copied = _copy(stream.read_chunk, writer, progress, watched)
         except BaseException:
             writer.abort()
             raise
         if isinstance(copied, Failure):
             writer.abort()
             return copied
+        watched.phase = TransferPhase.COMMIT
         committed = writer.commit()
         if isinstance(committed, Success):
             progress.finished(committed.unwrap())
@@ -156,13 +174,16 @@ class ImportDisk:
         staging: StagingStorage,
         judge: ImageJudge,
         capabilities: CapabilitySource,
+        *,
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
+        metrics: TransferMetrics = _UNCOUNTED,
     ) -> None:
         self._disks = disks
         self._staging = staging
         self._judge = judge
         self._capabilities = capabilities
         self._abandoned_after_seconds = abandoned_after_seconds
+        self._metrics = metrics
 
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         caps = self._capabilities.capabilities()
@@ -189,11 +210,15 @@ class ImportDisk:
                 )
             )
             .bind(lambda _: _checked(request.source, fields.SOURCE_URL))
-            .bind(lambda source: self._import(request, source))
+            .bind(
+                lambda source: _Watched(self._metrics, "import", source).over(
+                    lambda watched: self._import(request, source, watched)
+                )
+            )
         )
 
     def _import(
-        self, request: ImportRequest, source: StagedLocation
+        self, request: ImportRequest, source: StagedLocation, watched: _Watched
     ) -> Result[ImportResult, ProviderError]:
         expected = request.expected_checksum if request.verify_checksum else None
         if request.verify_checksum and not request.expected_checksum:
@@ -221,13 +246,15 @@ class ImportDisk:
                 return earlier
             record = earlier.unwrap()
             if record is not None:
-                return _answer_again(record, reader, source, expected, site)
-            landed = self._land(site, reader, source, expected)
+                watched.phase = TransferPhase.VERIFY
+                return _answer_again(record, reader, source, expected, site, watched=watched)
+            landed = self._land(site, reader, source, expected, watched)
         finally:
             reader.close()
         if isinstance(landed, Failure):
             return landed
         disk, digest = landed.unwrap()
+        watched.phase = TransferPhase.COMMIT
         result = ImportResult(
             disk_id=site.disk_name,
             path=disk.path,
@@ -242,13 +269,15 @@ class ImportDisk:
         reader: StagedReader,
         source: StagedLocation,
         expected: str | None,
+        watched: _Watched,
     ) -> Result[tuple[LandedDisk, StagedDigest], ProviderError]:
         """The staged bytes received by the hypervisor, checked, then made the disk; with the
         digest of the staged bytes."""
-        held = self._received(site, reader, source, expected)
+        held = self._received(site, reader, source, expected, watched)
         if isinstance(held, Failure):
             return held
         received, digest = held.unwrap()
+        watched.phase = TransferPhase.COMMIT
         try:
             landed = received.land()
         finally:
@@ -261,23 +290,33 @@ class ImportDisk:
         reader: StagedReader,
         source: StagedLocation,
         expected: str | None,
+        watched: _Watched,
     ) -> Result[tuple[ReceivedDisk, StagedDigest], ProviderError]:
         """The staged bytes held by the hypervisor once their format is judged and their
         checksum matches; nothing is held otherwise."""
         progress = TransferProgress(f"import of {source.name!r}", source)
         inspection = self._judge.inspect(reader.size_bytes)
-        chunks = _StagedChunks(reader, progress, inspection.feed)
+        chunks = _StagedChunks(reader, progress, watched, inspection.feed)
+        watched.phase = TransferPhase.READ
         _, rest = peek_header(chunks, JUDGED_PREFIX_BYTES)
-        if chunks.failure is not None:
-            return Failure(chunks.failure)
-        held = inspection.first_look().bind(
-            lambda image: site.receive(rest, reader.size_bytes, image)
-        )
+        cut_short = chunks.failed()
+        if cut_short is not None:
+            return Failure(cut_short)
+        watched.phase = TransferPhase.VERIFY
+        first_look = inspection.first_look()
+        if isinstance(first_look, Failure):
+            return first_look
+        watched.phase = TransferPhase.WRITE
+        held = site.receive(rest, reader.size_bytes, first_look.unwrap())
+        if chunks.failed() is not None:
+            watched.phase = TransferPhase.READ
         if isinstance(held, Failure):
-            return Failure(chunks.failure or held.failure())
+            return Failure(chunks.failed() or held.failure())
         received = held.unwrap()
         digest = reader.digest()
-        refusal = chunks.failure or _failure_of(inspection.verdict())
+        if chunks.failed() is None:
+            watched.phase = TransferPhase.VERIFY
+        refusal = chunks.failed() or _failure_of(inspection.verdict())
         if refusal is None and expected is not None and digest.sha256 != expected:
             refusal = _checksum_mismatch(digest.sha256, expected)
         if refusal is not None:
@@ -285,6 +324,42 @@ class ImportDisk:
             return Failure(refusal)
         progress.finished(digest)
         return Success((received, digest))
+
+
+class _Watched:
+    """One transfer as its metrics see it: started now, the phase it is in (where a failure
+    is counted), its bytes as they pass, and its end."""
+
+    def __init__(self, metrics: TransferMetrics, direction: str, location: StagedLocation) -> None:
+        self._metrics = metrics
+        self._direction = direction
+        self._storage = location.backend.value
+        self._started = time.monotonic()
+        self._bytes = 0
+        self.phase = TransferPhase.OPEN
+
+    def over(
+        self, transfer: Callable[[_Watched], Result[T, ProviderError]]
+    ) -> Result[T, ProviderError]:
+        """`transfer` run and counted; an exception (a bug) counts as failed where it was."""
+        self._metrics.started(self._direction, self._storage)
+        failed_in: TransferPhase | None = self.phase
+        try:
+            result = transfer(self)
+            failed_in = self.phase if isinstance(result, Failure) else None
+            return result
+        finally:
+            self._metrics.ended(
+                self._direction,
+                self._storage,
+                seconds=time.monotonic() - self._started,
+                size_bytes=self._bytes,
+                failed_in=failed_in,
+            )
+
+    def moved(self, count: int) -> None:
+        self._bytes += count
+        self._metrics.moved(self._direction, self._storage, count)
 
 
 class GetDiskInfo:
@@ -359,18 +434,22 @@ def _copy(
     read: Callable[[], Result[bytes, ProviderError]],
     writer: StagedWriter,
     progress: TransferProgress,
+    watched: _Watched,
 ) -> Result[None, ProviderError]:
     """Every chunk `read` gives into `writer`, counted; the first failure stops it."""
     while True:
+        watched.phase = TransferPhase.READ
         read_chunk = read()
         if isinstance(read_chunk, Failure):
             return read_chunk
         chunk = read_chunk.unwrap()
         if not chunk:
             return Success(None)
+        watched.phase = TransferPhase.WRITE
         written = writer.write(chunk)
         if isinstance(written, Failure):
             return written
+        watched.moved(len(chunk))
         counted = progress.add(len(chunk))
         if isinstance(counted, Failure):
             return counted
@@ -378,19 +457,26 @@ def _copy(
 
 class _StagedChunks:
     """The staged object's chunks, counted and shown to `inspect`; the first failure (a
-    cancelled call too) ends them early and is kept in `failure`, for the import to answer
+    cancelled call too) ends them early and is kept (`failed`), for the import to answer
     instead of the bytes."""
 
     def __init__(
         self,
         reader: StagedReader,
         progress: TransferProgress,
+        watched: _Watched,
         inspect: Callable[[bytes], None] = lambda _: None,
     ) -> None:
         self._reader = reader
         self._progress = progress
+        self._watched = watched
         self._inspect = inspect
-        self.failure: ProviderError | None = None
+        self._failure: ProviderError | None = None
+
+    def failed(self) -> ProviderError | None:
+        """The failure that ended the chunks early, if one did (asked afresh each time: the
+        chunks run on after the first look)."""
+        return self._failure
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
@@ -398,22 +484,26 @@ class _StagedChunks:
                 lambda chunk: self._progress.add(len(chunk)).map(lambda _: chunk)
             )
             if isinstance(read, Failure):
-                self.failure = read.failure()
+                self._failure = read.failure()
                 return
             chunk = read.unwrap()
             if not chunk:
                 return
+            self._watched.moved(len(chunk))
             self._inspect(chunk)
             yield chunk
 
 
-def _drained(reader: StagedReader, progress: TransferProgress) -> Result[str, ProviderError]:
+def _drained(
+    reader: StagedReader, progress: TransferProgress, watched: _Watched
+) -> Result[str, ProviderError]:
     """The SHA-256 of the whole staged object, read to its end."""
-    chunks = _StagedChunks(reader, progress)
+    chunks = _StagedChunks(reader, progress, watched)
     for _ in chunks:
         pass
-    if chunks.failure is not None:
-        return Failure(chunks.failure)
+    cut_short = chunks.failed()
+    if cut_short is not None:
+        return Failure(cut_short)
     return Success(reader.digest().sha256)
 
 
@@ -423,6 +513,8 @@ def _answer_again(
     source: StagedLocation,
     expected: str | None,
     site: LandingSite,
+    *,
+    watched: _Watched,
 ) -> Result[ImportResult, ProviderError]:
     """A retried import (its first answer was lost) of the same staged bytes answers what
     the record says, without importing again; other bytes under that name (even ones that
@@ -432,7 +524,7 @@ def _answer_again(
         return Failure(_clash(site))
     if expected is None:
         progress = TransferProgress(f"checksum of {site.disk_name!r}", source)
-        drained = _drained(reader, progress)
+        drained = _drained(reader, progress, watched)
         if isinstance(drained, Failure):
             return drained
         expected = drained.unwrap()
