@@ -44,6 +44,7 @@ def start_provider(
             "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
             "PYRIGAUD_PORT": "0",
             "PROVIDER_TYPE": "fake",
+            "PYRIGAUD_STAGING_ALLOW_LOOPBACK": "true",
             **(environ or {}),
         }
     )

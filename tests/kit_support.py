@@ -48,6 +48,8 @@ def served(env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
             "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
             "VIRTRIGAUD_PROVIDER_INSECURE": "true",
             "PYRIGAUD_TLS_DIR": str(tmp_path / "no-tls"),
+            # The tests' staging stores (moto, nfs-ganesha) listen on loopback.
+            "PYRIGAUD_STAGING_ALLOW_LOOPBACK": "true",
             **env,
         },
         stdout=subprocess.DEVNULL,

@@ -56,6 +56,8 @@ class Replica:
                     "VIRTRIGAUD_PROVIDER_INSECURE": "true",
                     "PYRIGAUD_TLS_DIR": str(self._home / "no-tls"),
                     "LOG_FORMAT": "json",
+                    # The tests' staging stores (moto, nfs-ganesha) listen on loopback.
+                    "PYRIGAUD_STAGING_ALLOW_LOOPBACK": "true",
                     **self._environ,
                 },
                 stdout=subprocess.DEVNULL,

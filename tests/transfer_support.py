@@ -13,19 +13,24 @@ from returns.result import Result
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
+from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.use_cases.disks import ExportDisk, ImportDisk
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import ExportRequest, ExportResult, ImportRequest, ImportResult
+from pyrigaud.domain.staging_gate import StagingGate
 from pyrigaud.entrypoints.grpc.wire import parse_export, parse_import
 from pyrigaud.entrypoints.settings import load_settings
 
 TRANSFER_OWNER = "tests/pyrigaud"  # the owner mark of the staged temporaries tests make
 # The staged image judge as `pyrigaud serve` makes it by default.
 IMAGE_JUDGE = InspectingJudge(load_settings({}).max_image_virtual_bytes)
+# The storage gate with the tests' stores on loopback allowed (PYRIGAUD_STAGING_ALLOW_LOOPBACK).
+LOOPBACK_GATE = ResolvingGate(StagingGate(allow_loopback=True))
 # Where this machine can stage disks (S3 needs boto3, NFS libnfs): what backends advertise.
 REACHABLE_STAGING = staging_by_backend(TRANSFER_OWNER, SystemClock()).backends
 
@@ -43,17 +48,20 @@ def disk_moves(
     staging: StagingStorage | Path,
     owner: str = TRANSFER_OWNER,
     capabilities: CapabilitySource | None = None,
+    storage_gate: StorageGate | None = None,
 ) -> DiskMoves:
     """The backend's disk transfer use cases through `staging` (a staging storage, or the PVC
-    root one is built over), as the backend's capabilities allow (or `capabilities`')."""
+    root one is built over), as the backend's capabilities allow (or `capabilities`'), behind
+    `storage_gate` (default: the tests' stores on loopback allowed)."""
     disks = backend.disk_transfer
     assert disks is not None, "this backend has no disk transfer"
     if isinstance(staging, Path):
         staging = staging_by_backend(owner, SystemClock(), str(staging))
     claimed = capabilities or backend.capabilities
+    gate = storage_gate or LOOPBACK_GATE
     return DiskMoves(
-        export_disk=ExportDisk(disks, staging, claimed),
-        import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, claimed),
+        export_disk=ExportDisk(disks, staging, claimed, storage_gate=gate),
+        import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, claimed, storage_gate=gate),
     )
 
 

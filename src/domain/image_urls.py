@@ -57,8 +57,14 @@ def parse_image_url(url: str) -> ImageURL:
     return ImageURL(scheme=scheme, host=host, port=port or DEFAULT_PORTS[scheme], target=target)
 
 
-def address_problem(address: str, *, allow_loopback: bool) -> str | None:
-    """Why the provider must not connect to `address`, or None when it may."""
+def address_problem(
+    address: str,
+    *,
+    allow_loopback: bool,
+    loopback_setting: str = "PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK",
+) -> str | None:
+    """Why the provider must not connect to `address`, or None when it may (`loopback_setting`
+    is what allows loopback, for the message)."""
     try:
         parsed = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
@@ -72,9 +78,7 @@ def address_problem(address: str, *, allow_loopback: bool) -> str | None:
     if parsed.is_unspecified or parsed.is_multicast:
         return f"{parsed} is not a host address"
     if parsed.is_loopback and not allow_loopback:
-        return (
-            f"{parsed} is a loopback address (allowed only with PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK)"
-        )
+        return f"{parsed} is a loopback address (allowed only with {loopback_setting})"
     return None
 
 

@@ -100,6 +100,9 @@ class StagedLocation(Value):
     key: str
     options: StagingOptions = StagingOptions()
     credentials: StorageCredentials | None = Field(default=None, repr=False)
+    # The checked address the store's connections go to ("": the host as named), set by the
+    # storage gate once it resolved and checked the host.
+    address: str = ""
 
     @property
     def name(self) -> str:

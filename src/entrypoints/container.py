@@ -16,6 +16,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
+from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
@@ -152,6 +153,7 @@ class Container(containers.DeclarativeContainer):
         transfer_metrics=providers.Singleton(
             PrometheusTransfers, metrics, settings.provided.provider_type
         ),
+        storage_gate=providers.Singleton(ResolvingGate, settings.provided.staging_gate),
     )
 
     limiter = providers.Singleton(

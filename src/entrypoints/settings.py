@@ -30,6 +30,7 @@ from returns.result import Failure
 from pyrigaud.domain.bounds import MAX_DISK_GIB
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.staging import OPTIONS, TransferBackend, parse_staging_place
+from pyrigaud.domain.staging_gate import StagingGate
 from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
 
 LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
@@ -100,6 +101,9 @@ class Settings(BaseModel):
         64, alias="LIBVIRT_MAX_CONCURRENT_CALLS", ge=1, le=4096
     )
     image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
+    # Where a request may aim the staging stores' connections (S3 endpoints, NFS servers).
+    staging_allow_loopback: bool = Field(False, alias="PYRIGAUD_STAGING_ALLOW_LOOPBACK")
+    staging_allowed_hosts: str = Field("", alias="PYRIGAUD_STAGING_ALLOWED_HOSTS")
     # Where the manager mounts the PVCs that pvc://<pvc>/<path> URLs of ExportDisk/ImportDisk name.
     migration_storage_root: Path = Field(
         Path("/mnt/migration-storage"), alias="PYRIGAUD_MIGRATION_STORAGE_ROOT"
@@ -144,6 +148,7 @@ class Settings(BaseModel):
         "tls_enabled",
         "insecure",
         "image_url_allow_loopback",
+        "staging_allow_loopback",
         "tls_insecure_skip_verify",
         "libvirt_insecure_skip_host_key_verification",
         mode="before",
@@ -216,6 +221,20 @@ class Settings(BaseModel):
             return self.libvirt_domain_type
         return "test" if self.endpoint.startswith("test:") else "kvm"
 
+    @field_validator("staging_allowed_hosts")
+    @classmethod
+    def _staging_networks(cls, value: str) -> str:
+        """Each entry an IP address or network, checked now: a typo refuses start-up."""
+        StagingGate(allowed_networks=_comma_list(value))
+        return value
+
+    @property
+    def staging_gate(self) -> StagingGate:
+        return StagingGate(
+            allow_loopback=self.staging_allow_loopback,
+            allowed_networks=_comma_list(self.staging_allowed_hosts),
+        )
+
     @property
     def max_image_virtual_bytes(self) -> int:
         return self.max_image_virtual_gib * 1024**3
@@ -233,6 +252,10 @@ class Settings(BaseModel):
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         return f"{host}:{self.port}"
+
+
+def _comma_list(value: str) -> tuple[str, ...]:
+    return tuple(entry.strip() for entry in value.split(",") if entry.strip())
 
 
 def _one_of(value: str, choices: tuple[str, ...], *, default: str) -> str:

@@ -17,6 +17,7 @@ from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import TransferMetrics
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.capabilities import GetCapabilities
@@ -107,8 +108,10 @@ def provider_use_cases(
     judge: ImageJudge,
     leftovers: LeftoverPolicy,
     transfer_metrics: TransferMetrics,
+    storage_gate: StorageGate,
 ) -> ProviderUseCases:
-    """`staging` is where disks move through, `judge` tells a staged image's format,
+    """`staging` is where disks move through (`storage_gate` says which of its stores a
+    request may name), `judge` tells a staged image's format,
     `leftovers` when a transfer's staged temporaries count as abandoned, and
     `transfer_metrics` what an operator sees of transfers."""
     caps = backend.capabilities
@@ -137,6 +140,7 @@ def provider_use_cases(
                 p,
                 staging,
                 caps,
+                storage_gate=storage_gate,
                 abandoned_after_seconds=abandoned,
                 metrics=transfer_metrics,
             ),
@@ -149,6 +153,7 @@ def provider_use_cases(
                 staging,
                 judge,
                 caps,
+                storage_gate=storage_gate,
                 abandoned_after_seconds=abandoned,
                 metrics=transfer_metrics,
             ),

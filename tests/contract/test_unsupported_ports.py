@@ -24,7 +24,7 @@ from pyrigaud.entrypoints.use_cases import ProviderUseCases, provider_use_cases
 from contract.conftest import harness_of, lacked_ports
 from contract.test_health_contract import claimed_ports
 from support import error_kind
-from transfer_support import IMAGE_JUDGE
+from transfer_support import IMAGE_JUDGE, LOOPBACK_GATE
 
 # Each optional port's RPCs, as the servicer calls them.
 CALLS_BY_PORT = {
@@ -66,6 +66,7 @@ def test_a_lacked_port_is_unsupported_and_unclaimed(
             judge=IMAGE_JUDGE,
             leftovers=LeftoverPolicy(owner=owner),
             transfer_metrics=UncountedTransfers(),
+            storage_gate=LOOPBACK_GATE,
         )
         for call in CALLS_BY_PORT[port]:
             assert error_kind(call(use)) is ErrorKind.UNSUPPORTED

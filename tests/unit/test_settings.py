@@ -46,6 +46,8 @@ def test_mock_is_an_alias_of_fake_and_ipv6_addresses_are_bracketed() -> None:
         ({"PYRIGAUD_PORT": "70000"}, "PYRIGAUD_PORT"),
         ({"TLS_ENABLED": "maybe"}, "TLS_ENABLED"),
         ({"PYRIGAUD_FAKE_LATENCY": "create=slow"}, "PYRIGAUD_FAKE_LATENCY"),
+        ({"PYRIGAUD_STAGING_ALLOWED_HOSTS": "10.0.0.0/8, minio"}, "PYRIGAUD_STAGING_ALLOWED_HOSTS"),
+        ({"PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB": "0"}, "PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB"),
     ],
 )
 def test_bad_settings_name_the_setting(environ: dict[str, str], named: str) -> None:

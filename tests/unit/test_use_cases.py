@@ -68,7 +68,7 @@ from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
 import transfer_support as transfers
 from support import ManualClock, error_kind, error_of, ok
-from transfer_support import IMAGE_JUDGE, disk_moves
+from transfer_support import IMAGE_JUDGE, LOOPBACK_GATE, disk_moves
 
 OWNER = OwnerMark(provider="ns/provider")
 P = TypeVar("P")
@@ -655,9 +655,9 @@ def test_operations_the_backend_lacks_are_unsupported(
         PrepareImageRequest(source=ImageSource(url="http://127.0.0.1/x"), target_name="x")
     )
     assert error_kind(prepare) is ErrorKind.UNSUPPORTED
-    export = ExportDisk(served(limited.disk_transfer), staging, capabilities)(
-        ExportRequest(vm_id=vm_id, destination_url="pvc://m/x")
-    )
+    export = ExportDisk(
+        served(limited.disk_transfer), staging, capabilities, storage_gate=LOOPBACK_GATE
+    )(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))
     assert error_kind(export) is ErrorKind.UNSUPPORTED
     upgrade = UpgradeHardware(limited.lifecycle, capabilities)(vm_id, 0)
     assert error_kind(upgrade) is ErrorKind.UNSUPPORTED
@@ -692,12 +692,15 @@ def test_export_refuses_unlisted_modes_and_compression(
         )
     )
     vm_id = create(backend)
-    export = ExportDisk(served(backend.disk_transfer), staging, backend.capabilities)
+    export = ExportDisk(
+        served(backend.disk_transfer), staging, backend.capabilities, storage_gate=LOOPBACK_GATE
+    )
     compressed = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
     relay_only = ExportDisk(
         served(backend.disk_transfer),
         staging,
+        storage_gate=LOOPBACK_GATE,
         capabilities=FakeCapabilities(
             FakeHypervisor(
                 clock,
@@ -715,7 +718,9 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     backend: Backend, backend_type: TransferBackend, staging: StagingBackends
 ) -> None:
     """The manager's own rule: only NFS can be reached by the hypervisor itself."""
-    export = ExportDisk(served(backend.disk_transfer), staging, backend.capabilities)
+    export = ExportDisk(
+        served(backend.disk_transfer), staging, backend.capabilities, storage_gate=LOOPBACK_GATE
+    )
     direct = export(
         ExportRequest(
             vm_id="any", destination_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT
@@ -728,6 +733,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
         staging,
         IMAGE_JUDGE,
         backend.capabilities,
+        storage_gate=LOOPBACK_GATE,
     )
     direct_import = importing(
         ImportRequest(source_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT)
@@ -803,16 +809,21 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
     metrics = RecordedTransfers()
     disks = served(backend.disk_transfer)
     moves = transfers.DiskMoves(
-        export_disk=ExportDisk(disks, staging, backend.capabilities, metrics=metrics),
+        export_disk=ExportDisk(
+            disks, staging, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+        ),
         import_disk=ImportDisk(
             disks,
             staging,
             IMAGE_JUDGE,
             backend.capabilities,
+            storage_gate=LOOPBACK_GATE,
             metrics=metrics,
         ),
     )
-    refused = ExportDisk(disks, RefusingStaging(), backend.capabilities, metrics=metrics)
+    refused = ExportDisk(
+        disks, RefusingStaging(), backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+    )
     exported = ok(transfers.export_disk(moves, vm_id, "pvc://m/counted.qcow2"))
     transfers.export_disk(transfers.DiskMoves(refused, moves.import_disk), vm_id, "pvc://m/x")
     transfers.import_disk(moves, "pvc://m/counted.qcow2", expected_checksum="0" * 64)

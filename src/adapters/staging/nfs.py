@@ -200,7 +200,11 @@ def _mounted(location: StagedLocation) -> NfsSession:
         location,
         "reach",
         lambda: NfsSession(
-            options.server.strip("[]"), location.container, options.uid, options.gid
+            # The address the storage gate checked, when it did.
+            location.address or options.server.strip("[]"),
+            location.container,
+            options.uid,
+            options.gid,
         ),
         mounting=True,
     )

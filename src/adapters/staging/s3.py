@@ -144,14 +144,18 @@ class S3Staging:
         import boto3  # noqa: PLC0415
         from botocore.config import Config  # noqa: PLC0415
 
+        from pyrigaud.adapters.staging.pinned_http import pin_to_address  # noqa: PLC0415
+
         credentials = location.credentials
         if credentials is None:  # parse_staged_location always sets them for s3
             raise ExpectedError(ProviderError.invalid_spec("credentials", "required for s3"))
         options = location.options
+        pinned = bool(location.address and options.endpoint)
         config = Config(
             region_name=options.region,
             signature_version="s3v4",
-            s3={"addressing_style": "path" if options.use_path_style else "virtual"},
+            # A pinned client reaches one checked host: the bucket goes in the path.
+            s3={"addressing_style": "path" if options.use_path_style or pinned else "virtual"},
             retries={"mode": "standard", "total_max_attempts": self.attempts},
             connect_timeout=self.connect_timeout_seconds,
             read_timeout=self.read_timeout_seconds,
@@ -160,7 +164,7 @@ class S3Staging:
             response_checksum_validation="when_required",
         )
         token = credentials.session_token
-        return boto3.session.Session().client(
+        client = boto3.session.Session().client(
             "s3",
             endpoint_url=options.endpoint or None,
             aws_access_key_id=credentials.access_key_id,
@@ -168,6 +172,15 @@ class S3Staging:
             aws_session_token=token.get_secret_value() if token else None,
             config=config,
         )
+        if pinned:
+            pin_to_address(
+                client,
+                options.endpoint,
+                location.address,
+                connect_seconds=self.connect_timeout_seconds,
+                read_seconds=self.read_timeout_seconds,
+            )
+        return client
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """ExportDisk / ImportDisk / GetDiskInfo: a disk's move through staging storage, the same on
 every hypervisor.
 
-ExportDisk reads the disk off the hypervisor (`DiskReading`) into the staging storage. ImportDisk
+Both first have the storage gate check where the staging store is (a request names the S3
+endpoint and the NFS server) and pin the address connections go to. ExportDisk reads the disk
+off the hypervisor (`DiskReading`) into the staging storage. ImportDisk
 reads the staged object, has its image format judged from its first bytes, has the hypervisor
 hold the bytes (`LandingSite.receive`), checks their SHA-256, and only then makes the disk and
 keeps the import's record beside it. Both first sweep dead transfers' temporaries where they go,
@@ -33,6 +35,7 @@ from pyrigaud.application.ports.disk_transfer import (
 )
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import (
     TransferMetrics,
     TransferPhase,
@@ -76,11 +79,13 @@ class ExportDisk:
         staging: StagingStorage,
         capabilities: CapabilitySource,
         *,
+        storage_gate: StorageGate,
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
         metrics: TransferMetrics = _UNCOUNTED,
     ) -> None:
         self._disks = disks
         self._staging = staging
+        self._storage_gate = storage_gate
         self._capabilities = capabilities
         self._abandoned_after_seconds = abandoned_after_seconds
         self._metrics = metrics
@@ -115,6 +120,7 @@ class ExportDisk:
                 )
             )
             .bind(lambda _: _checked(request.destination, fields.DESTINATION_URL))
+            .bind(self._storage_gate.admitted)
             .bind(
                 lambda destination: _Watched(self._metrics, "export", destination).over(
                     lambda watched: self._export(request, destination, watched)
@@ -175,11 +181,13 @@ class ImportDisk:
         judge: ImageJudge,
         capabilities: CapabilitySource,
         *,
+        storage_gate: StorageGate,
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
         metrics: TransferMetrics = _UNCOUNTED,
     ) -> None:
         self._disks = disks
         self._staging = staging
+        self._storage_gate = storage_gate
         self._judge = judge
         self._capabilities = capabilities
         self._abandoned_after_seconds = abandoned_after_seconds
@@ -210,6 +218,7 @@ class ImportDisk:
                 )
             )
             .bind(lambda _: _checked(request.source, fields.SOURCE_URL))
+            .bind(self._storage_gate.admitted)
             .bind(
                 lambda source: _Watched(self._metrics, "import", source).over(
                     lambda watched: self._import(request, source, watched)

@@ -1,0 +1,61 @@
+"""The StorageGate port: a staging store's host resolved once, every address checked by the
+domain's rule (`domain/staging_gate.py`), and the first one pinned on the location, so the
+store's connections go to the address that was checked (a DNS answer that changes between the
+check and the connection cannot move them).
+
+A PVC is a mounted folder: nothing to reach. S3 without an endpoint is AWS itself, reached by
+name as boto3 does (its host is AWS's, whatever the request says).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.staging import OPTIONS, StagedLocation, TransferBackend
+from pyrigaud.domain.staging_gate import StagingGate
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+NFS_PORT = 2049
+
+
+@dataclass(frozen=True)
+class ResolvingGate:
+    gate: StagingGate
+
+    def admitted(self, location: StagedLocation) -> Result[StagedLocation, ProviderError]:
+        reached = _reached(location)
+        if reached is None:
+            return Success(location)
+        field, host, port = reached
+        try:
+            answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as error:
+            return Failure(ProviderError.unavailable(f"{field}: cannot resolve {host!r}: {error}"))
+        addresses = list(dict.fromkeys(str(answer[4][0]) for answer in answers))
+        for address in addresses:
+            refusal = self.gate.refusal(address)
+            if refusal is not None:
+                return Failure(
+                    ProviderError.permission_denied(
+                        f"{field}: {host} is not a place this provider may reach ({refusal}); "
+                        "nothing was sent there"
+                    )
+                )
+        return Success(location.model_copy(update={"address": addresses[0]}))
+
+
+def _reached(location: StagedLocation) -> tuple[str, str, int] | None:
+    """The request field naming the host a location's connections go to, the host, its port."""
+    options = location.options
+    if location.backend is TransferBackend.NFS:
+        return f"{OPTIONS}.server", options.server.strip("[]"), NFS_PORT
+    if location.backend is TransferBackend.S3 and options.endpoint:
+        parts = urlsplit(options.endpoint)
+        host = parts.hostname or ""
+        return f"{OPTIONS}.endpoint", host, parts.port or DEFAULT_PORTS[parts.scheme]
+    return None
