@@ -102,17 +102,13 @@ class ExportDisk:
         self, request: ExportRequest, caps: Capabilities
     ) -> Result[ExportResult, ProviderError]:
         return (
-            require(caps.supports_disk_export, "disk export")
-            .bind(lambda _: require_listed(request.format, caps.supported_export_formats, "format"))
-            .bind(
-                lambda _: require_listed(
-                    request.backend.value, caps.supported_export_backends, "export backend"
-                )
-            )
-            .bind(
-                lambda _: require_listed(
-                    request.mode.value, caps.supported_transfer_modes, "transfer mode"
-                )
+            _claimed(
+                request,
+                "export",
+                supported=caps.supports_disk_export,
+                formats=caps.supported_export_formats,
+                backends=caps.supported_export_backends,
+                modes=caps.supported_transfer_modes,
             )
             .bind(
                 lambda _: require(
@@ -205,17 +201,13 @@ class ImportDisk:
         self, request: ImportRequest, caps: Capabilities
     ) -> Result[ImportResult, ProviderError]:
         return (
-            require(caps.supports_disk_import, "disk import")
-            .bind(lambda _: require_listed(request.format, caps.supported_import_formats, "format"))
-            .bind(
-                lambda _: require_listed(
-                    request.backend.value, caps.supported_import_backends, "import backend"
-                )
-            )
-            .bind(
-                lambda _: require_listed(
-                    request.mode.value, caps.supported_transfer_modes, "transfer mode"
-                )
+            _claimed(
+                request,
+                "import",
+                supported=caps.supports_disk_import,
+                formats=caps.supported_import_formats,
+                backends=caps.supported_import_backends,
+                modes=caps.supported_transfer_modes,
             )
             .bind(lambda _: _checked(request.source, fields.SOURCE_URL))
             .bind(self._storage_gate.admitted)
@@ -399,6 +391,25 @@ def _carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode
 
 
 _RELAY_ONLY_BACKENDS = frozenset({TransferBackend.PVC, TransferBackend.S3})
+
+
+def _claimed(
+    request: ExportRequest | ImportRequest,
+    what: str,
+    *,
+    supported: bool,
+    formats: tuple[str, ...],
+    backends: tuple[str, ...],
+    modes: tuple[str, ...],
+) -> Result[None, ProviderError]:
+    """UNSUPPORTED unless the capabilities claim the disk `what` (export, import) with the
+    request's format, staging backend and mode: what GetCapabilities told the manager."""
+    return (
+        require(supported, f"disk {what}")
+        .bind(lambda _: require_listed(request.format, formats, "format"))
+        .bind(lambda _: require_listed(request.backend.value, backends, f"{what} backend"))
+        .bind(lambda _: require_listed(request.mode.value, modes, "transfer mode"))
+    )
 
 
 def _checked(location: StagedLocation | None, field: str) -> Result[StagedLocation, ProviderError]:
