@@ -154,9 +154,20 @@ class Guest:
         return metadata
 
     def write_metadata(self, metadata: VMMetadata) -> None:
-        flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
-        if self.dom.isActive():
-            flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+        """Into the definition, and the running domain's too while it runs; a domain that
+        stops between the check and the write (a guest powering off) keeps the definition's."""
+        live = libvirt.VIR_DOMAIN_AFFECT_CONFIG | libvirt.VIR_DOMAIN_AFFECT_LIVE
+        if not self.dom.isActive():
+            self._set_metadata(metadata, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+            return
+        try:
+            self._set_metadata(metadata, live)
+        except libvirt.libvirtError as error:
+            if error_code(error) != libvirt.VIR_ERR_OPERATION_INVALID or self.dom.isActive():
+                raise
+            self._set_metadata(metadata, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+
+    def _set_metadata(self, metadata: VMMetadata, flags: int) -> None:
         self.dom.setMetadata(
             libvirt.VIR_DOMAIN_METADATA_ELEMENT,
             metadata.render(),

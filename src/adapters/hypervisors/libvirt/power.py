@@ -42,9 +42,11 @@ class LibvirtPowerControl:
 
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
         def request(conn: VirConnect) -> None:
+            # The deadline first: once asked, a guest may be gone within the second, and any
+            # replica's TaskStatus needs the deadline from the moment the request is out.
             guest = Guest.by_id(conn, vm_id)
-            guest.ask_to_shut_down()
             guest.write_metadata(guest.own_metadata().with_shutdown_deadline(deadline))
+            guest.ask_to_shut_down()
 
         return self._host.mutate(vm_id, f"shut down {vm_id!r}", request)
 
