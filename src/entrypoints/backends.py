@@ -70,7 +70,7 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
     return build_libvirt_backend(
         connection,
         services.clock,
-        domain_type=settings.resolved_libvirt_domain_type,
+        domain_type=settings.libvirt_domain_type,  # `auto`: resolved per connection
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
         staging_backends=services.staging.backends,

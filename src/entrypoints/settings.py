@@ -214,13 +214,6 @@ class Settings(BaseModel):
         """PROVIDER_ENDPOINT, else the backend's embedded default (libvirt: the test driver)."""
         return self.provider_endpoint or BACKENDS[self.provider_type].default_endpoint
 
-    @property
-    def resolved_libvirt_domain_type(self) -> str:
-        """`auto`: `test` on the test driver, else `kvm` (host capability probing comes later)."""
-        if self.libvirt_domain_type != "auto":
-            return self.libvirt_domain_type
-        return "test" if self.endpoint.startswith("test:") else "kvm"
-
     @field_validator("staging_allowed_hosts")
     @classmethod
     def _staging_networks(cls, value: str) -> str:

@@ -434,3 +434,12 @@ def test_an_unreachable_host_is_an_unhealthy_answer_not_a_crash(tmp_path: Path) 
     assert "missing.xml" in report.message
     assert error_kind(backend.inventory.list_vms()) is ErrorKind.UNAVAILABLE
     connection.close()
+
+
+def test_auto_on_the_test_driver_gives_its_test_domains(tmp_path: Path) -> None:
+    connection = LibvirtConnection(isolated_host_uri(tmp_path))
+    backend = libvirt_test_backend(connection, ManualClock(), domain_type="auto")
+    try:
+        assert backend.health.check().message.endswith(", test (auto) domains")
+    finally:
+        connection.close()

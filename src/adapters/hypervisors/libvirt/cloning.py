@@ -110,7 +110,7 @@ class LibvirtCloning:
         metadata = VMMetadata(owner=owner, created_at=host.clock.now())
         building = DomainDefinition(
             name=request.target_name,
-            domain_type=host.domain_type,
+            domain_type=host.domain_type_of(conn),
             vcpus=facts.vcpus,
             max_vcpus=facts.vcpus,
             memory_mib=facts.memory_mib,

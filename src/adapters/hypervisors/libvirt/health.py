@@ -39,19 +39,23 @@ class LibvirtHealth:
         self._host = host
 
     def check(self) -> HealthReport:
-        """One local call; it also subscribes to the events on a new connection."""
+        """One local call (and, once per connection with LIBVIRT_DOMAIN_TYPE=auto, the host's
+        capabilities); it also subscribes to the events on a new connection. The message says
+        the domain type VMs get, and `(auto)` when the host chose it."""
         connection = self._host.connection
 
-        def version_of(conn: VirConnect) -> int:
+        def version_of(conn: VirConnect) -> tuple[int, str]:
             self._host.domains.attach(conn)
-            return int(conn.getLibVersion())
+            return int(conn.getLibVersion()), self._host.domain_type_of(conn)
 
         try:
-            version = connection.call(version_of)
+            version, domain_type = connection.call(version_of)
         except Exception as error:
             return HealthReport(ok=False, message=f"libvirt at {connection.uri}: {error}")
         major, minor = version // 1_000_000, version // 1000 % 1000
-        return HealthReport(ok=True, message=f"libvirt {major}.{minor} at {connection.uri}")
+        chosen = "" if self._host.domain_type == domain_type else f" ({self._host.domain_type})"
+        where = f"libvirt {major}.{minor} at {connection.uri}"
+        return HealthReport(ok=True, message=f"{where}, {domain_type}{chosen} domains")
 
 
 class LibvirtCapabilities:

@@ -18,6 +18,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
 from pyrigaud.adapters.hypervisors.libvirt.errors import provider_error
+from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import domain_type_for
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, VolumeWriter
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
@@ -30,7 +31,8 @@ T = TypeVar("T")
 class LibvirtHost:
     """What the port modules share: the connection, the settings, and the domain cache.
 
-    `write_volume` puts bytes into a volume (a libvirt stream unless a test says else).
+    `write_volume` puts bytes into a volume (a libvirt stream unless a test says else);
+    `domain_type` is LIBVIRT_DOMAIN_TYPE (`auto` is resolved per connection).
     """
 
     connection: LibvirtConnection
@@ -40,6 +42,11 @@ class LibvirtHost:
     pools: PoolSettings
     allow_loopback_urls: bool
     write_volume: VolumeWriter
+
+    def domain_type_of(self, conn: VirConnect) -> str:
+        """The domain type VMs get here: LIBVIRT_DOMAIN_TYPE, or for `auto` what the host
+        offers (host_capabilities.py)."""
+        return domain_type_for(conn, self.domain_type)
 
     def run(self, doing: str, action: Callable[[VirConnect], T]) -> Result[T, ProviderError]:
         """The edge: libvirt exceptions and expected failures become Failure values."""

@@ -1,4 +1,11 @@
-"""Whether the host can give a VM class the firmware it asks for: UEFI, secure boot, a vTPM.
+"""What the host offers: the domain type `auto` means on it (KVM when the host has it), and
+whether it can give a VM class the firmware it asks for: UEFI, secure boot, a vTPM.
+
+`auto` asks the connection's host capabilities once per connection: `kvm` when an hvm guest of
+the host's own architecture may run under KVM, else `qemu` (QEMU emulating the CPU: nested
+clouds, CI runners, virtualisation off in firmware), and `test` on libvirt's test driver. An
+explicit LIBVIRT_DOMAIN_TYPE wins.
+
 
 Asked of libvirt's domain capabilities for the domain type and machine pyrigaud defines (q35
 for secure boot, which needs SMM; else the host's default machine), before anything is made, so
@@ -10,6 +17,7 @@ connection asks again, e.g. after firmware was installed on the host).
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 import xml.etree.ElementTree as ET
@@ -30,10 +38,56 @@ TPM_MODEL_BY_VERSION = {"2.0": "tpm-crb", "1.2": "tpm-tis"}
 # Drivers without domain capabilities (the test driver) validate the XML themselves.
 _UNANSWERED_CODES = frozenset({libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_OPERATION_UNSUPPORTED})
 
+AUTO = "auto"
+
 _lock = threading.Lock()
 _by_connection: weakref.WeakKeyDictionary[
     object, dict[tuple[str, str | None], ET.Element | None]
 ] = weakref.WeakKeyDictionary()
+_auto_by_connection: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+logger = logging.getLogger(__name__)
+
+
+def domain_type_for(conn: VirConnect, configured: str) -> str:
+    """The domain type VMs get on this connection: `configured`, or for `auto` what the host
+    offers (asked once per connection, and said in one log line)."""
+    if configured != AUTO:
+        return configured
+    with _lock:
+        known = _auto_by_connection.get(conn)
+    if known is not None:
+        return known
+    offered, why = domain_type_offered(str(conn.getCapabilities()))
+    with _lock:
+        first = conn not in _auto_by_connection
+        _auto_by_connection[conn] = offered
+    if first:
+        logger.info("LIBVIRT_DOMAIN_TYPE=auto: VMs are %s domains on this host (%s)", offered, why)
+    return offered
+
+
+def domain_type_offered(capabilities_xml: str) -> tuple[str, str]:
+    """What `auto` means on a host of these capabilities (libvirt's `virsh capabilities`), and
+    why, for the log line and Validate."""
+    root = ET.fromstring(capabilities_xml)  # noqa: S314 - libvirt's own output
+    host_arch = root.findtext("host/cpu/arch", "")
+    offered = {
+        str(domain.get("type"))
+        for guest in root.findall("guest")
+        if guest.findtext("os_type") == "hvm"
+        for arch in guest.findall("arch")
+        if not host_arch or arch.get("name") == host_arch
+        for domain in arch.findall("domain")
+    }
+    if "kvm" in offered:
+        return "kvm", "the host offers KVM"
+    if "test" in offered:
+        return "test", "libvirt's test driver"
+    return "qemu", (
+        "the host offers no KVM: QEMU emulates the CPU (no usable /dev/kvm: a nested cloud, "
+        "a CI runner, virtualisation off in firmware)"
+    )
 
 
 def tpm_version_of(vm_class: VMClass) -> str:

@@ -139,7 +139,7 @@ class LibvirtVMLifecycle:
         """
         host = self._host
         refuse_taken_name(conn, request.name)
-        check_firmware(conn, request.vm_class, host.domain_type)
+        check_firmware(conn, request.vm_class, host.domain_type_of(conn))
         pool = find_pool(conn, request.placement.datastore or host.pools.default_pool, host.pools)
         # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
         attachments = request.networks or (NetworkAttachment(),)
@@ -156,7 +156,7 @@ class LibvirtVMLifecycle:
         vm_class = request.vm_class
         building = DomainDefinition(
             name=request.name,
-            domain_type=host.domain_type,
+            domain_type=host.domain_type_of(conn),
             vcpus=vm_class.cpu,
             max_vcpus=min(MAX_CPU, vm_class.cpu * HOT_ADD_FACTOR)
             if vm_class.performance.cpu_hot_add
@@ -178,7 +178,7 @@ class LibvirtVMLifecycle:
                 building=True,
             ),
             uuid=str(uuid.uuid4()),
-            pcie=default_machine_is_pcie(conn, host.domain_type),
+            pcie=default_machine_is_pcie(conn, host.domain_type_of(conn)),
         )
         guest = begin_building(conn, building)
         made: list[str] = []
