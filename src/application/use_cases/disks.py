@@ -2,13 +2,14 @@
 every hypervisor.
 
 Both first have the storage gate check where the staging store is (a request names the S3
-endpoint and the NFS server) and pin the address connections go to. ExportDisk reads the disk
-off the hypervisor (`DiskReading`) into the staging storage. ImportDisk
-reads the staged object, has its image format judged from its first bytes, has the hypervisor
-hold the bytes (`LandingSite.receive`), checks their SHA-256, and only then makes the disk and
-keeps the import's record beside it. Both first sweep dead transfers' temporaries where they go,
-log their progress, and stop when the caller is gone. Nothing is ever left half-written under
-a staged object's name, and nothing is landed from bytes that fail the checksum.
+endpoint and the NFS server), pinning the address connections go to, then sweep dead
+transfers' temporaries there. ExportDisk reads the disk off the hypervisor (`DiskReading`) into
+the staging storage. ImportDisk reads the staged object, has its image judged as it streams
+(the format from its first MiB), has the hypervisor hold the bytes (`LandingSite.receive`),
+checks the whole image and the SHA-256, and only then makes the disk and keeps the import's
+record beside it. Both log their progress, count their bytes and failures (TransferMetrics),
+and stop when the caller is gone. Nothing is ever left half-written under a staged object's
+name, and nothing is landed from bytes that fail the judge or the checksum.
 
 A retried import (its first answer was lost) of the same staged bytes answers what the record
 of the first says, without importing again; other bytes under that name are ALREADY_EXISTS.
