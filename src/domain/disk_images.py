@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
+from enum import StrEnum
 
 from pyrigaud.domain.values import Value
 
@@ -22,6 +23,15 @@ class JudgedImage(Value):
 
     format: str
     virtual_size_bytes: int = 0
+
+
+class LeftBehind(StrEnum):
+    """What an export of one disk does not take along: the manager moves one disk, and a VM
+    made from it elsewhere starts without these."""
+
+    OTHER_DISKS = "other_disks"
+    TPM = "tpm"
+    NVRAM = "nvram"
 
 
 class LandedDisk(Value):

@@ -26,6 +26,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from pyrigaud.application.ports.transfer_metrics import TransferPhase
+from pyrigaud.domain.disk_images import LeftBehind
 
 # From a sub-millisecond Describe on the fake to a minutes-long Create or disk import.
 LATENCY_BUCKETS_SECONDS = (
@@ -274,6 +275,13 @@ class Metrics:
             buckets=TRANSFER_BUCKETS_BYTES_PER_SECOND,
             registry=self.registry,
         )
+        self.transfer_left_behind = Counter(
+            "pyrigaud_transfer_left_behind",
+            "Disk exports whose VM had what the moved disk does not carry (other_disks, tpm, "
+            "nvram): a VM made from it elsewhere starts without it.",
+            ("backend", "storage", "what"),
+            registry=self.registry,
+        )
         self.transfer_failures = Counter(
             "pyrigaud_transfer_failures",
             "Disk exports and imports that failed, by the phase they failed in (open, read, "
@@ -305,6 +313,9 @@ class PrometheusTransfers:
 
     def moved(self, direction: str, storage: str, count: int) -> None:
         self._metrics.transfer_bytes.labels(self._backend, storage, direction).inc(count)
+
+    def left_behind(self, storage: str, what: LeftBehind) -> None:
+        self._metrics.transfer_left_behind.labels(self._backend, storage, what.value).inc()
 
     def ended(
         self,

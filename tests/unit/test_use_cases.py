@@ -42,6 +42,7 @@ from pyrigaud.application.use_cases.snapshots import (
 )
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import (
@@ -783,12 +784,16 @@ class RecordedTransfers:
     def __init__(self) -> None:
         self.bytes = 0
         self.ends: list[tuple[str, str, TransferPhase | None]] = []
+        self.left: list[tuple[str, LeftBehind]] = []
 
     def started(self, direction: str, storage: str) -> None:
         del direction, storage
 
     def moved(self, direction: str, storage: str, count: int) -> None:
         self.bytes += count
+
+    def left_behind(self, storage: str, what: LeftBehind) -> None:
+        self.left.append((storage, what))
 
     def ended(
         self,
@@ -834,6 +839,25 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
         ("import", "pvc", TransferPhase.VERIFY),
     ]
     assert metrics.bytes == 2 * exported.estimated_size_bytes
+
+
+def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(
+    backend: Backend, staging: StagingBackends, caplog: pytest.LogCaptureFixture
+) -> None:
+    vm_id = create(backend, "two-disks", disks=(DiskSpec(size_gib=1),))
+    metrics = RecordedTransfers()
+    disks = served(backend.disk_transfer)
+    moves = transfers.DiskMoves(
+        export_disk=ExportDisk(
+            disks, staging, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+        ),
+        import_disk=ImportDisk(
+            disks, staging, IMAGE_JUDGE, backend.capabilities, storage_gate=LOOPBACK_GATE
+        ),
+    )
+    ok(transfers.export_disk(moves, vm_id, "pvc://m/two.qcow2"))
+    assert metrics.left == [("pvc", LeftBehind.OTHER_DISKS)]
+    assert "will not have its other_disks" in caplog.text
 
 
 def test_verify_checksum_without_an_expected_one_imports_and_answers_the_checksum(

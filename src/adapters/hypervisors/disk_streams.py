@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ProviderError
 
 logger = logging.getLogger(__name__)
@@ -32,8 +33,10 @@ class ChunkStream:
         size_bytes: int | None,
         holds: contextlib.ExitStack,
         edge: Edge,
+        left_behind: tuple[LeftBehind, ...] = (),
     ) -> None:
         self._chunks = chunks
+        self._left_behind = left_behind
         self._size_bytes = size_bytes
         self._holds = holds
         self._edge = edge
@@ -42,6 +45,10 @@ class ChunkStream:
     @property
     def size_bytes(self) -> int | None:
         return self._size_bytes
+
+    @property
+    def left_behind(self) -> tuple[LeftBehind, ...]:
+        return self._left_behind
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         read = self._edge(self._next)

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from returns.result import Result
 
-from pyrigaud.domain.disk_images import JudgedImage, LandedDisk
+from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
@@ -27,6 +27,11 @@ class DiskStream(Protocol):
         """How many bytes the stream gives, when the hypervisor tells it beforehand."""
         ...
 
+    @property
+    def left_behind(self) -> tuple[LeftBehind, ...]:
+        """What of the VM the disk does not carry (its other disks, TPM state, NVRAM)."""
+        ...
+
     def read_chunk(self) -> Result[bytes, ProviderError]:
         """The next bounded chunk; b"" at the end."""
         ...
@@ -37,7 +42,9 @@ class DiskStream(Protocol):
 class DiskReading(Protocol):
     def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
         """The disk the request names (its VM's, at its snapshot if it names one) in
-        `request.format`; what cannot be read at one point in time is refused here."""
+        `request.format`. Refused here, before a byte moves (FAILED_PRECONDITION naming why):
+        what cannot be read at one point in time, and what cannot move faithfully (a disk
+        shared, raw-mapped or independent of snapshots; a VM with passthrough devices)."""
         ...
 
 

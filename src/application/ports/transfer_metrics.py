@@ -6,6 +6,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Protocol
 
+from pyrigaud.domain.disk_images import LeftBehind
+
 
 class TransferPhase(StrEnum):
     """Where a transfer failed: opening its ends (the disk, the staged object, the landing
@@ -25,6 +27,10 @@ class TransferMetrics(Protocol):
     def started(self, direction: str, storage: str) -> None: ...
 
     def moved(self, direction: str, storage: str, count: int) -> None: ...
+
+    def left_behind(self, storage: str, what: LeftBehind) -> None:
+        """An export that does not take `what` of its VM along."""
+        ...
 
     def ended(
         self,
@@ -47,6 +53,9 @@ class UncountedTransfers:
 
     def moved(self, direction: str, storage: str, count: int) -> None:
         del direction, storage, count
+
+    def left_behind(self, storage: str, what: LeftBehind) -> None:
+        del storage, what
 
     def ended(
         self,

@@ -132,6 +132,14 @@ class ExportDisk:
         if isinstance(opened, Failure):
             return opened
         stream = opened.unwrap()
+        if stream.left_behind:
+            logger.warning(
+                "export of VM %r takes one disk: a VM made from it will not have its %s",
+                request.vm_id,
+                ", ".join(what.value for what in stream.left_behind),
+            )
+        for what in stream.left_behind:
+            self._metrics.left_behind(destination.backend.value, what)
         try:
             _sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
             staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}", watched)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -288,3 +290,25 @@ def test_an_image_that_would_open_other_files_is_refused(writing_host: Host) -> 
     for refused in (overlay, external, extents, bad_digest):
         assert error_of(refused).kind is ErrorKind.INVALID_SPEC
     assert host.volume_names() == before
+
+
+def test_a_vm_with_passthrough_devices_is_refused_before_anything_is_staged(host: Host) -> None:
+    vm_id = host.vm()
+
+    def with_hostdev(conn: Any) -> None:
+        root = ET.fromstring(conn.lookupByUUIDString(vm_id).XMLDesc(0))
+        devices = root.find("devices")
+        assert devices is not None
+        hostdev = ET.SubElement(devices, "hostdev", {"mode": "subsystem", "type": "usb"})
+        source = ET.SubElement(hostdev, "source")
+        ET.SubElement(source, "vendor", {"id": "0x1234"})
+        ET.SubElement(source, "product", {"id": "0xbeef"})
+        conn.defineXML(ET.tostring(root, encoding="unicode"))
+
+    host.connection.call(with_hostdev)
+
+    refused = export_disk(host.moves, vm_id, "pvc://mig/passthrough.qcow2")
+
+    assert error_of(refused).kind is ErrorKind.FAILED_PRECONDITION
+    assert "passthrough devices (usb)" in error_of(refused).message
+    assert os.listdir(host.mig) == []

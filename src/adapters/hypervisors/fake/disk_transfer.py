@@ -18,7 +18,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeHypervisor,
     FakeImage,
 )
-from pyrigaud.domain.disk_images import JudgedImage, LandedDisk
+from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
@@ -40,7 +40,8 @@ class FakeDiskTransfer:
             disk = self._disk(request.vm_id, request.disk_id, request.snapshot_id)
             at = request.snapshot_id or "now"
             content = f"fake disk {disk.id} of {disk.size_gib} GiB at {at} as {request.format}\n"
-            return _FakeDiskStream([content.encode()])
+            others = len(self.hypervisor.vms[request.vm_id].disks) > 1
+            return _FakeDiskStream([content.encode()], (LeftBehind.OTHER_DISKS,) if others else ())
 
         return self.hypervisor.serve("read_disk", read)
 
@@ -91,6 +92,7 @@ class FakeDiskTransfer:
 @dataclass
 class _FakeDiskStream:
     chunks: list[bytes]
+    left_behind: tuple[LeftBehind, ...] = ()
 
     @property
     def size_bytes(self) -> int | None:

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -38,7 +39,7 @@ from returns.result import Failure, Result
 from pyrigaud.adapters.disk_images.scratch import file_chunks
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, parse_domain
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_image
@@ -61,7 +62,7 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
 from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, ReceivedDisk
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain import fields
-from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk
+from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk, LeftBehind
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
@@ -120,8 +121,10 @@ class LibvirtDiskTransfer:
 
     def _opened(self, conn: VirConnect, request: ExportRequest, doing: str) -> DiskStream:
         dom = Guest.by_id(conn, request.vm_id).dom
-        facts = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        facts = parse_domain(xml)
         disk = _chosen_disk(facts.name, facts.disks, request.disk_id)
+        left_behind = _preflight(facts, xml)
         if dom.isActive() and not request.snapshot_id:
             raise ExpectedError(
                 ProviderError.failed_precondition(
@@ -148,6 +151,7 @@ class LibvirtDiskTransfer:
             size,
             holds,
             lambda read: self.host.attempt(doing, lambda: refusing_unsupported("download", read)),
+            left_behind,
         )
 
     def _at_snapshot(
@@ -414,6 +418,32 @@ def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:
         backing_file=volume.backing_path if volume else "",
         metadata={"vm": facts.name, "target": chosen.target},
     )
+
+
+def _preflight(facts: DomainFacts, xml: str) -> tuple[LeftBehind, ...]:
+    """What the moved disk will not carry; a VM whose passthrough devices a disk cannot take
+    along is refused before a byte moves."""
+    devices = ET.fromstring(xml).find("devices")  # noqa: S314 - libvirt's own output
+    passthrough = sorted(
+        {str(device.get("type", "device")) for device in devices.iter("hostdev")}
+        if devices is not None
+        else set()
+    )
+    if passthrough:
+        raise ExpectedError(
+            ProviderError.failed_precondition(
+                f"VM {facts.name!r} has passthrough devices ({', '.join(passthrough)}): a "
+                "moved disk cannot take them along; detach them, then export"
+            )
+        )
+    left: list[LeftBehind] = []
+    if len(facts.disks) > 1:
+        left.append(LeftBehind.OTHER_DISKS)
+    if devices is not None and devices.find("tpm") is not None:
+        left.append(LeftBehind.TPM)
+    if facts.firmware == "UEFI":
+        left.append(LeftBehind.NVRAM)
+    return tuple(left)
 
 
 def _chosen_disk(vm_name: str, disks: tuple[DiskDevice, ...], disk_id: str) -> DiskDevice:

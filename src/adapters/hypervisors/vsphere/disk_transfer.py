@@ -25,9 +25,10 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any, BinaryIO
 
+from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
@@ -66,12 +67,16 @@ from pyrigaud.domain.disk_images import (
     IMPORT_RECORD_SUFFIX,
     JudgedImage,
     LandedDisk,
+    LeftBehind,
     peek_header,
 )
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest, Placement
 from pyrigaud.domain.power import PowerState
+
+# pyVmomi's stubs leave its data-object classes untyped: use them dynamically.
+vim: Any = untyped_vim
 
 EXPORT_FORMATS = ("vmdk", "qcow2", "raw")
 IMPORT_FORMATS = ("vmdk", "qcow2", "raw")  # what the staged bytes may be, judged by their header
@@ -141,12 +146,16 @@ class VSphereDiskTransfer:
 
     def _opened(self, instance: Any, request: ExportRequest, doing: str) -> DiskStream:
         row = self.vcenter.vm_row(
-            instance, request.vm_id, ("name", "runtime.powerState", "config.hardware.device")
+            instance,
+            request.vm_id,
+            ("name", "runtime.powerState", "config.hardware.device", "config.firmware"),
         )
         if row is None:
             raise ExpectedError(ProviderError.vm_not_found(request.vm_id))
         name = str(row.get("name") or request.vm_id)
-        index = _disk_index(virtual_disks(row), request.disk_id, name)
+        disks = virtual_disks(row)
+        index = _disk_index(disks, request.disk_id, name)
+        left_behind = preflight(name, disks[index], row)
         if request.snapshot_id:
             source = find_snapshot(self.vcenter, instance, request.vm_id, request.snapshot_id)
         elif power_state(row) != PowerState.OFF:
@@ -172,7 +181,7 @@ class VSphereDiskTransfer:
         except BaseException:
             holds.__exit__(*sys.exc_info())  # the lease is aborted, not completed
             raise
-        return ChunkStream(chunks, size, holds, lambda read: attempt(doing, read))
+        return ChunkStream(chunks, size, holds, lambda read: attempt(doing, read), left_behind)
 
     def _as_qcow2(
         self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], request: ExportRequest, name: str
@@ -344,6 +353,44 @@ class _ReceivedVmdk:
 
     def discard(self) -> None:
         self._vmdk.close()
+
+
+def preflight(vm: str, disk: Any, row: Mapping[str, Any]) -> tuple[LeftBehind, ...]:
+    """What the moved disk will not carry. Refused before a byte moves: a disk whose content
+    no export lease can give at one point in time (independent of snapshots, a raw device
+    mapping: the LUN's data is no vmdk's, shared with other VMs: multi-writer), and a VM with
+    PCI passthrough devices (a moved disk cannot take them along)."""
+    devices = row.get("config.hardware.device") or ()
+    if any(isinstance(device, vim.vm.device.VirtualPCIPassthrough) for device in devices):
+        raise ExpectedError(
+            ProviderError.failed_precondition(
+                f"VM {vm!r} has PCI passthrough devices: a moved disk cannot take them "
+                "along; remove them, then export"
+            )
+        )
+    backing = disk.backing
+    mode = str(getattr(backing, "diskMode", "") or "")
+    problem = ""
+    if mode.startswith("independent"):
+        problem = f"is independent ({mode}): snapshots do not cover it"
+    elif isinstance(backing, vim.vm.device.VirtualDisk.RawDiskMappingVer1BackingInfo):
+        problem = "is a raw device mapping: its data lives on the LUN, not in a vmdk"
+    elif str(getattr(backing, "sharing", "") or "sharingNone") != "sharingNone":
+        problem = "is shared with other VMs (multi-writer): no point in time holds for it"
+    if problem:
+        raise ExpectedError(
+            ProviderError.failed_precondition(
+                f"VM {vm!r}: disk {disk.key} {problem}; it cannot move faithfully"
+            )
+        )
+    left: list[LeftBehind] = []
+    if len(virtual_disks(row)) > 1:
+        left.append(LeftBehind.OTHER_DISKS)
+    if any(isinstance(device, vim.vm.device.VirtualTPM) for device in devices):
+        left.append(LeftBehind.TPM)
+    if row.get("config.firmware") == "efi":
+        left.append(LeftBehind.NVRAM)
+    return tuple(left)
 
 
 def _disk_index(disks: list[Any], disk_id: str, vm: str) -> int:
