@@ -19,7 +19,8 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.staging import StagingStorage
 from pyrigaud.application.ports.storage_gate import StorageGate
-from pyrigaud.application.use_cases.disks import ExportDisk, ImportDisk
+from pyrigaud.application.use_cases.export_disk import ExportDisk
+from pyrigaud.application.use_cases.import_disk import ImportDisk
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import ExportRequest, ExportResult, ImportRequest, ImportResult
 from pyrigaud.domain.staging_gate import StagingGate

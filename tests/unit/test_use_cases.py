@@ -31,7 +31,8 @@ from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
 from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
-from pyrigaud.application.use_cases.disks import ExportDisk, ImportDisk
+from pyrigaud.application.use_cases.export_disk import ExportDisk
+from pyrigaud.application.use_cases.import_disk import ImportDisk
 from pyrigaud.application.use_cases.power_vm import STALE_SHUTDOWN_SECONDS, PowerVM
 from pyrigaud.application.use_cases.prepare_image import PrepareImage
 from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware

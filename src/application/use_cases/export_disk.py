@@ -1,0 +1,159 @@
+"""ExportDisk: a VM's disk read off the hypervisor (`DiskReading`) at a point in time into the
+staging storage, behind the storage gate, counted, logged and stopped when the caller is gone.
+Nothing is ever left half-written under the staged object's name."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.application.ports import CapabilitySource
+from pyrigaud.application.ports.disk_transfer import DiskReading, DiskStream
+from pyrigaud.application.ports.staging import StagedWriter, StagingStorage
+from pyrigaud.application.ports.storage_gate import StorageGate
+from pyrigaud.application.ports.transfer_metrics import TransferMetrics, TransferPhase
+from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.application.use_cases.capabilities import require
+from pyrigaud.application.use_cases.transfers import (
+    ABANDONED_AFTER_SECONDS,
+    UNCOUNTED,
+    Watched,
+    carried,
+    checked,
+    claimed,
+    sweep_dead_transfers,
+)
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import Capabilities, ExportRequest, ExportResult
+from pyrigaud.domain.staging import StagedDigest, StagedLocation
+
+logger = logging.getLogger(__name__)
+
+
+class ExportDisk:
+    def __init__(
+        self,
+        disks: DiskReading,
+        staging: StagingStorage,
+        capabilities: CapabilitySource,
+        *,
+        storage_gate: StorageGate,
+        abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
+        metrics: TransferMetrics = UNCOUNTED,
+    ) -> None:
+        self._disks = disks
+        self._staging = staging
+        self._storage_gate = storage_gate
+        self._capabilities = capabilities
+        self._abandoned_after_seconds = abandoned_after_seconds
+        self._metrics = metrics
+
+    def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+        caps = self._capabilities.capabilities()
+        return carried(request, lambda request: self._gated(request, caps))
+
+    def _gated(
+        self, request: ExportRequest, caps: Capabilities
+    ) -> Result[ExportResult, ProviderError]:
+        return (
+            claimed(
+                request,
+                "export",
+                supported=caps.supports_disk_export,
+                formats=caps.supported_export_formats,
+                backends=caps.supported_export_backends,
+                modes=caps.supported_transfer_modes,
+            )
+            .bind(
+                lambda _: require(
+                    caps.supports_export_compression or not request.compress, "compressed export"
+                )
+            )
+            .bind(lambda _: checked(request.destination, fields.DESTINATION_URL))
+            .bind(self._storage_gate.admitted)
+            .bind(
+                lambda destination: Watched(self._metrics, "export", destination).over(
+                    lambda watched: self._export(request, destination, watched)
+                )
+            )
+        )
+
+    def _export(
+        self, request: ExportRequest, destination: StagedLocation, watched: Watched
+    ) -> Result[ExportResult, ProviderError]:
+        opened = self._disks.read_disk(request)
+        if isinstance(opened, Failure):
+            return opened
+        stream = opened.unwrap()
+        if stream.left_behind:
+            logger.warning(
+                "export of VM %r takes one disk: a VM made from it will not have its %s",
+                request.vm_id,
+                ", ".join(what.value for what in stream.left_behind),
+            )
+        for what in stream.left_behind:
+            self._metrics.left_behind(destination.backend.value, what)
+        try:
+            sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
+            staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}", watched)
+        finally:
+            stream.close()
+        return staged.map(
+            lambda digest: ExportResult(
+                export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
+                estimated_size_bytes=digest.size_bytes,
+                checksum=digest.sha256,
+            )
+        )
+
+    def _staged(
+        self, stream: DiskStream, destination: StagedLocation, doing: str, watched: Watched
+    ) -> Result[StagedDigest, ProviderError]:
+        """Every chunk of `stream` staged and committed; on any failure (a cancelled call
+        too) the writer is aborted, so nothing stays staged under a temporary or the name."""
+        opened = self._staging.open_write(destination, stream.size_bytes)
+        if isinstance(opened, Failure):
+            return opened
+        writer = opened.unwrap()
+        progress = TransferProgress(doing, destination)
+        try:
+            copied = _copy(stream.read_chunk, writer, progress, watched)
+        except BaseException:
+            writer.abort()
+            raise
+        if isinstance(copied, Failure):
+            writer.abort()
+            return copied
+        watched.phase = TransferPhase.COMMIT
+        committed = writer.commit()
+        if isinstance(committed, Success):
+            progress.finished(committed.unwrap())
+        return committed
+
+
+def _copy(
+    read: Callable[[], Result[bytes, ProviderError]],
+    writer: StagedWriter,
+    progress: TransferProgress,
+    watched: Watched,
+) -> Result[None, ProviderError]:
+    """Every chunk `read` gives into `writer`, counted; the first failure stops it."""
+    while True:
+        watched.phase = TransferPhase.READ
+        read_chunk = read()
+        if isinstance(read_chunk, Failure):
+            return read_chunk
+        chunk = read_chunk.unwrap()
+        if not chunk:
+            return Success(None)
+        watched.phase = TransferPhase.WRITE
+        written = writer.write(chunk)
+        if isinstance(written, Failure):
+            return written
+        watched.moved(len(chunk))
+        counted = progress.add(len(chunk))
+        if isinstance(counted, Failure):
+            return counted

@@ -1,0 +1,140 @@
+"""What ExportDisk and ImportDisk share: the manager's rules on transfer modes, what the
+capabilities must claim, the checked location, the sweep of dead transfers where a transfer
+goes, and a transfer as its metrics see it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.application.ports.transfer_metrics import (
+    TransferMetrics,
+    TransferPhase,
+    UncountedTransfers,
+)
+from pyrigaud.application.use_cases.capabilities import require, require_listed
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
+from pyrigaud.domain.models import ExportRequest, ImportRequest, TransferBackend, TransferMode
+from pyrigaud.domain.staging import StagedLocation
+
+# Staged temporaries older than this belong to dead transfers.
+ABANDONED_AFTER_SECONDS = 2 * TRANSFER_DEADLINE_SECONDS
+UNCOUNTED = UncountedTransfers()
+T = TypeVar("T")
+Move = TypeVar("Move", ExportRequest, ImportRequest)
+
+logger = logging.getLogger(__name__)
+
+
+def carried(
+    request: Move, gated: Callable[[Move], Result[T, ProviderError]]
+) -> Result[T, ProviderError]:
+    """`gated(request)` with the request's transfer mode as it is carried out."""
+    return (
+        carried_mode(request)
+        .map(lambda mode: request.model_copy(update={"mode": mode}))
+        .bind(gated)
+    )
+
+
+def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode, ProviderError]:
+    """How the transfer is carried out, by the manager's rules, before what this backend
+    supports: a direct transfer through pvc or s3 staging is bad input (only NFS can be reached
+    by the hypervisor itself), and a direct one through NFS, which the manager passes on as
+    asked (its relay gate exempts NFS), is carried out as relay, as upstream's providers do."""
+    if request.mode is not TransferMode.DIRECT:
+        return Success(request.mode)
+    if request.backend in _RELAY_ONLY_BACKENDS:
+        return Failure(
+            ProviderError.invalid_spec(
+                fields.TRANSFER_MODE,
+                f"'direct' cannot be used with backend_type {request.backend.value!r}; "
+                "use 'relay' (or 'auto')",
+            )
+        )
+    logger.info("transfer_mode 'direct' through nfs is carried out as relay")
+    return Success(TransferMode.RELAY)
+
+
+_RELAY_ONLY_BACKENDS = frozenset({TransferBackend.PVC, TransferBackend.S3})
+
+
+def claimed(
+    request: ExportRequest | ImportRequest,
+    what: str,
+    *,
+    supported: bool,
+    formats: tuple[str, ...],
+    backends: tuple[str, ...],
+    modes: tuple[str, ...],
+) -> Result[None, ProviderError]:
+    """UNSUPPORTED unless the capabilities claim the disk `what` (export, import) with the
+    request's format, staging backend and mode: what GetCapabilities told the manager."""
+    return (
+        require(supported, f"disk {what}")
+        .bind(lambda _: require_listed(request.format, formats, "format"))
+        .bind(lambda _: require_listed(request.backend.value, backends, f"{what} backend"))
+        .bind(lambda _: require_listed(request.mode.value, modes, "transfer mode"))
+    )
+
+
+def checked(location: StagedLocation | None, field: str) -> Result[StagedLocation, ProviderError]:
+    """The location the wire parser checked (it always fills it)."""
+    if location is None:
+        return Failure(ProviderError.invalid_spec(field, "was not checked"))
+    return Success(location)
+
+
+def sweep_dead_transfers(
+    staging: StagingStorage, location: StagedLocation, older_than_seconds: float
+) -> None:
+    """Where a transfer goes, the staged temporaries of dead ones go first (the periodic sweep
+    cannot reach a bucket or an NFS export it was never told about)."""
+    swept = staging.sweep(location, older_than_seconds)
+    if isinstance(swept, Failure):
+        logger.warning("could not sweep staged leftovers: %s", swept.failure())
+    elif swept.unwrap():
+        logger.info("removed %d abandoned staged temporaries", swept.unwrap())
+
+
+class Watched:
+    """One transfer as its metrics see it: started now, the phase it is in (where a failure
+    is counted), its bytes as they pass, and its end."""
+
+    def __init__(self, metrics: TransferMetrics, direction: str, location: StagedLocation) -> None:
+        self._metrics = metrics
+        self._direction = direction
+        self._storage = location.backend.value
+        self._started = time.monotonic()
+        self._bytes = 0
+        self.phase = TransferPhase.OPEN
+
+    def over(
+        self, transfer: Callable[[Watched], Result[T, ProviderError]]
+    ) -> Result[T, ProviderError]:
+        """`transfer` run and counted; an exception (a bug) counts as failed where it was."""
+        self._metrics.started(self._direction, self._storage)
+        failed_in: TransferPhase | None = self.phase
+        try:
+            result = transfer(self)
+            failed_in = self.phase if isinstance(result, Failure) else None
+            return result
+        finally:
+            self._metrics.ended(
+                self._direction,
+                self._storage,
+                seconds=time.monotonic() - self._started,
+                size_bytes=self._bytes,
+                failed_in=failed_in,
+            )
+
+    def moved(self, count: int) -> None:
+        self._bytes += count
+        self._metrics.moved(self._direction, self._storage, count)
