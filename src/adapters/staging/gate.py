@@ -46,7 +46,11 @@ class ResolvingGate:
                         "nothing was sent there"
                     )
                 )
-        return Success(location.model_copy(update={"address": addresses[0]}))
+        # Every address was checked; the pin is one of them, IPv4 first: a pinned connection
+        # cannot fall back to the next address as a resolver's caller would, and a store
+        # named in both families listens on IPv4 more often than not.
+        pinned = min(addresses, key=lambda address: ":" in address)
+        return Success(location.model_copy(update={"address": pinned}))
 
 
 def _reached(location: StagedLocation) -> tuple[str, str, int] | None:
