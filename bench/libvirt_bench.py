@@ -63,6 +63,7 @@ import libvirt
 from describe_bench import HOST, Processes, free_port, machine, percentile, wait_ready
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
@@ -70,6 +71,7 @@ from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
+from pyrigaud.entrypoints.settings import load_settings
 
 RPC_TIMEOUT = 60.0
 TEST_NS = "http://libvirt.org/schemas/domain/test/1.0"
@@ -403,6 +405,7 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
         domain_type="test",
         pools=PoolSettings(),
         allow_loopback_urls=False,
+        image_judge=InspectingJudge(load_settings({}).max_image_virtual_bytes),
         staging_backends=staging_by_backend("bench", SystemClock()).backends,
         transfer_owner="bench",
     )

@@ -71,7 +71,7 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass,
 
 from contract.harness import made
 from staging_support import ganesha_nfs, moto_s3
-from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
+from transfer_support import IMAGE_JUDGE, DiskMoves, disk_moves, export_disk, import_disk
 from vsphere_support import backend_over, create_use_case, running_simulator
 
 URI = "qemu:///system"
@@ -265,6 +265,7 @@ def run(gib: float, kinds: list[str], libvirt_only: bool) -> list[Row]:
             domain_type="qemu",
             pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
             allow_loopback_urls=False,
+            image_judge=IMAGE_JUDGE,
             staging_backends=staging.backends,
             transfer_owner=OWNER,
         )

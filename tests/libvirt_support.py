@@ -23,7 +23,7 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark
 
 from support import ManualClock
-from transfer_support import REACHABLE_STAGING, TRANSFER_OWNER
+from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING, TRANSFER_OWNER
 
 BASE_IMAGE_NAME = "base.qcow2"
 GIB = 1024**3
@@ -84,6 +84,7 @@ def libvirt_test_backend(
         domain_type=domain_type,
         pools=pools or PoolSettings(),
         allow_loopback_urls=allow_loopback_urls,
+        image_judge=IMAGE_JUDGE,
         staging_backends=REACHABLE_STAGING,
         transfer_owner=owner,
         volume_writer=volume_writer,

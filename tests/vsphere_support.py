@@ -38,7 +38,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import Harness, staging_root
 from support import ManualClock, error_kind
-from transfer_support import REACHABLE_STAGING
+from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
@@ -75,6 +75,7 @@ def backend_over(
         on_resync=on_resync,
         staging_backends=REACHABLE_STAGING,
         owner=owner,
+        image_judge=IMAGE_JUDGE,
     )
 
 

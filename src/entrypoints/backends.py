@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagingBackends
 from pyrigaud.domain.models import Placement
 from pyrigaud.entrypoints.metrics import Metrics
@@ -30,6 +31,7 @@ class BackendServices:
     credentials: Callable[[], Credentials]
     metrics: Metrics
     staging: StagingBackends  # where ExportDisk/ImportDisk stage disks (what to advertise)
+    image_judge: ImageJudge  # judges every untrusted image before a byte is stored
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         domain_type=settings.libvirt_domain_type,  # `auto`: resolved per connection
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
+        image_judge=services.image_judge,
         staging_backends=services.staging.backends,
         transfer_owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
@@ -105,6 +108,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
         staging_backends=services.staging.backends,
         owner=settings.owner_mark,
+        image_judge=services.image_judge,
         scratch_dir=_scratch_dir(settings),
     )
 

@@ -110,6 +110,9 @@ class Container(containers.DeclarativeContainer):
     # The selected backend's ports (the registry imports only that backend's package), each
     # port counted and timed (pyrigaud_hypervisor_calls_total and friends).
     staging = providers.Singleton(staging_of, settings, clock)
+    image_judge = providers.Singleton(
+        InspectingJudge, max_virtual_bytes=settings.provided.max_image_virtual_bytes
+    )
     backend = providers.Singleton(
         build_backend,
         settings,
@@ -119,6 +122,7 @@ class Container(containers.DeclarativeContainer):
             credentials=credentials.provider,
             metrics=metrics,
             staging=staging,
+            image_judge=image_judge,
         ),
     )
     ports = providers.Singleton(instrument_backend, backend, metrics)
@@ -138,9 +142,6 @@ class Container(containers.DeclarativeContainer):
         leftovers=leftovers,
         transfers=ports.provided.transfer_leftovers,
         staging=staging,
-    )
-    image_judge = providers.Singleton(
-        InspectingJudge, max_virtual_bytes=settings.provided.max_image_virtual_bytes
     )
     use_cases = providers.Singleton(
         provider_use_cases,

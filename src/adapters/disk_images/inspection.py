@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ProviderError
 
@@ -54,7 +53,17 @@ OTHER_SIGNATURES = {
     b"Bochs Virtual HD Image": "a bochs image: convert it to qcow2 first",
     b"#!/bin/sh\n#V2.0 Format": "a cloop image: convert it to qcow2 first",
 }
-SIGNATURE_BYTES = max(len(signature) for signature in OTHER_SIGNATURES)
+# The magic numbers of the formats format_inspector knows: an image that starts with one but
+# that format's inspector does not take (cut short, malformed) is refused, never taken for raw.
+MAGIC_NUMBERS = {
+    b"QFI\xfb": "qcow2",
+    b"KDMV": "vmdk",
+    b"vhdxfile": "vhdx",
+    b"conectix": "vpc",
+    b"QED\x00": "qed",
+    b"LUKS\xba\xbe": "luks",
+}
+SIGNATURE_BYTES = max(len(signature) for signature in [*OTHER_SIGNATURES, *MAGIC_NUMBERS])
 VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # qcow2's header (qemu's docs/interop/qcow2.txt): the encryption method at byte 32, and the
 # incompatible feature bits (qemu's docs/interop/qcow2.txt): 0 dirty, 1 corrupt,
@@ -70,16 +79,17 @@ class InspectingJudge:
     def __init__(self, max_virtual_bytes: int) -> None:
         self._max_virtual_bytes = max_virtual_bytes
 
-    def inspect(self, size_bytes: int | None) -> ImageInspection:
-        return ImageInspection(self._max_virtual_bytes, size_bytes)
+    def inspect(self, size_bytes: int | None, field: str) -> ImageInspection:
+        return ImageInspection(self._max_virtual_bytes, size_bytes, field)
 
 
 class ImageInspection:
     """One image's bytes, judged as they pass (`feed`)."""
 
-    def __init__(self, max_virtual_bytes: int, size_bytes: int | None) -> None:
+    def __init__(self, max_virtual_bytes: int, size_bytes: int | None, field: str) -> None:
         self._max_virtual_bytes = max_virtual_bytes
         self._size_bytes = size_bytes
+        self._field = field
         # Imported at the first import of a disk: it and its cryptography take memory a
         # provider that never imports one should not hold.
         from oslo_utils.imageutils import format_inspector  # noqa: PLC0415
@@ -107,22 +117,27 @@ class ImageInspection:
         """The format, from the bytes fed so far (the first JUDGED_PREFIX_BYTES, or all of a
         shorter image), and what its header alone refuses."""
         if not self._fed:
-            return Failure(_refusal("the staged image is empty"))
+            return self._refused("the image is empty")
         for signature, what in OTHER_SIGNATURES.items():
             if self._start.startswith(signature):
-                return Failure(_refusal(f"the staged image is {what}"))
+                return self._refused(f"the image is {what}")
         matched = sorted(
             name
             for name, inspector in self._inspectors.items()
             if name not in RAW_CONTENT and _matches(inspector)
         )
         if len(matched) > 1:
-            return Failure(
-                _refusal(f"the staged image carries the signatures of {', '.join(matched)}")
-            )
+            return self._refused(f"the image carries the signatures of {', '.join(matched)}")
+        if not matched:
+            for magic, claimed in MAGIC_NUMBERS.items():
+                if self._start.startswith(magic):
+                    return self._refused(
+                        f"the image starts as a {claimed} image but is not a whole one "
+                        "(cut short or malformed)"
+                    )
         name = matched[0] if matched else "raw"
         if name in REFUSED:
-            return Failure(_refusal(f"the staged image is {REFUSED[name]}"))
+            return self._refused(f"the image is {REFUSED[name]}")
         # What follows needs only the chosen format's inspector.
         self._inspectors = {name: self._inspectors[name]} if name != "raw" else {}
         judged = self._judged(name)
@@ -139,7 +154,8 @@ class ImageInspection:
         chosen = self._chosen
         inspector = self._inspectors[chosen.format]
         inspector.finish()
-        return _safe(chosen.format, inspector).map(lambda _: chosen)
+        problem = _unsafe(chosen.format, inspector)
+        return self._refused(problem) if problem else Success(chosen)
 
     def _judged(self, name: str) -> Result[JudgedImage, ProviderError]:
         if name == "raw":
@@ -147,35 +163,31 @@ class ImageInspection:
             return self._bounded(JudgedImage(format="raw", virtual_size_bytes=virtual))
         inspector = self._inspectors[name]
         if name == "vmdk" and getattr(inspector, "vmdktype", "") not in VMDK_SUBFORMATS:
-            return Failure(
-                _refusal(
-                    "the staged vmdk is not a single file (monolithicSparse or "
-                    "streamOptimized): it names other extent files"
-                )
+            return self._refused(
+                "the vmdk is not a single file (monolithicSparse or streamOptimized): it "
+                "names other extent files"
             )
-        checked: Result[None, ProviderError] = Success(None)
-        if inspector.complete:  # a vmdk's footer is judged at the end
-            checked = _safe(name, inspector)
-        if name == "qcow2" and isinstance(checked, Success):
+        # A vmdk's footer is judged at the end; a qcow2's header is judged here as qemu does.
+        problem = _unsafe(name, inspector) if inspector.complete else None
+        if name == "qcow2" and problem is None:
             problem = _qcow2_header_problem(inspector)
-            if problem:
-                return Failure(_refusal(problem))
-        return checked.bind(
-            lambda _: self._bounded(
-                JudgedImage(format=name, virtual_size_bytes=int(inspector.virtual_size))
-            )
+        if problem:
+            return self._refused(problem)
+        return self._bounded(
+            JudgedImage(format=name, virtual_size_bytes=int(inspector.virtual_size))
         )
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
         if image.virtual_size_bytes > self._max_virtual_bytes:
-            return Failure(
-                _refusal(
-                    f"the staged {image.format} image claims a virtual size of "
-                    f"{image.virtual_size_bytes} bytes, above the {self._max_virtual_bytes} "
-                    "this provider accepts (PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB)"
-                )
+            return self._refused(
+                f"the {image.format} image claims a virtual size of "
+                f"{image.virtual_size_bytes} bytes, above the {self._max_virtual_bytes} "
+                "this provider accepts (PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB)"
             )
         return Success(image)
+
+    def _refused(self, problem: str) -> Result[JudgedImage, ProviderError]:
+        return Failure(ProviderError.invalid_spec(self._field, problem))
 
 
 def _matches(inspector: FileInspector) -> bool:
@@ -191,22 +203,22 @@ def _qcow2_header_problem(inspector: FileInspector) -> str | None:
     header = bytes(inspector.region("header").data)
     version, crypt_method = struct.unpack_from(">I24xI", header, 4)
     if version not in (2, 3):
-        return f"the staged image is a qcow version {version} image: only 2 and 3 are read here"
+        return f"the image is a qcow version {version} image: only 2 and 3 are read here"
     if crypt_method:
-        return "the staged qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
+        return "the qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
     if version == 2:
         return None
     (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
     if features & QCOW2_CORRUPT:
-        return "the staged qcow2 image is marked corrupt (qemu-img check -r all repairs it)"
+        return "the qcow2 image is marked corrupt (qemu-img check -r all repairs it)"
     if features & ~QCOW2_KNOWN_FEATURES:
-        return "the staged qcow2 image needs features qemu does not know"
+        return "the qcow2 image needs features qemu does not know"
     return None
 
 
-def _safe(name: str, inspector: FileInspector) -> Result[None, ProviderError]:
-    """format_inspector's safety checks of the format (a qcow2's unknown-features check is
-    `_qcow2_header_problem`'s: it knows extended L2 entries)."""
+def _unsafe(name: str, inspector: FileInspector) -> str | None:
+    """What format_inspector's safety checks of the format find (a qcow2's unknown-features
+    check is `_qcow2_header_problem`'s: it knows extended L2 entries), or None."""
     from oslo_utils.imageutils import format_inspector  # noqa: PLC0415 - loaded by now
 
     try:
@@ -218,13 +230,7 @@ def _safe(name: str, inspector: FileInspector) -> Result[None, ProviderError]:
             if not (name == "qcow2" and check == "unknown_features")
         }
         if reasons:
-            return Failure(
-                _refusal(f"the staged {name} image is unsafe: {'; '.join(reasons.values())}")
-            )
+            return f"the {name} image is unsafe: {'; '.join(reasons.values())}"
     except format_inspector.ImageFormatError as error:
-        return Failure(_refusal(f"the staged {name} image is malformed: {error}"))
-    return Success(None)
-
-
-def _refusal(problem: str) -> ProviderError:
-    return ProviderError.invalid_spec(fields.SOURCE_URL, problem)
+        return f"the {name} image is malformed: {error}"
+    return None

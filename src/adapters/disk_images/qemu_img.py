@@ -13,11 +13,13 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.cancellation import call_active
 from pyrigaud.domain import fields
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.errors import ProviderError
 
 logger = logging.getLogger(__name__)
@@ -38,9 +40,13 @@ class QemuImgLimits:
     wall_seconds: float = 120.0
 
 
-def staged_image_refused(reason: str) -> ProviderError:
-    """qemu refusing a staged image: the request's image is bad input."""
-    return ProviderError.invalid_spec(fields.SOURCE_URL, f"qemu-img refuses the image: {reason}")
+def refused_image(field: str) -> Callable[[str], ProviderError]:
+    """qemu refusing an image, with its reason: the request's image (named by `field`) is bad
+    input."""
+    return lambda reason: ProviderError.invalid_spec(field, f"qemu-img refuses the image: {reason}")
+
+
+STAGED_IMAGE_REFUSED = refused_image(fields.SOURCE_URL)
 
 
 def run_qemu_img(
@@ -49,7 +55,7 @@ def run_qemu_img(
     doing: str,
     limits: QemuImgLimits = QemuImgLimits(),
     pass_fds: Sequence[int] = (),
-    refused: Callable[[str], ProviderError] = staged_image_refused,
+    refused: Callable[[str], ProviderError] = STAGED_IMAGE_REFUSED,
 ) -> Result[str, ProviderError]:
     """qemu-img's output; `refused(qemu's own reason)` when it refuses the image or goes past a
     limit, UNAVAILABLE when the caller went away or `limits.wall_seconds` passed."""
@@ -93,3 +99,25 @@ def _watched(process: subprocess.Popen[bytes], doing: str, deadline: float) -> P
         if time.monotonic() > deadline:
             process.kill()
             return ProviderError.unavailable(f"{doing}: qemu-img did not finish in time")
+
+
+def checked_vmdk(
+    vmdk: IO[bytes], virtual_size_bytes: int, field: str
+) -> Result[None, ProviderError]:
+    """A vmdk goes to vCenter as it is: qemu reads it whole first (every grain decoded through
+    its tables, into a null sink), so one cut short, garbled or with absurd markers is refused
+    with qemu's reason, naming `field`; a table check alone reads no grain."""
+    vmdk.flush()
+    descriptor = vmdk.fileno()
+    return run_qemu_img(
+        [
+            *("convert", "-n", "-f", "vmdk", "--target-image-opts", f"/dev/fd/{descriptor}"),
+            f"driver=null-co,size={virtual_size_bytes}",
+        ],
+        doing="reading a vmdk whole",
+        limits=QemuImgLimits(
+            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS), wall_seconds=TRANSFER_DEADLINE_SECONDS
+        ),
+        pass_fds=(descriptor,),
+        refused=refused_image(field),
+    ).map(lambda _: None)

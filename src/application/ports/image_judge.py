@@ -1,5 +1,6 @@
-"""Which disk image format staged bytes are, judged as they stream: the format named from their
-start, before any of them is held as a disk, and the whole image before a disk is made."""
+"""Which disk image format untrusted bytes are (a staged disk, a downloaded image), judged as they
+stream: the format named from their start, before any of them is held as a disk, and the whole
+image before a disk is made."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class ImageInspection(Protocol):
 
 
 class ImageJudge(Protocol):
-    def inspect(self, size_bytes: int | None) -> ImageInspection:
-        """An inspection of an image of `size_bytes` (None: not told beforehand)."""
+    def inspect(self, size_bytes: int | None, field: str) -> ImageInspection:
+        """An inspection of an image of `size_bytes` (None: not told beforehand) whose
+        refusals name `field`, the request field the image came from."""
         ...

@@ -169,7 +169,7 @@ class ImportDisk:
         """The staged bytes held by the hypervisor once their format is judged and their
         checksum matches; nothing is held otherwise."""
         progress = TransferProgress(f"import of {source.name!r}", source)
-        inspection = self._judge.inspect(reader.size_bytes)
+        inspection = self._judge.inspect(reader.size_bytes, fields.SOURCE_URL)
         chunks = _StagedChunks(reader, progress, watched, inspection.feed)
         watched.phase = TransferPhase.READ
         _, rest = peek_header(chunks, JUDGED_PREFIX_BYTES)

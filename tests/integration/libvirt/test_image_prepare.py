@@ -8,7 +8,7 @@ URLs use IP literals and /etc/hosts names only: no test resolves a real DNS name
 from __future__ import annotations
 
 import hashlib
-import struct
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
+from disk_image_support import qemu_img
 from libvirt_support import (
     add_base_image,
     create_vm,
@@ -42,10 +43,24 @@ from libvirt_support import (
 from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-images")
-QCOW2_HEADER = b"QFI\xfb" + struct.pack(">IQ", 3, 0) + bytes(68)  # v3, no backing file
-IMAGE = QCOW2_HEADER + bytes(range(256)) * 4096  # a little over 1 MiB: more than one chunk
-# The same, naming a host file as its backing file: a VM on it would read that file.
-BACKED_IMAGE = b"QFI\xfb" + struct.pack(">IQI", 3, 80, 11) + bytes(64) + b"/etc/shadow"
+
+
+def made_images() -> tuple[bytes, bytes]:
+    """Images qemu-img makes: a standalone qcow2 of a little over 1 MiB (more than one
+    chunk), and one naming a host file as its backing file (a VM on it would read that file)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        (folder / "data.raw").write_bytes(bytes(range(256)) * 8192)
+        qemu_img("convert", "-O", "qcow2", folder / "data.raw", folder / "image.qcow2")
+        qemu_img(
+            "create", "-f", "qcow2", "-u", "-b", "/etc/shadow", "-F", "raw",
+            folder / "backed.qcow2", "1M",
+        )  # fmt: skip
+        return (folder / "image.qcow2").read_bytes(), (folder / "backed.qcow2").read_bytes()
+
+
+IMAGE, BACKED_IMAGE = made_images()
+RAW_IMAGE = bytes(range(256)) * 4096  # no format's signature: a raw disk
 
 Host = tuple[Backend, LibvirtConnection]
 
@@ -163,7 +178,7 @@ def test_an_image_that_is_not_the_format_the_spec_says_is_refused(
         backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", format="raw"))
     )
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert "the image at the URL is qcow2, not raw" in error.message
+    assert "image_json.format: the image is qcow2, not raw" in error.message
     assert pool_volumes(connection) == set()
 
 
@@ -256,13 +271,34 @@ def test_the_stream_upload_is_unsupported_on_the_test_driver(
 def test_a_host_file_is_imported_into_the_pool(host: Host, tmp_path: Path) -> None:
     backend, _ = host
     image = tmp_path / "disk.raw"
-    image.write_bytes(IMAGE)
+    image.write_bytes(RAW_IMAGE)
     request = PrepareImageRequest(
         source=ImageSource(path=str(image), format="raw"), target_name="from-file"
     )
     prepared = ok(backend.images.prepare_image(request))
     assert Path(prepared.path).name == "from-file.raw"
-    assert Path(prepared.path).read_bytes() == IMAGE
+    assert Path(prepared.path).read_bytes() == RAW_IMAGE
+
+
+def test_a_host_file_is_judged_like_a_download(host: Host, tmp_path: Path) -> None:
+    """A qcow2 on the host naming a backing file is refused by the path it was given as, and
+    a qcow2 declared raw is refused by the format: nothing is stored."""
+    backend, connection = host
+    backed = tmp_path / "backed.qcow2"
+    backed.write_bytes(BACKED_IMAGE)
+    request = PrepareImageRequest(source=ImageSource(path=str(backed)), target_name="backed")
+    error = error_of(backend.images.prepare_image(request))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("image_json.path:")
+    assert "backing file" in error.message
+    disguised = tmp_path / "disk.raw"
+    disguised.write_bytes(IMAGE)
+    request = PrepareImageRequest(
+        source=ImageSource(path=str(disguised), format="raw"), target_name="disguised"
+    )
+    error = error_of(backend.images.prepare_image(request))
+    assert error.message == "image_json.format: the image is qcow2, not raw"
+    assert pool_volumes(connection) == set()
 
 
 def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -> None:

@@ -27,7 +27,7 @@ from pyrigaud.domain.models import ImageSource, Placement, PrepareImageRequest
 
 from image_server_support import serving
 from support import ok
-from transfer_support import REACHABLE_STAGING
+from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
 from vsphere_support import TEMPLATE_VM, Simulator, vim
 
 vmodl: Any = untyped_vmodl  # pyVmomi's fault classes are untyped
@@ -68,6 +68,7 @@ def imported_vm(
         allow_loopback_urls=True,
         staging_backends=REACHABLE_STAGING,
         owner="tests/vsphere-nfc-export",
+        image_judge=IMAGE_JUDGE,
     )
     assert backend.images is not None
     with serving({"/disk.ova": ova_of(ovf_descriptor(vmdk, len(raw)), vmdk)}) as server:

@@ -41,7 +41,7 @@ from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from transfer_support import REACHABLE_STAGING
+from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
 from vsphere_support import (
     TEMPLATE_VM,
     Simulator,
@@ -370,6 +370,7 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
             on_relogin=lambda: None,
             staging_backends=REACHABLE_STAGING,
             owner=OWNER.provider,
+            image_judge=IMAGE_JUDGE,
         )
 
     assert build().health.check().ok

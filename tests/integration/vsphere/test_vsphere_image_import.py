@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.use_cases.prepare_image import PrepareImage
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     ContentLibraryItem,
@@ -36,9 +38,10 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
+from disk_image_support import qemu_img
 from image_server_support import ImageServer, serving
 from support import error_kind, error_of, ok
-from transfer_support import REACHABLE_STAGING
+from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
 from vsphere_support import (
     TEMPLATE_VM,
     Simulator,
@@ -60,6 +63,7 @@ def images_backend(simulator: Simulator) -> Backend:
         allow_loopback_urls=True,
         staging_backends=REACHABLE_STAGING,
         owner=OWNER.provider,
+        image_judge=IMAGE_JUDGE,
     )
 
 
@@ -183,10 +187,10 @@ def test_a_checksum_mismatch_imports_nothing(
     assert not datastore_file_exists(simulator, instance, f"[{DATASTORE}] vs-ova-bad-sum/")
 
 
-def test_a_failed_upload_leaves_no_vm_and_no_files(
+def test_a_disk_the_ova_lacks_leaves_no_vm_and_no_files(
     images_backend: Backend, simulator: Simulator, instance: Any, disk: tuple[bytes, bytes]
 ) -> None:
-    """The descriptor references a disk the OVA lacks: found only once the lease is open."""
+    """The descriptor references a disk the OVA lacks: found before anything is uploaded."""
     raw, vmdk = disk
     broken = ova_of(ovf_descriptor(vmdk, len(raw), disk_name="missing.vmdk"), vmdk)
     with serving({"/tiny.ova": broken}) as server:
@@ -196,6 +200,43 @@ def test_a_failed_upload_leaves_no_vm_and_no_files(
     assert "missing.vmdk" in error_of(result).message
     assert not _named(instance, "vs-ova-broken")
     assert not datastore_file_exists(simulator, instance, f"[{DATASTORE}] vs-ova-broken/")
+
+
+@pytest.mark.parametrize(
+    ("disguise", "problem"),
+    [
+        ("qcow2", "the image is qcow2, not a vmdk (the package's disk 'tiny-disk1.vmdk')"),
+        ("cut short", "qemu-img refuses the image"),
+    ],
+)
+def test_a_disk_that_is_no_whole_vmdk_is_refused_before_vcenter_sees_it(
+    images_backend: Backend,
+    simulator: Simulator,
+    instance: Any,
+    disk: tuple[bytes, bytes],
+    tmp_path: Path,
+    disguise: str,
+    problem: str,
+) -> None:
+    """The package's disk is judged whole: a qcow2 under a vmdk's name, or a vmdk cut short,
+    is refused naming the package's URL; no VM and no file is left."""
+    raw, vmdk = disk
+    if disguise == "qcow2":
+        (tmp_path / "disk.raw").write_bytes(raw)
+        qemu_img("convert", "-O", "qcow2", tmp_path / "disk.raw", tmp_path / "disk.qcow2")
+        bad = (tmp_path / "disk.qcow2").read_bytes()
+    else:
+        bad = vmdk[: len(vmdk) // 2]  # its grain directory, at the end, is gone
+    name = f"vs-ova-{disguise.replace(' ', '-')}"
+    with serving({"/tiny.ova": ova_of(ovf_descriptor(bad, len(raw)), bad)}) as server:
+        assert images_backend.images is not None
+        result = images_backend.images.prepare_image(_ova_request(server, name))
+    error = error_of(result)
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith(f"{fields.PREPARE_OVA_URL}:")
+    assert problem in error.message
+    assert not _named(instance, name)
+    assert not datastore_file_exists(simulator, instance, f"[{DATASTORE}] {name}/")
 
 
 @pytest.mark.parametrize(
@@ -217,6 +258,7 @@ def test_the_url_rules_refuse_before_any_traffic(
         allow_loopback_urls=allow_loopback,
         staging_backends=REACHABLE_STAGING,
         owner=OWNER.provider,
+        image_judge=IMAGE_JUDGE,
     )
     with serving({"/tiny.ova": ova}) as server:
         source = ImageSource(

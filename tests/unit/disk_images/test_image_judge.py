@@ -28,7 +28,7 @@ def judged(
 ) -> Result[JudgedImage, ProviderError]:
     """The image at `path` fed as a stream: first look after the judged prefix, then the
     verdict after the last byte (the first refusal wins)."""
-    inspection = InspectingJudge(bound).inspect(path.stat().st_size)
+    inspection = InspectingJudge(bound).inspect(path.stat().st_size, "source_url")
     fed, first = 0, None
     for piece in file_chunks(path, chunk):
         inspection.feed(piece)
@@ -168,7 +168,7 @@ def test_a_virtual_size_above_the_bound_is_refused_before_the_rest_is_read(
     tmp_path: Path,
 ) -> None:
     image = made(tmp_path, "qcow2", size="100T")  # a few hundred KiB claiming 100 TiB
-    inspection = InspectingJudge(BOUND).inspect(image.stat().st_size)
+    inspection = InspectingJudge(BOUND).inspect(image.stat().st_size, "source_url")
     with image.open("rb") as file:
         inspection.feed(file.read(JUDGED_PREFIX_BYTES))
     refused = error_of(inspection.first_look())

@@ -12,6 +12,7 @@ from pyrigaud.adapters.hypervisors.libvirt.health import (
     LibvirtTasks,
 )
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.image_sources import ImageDownloads
 from pyrigaud.adapters.hypervisors.libvirt.images import LibvirtImages
 from pyrigaud.adapters.hypervisors.libvirt.inventory import LibvirtInventory, guest_addresses
 from pyrigaud.adapters.hypervisors.libvirt.power import LibvirtPowerControl
@@ -25,6 +26,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import TransferVolumes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.domain.models import TransferBackend
 
 
@@ -35,6 +37,7 @@ def build_libvirt_backend(
     domain_type: str,
     pools: PoolSettings,
     allow_loopback_urls: bool,
+    image_judge: ImageJudge,
     staging_backends: tuple[TransferBackend, ...],
     transfer_owner: str,
     volume_writer: VolumeWriter = upload_volume,
@@ -44,7 +47,8 @@ def build_libvirt_backend(
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
 
     `staging_backends` are where ExportDisk/ImportDisk can stage disks (pvc, s3, nfs: what
-    this machine reaches, advertised); `transfer_owner` marks the temporary volumes of
+    this machine reaches, advertised); `image_judge` judges every image downloaded or read for
+    Create and ImagePrepare before a byte is stored; `transfer_owner` marks the temporary volumes of
     transfers as this provider's, for the sweep; `volume_writer` puts bytes into a volume (a
     libvirt stream unless a test's driver cannot stream); `scratch_dir` is where a snapshot's
     export keeps its anonymous scratch files (None: the system's temporary directory).
@@ -63,9 +67,9 @@ def build_libvirt_backend(
         domains=domains,
         domain_type=domain_type,
         pools=pools,
-        allow_loopback_urls=allow_loopback_urls,
         write_volume=volume_writer,
     )
+    downloads = ImageDownloads(allow_loopback_urls, volume_writer, image_judge)
     inventory = LibvirtInventory(host)
     disk_transfer = LibvirtDiskTransfer(
         host,
@@ -73,7 +77,7 @@ def build_libvirt_backend(
         scratch_dir=scratch_dir,
     )
     return Backend(
-        lifecycle=LibvirtVMLifecycle(host),
+        lifecycle=LibvirtVMLifecycle(host, downloads),
         power=LibvirtPowerControl(host),
         inventory=inventory,
         health=LibvirtHealth(host),
@@ -81,7 +85,7 @@ def build_libvirt_backend(
         tasks=LibvirtTasks(),
         snapshots=LibvirtSnapshots(host),
         cloning=LibvirtCloning(host),
-        images=LibvirtImages(host),
+        images=LibvirtImages(host, downloads),
         disk_transfer=disk_transfer,
         transfer_leftovers=disk_transfer,
     )

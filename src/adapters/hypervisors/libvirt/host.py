@@ -40,7 +40,6 @@ class LibvirtHost:
     domains: DomainCache
     domain_type: str
     pools: PoolSettings
-    allow_loopback_urls: bool
     write_volume: VolumeWriter
 
     def domain_type_of(self, conn: VirConnect) -> str:

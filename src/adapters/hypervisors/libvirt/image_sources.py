@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import libvirt
+from returns.result import Failure, Result
 
 from pyrigaud.adapters.downloads import (
     ChecksumMismatchError,
@@ -26,10 +27,6 @@ from pyrigaud.adapters.downloads import (
     open_download,
 )
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.download import (
-    UnusableImageError,
-    image_format_of,
-)
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
@@ -42,9 +39,10 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_xml,
     write_new_volume,
 )
+from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
-from pyrigaud.domain.disk_images import peek_header
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage, peek_header
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.image_urls import UnsafeImageURLError, parse_image_url
 from pyrigaud.domain.models import CreateRequest, VMImage
@@ -86,10 +84,12 @@ class RootPlan:
 
 @dataclass(frozen=True)
 class ImageDownloads:
-    """Downloads of image URLs into new volumes, as the host's settings allow."""
+    """Downloads of image URLs into new volumes, as the host's settings allow, each image
+    judged by `judge` as it streams."""
 
     allow_loopback_urls: bool
     write_volume: VolumeWriter
+    judge: ImageJudge
 
     def open(self, url: str, checksum: str, checksum_type: str, named: ImageFields) -> Download:
         """The image's response, its headers read; a bad spec is named by `named`."""
@@ -100,6 +100,39 @@ class ImageDownloads:
                 checksum_type=checksum_type,
                 allow_loopback=self.allow_loopback_urls,
             )
+
+    def judged(
+        self, chunks: Iterator[bytes], size: int | None, given: str, named: ImageFields
+    ) -> tuple[str, Iterator[bytes]]:
+        """The image's format, judged from its first MiB before a byte is stored (one the spec
+        names in `given` must agree), and all its bytes, the whole image judged after the
+        last: a refusal then fails the volume's write, so no volume is left."""
+        inspection = self.judge.inspect(size, named.url)
+
+        def inspected() -> Iterator[bytes]:
+            for chunk in chunks:
+                inspection.feed(chunk)
+                yield chunk
+
+        _, body = peek_header(inspected(), JUDGED_PREFIX_BYTES)
+        found = _judged_or_refused(inspection.first_look()).format
+        if found not in IMAGE_FORMATS:
+            raise ExpectedError(
+                ProviderError.invalid_spec(
+                    named.url, f"the image is {found}; libvirt images are qcow2 or raw"
+                )
+            )
+        declared = declared_format(given, named.format)
+        if declared and declared != found:
+            raise ExpectedError(
+                ProviderError.invalid_spec(named.format, f"the image is {found}, not {declared}")
+            )
+
+        def whole() -> Iterator[bytes]:
+            yield from body
+            _judged_or_refused(inspection.verdict())
+
+        return found, whole()
 
     def write(
         self,
@@ -130,8 +163,9 @@ class ImageDownloads:
         download = self.open(image.url, image.checksum, image.checksum_type, CREATE_FIELDS)
         with contextlib.closing(download):
             with image_spec_errors(CREATE_FIELDS):
-                header, body = peek_header(download.chunks)
-                image_format = downloaded_format(image.format, header, CREATE_FIELDS)
+                image_format, body = self.judged(
+                    download.chunks, download.length, image.format, CREATE_FIELDS
+                )
             # Declared raw at its exact length: libvirt reads what the bytes are on refresh.
             target = name if image_format == "qcow2" else root.scratch_name
             xml = volume_xml(target, download.length or 0, volume_format="raw")
@@ -167,8 +201,6 @@ def image_spec_errors(named: ImageFields) -> Iterator[None]:
         raise ExpectedError(ProviderError.invalid_spec(named.checksum_type, str(error))) from error
     except ChecksumMismatchError as error:
         raise ExpectedError(ProviderError.invalid_spec(named.checksum, str(error))) from error
-    except UnusableImageError as error:
-        raise ExpectedError(ProviderError.invalid_spec(named.url, str(error))) from error
     except DownloadError as error:
         raise ExpectedError(ProviderError.unavailable(str(error))) from error
 
@@ -219,19 +251,6 @@ def declared_format(given: str, field: str) -> str:
     return chosen
 
 
-def downloaded_format(given: str, header: bytes, named: ImageFields) -> str:
-    """A URL image's format, read from its first bytes; one the spec names must agree."""
-    found = image_format_of(header)
-    declared = declared_format(given, named.format)
-    if declared and declared != found:
-        raise ExpectedError(
-            ProviderError.invalid_spec(
-                named.format, f"the image at the URL is {found}, not {declared}"
-            )
-        )
-    return found
-
-
 def _check_stored_format(conn: VirConnect, path: str, expected: str) -> None:
     """libvirt must read the stored image as the format its header showed: an image taken for
     raw that libvirt reads as, say, vmdk would be converted by following that format's own
@@ -259,3 +278,10 @@ def upload_or_refuse(upload: Callable[[], str]) -> str:
                 "the image from a volume already in a storage pool"
             )
         ) from error
+
+
+def _judged_or_refused(judged: Result[JudgedImage, ProviderError]) -> JudgedImage:
+    """The judged image; a refused one as the error naming the field it came from."""
+    if isinstance(judged, Failure):
+        raise ExpectedError(judged.failure())
+    return judged.unwrap()

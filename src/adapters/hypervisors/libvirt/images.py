@@ -7,6 +7,7 @@ http(s) URL (downloaded, its checksum verified, its format checked before a byte
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Iterator
@@ -20,7 +21,6 @@ from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
     PREPARE_FIELDS,
     ImageDownloads,
     declared_format,
-    downloaded_format,
     image_spec_errors,
     upload_or_refuse,
 )
@@ -34,18 +34,19 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     write_new_volume,
 )
 from pyrigaud.domain import fields
-from pyrigaud.domain.disk_images import peek_header
 from pyrigaud.domain.errors import ExpectedError, ProviderError
-from pyrigaud.domain.models import PreparedImage, PrepareImageRequest
+from pyrigaud.domain.models import ImageSource, PreparedImage, PrepareImageRequest
 
+# A file on this host: its problems are named by the request's path.
+FILE_FIELDS = dataclasses.replace(PREPARE_FIELDS, url=fields.PREPARE_PATH)
 VOLUME_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 FILE_CHUNK_BYTES = 1024 * 1024
 
 
 class LibvirtImages:
-    def __init__(self, host: LibvirtHost) -> None:
+    def __init__(self, host: LibvirtHost, downloads: ImageDownloads) -> None:
         self._host = host
-        self._downloads = ImageDownloads(host.allow_loopback_urls, host.write_volume)
+        self._downloads = downloads
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
         return self._host.run(
@@ -80,14 +81,16 @@ class LibvirtImages:
         if origin is not None:
             path = copy_volume_into(conn, pool, origin.path, name)
         elif source.path:
-            path = self._import_file(conn, pool, name, image_format, source.path)
+            path = self._import_file(conn, pool, name, image_format, source)
         else:
             path = self._import_url(conn, pool, name, image_format, request)
         return PreparedImage(id=request.target_name, path=path)
 
     def _import_file(
-        self, conn: VirConnect, pool: Any, name: str, image_format: str, file_path: str
+        self, conn: VirConnect, pool: Any, name: str, image_format: str, source: ImageSource
     ) -> str:
+        """A file on this host, judged as it is read, like a downloaded image."""
+        file_path = source.path
         if not os.path.isabs(file_path) or not os.path.isfile(file_path):
             raise ExpectedError(
                 ProviderError.invalid_spec(
@@ -95,8 +98,12 @@ class LibvirtImages:
                     f"{file_path!r} is neither a volume in a storage pool nor a file on this host",
                 )
             )
-        xml = volume_xml(name, os.path.getsize(file_path), volume_format=image_format)
-        chunks = _file_chunks(file_path)
+        size = os.path.getsize(file_path)
+        with image_spec_errors(FILE_FIELDS):
+            _, chunks = self._downloads.judged(
+                _file_chunks(file_path), size, image_format, FILE_FIELDS
+            )
+        xml = volume_xml(name, size, volume_format=image_format)
         return upload_or_refuse(
             lambda: write_new_volume(conn, pool, xml, chunks, self._host.write_volume)
         )
@@ -114,11 +121,12 @@ class LibvirtImages:
             source.url, source.checksum, source.checksum_type, PREPARE_FIELDS
         )
         with contextlib.closing(download):
-            # Checked before a byte is stored: a qcow2 naming a backing file would hand a host
+            # Judged before a byte is stored: a qcow2 naming a backing file would hand a host
             # file to every VM made from this image.
             with image_spec_errors(PREPARE_FIELDS):
-                header, body = peek_header(download.chunks)
-                downloaded_format(image_format, header, PREPARE_FIELDS)
+                _, body = self._downloads.judged(
+                    download.chunks, download.length, image_format, PREPARE_FIELDS
+                )
             xml = volume_xml(name, download.length or 0, volume_format=image_format)
             label = f"image {request.target_name!r}"
             return self._downloads.write(

@@ -79,9 +79,9 @@ logger = logging.getLogger(__name__)
 class LibvirtVMLifecycle:
     """Made within the call: Create returns no task."""
 
-    def __init__(self, host: LibvirtHost) -> None:
+    def __init__(self, host: LibvirtHost, downloads: ImageDownloads) -> None:
         self._host = host
-        self._downloads = ImageDownloads(host.allow_loopback_urls, host.write_volume)
+        self._downloads = downloads
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
         def find(conn: VirConnect) -> VMRecord | None:

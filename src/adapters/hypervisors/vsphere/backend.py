@@ -25,6 +25,7 @@ from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.domain.models import Placement, TransferBackend
 
 
@@ -40,13 +41,15 @@ def build_vsphere_backend(
     on_call: Callable[[], None] = lambda: None,
     staging_backends: tuple[TransferBackend, ...],
     owner: str,
+    image_judge: ImageJudge,
     scratch_dir: str | None = None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
     time an expired session is replaced by a new login, `on_resync` each time the inventory
     cache's update feed broke and reads the whole inventory again, `on_call` each call the
     ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
-    lets ImagePrepare fetch from loopback (tests only); `staging_backends` are where ExportDisk
+    lets ImagePrepare fetch from loopback (tests only); `image_judge` judges the disks of an OVA
+    before vCenter sees them; `staging_backends` are where ExportDisk
     and ImportDisk can stage disks (advertised), `scratch_dir` where their format conversions
     keep anonymous scratch files (None: the system's temporary directory); `owner` is this
     provider's owner mark, written on the VMs imports make until they are complete."""
@@ -59,6 +62,7 @@ def build_vsphere_backend(
         on_resync=on_resync,
         staging_backends=staging_backends,
         owner=owner,
+        image_judge=image_judge,
         scratch_dir=scratch_dir,
     )
 
@@ -72,6 +76,7 @@ def vsphere_backend(
     on_resync: Callable[[], None] = lambda: None,
     staging_backends: tuple[TransferBackend, ...],
     owner: str,
+    image_judge: ImageJudge,
     scratch_dir: str | None = None,
 ) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
@@ -94,7 +99,14 @@ def vsphere_backend(
         snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
         cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
         disk_transfer=VSphereDiskTransfer(vcenter, defaults, marks, scratch_dir=scratch_dir),
-        images=VSphereImages(vcenter, defaults, marks, allow_loopback_urls=allow_loopback_urls),
+        images=VSphereImages(
+            vcenter,
+            defaults,
+            marks,
+            image_judge,
+            allow_loopback_urls=allow_loopback_urls,
+            scratch_dir=scratch_dir,
+        ),
     )
 
 

@@ -32,7 +32,7 @@ from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
-from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
+from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, checked_vmdk, run_qemu_img
 from pyrigaud.adapters.disk_images.scratch import (
     counted,
     file_chunks,
@@ -266,7 +266,9 @@ class _DatastoreSite:
         header, rest = peek_header(chunks, HEADER_BYTES)
         if image.format == "vmdk" and is_stream_optimized(header):
             spool(rest, vmdk)
-            _checked_by_qemu(vmdk)
+            checked = checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL)
+            if isinstance(checked, Failure):
+                raise ExpectedError(checked.failure())
             return stream_optimized_capacity(header)
         if image.format == "raw":
             if size_bytes is None:
@@ -307,20 +309,6 @@ def _read_by_qemu(staged: IO[bytes], image: JudgedImage, raw: IO[bytes]) -> int:
         raise ExpectedError(converted.failure())
     raw.seek(0)
     return os.fstat(raw.fileno()).st_size
-
-
-def _checked_by_qemu(vmdk: IO[bytes]) -> None:
-    """A staged vmdk goes to vCenter as it is: qemu-img checks it first (its grain tables
-    inside the file, the file whole), so a truncated or garbled one is refused here."""
-    vmdk.flush()
-    descriptor = vmdk.fileno()
-    checked = run_qemu_img(
-        ["check", "-f", "vmdk", f"/dev/fd/{descriptor}"],
-        doing="checking the staged vmdk",
-        pass_fds=(descriptor,),
-    )
-    if isinstance(checked, Failure):
-        raise ExpectedError(checked.failure())
 
 
 class _ReceivedVmdk:

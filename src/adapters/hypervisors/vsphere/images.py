@@ -13,19 +13,29 @@ import contextlib
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.disk_images.qemu_img import checked_vmdk
+from pyrigaud.adapters.disk_images.scratch import scratch_file
 from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, run
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
-from pyrigaud.adapters.hypervisors.vsphere.ovf_package import fetch_referenced, fetched_package
+from pyrigaud.adapters.hypervisors.vsphere.ovf_package import (
+    Package,
+    fetch_referenced,
+    fetched_package,
+)
 from pyrigaud.adapters.hypervisors.vsphere.placement import import_location
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, ImportMarks
+from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.models import ImageSource, Placement, PreparedImage, PrepareImageRequest
 
+# An OVF file item's CIM resource type for a disk drive (DMTF CIM_ResourceAllocationSettingData).
+CIM_DISK_DRIVE = 17
+JUDGED_CHUNK_BYTES = 1024 * 1024
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
 
@@ -36,15 +46,20 @@ class VSphereImages:
         vcenter: VCenter,
         defaults: Placement,
         marks: ImportMarks,
+        judge: ImageJudge,
         *,
         allow_loopback_urls: bool,
+        scratch_dir: str | None = None,
     ) -> None:
         """`defaults` are the PROVIDER_DEFAULT_* placement settings; `marks` what an imported
-        VM carries until it is complete; `allow_loopback_urls` is
-        PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK (tests only)."""
+        VM carries until it is complete; `judge` judges each disk of a package before vCenter
+        sees it, in a scratch copy under `scratch_dir` (None: the system's temporary directory);
+        `allow_loopback_urls` is PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK (tests only)."""
         self._vcenter = vcenter
         self._defaults = defaults
         self._marks = marks
+        self._judge = judge
+        self._scratch_dir = scratch_dir
         self._allow_loopback_urls = allow_loopback_urls
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
@@ -96,6 +111,9 @@ class VSphereImages:
             )
             hrefs = [str(item.path) for item in spec.fileItem or ()]
             fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
+            for item in spec.fileItem or ():
+                if item.cimType == CIM_DISK_DRIVE:
+                    _judged_disk(self._judge, package, str(item.path), self._scratch_dir)
             vm = import_vm(instance, package, spec, location, self._marks.building())
         try:
             self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
@@ -104,6 +122,32 @@ class VSphereImages:
             with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
                 wait(instance, vm.Destroy_Task())
             raise
+
+
+def _judged_disk(judge: ImageJudge, package: Package, href: str, scratch_dir: str | None) -> None:
+    """A disk of the package judged whole before vCenter sees it: vCenter takes only a vmdk,
+    and one naming other extent files is refused by the judge, one cut short or garbled by
+    qemu reading it whole (from a scratch copy: an OVA's disk lies inside its tar)."""
+    inspection = judge.inspect(package.size(href), fields.PREPARE_OVA_URL)
+    with scratch_file(scratch_dir) as copy:
+        with package.open(href) as reader:
+            while chunk := reader.read(JUDGED_CHUNK_BYTES):
+                inspection.feed(chunk)
+                copy.write(chunk)
+        judged = inspection.first_look().bind(lambda _: inspection.verdict())
+        if isinstance(judged, Success) and judged.unwrap().format != "vmdk":
+            judged = Failure(
+                ProviderError.invalid_spec(
+                    fields.PREPARE_OVA_URL, f"the image is {judged.unwrap().format}, not a vmdk"
+                )
+            )
+        checked = judged.bind(
+            lambda image: checked_vmdk(copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL)
+        )
+    if isinstance(checked, Failure):
+        error = checked.failure()
+        message = f"{error.message} (the package's disk {href!r})"
+        raise ExpectedError(error.model_copy(update={"message": message}))
 
 
 def _refused_package(problems: str) -> ProviderError:
