@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -493,3 +494,41 @@ def test_a_snapshot_of_a_disk_grown_past_an_odd_sized_base_exports_as_qemu_reads
         capture_output=True,
     )
     assert _sha256_of_file(as_raw) == _sha256_of_file(expected)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_every_image_kind_lands_as_the_disk_qemu_reads_from_it(
+    pvc_site: Site, corpus: Path, name: str
+) -> None:
+    """The corpus's valid images imported, a VM made on each, its disk exported as raw: the
+    disk is what `qemu-img convert -O raw` reads from the staged image."""
+    site, image = pvc_site, valid_image(name, corpus)
+    site.staged.put(image.path.name, image.path.read_bytes())
+    imported = ok(site.import_(image.path.name, f"corpus-{name}"))
+    copy = site.vm(f"corpus-{name}", imported.path, "qcow2")
+    ok(site.export(copy, f"{name}.out.raw", "raw"))
+    exported = site.staged.stored(f"{name}.out.raw")
+    oracle = oracle_raw(image, corpus)
+    assert exported is not None
+    assert exported[: len(oracle)] == oracle
+    assert not exported[len(oracle) :].strip(b"\0")
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_image_is_refused_and_leaves_nothing_in_the_pool(
+    pvc_site: Site, corpus: Path, name: str
+) -> None:
+    site, image = pvc_site, hostile_image(name, corpus)
+    site.staged.put(image.path.name, image.path.read_bytes())
+    before = site.volume_names()
+
+    refused = site.import_(image.path.name, f"hostile-{name}")
+
+    assert error_kind(refused) is ErrorKind.INVALID_SPEC, refused
+    assert error_of(refused).message.startswith("source_url: ")
+    assert site.volume_names() == before

@@ -6,11 +6,13 @@ real qemu-img; retries, clashes, checksum mismatches and a running VM."""
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from image_corpus import HOSTILE, VALID, CorpusImage, hostile_image, oracle_raw, valid_image
 
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
@@ -162,7 +164,7 @@ def test_a_checksum_mismatch_lands_nothing(moves: DiskMoves, root: Path) -> None
 def test_a_staged_vmdk_qemu_cannot_read_whole_lands_nothing(
     moves: DiskMoves, root: Path, kept: str, problem: str
 ) -> None:
-    """A staged streamOptimized vmdk goes to vCenter as it is: qemu-img checks it first."""
+    """A staged streamOptimized vmdk goes to vCenter as it is: qemu reads it whole first."""
     url = _staged(root, "cut.vmdk", RAW, "vmdk")
     staged = root / PVC / "cut.vmdk"
     whole = staged.read_bytes()
@@ -196,3 +198,45 @@ def test_a_running_vm_exports_only_from_a_snapshot(
         )
     )
     assert _raw_of(root / PVC / "running.out", len(RAW)) == RAW
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+def _staged_copy(root: Path, image: CorpusImage) -> str:
+    shutil.copyfile(image.path, root / PVC / image.path.name)
+    return f"pvc://{PVC}/{image.path.name}"
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_every_image_kind_lands_as_the_disk_qemu_reads_from_it(
+    ports: Backend, moves: DiskMoves, root: Path, corpus: Path, name: str
+) -> None:
+    """The corpus's valid images imported and exported again as raw: the disk is what
+    `qemu-img convert -O raw` reads from the staged image (vSphere rounds a disk up to whole
+    KiB, which read as zeros)."""
+    image = valid_image(name, corpus)
+    target = f"corpus-{name}"
+    imported = ok(import_disk(moves, _staged_copy(root, image), target_name=target))
+    vm_id = _vm_around(ports, target, imported.path)
+    ok(export_disk(moves, vm_id, f"pvc://{PVC}/{target}.out.raw", disk_format="raw"))
+    exported = (root / PVC / f"{target}.out.raw").read_bytes()
+    oracle = oracle_raw(image, corpus)
+    assert exported[: len(oracle)] == oracle
+    assert not exported[len(oracle) :].strip(b"\0")
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_image_is_refused_and_lands_nothing(
+    moves: DiskMoves, root: Path, corpus: Path, name: str
+) -> None:
+    target = f"hostile-{name}"
+    refused = import_disk(
+        moves, _staged_copy(root, hostile_image(name, corpus)), target_name=target
+    )
+    assert error_kind(refused) is ErrorKind.INVALID_SPEC, refused
+    assert error_of(refused).message.startswith("source_url: ")
+    retried = ok(import_disk(moves, _staged(root, "whole.raw", RAW, "raw"), target_name=target))
+    assert retried.path.startswith(f"[LocalDS_0] {target}/")  # nothing was in the way

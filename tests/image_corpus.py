@@ -1,0 +1,182 @@
+"""Disk images of every kind a user hands over, made by qemu-img and qemu-io, and crafted ones.
+
+`VALID` are the formats and features a staged disk may have (qcow2 v2 and v3, cluster
+sizes from 512 B to 2 MiB, zlib and zstd compression, extended L2 entries, lazy refcounts, an
+internal snapshot older than the disk's current state, both single-file vmdk kinds, a raw disk
+of an odd size), each a few MiB with data in its first and last clusters. What qemu reads from
+one (`oracle_raw`) is what a migrated disk must hold.
+
+`HOSTILE` are real images with one header field or table entry bent the way an attacker
+or a broken tool would: sizes far above any bound, tables of absurd size or at misaligned
+offsets, headers cut short, vmdk grains and markers out of range. Each is refused, by the judge
+or by qemu itself, never read as a disk.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from disk_image_support import MIB, qemu_img, sparse_disk
+
+# Odd on purpose: not a multiple of a sector, a cluster or a grain; data in the last bytes.
+SOURCE_BYTES = 3 * MIB + 1234
+
+
+@dataclass(frozen=True)
+class CorpusImage:
+    name: str
+    path: Path
+    format: str  # as qemu-img names it
+
+
+def source_disk(workdir: Path) -> Path:
+    """The disk every valid image holds: random, zero and nearly-zero grains, odd-sized."""
+    raw = workdir / "source.raw"
+    if not raw.exists():
+        disk = bytearray(sparse_disk(SOURCE_BYTES, seed=25))
+        disk[-4096:] = b"\xa5" * 4096  # data in the last cluster, whatever its size
+        raw.write_bytes(bytes(disk))
+    return raw
+
+
+# Each valid image: how qemu-img makes it from the source disk (its format, its options).
+VALID = {
+    "raw-odd-size": ("raw", ()),
+    "qcow2-v2": ("qcow2", ("-o", "compat=0.10")),
+    "qcow2-v3": ("qcow2", ()),
+    "qcow2-512-byte-clusters": ("qcow2", ("-o", "cluster_size=512")),
+    "qcow2-2-mib-clusters": ("qcow2", ("-o", "cluster_size=2M")),
+    "qcow2-zlib": ("qcow2", ("-c",)),
+    "qcow2-zstd": ("qcow2", ("-c", "-o", "compression_type=zstd")),
+    "qcow2-extended-l2": ("qcow2", ("-o", "extended_l2=on,cluster_size=128k")),
+    "qcow2-lazy-refcounts": ("qcow2", ("-o", "lazy_refcounts=on")),
+    "qcow2-internal-snapshot": ("qcow2", ()),  # then a snapshot, then a write after it
+    "vmdk-stream-optimized": ("vmdk", ("-o", "subformat=streamOptimized")),
+    "vmdk-monolithic-sparse": ("vmdk", ("-o", "subformat=monolithicSparse")),
+}
+
+
+def valid_image(name: str, workdir: Path) -> CorpusImage:
+    """The valid image `name` (made once per `workdir`)."""
+    disk_format, options = VALID[name]
+    image = CorpusImage(name, workdir / f"{name}.{disk_format}", disk_format)
+    if not image.path.exists():
+        qemu_img(
+            "convert", "-f", "raw", "-O", disk_format, *options, source_disk(workdir), image.path
+        )
+        if name == "qcow2-internal-snapshot":
+            # The snapshot holds the disk as it was; the current state, which is the disk,
+            # differs in its last 64 KiB.
+            qemu_img("snapshot", "-c", "before", image.path)
+            last = SOURCE_BYTES - SOURCE_BYTES % 512 - 65536
+            subprocess.run(
+                ["qemu-io", "-f", "qcow2", "-c", f"write -P 0x5a {last} 65536", str(image.path)],
+                check=True,
+                capture_output=True,
+            )
+    return image
+
+
+def oracle_raw(image: CorpusImage, workdir: Path) -> bytes:
+    """The disk as qemu reads it from the image."""
+    out = workdir / f"{image.name}.oracle.raw"
+    if not out.exists():
+        qemu_img("convert", "-f", image.format, "-O", "raw", image.path, out)
+    return out.read_bytes()
+
+
+# qcow2's header fields (qemu's docs/interop/qcow2.txt), as (offset, struct format).
+QCOW2_CLUSTER_BITS = (20, ">I")
+QCOW2_SIZE = (24, ">Q")
+QCOW2_L1_SIZE = (36, ">I")
+QCOW2_L1_OFFSET = (40, ">Q")
+QCOW2_REFCOUNT_OFFSET = (48, ">Q")
+QCOW2_SNAPSHOT_COUNT = (60, ">I")
+# A sparse vmdk's header (VMware's Virtual Disk Format 1.1, SparseExtentHeader).
+VMDK_CAPACITY = (12, "<Q")
+VMDK_GRAIN_SIZE = (20, "<Q")
+VMDK_GTES_PER_GT = (44, "<I")
+L2_OFFSET_MASK = 0x00FFFFFFFFFFFE00
+
+
+def _set(field: tuple[int, str], value: int) -> Callable[[bytearray], None]:
+    offset, layout = field
+    return lambda data: struct.pack_into(layout, data, offset, value)
+
+
+def _add(field: tuple[int, str], delta: int) -> Callable[[bytearray], None]:
+    offset, layout = field
+
+    def bend(data: bytearray) -> None:
+        (value,) = struct.unpack_from(layout, data, offset)
+        struct.pack_into(layout, data, offset, value + delta)
+
+    return bend
+
+
+def _misaligned_l2_entry(data: bytearray) -> None:
+    """The first allocated L2 entry points a sector past a cluster's start (qemu: corrupt)."""
+    (l1_offset,) = struct.unpack_from(">Q", data, QCOW2_L1_OFFSET[0])
+    (l1_entry,) = struct.unpack_from(">Q", data, l1_offset)
+    l2_offset = l1_entry & L2_OFFSET_MASK
+    for index in range(0, 65536 // 8):
+        (entry,) = struct.unpack_from(">Q", data, l2_offset + index * 8)
+        if entry & L2_OFFSET_MASK:
+            struct.pack_into(">Q", data, l2_offset + index * 8, entry + 512)
+            return
+    raise AssertionError("no allocated cluster in the first L2 table")
+
+
+def _cut(length: int) -> Callable[[bytearray], None]:
+    def bend(data: bytearray) -> None:
+        del data[length:]
+
+    return bend
+
+
+def _cut_in_half(data: bytearray) -> None:
+    del data[len(data) // 2 :]
+
+
+def _grain_marker_size(data: bytearray) -> None:
+    """The first grain marker of a streamOptimized vmdk claims a compressed size of 4 GiB."""
+    sector = 512 * struct.unpack_from("<Q", data, 64)[0]  # overHead: where grains start
+    struct.pack_into("<I", data, sector + 8, 0xFFFFFFFF)
+
+
+# Each hostile image: the valid image it is bent from, and the bend.
+HOSTILE: dict[str, tuple[str, Callable[[bytearray], None]]] = {
+    "qcow2-size-2-pow-62": ("qcow2-v3", _set(QCOW2_SIZE, 2**62)),
+    "qcow2-size-a-petabyte": ("qcow2-v3", _set(QCOW2_SIZE, 2**50)),
+    "qcow2-l1-of-a-billion-entries": ("qcow2-v3", _set(QCOW2_L1_SIZE, 2**30)),
+    "qcow2-l1-misaligned": ("qcow2-v3", _add(QCOW2_L1_OFFSET, 1)),
+    "qcow2-refcounts-misaligned": ("qcow2-v3", _add(QCOW2_REFCOUNT_OFFSET, 8)),
+    "qcow2-cluster-bits-40": ("qcow2-v3", _set(QCOW2_CLUSTER_BITS, 40)),
+    "qcow2-l2-entry-misaligned": ("qcow2-v3", _misaligned_l2_entry),
+    "qcow2-snapshots-past-the-end": ("qcow2-v3", _set(QCOW2_SNAPSHOT_COUNT, 65536)),
+    "qcow2-header-cut-short": ("qcow2-v3", _cut(48)),
+    "vmdk-capacity-2-pow-60-sectors": ("vmdk-stream-optimized", _set(VMDK_CAPACITY, 2**60)),
+    "vmdk-grain-of-a-terabyte": ("vmdk-stream-optimized", _set(VMDK_GRAIN_SIZE, 2**31)),
+    "vmdk-grain-marker-of-4-gib": ("vmdk-stream-optimized", _grain_marker_size),
+    "vmdk-stream-cut-in-half": ("vmdk-stream-optimized", _cut_in_half),
+    "vmdk-tables-of-4-billion-entries": (
+        "vmdk-monolithic-sparse",
+        _set(VMDK_GTES_PER_GT, 2**32 - 1),
+    ),
+}
+
+
+def hostile_image(name: str, workdir: Path) -> CorpusImage:
+    """The hostile image `name` (made once per `workdir`)."""
+    base_name, bend = HOSTILE[name]
+    base = valid_image(base_name, workdir)
+    image = CorpusImage(name, workdir / f"{name}.{base.format}", base.format)
+    if not image.path.exists():
+        data = bytearray(base.path.read_bytes())
+        bend(data)
+        image.path.write_bytes(bytes(data))
+    return image
