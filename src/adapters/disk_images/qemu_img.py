@@ -19,8 +19,8 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.cancellation import call_active
 from pyrigaud.domain import fields
-from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
 logger = logging.getLogger(__name__)
 
