@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -41,6 +40,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
+from image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
 from libvirt_support import libvirt_test_backend
 from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
 from staging_support import (

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from image_corpus import HOSTILE, VALID, CorpusImage, hostile_image, oracle_raw, valid_image
 
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
@@ -26,6 +25,7 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
+from image_corpus import HOSTILE, VALID, CorpusImage, hostile_image, oracle_raw, valid_image
 from support import error_kind, error_of, ok
 from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
 from vsphere_support import Simulator, backend_over, create_use_case, remove_vms_made_since
