@@ -39,6 +39,8 @@ KINDS = {
     "Service": "v1",
     "Deployment": "apps/v1",
     "Provider": "infra.virtrigaud.io/v1beta1",
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+    "PrometheusRule": "monitoring.coreos.com/v1",
 }
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The Provider CRD's validation patterns (infra.virtrigaud.io/v1beta1).
