@@ -33,6 +33,7 @@ def free_port() -> int:
 class Served:
     endpoint: str
     popen: subprocess.Popen[str]
+    health_port: int
 
 
 @contextmanager
@@ -58,7 +59,7 @@ def served(env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
     )
     try:
         _wait_ready(popen, health_port)
-        yield Served(f"127.0.0.1:{port}", popen)
+        yield Served(f"127.0.0.1:{port}", popen, health_port)
     finally:
         popen.send_signal(signal.SIGTERM)
         try:
