@@ -4,10 +4,13 @@ the edge where a call into vCenter becomes a Result."""
 from __future__ import annotations
 
 import http.client
+import os
 import ssl
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pyVmomi import SoapAdapter
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
 from returns.result import Failure, Result, Success
@@ -20,6 +23,9 @@ vim: Any = untyped_vim
 vmodl: Any = untyped_vmodl
 
 T = TypeVar("T")
+
+SOAP_READER = SoapAdapter.__file__  # where pyVmomi reads vCenter's replies
+PYVMOMI_FOLDER = os.path.dirname(SOAP_READER) + os.sep
 
 # First match wins, so subclasses come before their parents.
 KIND_BY_FAULT: Sequence[tuple[type[BaseException], ErrorKind]] = (
@@ -72,6 +78,27 @@ def attempt(doing: str, action: Callable[[], T]) -> Result[T, ProviderError]:
         return Failure(error.error)
     except EXPECTED_FAILURES as error:
         return Failure(provider_error(error, doing))
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        if not _raised_reading_a_reply(error):
+            raise
+        return Failure(
+            ProviderError.unavailable(
+                f"{doing}: vCenter answered with what this client cannot read (a newer "
+                f"server's fault or type?): {type(error).__name__}: {error}"
+            )
+        )
+
+
+def _raised_reading_a_reply(error: BaseException) -> bool:
+    """Whether pyVmomi's SOAP reader raised `error`: a fault type or property it does not
+    know, which a newer vCenter sends (no bug of ours; pyVmomi raises KeyError or
+    AttributeError from its deserializer rather than a fault)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return (
+        bool(frames)
+        and frames[-1].filename.startswith(PYVMOMI_FOLDER)
+        and any(frame.filename == SOAP_READER for frame in frames)
+    )
 
 
 def fault_kind(error: BaseException) -> ErrorKind:
