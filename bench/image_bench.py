@@ -1,0 +1,264 @@
+"""Disk images judged and converted on import and export, against `qemu-img convert` of the same
+bytes in the same run.
+
+Usage (from the repository root, as root, with the project's venv; needs libvirtd + QEMU and
+Go for the vCenter simulator, as the tests do):
+
+    .venv/bin/python bench/image_bench.py               # a 2 GiB disk of random bytes
+    .venv/bin/python bench/image_bench.py --gib 0.25 --json out.json
+
+A raw disk of random bytes is staged on a PVC folder as qcow2 and as a streamOptimized vmdk
+(made by qemu-img). Each row is one ImportDisk or ExportDisk through the application's use
+cases, beside its floor: the one `qemu-img convert` that turns the same input into the same
+kind of output on the same disks, which any provider that converts at all must at least run.
+
+- libvirt import (qcow2 or vmdk staged): the image judged as it streams, uploaded through a
+  libvirt stream and converted by libvirt into the pool's qcow2. Floor: `qemu-img convert` of
+  the staged file into a qcow2 in the pool's folder.
+- libvirt export at a snapshot (the manager's path: a disk-only snapshot, then ExportDisk at
+  it): `qemu-img convert -l snapshot.name=` in the pod, hashed and staged. Floor: the same
+  `qemu-img convert` of the VM's disk into a qcow2 on the PVC.
+- vSphere import (qcow2 or vmdk staged): a qcow2 read by qemu-img into raw and encoded as
+  streamOptimized, a vmdk read whole by qemu; then through an NFC import lease. Floor:
+  `qemu-img convert` of the staged file into a streamOptimized vmdk (vCenter's input) for a
+  qcow2, qemu reading it whole for a vmdk.
+- vSphere export as qcow2: the NFC export lease's streamOptimized vmdk decoded as it streams
+  and written as qcow2. Floor: `qemu-img convert` of that vmdk (exported as vmdk) into qcow2.
+
+The script reports, it does not assert; the target is no row slower than the one conversion
+qemu-img runs (ratio >= 1 is faster than qemu-img).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import libvirt
+from migration_bench import (
+    CHUNK,
+    OWNER,
+    POOL,
+    POOL_PATH,
+    URI,
+    MiB,
+    bench_pool,
+    measured,
+    storages,
+    unwrapped,
+)
+from migration_bench import _export as export_through
+from migration_bench import _import as import_through
+from migration_bench import _vm_around as vsphere_vm_around
+
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
+from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
+from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, upload_volume, volume_xml
+from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.domain.models import (
+    CreateRequest,
+    DiskQuery,
+    OwnerMark,
+    Placement,
+    SnapshotRequest,
+    VMClass,
+    VMImage,
+)
+
+from transfer_support import IMAGE_JUDGE, disk_moves, export_disk
+from vsphere_support import backend_over, running_simulator
+
+
+@dataclass
+class Row:
+    hypervisor: str
+    operation: str  # e.g. "import qcow2"
+    seconds: float
+    floor_seconds: float
+    bytes: int
+    rss_growth_mib: float
+
+    @property
+    def ratio(self) -> float:
+        return self.floor_seconds / self.seconds
+
+
+def qemu_img(*arguments: str | Path) -> None:
+    subprocess.run(["qemu-img", *map(str, arguments)], check=True, capture_output=True)
+
+
+def timed(action: Callable[[], object]) -> float:
+    seconds, _, _ = measured(action)
+    return seconds
+
+
+def run(gib: float) -> list[Row]:
+    size = int(gib * 1024**3) // CHUNK * CHUNK
+    workdir = Path(tempfile.mkdtemp(prefix="image-bench-", dir="/var/tmp"))
+    conn = libvirt.open(URI)
+    with ExitStack() as stack:
+        stack.callback(conn.close)
+        stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+        pool = stack.enter_context(bench_pool(conn))
+        root = workdir / "migration-storage"
+        (place,) = storages(stack, workdir, root, ["pvc"])
+        assert place.folder is not None
+        raw = workdir / "disk.raw"
+        with raw.open("wb") as disk:
+            for _ in range(size // CHUNK):
+                disk.write(os.urandom(CHUNK))
+        place.folder.mkdir(parents=True, exist_ok=True)
+        qemu_img("convert", "-f", "raw", "-O", "qcow2", raw, place.folder / "in.qcow2")
+        stream_optimized = ("-o", "subformat=streamOptimized")
+        qemu_img(
+            "convert", "-f", "raw", "-O", "vmdk", *stream_optimized, raw, place.folder / "in.vmdk"
+        )
+        staging = staging_by_backend(OWNER, SystemClock(), str(root))
+        rows = _libvirt(stack, conn, pool, place, staging, raw, size)
+        print(report(rows), flush=True)
+        rows += _vsphere(stack, place, staging)
+        return rows
+
+
+def _libvirt(
+    stack: ExitStack, conn: Any, pool: Any, place: Any, staging: Any, raw: Path, size: int
+) -> list[Row]:
+    connection = LibvirtConnection(URI)
+    stack.callback(connection.close)
+    backend = build_libvirt_backend(
+        connection,
+        SystemClock(),
+        domain_type="qemu",
+        pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
+        allow_loopback_urls=False,
+        image_judge=IMAGE_JUDGE,
+        staging_backends=staging.backends,
+        transfer_owner=OWNER,
+    )
+    moves = disk_moves(backend, staging)
+    row = functools.partial(Row, "libvirt")
+    folder = place.folder
+    rows = []
+    for staged in ("qcow2", "vmdk"):
+        url = place.url(f"in.{staged}")
+        seconds, rss, imported = measured(
+            lambda: import_through(moves, place, url, f"bench-in-{staged}", "")  # noqa: B023
+        )
+        floor_file = POOL_PATH / f"bench-floor-{staged}.qcow2"
+        source = folder / f"in.{staged}"
+        convert = ["convert", "-f", staged, "-O", "qcow2", source, floor_file]
+        floor = timed(lambda: qemu_img(*convert))  # noqa: B023
+        floor_file.unlink()
+        rows.append(row(f"import {staged}", seconds, floor, imported.actual_size_bytes, rss / MiB))
+    base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
+    with raw.open("rb") as source:
+        upload_volume(conn, base, iter(lambda: source.read(CHUNK), b""))
+    request = CreateRequest(
+        name="bench-images",
+        vm_class=VMClass(cpu=1, memory_mib=256),
+        image=VMImage(path=str(base.path()), format="raw"),
+    )
+    vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
+    try:
+        snapshot = unwrapped(
+            backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="bench"))
+        )
+        disk = unwrapped(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).path
+        url = place.url("out.qcow2")
+        seconds, rss, exported = measured(
+            lambda: unwrapped(
+                export_disk(moves, vm_id, url, disk_format="qcow2", snapshot_id=snapshot.id)
+            )
+        )
+        at_snapshot = ["-U", "-l", f"snapshot.name={snapshot.id}", "-O", "qcow2"]
+        floor = timed(lambda: qemu_img("convert", *at_snapshot, disk, folder / "floor.qcow2"))
+        size_out = exported.estimated_size_bytes
+        rows.append(row("export qcow2 at a snapshot", seconds, floor, size_out, rss / MiB))
+    finally:
+        backend.lifecycle.delete(vm_id)
+    return rows
+
+
+def _vsphere(stack: ExitStack, place: Any, staging: Any) -> list[Row]:
+    simulator = stack.enter_context(running_simulator())
+    backend = backend_over(simulator.session(), defaults=Placement(datastore="LocalDS_0"))
+    moves = disk_moves(backend, staging)
+    row = functools.partial(Row, "vsphere")
+    folder = place.folder
+    rows = []
+    stream_optimized = ["-O", "vmdk", "-o", "subformat=streamOptimized"]
+    read_whole = ["-n", "-f", "vmdk", "--target-image-opts", folder / "in.vmdk"]
+    null_sink = f"driver=null-co,size={_virtual_size(folder / 'in.vmdk')}"
+    into_vmdk = ["-f", "qcow2", *stream_optimized, folder / "in.qcow2", folder / "floor.vmdk"]
+    floors = {
+        "qcow2": lambda: qemu_img("convert", *into_vmdk),
+        "vmdk": lambda: qemu_img("convert", *read_whole, null_sink),
+    }
+    imported_path = ""
+    for staged in ("qcow2", "vmdk"):
+        url = place.url(f"in.{staged}")
+        seconds, rss, imported = measured(
+            lambda: import_through(moves, place, url, f"bench-in-{staged}", "")  # noqa: B023
+        )
+        imported_path = imported_path or imported.path
+        floor = timed(floors[staged])
+        rows.append(row(f"import {staged}", seconds, floor, imported.actual_size_bytes, rss / MiB))
+    vm_id = vsphere_vm_around(backend, imported_path)
+    export_through(moves, vm_id, place, place.url("out.vmdk"), "vmdk")
+    seconds, rss, exported = measured(
+        lambda: export_through(moves, vm_id, place, place.url("out.qcow2"), "qcow2")
+    )
+    floor = timed(
+        lambda: qemu_img(
+            "convert", "-f", "vmdk", "-O", "qcow2", folder / "out.vmdk", folder / "floor.qcow2"
+        )
+    )
+    rows.append(row("export qcow2", seconds, floor, exported.estimated_size_bytes, rss / MiB))
+    return rows
+
+
+def _virtual_size(path: Path) -> int:
+    info = subprocess.run(
+        ["qemu-img", "info", "--output=json", str(path)], check=True, capture_output=True
+    )
+    return int(json.loads(info.stdout)["virtual-size"])
+
+
+def report(rows: list[Row]) -> str:
+    lines = [
+        "| hypervisor | operation | pyrigaud | qemu-img convert | ratio | RSS growth |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.hypervisor} | {row.operation} | {row.seconds:.1f} s "
+            f"| {row.floor_seconds:.1f} s | {row.ratio:.2f}x | {row.rss_growth_mib:.0f} MiB |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=float, default=2)
+    parser.add_argument("--json", type=Path)
+    arguments = parser.parse_args()
+    rows = run(arguments.gib)
+    print(report(rows))
+    if arguments.json:
+        arguments.json.write_text(json.dumps([asdict(row) for row in rows], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
