@@ -12,7 +12,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 
 ENDPOINT_VARIABLE = "PYRIGAUD_ENDPOINT"
 TLS_FILES = ("tls.crt", "tls.key", "ca.crt")
-# The manager's own per-RPC deadlines (CONTRACT.md §4), in seconds.
+# The manager's own per-RPC deadlines (docs/contract.md), in seconds.
 DEADLINES = {
     "Validate": 30.0,
     "GetCapabilities": 30.0,

@@ -1,4 +1,4 @@
-"""The manager's JSON payloads, built from flags in the manager's own terms (CONTRACT.md §3).
+"""The manager's JSON payloads, built from flags in the manager's own terms (docs/contract.md).
 
 Create and Reconfigure carry Go structs marshalled without json tags: PascalCase keys, every
 field present, nil as `null`. Clone and ImagePrepare carry CRD specs with camelCase keys.

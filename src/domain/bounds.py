@@ -1,6 +1,6 @@
 """Input bounds: every value the manager sends must fit the wire (int32 fields) and sanity.
 
-Anything outside these is an invalid spec naming the field; the numbers are DESIGN.md's.
+Anything outside these is an invalid spec naming the field; docs/contract.md lists them.
 """
 
 from __future__ import annotations

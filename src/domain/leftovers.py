@@ -1,4 +1,4 @@
-"""When a half-built VM counts as abandoned (DESIGN.md, "Crash leftovers").
+"""When a half-built VM counts as abandoned (docs/operating.md, "Crash safety").
 
 A Create marks its VM as building before making anything, with its start time. A mark older
 than the manager's Create deadline belongs to a Create that can no longer be running, so the VM

@@ -1,7 +1,7 @@
 """Where a migrating disk is staged: the manager's URL, storage options and credentials, checked.
 
 The manager sends the same URL to ExportDisk (`destination_url`) and ImportDisk (`source_url`),
-with `storage_options_json` and, for S3, a credentials map (MIGRATION.md §2, §3):
+with `storage_options_json` and, for S3, a credentials map (docs/migration.md):
 
 - pvc: `pvc://<pvc>/<path>`, a file under the PVC's mount in the provider's pod;
 - s3:  `s3://<bucket>/<key>`: the bucket always comes from the options, and the URL's first

@@ -1,6 +1,6 @@
 """Configuration: defaults < config file < environment < command-line flags.
 
-Each setting has one name (DESIGN.md): the environment variable's. A TOML config file
+Each setting has one name, the environment variable's (docs/configuration.md). A TOML config file
 (`--config` or `PYRIGAUD_CONFIG`) uses the same names as keys, so nothing is spelled twice.
 
 The merge is `load_settings`' few lines rather than pydantic-settings (checked with 2.16.3):
@@ -119,8 +119,8 @@ class Settings(BaseModel):
     max_concurrent_ops: int = Field(8, alias="PYRIGAUD_MAX_CONCURRENT_OPS", ge=1, le=1024)
     rate_qps: float = Field(0.0, alias="PYRIGAUD_RATE_QPS", ge=0, le=10000)  # 0: no rate limit
     rate_burst: int = Field(20, alias="PYRIGAUD_RATE_BURST", ge=1, le=10000)
-    # A Create's building mark older than this is a crash leftover (DESIGN.md: the Create
-    # deadline); tests shorten it.
+    # A Create's building mark older than this is a crash leftover (docs/operating.md: the
+    # Create deadline); tests shorten it.
     abandoned_after_seconds: float = Field(
         CREATE_DEADLINE_SECONDS, alias="PYRIGAUD_ABANDONED_AFTER_SECONDS", ge=0
     )

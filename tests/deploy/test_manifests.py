@@ -1,7 +1,7 @@
 """deploy/ and the Dockerfile, checked without a cluster or a container engine.
 
 Each manifest must be what a VirtRigaud manager and the kubelet accept, and must keep the pod
-contract (CONTRACT.md section 2): uid 65532, read-only root, /tmp writable, /healthz on 8080,
+contract (docs/contract.md): uid 65532, read-only root, /tmp writable, /healthz on 8080,
 the TLS and credentials Secrets at their paths, with the keys pyrigaud reads.
 """
 

@@ -15,7 +15,7 @@ from pyrigaud.client.conformance.session import Session
 @dataclass(frozen=True)
 class Clause:
     key: str
-    title: str  # the contract's words (CONTRACT.md §4, §5)
+    title: str  # the contract's words (docs/contract.md)
     check: Callable[[Session], None]
     mutating: bool
 

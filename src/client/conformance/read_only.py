@@ -16,7 +16,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 NOT_FOUND = frozenset({grpc.StatusCode.NOT_FOUND})
 INVALID = frozenset({grpc.StatusCode.INVALID_ARGUMENT})
-# Every shape of id the manager might hold for a VM that is gone (CONTRACT.md §4).
+# Every shape of id the manager might hold for a VM that is gone (docs/contract.md).
 MISSING_IDS = ("", "vm-999999999", "no-such-vm", "../../etc/passwd", "bad\x7fid \u00e9")
 TRANSFER_MODES = frozenset({"relay", "direct"})
 

@@ -117,7 +117,7 @@ def disk_export_import(session: Session) -> None:
     expect(bool(imported.disk_id), "ImportDisk answered an empty disk_id")
     shown = f"imported disk {imported.path or imported.disk_id}"
     session.left.append(shown)  # until the VM made from it takes it along
-    image = {  # the manager's imported-disk VMImage: all six keys (MIGRATION.md)
+    image = {  # the manager's imported-disk VMImage: all six keys (docs/migration.md)
         "TemplateName": "",
         "Path": imported.path,
         "URL": "",

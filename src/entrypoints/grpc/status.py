@@ -1,4 +1,4 @@
-"""The one table from error kinds to gRPC status codes (CONTRACT.md §5).
+"""The one table from error kinds to gRPC status codes (docs/contract.md: status codes).
 
 The manager's circuit breaker counts UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL and UNKNOWN
 against every VM on the provider, so an expected failure never maps to INTERNAL/UNKNOWN.

@@ -6,7 +6,7 @@ grpcio's sync server hands every RPC to its pool with `submit(fn, *args)` and ca
 a pool. A ThreadPoolExecutor does more for each call: a Future with its own Condition,
 running and result states set under it, an idle-worker semaphore taken and given back. Here a
 call is one tuple on a lock-free queue and a slotted record of its callbacks: about 11% of the
-machine instructions a bare grpcio server spends per Describe (README, "Benchmarks").
+machine instructions a bare grpcio server spends per Describe (docs/benchmarks.md).
 """
 
 from __future__ import annotations

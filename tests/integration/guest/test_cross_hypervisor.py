@@ -87,7 +87,7 @@ def _migrate(
     import_format: str,
 ) -> pb.ImportDiskResponse:
     """GetCapabilities, Power OFF, SnapshotCreate, ExportDisk, ImportDisk, SnapshotDelete: the
-    manager's requests, as it sends them (MIGRATION.md §2)."""
+    manager's requests, as it sends them (docs/migration.md)."""
     for stub, backends in (
         (source, "supported_export_backends"),
         (target, "supported_import_backends"),

@@ -79,7 +79,7 @@ def boot(provider: Replica, conn: Any, vm_id: str) -> float:
     with console(conn, conn.lookupByUUIDString(vm_id)) as serial:
         ready = serial.wait_for(READY, BOOT_SECONDS)
     took = time.monotonic() - started
-    # Printed for the README's numbers (`-s` shows them); not asserted.
+    # Printed for the figures in docs/testing.md (`-s` shows them); not asserted.
     print(f"{vm_id}: ready {took:.1f} s after Power ON (kernel uptime {ready['uptime']} s)")
     return float(ready["uptime"])
 

@@ -204,7 +204,7 @@ def test_a_disk_goes_out_comes_back_and_boots_a_new_vm_with_its_data(site: Site)
     staged = site.staged.stored("export.qcow2")
     assert staged is not None
     assert staged[:4] == b"QFI\xfb"
-    assert exported.checksum == _sha256(staged)  # lowercase hex, no prefix (MIGRATION.md §3)
+    assert exported.checksum == _sha256(staged)  # lowercase hex, no prefix (docs/migration.md)
     assert exported.estimated_size_bytes == len(staged)
     assert site.staged.case.leftovers() == [], "a staged temporary was left behind"
     assert site.volume_names() == before, "the flattened copy made for the export was kept"

@@ -1,6 +1,6 @@
 """The manager's VMMigration walked over gRPC between two `pyrigaud serve` processes (source and
 target provider) on one libvirtd, for each staging backend: exactly the requests the manager
-sends (MIGRATION.md §2), staged on a PVC folder, moto's S3 server or nfs-ganesha on loopback."""
+sends (docs/migration.md), staged on a PVC folder, moto's S3 server or nfs-ganesha on loopback."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""vSphere faults map to the error kinds the manager's circuit breaker needs (CONTRACT.md §5); a
-reply this pyVmomi cannot read (a newer vCenter's fault type or property) is UNAVAILABLE."""
+"""vSphere faults map to the error kinds the manager's circuit breaker needs (docs/contract.md);
+a reply this pyVmomi cannot read (a newer vCenter's fault type or property) is UNAVAILABLE."""
 
 from __future__ import annotations
 
