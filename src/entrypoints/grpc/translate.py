@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from _json import make_encoder
+import json
 from collections.abc import Mapping
-from json.encoder import encode_basestring_ascii
 
 from pyrigaud.domain.models import Capabilities, DiskDetails, VMDescription, VMInfo
 from pyrigaud.domain.tasks import TaskRef
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-
-def _mapping_as_dict(value: object) -> dict[str, str]:
-    """The C encoder writes dicts itself and hands anything else here."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not a flat JSON object")
-
-
-# json.dumps(..., sort_keys=True)'s own C encoder, made once: json.dumps makes one per call.
-_SORTED_JSON = make_encoder(
-    None, _mapping_as_dict, encode_basestring_ascii, None, ": ", ", ", True, False, True
-)
+# json.dumps(..., sort_keys=True)'s encoder, made once (json.dumps makes one per call). Public
+# API only: the C encoder it wraps is private to CPython; going around the wrapper saved 0.7 us
+# of a Describe's hundreds.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
 def task_ref(task: TaskRef | None) -> pb.TaskRef | None:
@@ -42,9 +33,9 @@ def describe_response(description: VMDescription | None) -> pb.DescribeResponse:
 
 
 def flat_json(values: Mapping[str, str]) -> str:
-    """`json.dumps(values, sort_keys=True)` of a flat object of strings, the same text without
-    the encoder json.dumps builds on every call: Describe's hottest few microseconds."""
-    return "".join(_SORTED_JSON(values, 0))
+    """`json.dumps(values, sort_keys=True)` of a flat object of strings, without the encoder
+    json.dumps builds on every call: Describe's hottest few microseconds."""
+    return _SORTED_JSON.encode(dict(values))  # a read-only mapping too
 
 
 def vm_info(vm: VMInfo) -> pb.VMInfo:
