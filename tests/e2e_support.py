@@ -7,17 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
-from dependency_injector import providers
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
-from pyrigaud.entrypoints.container import Container, build_container
+from pyrigaud.entrypoints.bootstrap import Application, bootstrap
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
-from pyrigaud.entrypoints.grpc.server import ProviderServer
 from pyrigaud.entrypoints.settings import load_settings
 
-from support import ManualClock
+from support import ManualClock, ok
 
 
 @dataclass
@@ -26,8 +24,7 @@ class RunningProvider:
     channel: grpc.Channel
     fake: FakeHypervisor
     clock: ManualClock
-    server: ProviderServer
-    container: Container
+    application: Application
     address: str
 
 
@@ -36,39 +33,40 @@ def start_provider(
     shared_with: RunningProvider | None = None,
     credentials: grpc.ServerCredentials | None = None,
     channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+    **overrides: object,
 ) -> RunningProvider:
-    """A server on a free loopback port; `shared_with` makes it a second replica on the same
-    hypervisor and clock (replicas share nothing else)."""
+    """A server on a free loopback port (its health endpoint too); `shared_with` makes it a
+    second replica on the same hypervisor and clock (replicas share nothing else); `overrides`
+    replace more of the container's providers (bootstrap's overrides)."""
     settings = load_settings(
         {
             "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
             "PYRIGAUD_PORT": "0",
+            "PYRIGAUD_HEALTH_PORT": "0",
             "PROVIDER_TYPE": "fake",
             "PYRIGAUD_STAGING_ALLOW_LOOPBACK": "true",
             **(environ or {}),
         }
     )
-    container = build_container(settings, mutual_tls=credentials is not None)
     if shared_with is None:
         clock = ManualClock()
         fake = FakeHypervisor(clock, guest_shutdown_seconds=5)
         fake.add_image("/images/base.qcow2")
     else:
         clock, fake = shared_with.clock, shared_with.fake
-    container.clock.override(providers.Object(clock))
+    replaced: dict[str, object] = {"clock": clock, "server_credentials": credentials}
     if settings.provider_type == "fake":  # other backends (libvirt, vSphere) serve as configured
-        container.backend.override(providers.Object(fake_backend(fake)))
-    server = ProviderServer(container.servicer(), settings.grpc_bind, credentials, workers=16)
-    server.start()
-    address = f"127.0.0.1:{server.port}"
+        replaced["backend"] = fake_backend(fake)
+    application = ok(bootstrap(settings, **replaced, **overrides))
+    application.start()
+    address = f"127.0.0.1:{application.grpc_port}"
     opened = channel(address)
     return RunningProvider(
         stub=pb_grpc.ProviderStub(opened),
         channel=opened,
         fake=fake,
         clock=clock,
-        server=server,
-        container=container,
+        application=application,
         address=address,
     )
 

@@ -1,4 +1,5 @@
-"""`pyrigaud serve`: run the provider until SIGTERM, then drain and exit 0."""
+"""`pyrigaud serve` (and the conformance kit's command): arguments and settings parsed, the
+provider built by `bootstrap` and run until SIGTERM, then drained."""
 
 from __future__ import annotations
 
@@ -11,19 +12,11 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from pyrigaud.entrypoints.backends import BACKENDS
-from pyrigaud.entrypoints.container import build_container
-from pyrigaud.entrypoints.grpc.server import ProviderServer
-from pyrigaud.entrypoints.grpc.tls import (
-    TlsSettings,
-    TransportSecurityError,
-    parse_allowed_sans,
-    server_credentials,
-)
-from pyrigaud.entrypoints.http.health import HealthServer, Readiness
+from returns.result import Failure
+
+from pyrigaud.entrypoints.bootstrap import bootstrap
 from pyrigaud.entrypoints.logs import configure_logging
 from pyrigaud.entrypoints.settings import Settings, SettingsError, load_settings
-from pyrigaud.entrypoints.sweeper import LeftoverSweeper
 
 logger = logging.getLogger("pyrigaud")
 
@@ -82,42 +75,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(settings: Settings) -> int:
-    try:
-        credentials = server_credentials(
-            TlsSettings(
-                tls_dir=settings.tls_dir,
-                tls_enabled=settings.tls_enabled,
-                insecure_allowed=settings.insecure,
-                allowed_sans=parse_allowed_sans(settings.allowed_sans),
-            )
-        )
-    except TransportSecurityError as error:
-        logger.error("refusing to start: %s", error)
+    """Run the provider until SIGTERM or SIGINT, then drain and return 0; EXIT_START when it
+    cannot start."""
+    built = bootstrap(settings)
+    if isinstance(built, Failure):
+        logger.error("refusing to start: %s", built.failure())
         return EXIT_START
-    container = build_container(settings, mutual_tls=credentials is not None)
-    try:
-        container.ports()
-    except ImportError as error:
-        logger.error(
-            "the %s backend needs its extra: pip install 'pyrigaud[%s]' (%s); "
-            "or run with PROVIDER_TYPE=fake",
-            settings.provider_type,
-            BACKENDS[settings.provider_type].extra,
-            error,
-        )
-        return EXIT_START
-    readiness = Readiness(settings.provider_type)
-    try:
-        server = ProviderServer(
-            container.servicer(), settings.grpc_bind, credentials, settings.grpc_workers
-        )
-        health = HealthServer(
-            settings.listen_address, settings.health_port, readiness, container.metrics()
-        )
-    except OSError as error:
-        logger.error("refusing to start: %s", error)
-        return EXIT_START
-
+    application = built.unwrap()
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -126,27 +90,9 @@ def serve(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-
-    server.start()
-    health.start()
-    readiness.set_ready(True)
-    sweeper = LeftoverSweeper(container.sweep_leftovers(), settings.sweep_interval_seconds)
-    sweeper.start()
-    logger.info(
-        "pyrigaud serving",
-        extra={
-            "backend": settings.provider_type,
-            "grpc_port": server.port,
-            "health_port": health.port,
-            "tls": credentials is not None,
-        },
-    )
+    application.start()
     stopping.wait()
-    readiness.set_ready(False)
-    sweeper.stop()
-    server.stop(settings.shutdown_grace_seconds)
-    health.stop()
-    logger.info("pyrigaud stopped")
+    application.stop()
     return 0
 
 

@@ -1,15 +1,22 @@
-"""The composition root: the only place that knows which adapter serves which port.
+"""The composition root: the only place that knows which adapter serves which port, and what
+makes up the running provider (the gRPC server with its TLS, the health and metrics endpoint,
+the leftover sweeper; `bootstrap.py` starts and stops them).
 
 The typed `Settings` go in as they are. The backend is built through the registry
 (`backends.py`) from PROVIDER_TYPE; each of its ports is instrumented, and each use case is
-wired from the port it needs (`use_cases.py`). Tests swap pieces with
-`container.<provider>.override(...)`, e.g. `container.backend` for a fake backend of their own.
+wired from the port it needs (`provider_use_cases`; a port the backend lacks leaves its use
+cases answering UNSUPPORTED). Tests swap pieces through `bootstrap`'s
+overrides, or with `container.<provider>.override(...)`.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import grpc
 from dependency_injector import containers, providers
 
 from pyrigaud.adapters.clocks import SystemClock
@@ -18,23 +25,120 @@ from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredential
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
+from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
-from pyrigaud.application.ports.staging import StagingBackends
+from pyrigaud.application.ports.image_judge import ImageJudge
+from pyrigaud.application.ports.staging import StagingBackends, StagingStorage
+from pyrigaud.application.ports.storage_gate import StorageGate
+from pyrigaud.application.ports.transfer_metrics import TransferMetrics
+from pyrigaud.application.provider import ProviderUseCases, Unsupported
+from pyrigaud.application.use_cases.capabilities import GetCapabilities
+from pyrigaud.application.use_cases.clone_vm import CloneVM
+from pyrigaud.application.use_cases.create_vm import CreateVM
+from pyrigaud.application.use_cases.delete_vm import DeleteVM
+from pyrigaud.application.use_cases.describe_vm import DescribeVM, ListVMs
+from pyrigaud.application.use_cases.disks import GetDiskInfo
+from pyrigaud.application.use_cases.export_disk import ExportDisk
+from pyrigaud.application.use_cases.import_disk import ImportDisk
+from pyrigaud.application.use_cases.power_vm import PowerVM
+from pyrigaud.application.use_cases.prepare_image import PrepareImage
+from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
+from pyrigaud.application.use_cases.snapshots import (
+    CreateSnapshot,
+    DeleteSnapshot,
+    RevertSnapshot,
+)
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
+from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.application.use_cases.validate import ValidateProvider
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import OwnerMark
 from pyrigaud.entrypoints.backends import BackendServices, build_backend
 from pyrigaud.entrypoints.grpc.interceptors import provider_layers
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
-from pyrigaud.entrypoints.grpc.server import ProviderService
+from pyrigaud.entrypoints.grpc.server import ProviderServer, ProviderService
 from pyrigaud.entrypoints.grpc.servicer import provider_rpcs
-from pyrigaud.entrypoints.grpc.tls import parse_allowed_sans
+from pyrigaud.entrypoints.grpc.tls import TlsSettings, parse_allowed_sans, server_credentials
+from pyrigaud.entrypoints.http.health import HealthServer, Readiness
 from pyrigaud.entrypoints.instrumented import instrument_backend
 from pyrigaud.entrypoints.metrics import Metrics, PrometheusTransfers
 from pyrigaud.entrypoints.settings import Settings
-from pyrigaud.entrypoints.use_cases import provider_use_cases
+from pyrigaud.entrypoints.sweeper import LeftoverSweeper
+
+_Port = TypeVar("_Port")
+_UseCase = TypeVar("_UseCase")
+
+
+def _served(
+    port: _Port | None, what: str, use_case: Callable[[_Port], _UseCase]
+) -> _UseCase | Unsupported:
+    return Unsupported(what) if port is None else use_case(port)
+
+
+def provider_use_cases(
+    backend: Backend,
+    clock: Clock,
+    ownership: OwnershipRule,
+    *,
+    staging: StagingStorage,
+    judge: ImageJudge,
+    leftovers: LeftoverPolicy,
+    transfer_metrics: TransferMetrics,
+    storage_gate: StorageGate,
+) -> ProviderUseCases:
+    """`staging` is where disks move through (`storage_gate` says which of its stores a
+    request may name), `judge` tells a staged image's format,
+    `leftovers` when a transfer's staged temporaries count as abandoned, and
+    `transfer_metrics` what an operator sees of transfers."""
+    caps = backend.capabilities
+    abandoned = leftovers.transfer_abandoned_after_seconds
+    return ProviderUseCases(
+        validate=ValidateProvider(backend.health),
+        create_vm=CreateVM(backend.lifecycle, ownership),
+        delete_vm=DeleteVM(backend.lifecycle),
+        power_vm=PowerVM(backend.power, clock),
+        reconfigure_vm=ReconfigureVM(backend.lifecycle, backend.inventory),
+        upgrade_hardware=UpgradeHardware(backend.lifecycle, caps),
+        describe_vm=DescribeVM(backend.inventory),
+        task_status=TaskStatus(backend.power, backend.tasks, clock),
+        create_snapshot=_served(backend.snapshots, "snapshots", lambda p: CreateSnapshot(p, caps)),
+        delete_snapshot=_served(backend.snapshots, "snapshots", lambda p: DeleteSnapshot(p, caps)),
+        revert_snapshot=_served(backend.snapshots, "snapshots", lambda p: RevertSnapshot(p, caps)),
+        clone_vm=_served(backend.cloning, "cloning", lambda p: CloneVM(p, caps, ownership)),
+        prepare_image=_served(
+            backend.images, "image import (ImagePrepare)", lambda p: PrepareImage(p, caps)
+        ),
+        get_capabilities=GetCapabilities(caps),
+        export_disk=_served(
+            backend.disk_transfer,
+            "disk export",
+            lambda p: ExportDisk(
+                p,
+                staging,
+                caps,
+                storage_gate=storage_gate,
+                abandoned_after_seconds=abandoned,
+                metrics=transfer_metrics,
+            ),
+        ),
+        import_disk=_served(
+            backend.disk_transfer,
+            "disk import",
+            lambda p: ImportDisk(
+                p,
+                staging,
+                judge,
+                caps,
+                storage_gate=storage_gate,
+                abandoned_after_seconds=abandoned,
+                metrics=transfer_metrics,
+            ),
+        ),
+        get_disk_info=_served(backend.disk_transfer, "disk transfer", GetDiskInfo),
+        list_vms=ListVMs(backend.inventory),
+    )
 
 
 def mounted_credentials(directory: Path, metrics: Metrics) -> MountedSecretCredentials:
@@ -71,6 +175,19 @@ def staging_of(settings: Settings, clock: Clock) -> StagingBackends:
     )
 
 
+def server_credentials_of(settings: Settings) -> grpc.ServerCredentials | None:
+    """The gRPC server's TLS (None: plaintext, as the settings allow); TransportSecurityError
+    when the settings or the mounted files cannot make it."""
+    return server_credentials(
+        TlsSettings(
+            tls_dir=settings.tls_dir,
+            tls_enabled=settings.tls_enabled,
+            insecure_allowed=settings.insecure,
+            allowed_sans=parse_allowed_sans(settings.allowed_sans),
+        )
+    )
+
+
 def allowed_sans_of(settings: Settings, mutual_tls: bool) -> frozenset[str]:
     """The SAN allow-list applies only under mutual TLS: on plaintext there is no client
     certificate to check (upstream ignores the list there too; start-up warns about it)."""
@@ -79,7 +196,8 @@ def allowed_sans_of(settings: Settings, mutual_tls: bool) -> frozenset[str]:
 
 class Container(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    mutual_tls = providers.Object(False)
+    server_credentials = providers.Singleton(server_credentials_of, settings)
+    mutual_tls = providers.Callable(operator.is_not, server_credentials, None)
 
     clock = providers.Singleton(SystemClock)
     metrics = providers.Singleton(Metrics)
@@ -176,7 +294,21 @@ class Container(containers.DeclarativeContainer):
         ),
     )
 
-
-def build_container(settings: Settings, *, mutual_tls: bool = False) -> Container:
-    """A container for these settings (the CLI's and the tests' one way in)."""
-    return Container(settings=settings, mutual_tls=providers.Object(mutual_tls))
+    readiness = providers.Singleton(Readiness, settings.provided.provider_type)
+    grpc_server = providers.Singleton(
+        ProviderServer,
+        servicer,
+        settings.provided.grpc_bind,
+        server_credentials,
+        settings.provided.grpc_workers,
+    )
+    health_server = providers.Singleton(
+        HealthServer,
+        settings.provided.listen_address,
+        settings.provided.health_port,
+        readiness,
+        metrics,
+    )
+    sweeper = providers.Singleton(
+        LeftoverSweeper, sweep_leftovers, settings.provided.sweep_interval_seconds
+    )

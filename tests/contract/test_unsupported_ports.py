@@ -6,6 +6,7 @@ import pytest
 
 from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.ports.transfer_metrics import UncountedTransfers
+from pyrigaud.application.provider import ProviderUseCases
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
@@ -19,7 +20,7 @@ from pyrigaud.domain.models import (
     SnapshotRequest,
     TransferBackend,
 )
-from pyrigaud.entrypoints.use_cases import ProviderUseCases, provider_use_cases
+from pyrigaud.entrypoints.container import provider_use_cases
 
 from contract.conftest import harness_of, lacked_ports
 from contract.test_health_contract import claimed_ports

@@ -17,4 +17,4 @@ def provider(tmp_path: Path) -> Iterator[RunningProvider]:
     running = start_provider({"PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path)})
     yield running
     running.channel.close()
-    running.server.stop(0)
+    running.application.stop(0)

@@ -90,7 +90,7 @@ def provider() -> Iterator[RunningProvider]:
     running = start_provider()
     yield running
     running.channel.close()
-    running.server.stop(0)
+    running.application.stop(0)
 
 
 def code(call: object, request: object) -> grpc.StatusCode:

@@ -10,25 +10,18 @@ from pathlib import Path
 
 import grpc
 import pytest
-from dependency_injector import providers
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
-from pyrigaud.entrypoints.grpc.server import ProviderServer
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
-from pyrigaud.entrypoints.metrics import Metrics
-from pyrigaud.entrypoints.settings import load_settings
 
-from e2e_support import create_vm
-from support import ManualClock
+from e2e_support import create_vm, start_provider
 
 
 @dataclass
@@ -52,31 +45,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
     """The gRPC server and the health server sharing one Metrics, as `pyrigaud serve` does
     (PVC `mig` mounted for disk transfers)."""
     (tmp_path / "mig").mkdir()
-    settings = load_settings(
-        {
-            "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
-            "PYRIGAUD_PORT": "0",
-            "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path),
-        }
-    )
-    container = build_container(settings)
-    metrics = Metrics()
-    clock = ManualClock()
-    fake = FakeHypervisor(clock)
-    container.clock.override(providers.Object(clock))
-    container.metrics.override(providers.Object(metrics))
-    container.backend.override(providers.Object(fake_backend(fake)))
-    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=4)
-    health = HealthServer("127.0.0.1", 0, Readiness("fake"), metrics)
-    server.start()
-    health.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    running = start_provider({"PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path)})
     try:
-        yield Served(pb_grpc.ProviderStub(channel), fake, health.port)
+        yield Served(running.stub, running.fake, running.application.health_port)
     finally:
-        channel.close()
-        server.stop(0)
-        health.stop()
+        running.channel.close()
+        running.application.stop(0)
 
 
 def scrape(served: Served) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -147,7 +121,7 @@ def test_disk_transfers_show_their_bytes_durations_and_where_the_failed_ones_fai
     def value(name: str, **labels: str) -> float | None:
         return samples.get((name, frozenset(labels.items())))
 
-    export = {"backend": "libvirt", "storage": "pvc", "direction": "export"}
+    export = {"backend": "fake", "storage": "pvc", "direction": "export"}
     imports = {**export, "direction": "import"}
     assert value("pyrigaud_transfer_bytes_total", **export) == exported.estimated_size_bytes
     assert value("pyrigaud_transfer_bytes_total", **imports) == exported.estimated_size_bytes
@@ -180,7 +154,7 @@ def test_prometheus_asking_for_openmetrics_gets_it(served: Served) -> None:
 
 def test_probes_are_unchanged_next_to_metrics(served: Served) -> None:
     assert served.get("/healthz")[::2] == (200, "ok")
-    assert served.get("/readyz")[::2] == (503, "not ready")
+    assert served.get("/readyz")[::2] == (200, "ready")  # serving, as `pyrigaud serve` is
     assert served.get("/nothing")[::2] == (404, "not found")
 
 

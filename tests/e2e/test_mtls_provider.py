@@ -51,7 +51,7 @@ def manager_client(tmp_path: Path, ca: Authority) -> Iterator[RunningProvider]:
     running = start(tmp_path, ca, ca.manager())
     yield running
     running.channel.close()
-    running.server.stop(0)
+    running.application.stop(0)
 
 
 def test_an_allowed_client_is_served(manager_client: RunningProvider) -> None:
@@ -70,4 +70,4 @@ def test_a_client_of_the_ca_outside_the_allow_list_is_permission_denied(
         assert running.fake.vms == {}
     finally:
         running.channel.close()
-        running.server.stop(0)
+        running.application.stop(0)

@@ -8,40 +8,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from dependency_injector import providers
 
-from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
-from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
-from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, TokenBucket
-from pyrigaud.entrypoints.grpc.server import ProviderServer
-from pyrigaud.entrypoints.settings import load_settings
 
-from e2e_support import CLASS_JSON, create_vm
-from support import ManualClock
+from e2e_support import CLASS_JSON, create_vm, start_provider
 
 
 @pytest.fixture
 def stub() -> Iterator[pb_grpc.ProviderStub]:
-    """A provider allowing 2 mutations a second, 2 at once saved up (the limiter is set
-    before the servicer is built, which start_provider does not allow)."""
-    settings = load_settings(
-        {"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0", "PROVIDER_TYPE": "fake"}
-    )
-    container = build_container(settings)
-    clock = ManualClock()
-    container.clock.override(providers.Object(clock))
-    container.backend.override(providers.Object(fake_backend(FakeHypervisor(clock))))
+    """A provider allowing 2 mutations a second, 2 at once saved up."""
     limiter = MutationLimiter(max_concurrent=8, rate_limit=TokenBucket(rate=2, burst=2))
-    container.limiter.override(providers.Object(limiter))
-    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=16)
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
-    yield pb_grpc.ProviderStub(channel)
-    channel.close()
-    server.stop(0)
+    running = start_provider(limiter=limiter)
+    yield running.stub
+    running.channel.close()
+    running.application.stop(0)
 
 
 def test_creates_beyond_the_burst_with_a_short_deadline_get_resource_exhausted(

@@ -137,7 +137,7 @@ def test_graceful_shutdown_is_a_task_any_replica_can_answer(provider: RunningPro
         assert stub.Describe(pb.DescribeRequest(id=vm_id), timeout=5).power_state == "Off"
     finally:
         other.channel.close()
-        other.server.stop(0)
+        other.application.stop(0)
     stopped = stub.Power(request, timeout=5)
     assert not stopped.HasField("task")  # already off: a quick no-op
 

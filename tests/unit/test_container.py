@@ -25,7 +25,7 @@ from pyrigaud.domain.models import (
     PrepareImageRequest,
     SnapshotRequest,
 )
-from pyrigaud.entrypoints.container import build_container
+from pyrigaud.entrypoints.container import Container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.servicer import RpcSpec, method_handlers
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
@@ -43,17 +43,17 @@ def adapter_package(backend: Backend) -> str:
 
 
 def test_the_backend_is_chosen_by_provider_type() -> None:
-    assert adapter_package(build_container(load_settings({})).backend()) == "libvirt"
-    fake = build_container(load_settings({"PROVIDER_TYPE": "fake"})).backend()
+    assert adapter_package(Container(settings=load_settings({})).backend()) == "libvirt"
+    fake = Container(settings=load_settings({"PROVIDER_TYPE": "fake"})).backend()
     assert adapter_package(fake) == "fake"
 
 
 def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:
-    files = build_container(
-        load_settings({"PYRIGAUD_CREDENTIALS_DIR": str(tmp_path)})
+    files = Container(
+        settings=load_settings({"PYRIGAUD_CREDENTIALS_DIR": str(tmp_path)})
     ).credentials()
     assert isinstance(files, MountedSecretCredentials)
-    env = build_container(load_settings({"PYRIGAUD_CREDENTIALS": "env"})).credentials()
+    env = Container(settings=load_settings({"PYRIGAUD_CREDENTIALS": "env"})).credentials()
     assert isinstance(env, EnvironmentCredentials)
 
 
@@ -65,8 +65,8 @@ def test_kubernetes_credentials_need_a_secret_name() -> None:
 
 
 def test_the_mutation_rate_limit_is_configured_from_settings() -> None:
-    limiter = build_container(
-        load_settings({"PYRIGAUD_RATE_QPS": "5", "PYRIGAUD_RATE_BURST": "1"})
+    limiter = Container(
+        settings=load_settings({"PYRIGAUD_RATE_QPS": "5", "PYRIGAUD_RATE_BURST": "1"})
     ).limiter()
     with limiter.slot(None) as first:
         assert first
@@ -80,7 +80,7 @@ def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
     without = dataclasses.replace(
         full, snapshots=None, cloning=None, images=None, disk_transfer=None
     )
-    container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
+    container = Container(settings=load_settings({"PROVIDER_TYPE": "fake"}))
     container.backend.override(providers.Object(without))
     use = container.use_cases()
     refused = (
@@ -98,7 +98,7 @@ def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
 
 
 def test_every_rpc_of_the_proto_has_a_spec() -> None:
-    container = build_container(load_settings({"PROVIDER_TYPE": "fake"}))
+    container = Container(settings=load_settings({"PROVIDER_TYPE": "fake"}))
     served = set(method_handlers(container.rpcs()))
     assert served == set(pb.DESCRIPTOR.services_by_name["Provider"].methods_by_name)
 

@@ -9,23 +9,19 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from dependency_injector import providers
 from returns.result import Failure, Success
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.inventory import FakeInventory
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.entrypoints.container import build_container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
-from pyrigaud.entrypoints.grpc.server import ProviderServer
 from pyrigaud.entrypoints.instrumented import instrument, instrument_backend
 from pyrigaud.entrypoints.metrics import LATENCY_BUCKETS_SECONDS, Metrics
-from pyrigaud.entrypoints.settings import load_settings
 
-from e2e_support import CLASS_JSON
+from e2e_support import CLASS_JSON, start_provider
 from support import ManualClock
 
 
@@ -38,23 +34,15 @@ class Served:
 @contextmanager
 def served_on_fake(metrics: Metrics, limiter: MutationLimiter | None = None) -> Iterator[Served]:
     """A real server on loopback, on the fake backend, recording into `metrics`."""
-    settings = load_settings({"PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1", "PYRIGAUD_PORT": "0"})
-    container = build_container(settings)
-    clock = ManualClock()
-    fake = FakeHypervisor(clock)
-    container.clock.override(providers.Object(clock))
-    container.metrics.override(providers.Object(metrics))
-    container.backend.override(providers.Object(fake_backend(fake)))
+    overrides: dict[str, object] = {"metrics": metrics}
     if limiter is not None:
-        container.limiter.override(providers.Object(limiter))
-    server = ProviderServer(container.servicer(), settings.grpc_bind, None, workers=4)
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        overrides["limiter"] = limiter
+    running = start_provider(**overrides)
     try:
-        yield Served(pb_grpc.ProviderStub(channel), fake)
+        yield Served(running.stub, running.fake)
     finally:
-        channel.close()
-        server.stop(0)
+        running.channel.close()
+        running.application.stop(0)
 
 
 def code_of(call: Callable[..., object], request: object, timeout: float = 5) -> grpc.StatusCode:

@@ -21,13 +21,13 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.cancellation import serving_call
 from pyrigaud.application.ports import Clock
+from pyrigaud.application.provider import ProviderUseCases
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskQuery
 from pyrigaud.domain.tasks import TaskRef
 from pyrigaud.entrypoints.grpc import translate, wire
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.status import STATUS_BY_KIND
-from pyrigaud.entrypoints.use_cases import ProviderUseCases
 
 logger = logging.getLogger("pyrigaud.rpc")
 

@@ -59,4 +59,4 @@ def started() -> Iterator[Started]:
     yield providers
     for running in providers:
         running.channel.close()
-        running.server.stop(0)
+        running.application.stop(0)

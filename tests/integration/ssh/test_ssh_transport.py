@@ -111,7 +111,7 @@ def test_a_dropped_session_is_reopened_and_counted(
         os.kill(pid, signal.SIGKILL)
     answer = validate(running)
     assert answer.ok, answer.message
-    reconnects = running.container.metrics().registry.get_sample_value(
+    reconnects = running.application.container.metrics().registry.get_sample_value(
         "pyrigaud_session_reconnects_total", {"backend": "libvirt"}
     )
     assert reconnects == 1.0

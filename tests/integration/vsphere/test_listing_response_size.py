@@ -36,7 +36,7 @@ def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProvid
         )
         yield running
         running.channel.close()
-        running.server.stop(0)
+        running.application.stop(0)
 
 
 @pytest.fixture(scope="module")
