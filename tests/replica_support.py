@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +31,14 @@ def free_port() -> int:
 
 
 class Replica:
-    """One `pyrigaud serve` on free loopback ports; `restart` keeps its settings, not its ports."""
+    """One `pyrigaud serve` on free loopback ports; `restart` keeps its settings, not its ports.
+    `command` runs pyrigaud (the code under test by default; an earlier release's, e.g.)."""
 
-    def __init__(self, environ: dict[str, str], home: Path) -> None:
+    def __init__(
+        self, environ: dict[str, str], home: Path, command: Sequence[str] = PYRIGAUD
+    ) -> None:
         self._environ = environ
+        self._command = list(command)
         self._home = home
         home.mkdir(parents=True, exist_ok=True)
         self.log_path = home / "serve.log"
@@ -44,7 +49,7 @@ class Replica:
         with self.log_path.open("a") as log:  # a file, not a pipe nobody drains
             popen = subprocess.Popen(
                 [
-                    *PYRIGAUD,
+                    *self._command,
                     "serve",
                     f"--port={port}",
                     f"--health-port={health_port}",
