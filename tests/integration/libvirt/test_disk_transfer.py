@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from pyrigaud.adapters.hypervisors.libvirt.capabilities import LIBVIRT_CAPABILITIES
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.health import LIBVIRT_CAPABILITIES
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_volume
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind

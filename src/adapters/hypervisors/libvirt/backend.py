@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from pyrigaud.adapters.hypervisors.libvirt.capabilities import LibvirtCapabilities
 from pyrigaud.adapters.hypervisors.libvirt.cloning import LibvirtCloning
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import LibvirtDiskTransfer
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
-from pyrigaud.adapters.hypervisors.libvirt.health import (
-    LibvirtCapabilities,
-    LibvirtHealth,
-    LibvirtTasks,
-)
+from pyrigaud.adapters.hypervisors.libvirt.health import LibvirtHealth
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.image_sources import ImageDownloads
 from pyrigaud.adapters.hypervisors.libvirt.images import LibvirtImages
@@ -23,6 +20,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VolumeWriter,
     upload_volume,
 )
+from pyrigaud.adapters.hypervisors.libvirt.tasks import LibvirtTasks
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import TransferVolumes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
