@@ -3,10 +3,17 @@
 Why boto3 and not minio-py: boto3 exposes the multipart calls themselves (Create, UploadPart,
 Complete, Abort, ListMultipartUploads) as public API, so this module owns the bounded part
 buffer, the part size and the abort on every failure path; minio-py keeps those calls private
-and decides part sizes itself. botocore's "standard" retry mode retries every call, each
-UploadPart included, on transient failures (connection errors, 5xx, throttling) with jittered
-backoff; a part's body is held in memory, so a retry resends it whole. It is AWS's own,
-well-kept client, and boto3-stubs types it for mypy.
+and decides part sizes itself. It is AWS's own, well-kept client, and boto3-stubs types it for
+mypy.
+
+Retries are this module's, not botocore's (its client makes one attempt per call): botocore's
+"standard" mode retries a call on connection errors, timeouts, 5xx and throttling, but with
+jittered backoff of up to 20 s per retry and a retry quota that runs dry in a long outage, so
+how long a call may take is not bounded by anything a transfer can state; and it never
+retries the reading of a streamed body. Here every call of a transfer (each part, each read
+of the object, the create and the complete) is tried again for up to the staging retry
+budget (`Patience`); a part's body is still in its buffer, so a retry resends it whole; a
+download cut mid-way resumes with a ranged GET from the first byte not yet delivered.
 
 A writer uploads up to PARTS_IN_FLIGHT parts on threads of its own while the caller fills the
 next, so reading the source overlaps sending to S3. It holds at most PARTS_IN_FLIGHT + 1 part
@@ -16,7 +23,9 @@ With a known size the part size is the smallest that fits the object in S3's 10,
 accepts (5 TiB) fits. An object smaller than one part is one PutObject. Nothing appears under
 the final key before CompleteMultipartUpload, parts are completed in order, and any failure
 (a part's, on its thread, is raised by the next write or the commit) aborts the upload once
-the parts in flight have ended; commit and abort stop the writer's threads.
+the parts in flight have ended; commit and abort stop the writer's threads. When the store is
+what failed, the abort is deferred (`DeferredAborts`): tried in the background until the store
+answers again, so the RPC answers at once and no upload waits for the sweep.
 
 S3 lists uploads in progress without their metadata (and S3 servers such as moto do not even
 report their start), so each upload gets a marker object beside its key, named like the other
@@ -26,9 +35,11 @@ remove it, and the sweep aborts the upload of every stale marker of ours, then t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import secrets
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +50,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from returns.result import Result
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
+from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
@@ -46,6 +59,7 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 if TYPE_CHECKING:
+    from botocore.response import StreamingBody
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef, GetObjectOutputTypeDef
 
@@ -78,19 +92,27 @@ class S3Staging:
     clock: Clock = field(default_factory=SystemClock)
     chunk_bytes: int = CHUNK_BYTES
     part_bytes: int = PART_BYTES
-    attempts: int = 5  # per call, the first included (botocore's standard retry mode)
+    retry_seconds: float = STAGING_RETRY_SECONDS  # per part or read (module docstring)
     connect_timeout_seconds: float = 10.0
     read_timeout_seconds: float = 60.0
+    aborts: DeferredAborts = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aborts", DeferredAborts(self.clock))
 
     def open_read(self, location: StagedLocation) -> Result[S3Reader, ProviderError]:
         def opened() -> S3Reader:
             client = self._client(location)
-            answer = _calling(
-                location,
-                "read",
-                lambda: client.get_object(Bucket=location.container, Key=location.key),
+            patience = Patience(self.clock, self.retry_seconds)
+            answer = patience.retried(
+                f"read {location.url}",
+                lambda: _calling(
+                    location,
+                    "read",
+                    lambda: client.get_object(Bucket=location.container, Key=location.key),
+                ),
             )
-            return S3Reader(client, answer, location, self.chunk_bytes, self.attempts)
+            return S3Reader(client, answer, location, self.chunk_bytes, patience)
 
         return as_result(opened)
 
@@ -111,7 +133,14 @@ class S3Staging:
                 location,
                 temporary_name(location.name, self.owner, self.clock.now(), secrets.token_hex(4)),
             )
-            return S3Writer(client, location, part_plan(size_bytes, self.part_bytes), marker)
+            return S3Writer(
+                client,
+                location,
+                part_plan(size_bytes, self.part_bytes),
+                marker,
+                patience=Patience(self.clock, self.retry_seconds),
+                aborts=self.aborts,
+            )
 
         return as_result(opened)
 
@@ -156,7 +185,7 @@ class S3Staging:
             signature_version="s3v4",
             # A pinned client reaches one checked host: the bucket goes in the path.
             s3={"addressing_style": "path" if options.use_path_style or pinned else "virtual"},
-            retries={"mode": "standard", "total_max_attempts": self.attempts},
+            retries={"mode": "standard", "total_max_attempts": 1},  # Patience retries
             connect_timeout=self.connect_timeout_seconds,
             read_timeout=self.read_timeout_seconds,
             # S3-compatible servers do not all know the newer checksums; SHA-256 is ours.
@@ -206,8 +235,9 @@ def part_plan(size_bytes: int | None, floor_bytes: int) -> PartPlan:
 
 
 class S3Reader:
-    """The object's bytes in chunks. A download cut mid-way (botocore retries requests, not
-    the streamed body) resumes from its offset with a ranged GET of the same ETag."""
+    """The object's bytes in chunks. A download cut mid-way resumes, within the retry budget,
+    with a ranged GET of the same ETag from the first byte not yet delivered: the caller
+    never sees a byte twice or misses one, so the digest is of the object."""
 
     def __init__(
         self,
@@ -215,69 +245,80 @@ class S3Reader:
         answer: GetObjectOutputTypeDef,
         location: StagedLocation,
         chunk_bytes: int,
-        attempts: int,
+        patience: Patience,
     ) -> None:
         self._client = client
-        self._body = answer["Body"]
+        self._body: StreamingBody | None = answer["Body"]
         self._etag = answer["ETag"]
         self._location = location
         self._chunk_bytes = chunk_bytes
-        self._attempts = attempts
+        self._patience = patience
+        self._delivered = 0
         self._digest = RunningDigest()
         self.size_bytes: int | None = answer["ContentLength"]
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         def read() -> bytes:
-            resumes_left = self._attempts - 1
-            while True:
-                try:
-                    chunk = self._body.read(self._chunk_bytes)
-                    break
-                except BotoCoreError:
-                    if resumes_left == 0:
-                        raise
-                    resumes_left -= 1
-                    self._resume()
+            chunk = self._patience.retried(
+                f"read {self._location.url} from byte {self._delivered}",
+                lambda: _calling(self._location, "read", self._next_chunk),
+                after_failure=self._drop_body,
+            )
+            self._delivered += len(chunk)
             self._digest.add(chunk)
             return chunk
 
-        return as_result(lambda: _calling(self._location, "read", read))
+        return as_result(read)
 
-    def _resume(self) -> None:
-        self._body.close()
-        offset = self._digest.value().size_bytes
-        answer = _calling(
-            self._location,
-            "read",
-            lambda: self._client.get_object(
+    def _next_chunk(self) -> bytes:
+        body = self._body
+        if body is None:  # a failed read dropped it: resume after the delivered bytes
+            if self.size_bytes is not None and self._delivered >= self.size_bytes:
+                return b""
+            body = self._body = self._client.get_object(
                 Bucket=self._location.container,
                 Key=self._location.key,
-                Range=f"bytes={offset}-",
+                Range=f"bytes={self._delivered}-",
                 IfMatch=self._etag,  # the same object, or PreconditionFailed
-            ),
-        )
-        self._body = answer["Body"]
+            )["Body"]
+        return body.read(self._chunk_bytes)
+
+    def _drop_body(self) -> None:
+        if self._body is not None:
+            body, self._body = self._body, None
+            body.close()
 
     def digest(self) -> StagedDigest:
         return self._digest.value()
 
     def close(self) -> None:
-        self._body.close()
+        self._drop_body()
 
 
 class S3Writer(TemporaryWriter):
     """Fills a part while up to PARTS_IN_FLIGHT earlier ones upload on the writer's own
     threads. A chunk is copied once, into its part's buffer; the buffers are made once and
-    reused, so the process's heap does not churn 8 MiB blocks."""
+    reused, so the process's heap does not churn 8 MiB blocks. Every call is retried within
+    the budget; the first that runs out of it stops the other parts' retries."""
 
     def __init__(
-        self, client: S3Client, location: StagedLocation, plan: PartPlan, marker: str
+        self,
+        client: S3Client,
+        location: StagedLocation,
+        plan: PartPlan,
+        marker: str,
+        *,
+        patience: Patience,
+        aborts: DeferredAborts,
     ) -> None:
         super().__init__(location.url)
         self._client = client
         self._location = location
         self._plan = plan
         self._marker = marker
+        self._patience = patience
+        self._aborts = aborts
+        self._given_up = threading.Event()  # a call found the store gone: no more retries
         self._filling: bytearray | None = None
         self._filled = 0
         self._spare: bytearray | None = None  # the buffer of the last part S3 acknowledged
@@ -286,6 +327,7 @@ class S3Writer(TemporaryWriter):
         self._uploads: ThreadPoolExecutor | None = None
         self._in_flight: deque[tuple[Future[CompletedPartTypeDef], bytearray]] = deque()
         self._parts: list[CompletedPartTypeDef] = []
+        self._store_gone = False
 
     def _write(self, chunk: bytes) -> None:
         self._raise_failed_part()
@@ -303,10 +345,8 @@ class S3Writer(TemporaryWriter):
         bucket, key = self._location.container, self._location.key
         if self._upload_id is None:
             body = _shrunk(self._filling, self._filled) if self._filling is not None else b""
-            _calling(
-                self._location,
-                "write",
-                lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body),
+            self._patient(
+                "write", lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body)
             )
             return
         if self._filled:
@@ -315,22 +355,86 @@ class S3Writer(TemporaryWriter):
             self._collect_oldest()
         self._stop_uploads()
         upload_id, parts = self._upload_id, self._parts
-        _calling(
-            self._location,
-            "write",
-            lambda: self._client.complete_multipart_upload(
-                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-            ),
-        )
-        _delete_marker(self._client, self._location, self._marker)
+        try:
+            self._patient(
+                "write",
+                lambda: self._client.complete_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                ),
+            )
+        except ExpectedError as error:
+            # A complete whose answer was lost, tried again, finds no upload: it is done.
+            if error.error.kind is not ErrorKind.NOT_FOUND or not self._stored_from_parts():
+                raise
+        marker = self._marker
+        try:
+            self._patient(
+                "remove the marker of", lambda: _delete_marker(self._client, self._location, marker)
+            )
+        except ExpectedError as error:
+            if error.error.kind is not ErrorKind.UNAVAILABLE:
+                raise
+            self._aborts.defer(
+                f"the marker of {self.url}",
+                lambda: _delete_marker(self._client, self._location, marker),
+            )
 
     def _abort(self) -> None:
         # Parts still uploading end first: one that lands after the abort would stay stored.
+        self._given_up.set()
         self._stop_uploads()
         self._in_flight.clear()
         self._filling = self._spare = None
-        if self._upload_id is not None:
-            _remove_marked_upload(self._client, self._location, self._marker, self._upload_id)
+        upload_id = self._upload_id
+        if upload_id is None:
+            return
+
+        def remove() -> None:
+            _remove_marked_upload(self._client, self._location, self._marker, upload_id)
+
+        what = f"the multipart upload of {self.url}"
+        if self._store_gone:  # no try now: the RPC answers without waiting for the store
+            self._aborts.defer(what, remove)
+            return
+        try:
+            remove()
+        except ExpectedError as error:
+            if error.error.kind is not ErrorKind.UNAVAILABLE:
+                raise
+            self._aborts.defer(what, remove)
+
+    def _patient(self, action: str, call: Callable[[], T]) -> T:
+        """`call`, tried again within the budget while the store is unavailable; once one call
+        of this writer gives up, the others stop retrying and the abort is deferred."""
+        try:
+            return self._patience.retried(
+                f"{action} {self.url}",
+                lambda: _calling(self._location, action, call),
+                stop=self._given_up,
+            )
+        except ExpectedError as error:
+            if error.error.kind is ErrorKind.UNAVAILABLE:
+                self._store_gone = True
+                self._given_up.set()
+            raise
+
+    def _stored_from_parts(self) -> bool:
+        """Whether the object under the key is the one these parts make (S3's multipart
+        ETag: the MD5 of the parts' MD5s, and their count)."""
+        digests = b"".join(bytes.fromhex(part["ETag"].strip('"')) for part in self._parts)
+        made = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(self._parts)}"'
+        try:
+            head = self._patient(
+                "write",
+                lambda: self._client.head_object(
+                    Bucket=self._location.container, Key=self._location.key
+                ),
+            )
+        except ExpectedError as error:
+            if error.error.kind is ErrorKind.NOT_FOUND:
+                return False
+            raise
+        return head["ETag"] == made
 
     def _part_buffer(self) -> bytearray:
         """The part being filled: the spare buffer when it has this part's size."""
@@ -363,11 +467,10 @@ class S3Writer(TemporaryWriter):
         self._filling, self._filled = None, 0
 
     def _sent_part(self, upload_id: str, number: int, body: bytes) -> CompletedPartTypeDef:
-        """Upload one part (on an upload thread); botocore retries it whole."""
+        """Upload one part (on an upload thread), resent whole from its buffer if need be."""
         bucket, key = self._location.container, self._location.key
-        answer = _calling(
-            self._location,
-            "write",
+        answer = self._patient(
+            f"write part {number} of",
             lambda: self._client.upload_part(
                 Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
             ),
@@ -395,21 +498,26 @@ class S3Writer(TemporaryWriter):
     def _start_upload(self) -> str:
         """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
         bucket, key = self._location.container, self._location.key
-        started = _calling(
-            self._location,
-            "write",
-            lambda: self._client.create_multipart_upload(Bucket=bucket, Key=key),
+        started = self._patient(
+            "write", lambda: self._client.create_multipart_upload(Bucket=bucket, Key=key)
         )
         upload_id = started["UploadId"]
         note = json.dumps({"key": key, "upload_id": upload_id}).encode()
         try:
-            _calling(
-                self._location,
+            self._patient(
                 "write",
                 lambda: self._client.put_object(Bucket=bucket, Key=self._marker, Body=note),
             )
-        except ExpectedError:
-            _abort_upload(self._client, self._location, key, upload_id)
+        except ExpectedError as error:
+            if error.error.kind is not ErrorKind.UNAVAILABLE:
+                _abort_upload(self._client, self._location, key, upload_id)
+                raise
+            self._aborts.defer(
+                f"the multipart upload of {self.url}",
+                lambda: _remove_marked_upload(
+                    self._client, self._location, self._marker, upload_id
+                ),
+            )
             raise
         return upload_id
 
