@@ -133,20 +133,20 @@ class NfsSession:
         self._check(self._lib.nfs_open(self._context, path.encode(), flags, ctypes.byref(handle)))
         return handle
 
-    def create_new(self, path: str, mode: int) -> Handle:
-        """A new file, refused if `path` exists (O_EXCL)."""
+    def create(self, path: str, mode: int, *, exclusive: bool) -> Handle:
+        """A new file, refused if `path` exists when `exclusive` (O_EXCL), else emptied."""
         handle = Handle()
+        flags = os.O_EXCL if exclusive else 0
         self._check(
-            self._lib.nfs_create(
-                self._context, path.encode(), os.O_EXCL, mode, ctypes.byref(handle)
-            )
+            self._lib.nfs_create(self._context, path.encode(), flags, mode, ctypes.byref(handle))
         )
         return handle
 
-    def size(self, handle: Handle) -> int:
+    def identity(self, handle: Handle) -> tuple[int, int]:
+        """The file's inode number and size: what tells it from another under its name."""
         stat = NfsStat64()
         self._check(self._lib.nfs_fstat64(self._context, handle, ctypes.byref(stat)))
-        return int(stat.nfs_size)
+        return int(stat.nfs_ino), int(stat.nfs_size)
 
     def read_into(self, handle: Handle, offset: int, buffer: ctypes.Array[ctypes.c_char]) -> int:
         count = self._lib.nfs_pread(self._context, handle, offset, len(buffer), buffer)

@@ -6,6 +6,11 @@ qemu-img's `nfs://` driver would. The manager's names are flat (libnfs cannot ma
 a writer creates its marked temporary beside the final file, fsyncs it (an NFS COMMIT) and
 renames it over the final name on the server (atomic there). A server that cannot be reached
 or mounted is UNAVAILABLE; a refused uid/gid is PERMISSION_DENIED.
+
+A server that stops answering mid-transfer (restarted, failing over) is waited out: each read
+or write is tried again on a new mount, at its offset, for up to the staging retry budget
+(`Patience`); past it the transfer is UNAVAILABLE and a writer's temporary is removed once
+the server answers again (`DeferredAborts`), or by the leftover sweep.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from typing import TypeVar
 from returns.result import Result
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.libnfs import Handle, LibnfsMissingError, NfsError, NfsSession
+from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
@@ -32,6 +39,7 @@ from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 FILE_MODE = 0o640
+HELD_BYTES = 16 * 1024 * 1024  # written but not yet COMMITted: resent after a reconnection
 T = TypeVar("T")
 
 
@@ -42,16 +50,41 @@ class NfsStaging:
     owner: str = "pyrigaud"
     clock: Clock = field(default_factory=SystemClock)
     chunk_bytes: int = CHUNK_BYTES
+    retry_seconds: float = STAGING_RETRY_SECONDS  # per read or write (module docstring)
+    aborts: DeferredAborts = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aborts", DeferredAborts(self.clock))
 
     def open_read(self, location: StagedLocation) -> Result[NfsReader, ProviderError]:
         def opened() -> NfsReader:
-            session = _mounted(location)
+            patience = Patience(self.clock, self.retry_seconds)
+            identity: list[tuple[int, int]] = []  # the file's, from its first opening
+
+            def reopened(session: NfsSession, path: str) -> Handle:
+                handle = session.open(path, os.O_RDONLY)
+                found = session.identity(handle)
+                if identity and found != identity[0]:
+                    session.close_file(handle)
+                    raise ExpectedError(
+                        ProviderError.failed_precondition(
+                            f"cannot read {location.url}: it was replaced while being read"
+                        )
+                    )
+                identity[:] = [found]
+                return handle
+
+            file = _OpenFile(location, _path(location.key), reopened)
             try:
-                handle = _nfs(location, "read", lambda: session.open(_path(location.key), 0))
-                return NfsReader(session, handle, location, self.chunk_bytes)
+                patience.retried(
+                    f"read {location.url}",
+                    lambda: file.use("read", lambda _session, _handle: None),
+                    after_failure=file.drop,
+                )
             except BaseException:
-                session.close()
+                file.drop()
                 raise
+            return NfsReader(file, location, self.chunk_bytes, patience, identity[0][1])
 
         return as_result(opened)
 
@@ -64,13 +97,32 @@ class NfsStaging:
         def opened() -> NfsWriter:
             name = temporary_name(location.name, self.owner, started, secrets.token_hex(4))
             temporary = _path(f"{location.parent}/{name}" if location.parent else name)
-            session = _mounted(location)
+            patience = Patience(self.clock, self.retry_seconds)
+            created: list[bool] = []
+
+            def create(session: NfsSession, path: str) -> Handle:
+                # The name is this writer's own: a create tried again after its answer was
+                # lost finds the file it made, empty, and makes it anew.
+                handle = session.create(path, FILE_MODE, exclusive=not created)
+                created.append(True)
+                return handle
+
+            def failed() -> None:
+                file.drop()
+                created.append(True)
+
+            file = _OpenFile(location, temporary, create)
             try:
-                handle = _nfs(location, "write", lambda: session.create_new(temporary, FILE_MODE))
-                return NfsWriter(session, handle, temporary, location)
+                patience.retried(
+                    f"write {location.url}",
+                    lambda: file.use("write", lambda _session, _handle: None),
+                    after_failure=failed,
+                )
             except BaseException:
-                session.close()
+                file.drop()
                 raise
+            file.reopen_with(lambda session, path: session.open(path, os.O_WRONLY))
+            return NfsWriter(file, temporary, location, patience, self.aborts)
 
         return as_result(opened)
 
@@ -101,92 +153,213 @@ class NfsStaging:
         return as_result(swept)
 
 
-class NfsReader:
+class _OpenFile:
+    """A file on the export through a mount of its own, mounted and opened again (by
+    `opening`) at the first use after a failure dropped them: each reconnection goes to the
+    address the storage gate checked, as the first did."""
+
     def __init__(
-        self, session: NfsSession, handle: Handle, location: StagedLocation, chunk_bytes: int
+        self,
+        location: StagedLocation,
+        path: str,
+        opening: Callable[[NfsSession, str], Handle],
     ) -> None:
-        self._session = session
-        self._handle: Handle | None = handle
+        self._location = location
+        self._path = path
+        self._opening = opening
+        self._open: tuple[NfsSession, Handle] | None = None
+
+    def reopen_with(self, opening: Callable[[NfsSession, str], Handle]) -> None:
+        self._opening = opening
+
+    def use(self, action: str, call: Callable[[NfsSession, Handle], T]) -> T:
+        if self._open is None:
+            session = _mounted(self._location)
+            try:
+                handle = _nfs(self._location, action, lambda: self._opening(session, self._path))
+            except BaseException:
+                session.close()
+                raise
+            self._open = (session, handle)
+        session, handle = self._open
+        return _nfs(self._location, action, lambda: call(session, handle))
+
+    def close(self) -> None:
+        """Close the file (an error is raised: a write may be lost) and drop the mount."""
+        if self._open is not None:
+            session, handle = self._open
+            self._open = None
+            try:
+                _nfs(self._location, "write", lambda: session.close_file(handle))
+            finally:
+                session.close()
+
+    def drop(self) -> None:
+        """Forget the file and its mount (broken, or done with); a later use mounts again."""
+        with contextlib.suppress(ExpectedError):
+            self.close()
+
+
+class NfsReader:
+    """The file's bytes in chunks from an offset: a read the server did not answer is tried
+    again, within the retry budget, on a new mount from the same offset (so no byte is
+    delivered twice or missed), once the file is checked to be the one being read."""
+
+    def __init__(
+        self,
+        file: _OpenFile,
+        location: StagedLocation,
+        chunk_bytes: int,
+        patience: Patience,
+        size_bytes: int,
+    ) -> None:
+        self._file = file
         self._location = location
         self._buffer = ctypes.create_string_buffer(chunk_bytes)
+        self._patience = patience
         self._offset = 0
         self._digest = RunningDigest()
-        self.size_bytes: int | None = _nfs(location, "read", lambda: session.size(handle))
+        self._closed = False
+        self.size_bytes: int | None = size_bytes
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         def read() -> bytes:
-            handle = self._handle
-            if handle is None:
+            if self._closed:
                 raise ExpectedError(ProviderError.internal(f"{self._location.url} is closed"))
-            count = _nfs(
-                self._location,
-                "read",
-                lambda: self._session.read_into(handle, self._offset, self._buffer),
+            chunk = self._patience.retried(
+                f"read {self._location.url} from byte {self._offset}",
+                lambda: self._file.use("read", self._read_at_offset),
+                after_failure=self._file.drop,
             )
-            chunk = ctypes.string_at(self._buffer, count)
-            self._offset += count
+            self._offset += len(chunk)
             self._digest.add(chunk)
             return chunk
 
         return as_result(read)
 
+    def _read_at_offset(self, session: NfsSession, handle: Handle) -> bytes:
+        count = session.read_into(handle, self._offset, self._buffer)
+        return ctypes.string_at(self._buffer, count)
+
     def digest(self) -> StagedDigest:
         return self._digest.value()
 
     def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            try:
-                self._session.close_file(handle)
-            except NfsError:
-                pass  # read-only: nothing to lose
-            finally:
-                self._session.close()
+        self._closed = True
+        self._file.drop()  # read-only: nothing to lose
 
 
 class NfsWriter(TemporaryWriter):
+    """Writes the temporary at increasing offsets. libnfs's writes are UNSTABLE (the server may
+    hold them in memory until a COMMIT), and a server that restarts loses what it held, so the
+    bytes written since the last COMMIT are held here (at most HELD_BYTES, then a COMMIT): a
+    write the server did not answer is sent again, with all held bytes, on a new mount, within
+    the retry budget. A COMMIT answered on the mount that wrote the bytes makes them safe."""
+
     def __init__(
-        self, session: NfsSession, handle: Handle, temporary: str, location: StagedLocation
+        self,
+        file: _OpenFile,
+        temporary: str,
+        location: StagedLocation,
+        patience: Patience,
+        aborts: DeferredAborts,
     ) -> None:
         super().__init__(location.url)
-        self._session = session
-        self._handle: Handle | None = handle
+        self._file = file
         self._temporary = temporary
         self._location = location
-        self._offset = 0
+        self._patience = patience
+        self._aborts = aborts
+        self._committed = 0  # bytes the server made safe (a COMMIT answered)
+        self._sent = 0  # bytes sent on the current mount
+        self._held: list[bytes] = []  # the bytes from `_committed` on
+        self._held_bytes = 0
+        self._store_gone = False
 
     def _write(self, chunk: bytes) -> None:
-        handle = self._open_handle()
-        _nfs(self._location, "write", lambda: self._session.write_all(handle, self._offset, chunk))
-        self._offset += len(chunk)
+        self._held.append(chunk)
+        self._held_bytes += len(chunk)
+        self._patient(lambda: self._send_held(safe=self._held_bytes >= HELD_BYTES))
 
     def _commit(self) -> None:
-        handle = self._open_handle()
-        _nfs(self._location, "write", lambda: self._session.fsync(handle))
-        self._handle = None
-        _nfs(self._location, "write", lambda: self._session.close_file(handle))
+        self._patient(lambda: self._send_held(safe=True))
+        self._patient(self._file.close)
         final = _path(self._location.key)
-        _nfs(self._location, "write", lambda: self._session.rename(self._temporary, final))
-        self._session.close()
+        renamed: list[bool] = []
+
+        def rename() -> None:
+            session = _mounted(self._location)
+            try:
+                _nfs(self._location, "write", lambda: session.rename(self._temporary, final))
+            except ExpectedError as error:
+                # A rename tried again after its answer was lost finds no temporary: done.
+                if not (renamed and error.error.kind is ErrorKind.NOT_FOUND):
+                    raise
+            finally:
+                session.close()
+
+        self._patient(rename, after_failure=lambda: renamed.append(True))
 
     def _abort(self) -> None:
-        try:
-            if self._handle is not None:
-                handle, self._handle = self._handle, None
-                with contextlib.suppress(NfsError):  # the file goes anyway
-                    self._session.close_file(handle)
-            try:
-                _nfs(self._location, "abort", lambda: self._session.unlink(self._temporary))
-            except ExpectedError as error:
-                if error.error.kind is not ErrorKind.NOT_FOUND:  # else: swept already
-                    raise
-        finally:
-            self._session.close()
+        self._file.drop()
+        self._held.clear()
 
-    def _open_handle(self) -> Handle:
-        if self._handle is None:
-            raise ExpectedError(ProviderError.internal(f"{self.url} is closed"))
-        return self._handle
+        def remove() -> None:
+            with _session(self._location) as session:
+                try:
+                    _nfs(self._location, "abort", lambda: session.unlink(self._temporary))
+                except ExpectedError as error:
+                    if error.error.kind is not ErrorKind.NOT_FOUND:  # else: swept already
+                        raise
+
+        what = f"the temporary of {self.url}"
+        if self._store_gone:  # no try now: the RPC answers without waiting for the server
+            self._aborts.defer(what, remove)
+            return
+        try:
+            remove()
+        except ExpectedError as error:
+            if error.error.kind is not ErrorKind.UNAVAILABLE:
+                raise
+            self._aborts.defer(what, remove)
+
+    def _send_held(self, *, safe: bool) -> None:
+        """The held bytes not yet sent on this mount sent, and made safe if `safe`."""
+        self._file.use("write", self._sent_on)
+        if safe:
+            self._file.use("write", lambda session, handle: session.fsync(handle))
+            self._committed = self._sent
+            self._held.clear()
+            self._held_bytes = 0
+
+    def _sent_on(self, session: NfsSession, handle: Handle) -> None:
+        offset = self._committed
+        for piece in self._held:
+            end = offset + len(piece)
+            if end > self._sent:
+                skipped = self._sent - offset
+                session.write_all(handle, self._sent, piece[skipped:] if skipped else piece)
+                self._sent = end
+            offset = end
+
+    def _patient(
+        self, step: Callable[[], None], after_failure: Callable[[], None] | None = None
+    ) -> None:
+        """`step`, tried again within the budget; after a failure the mount is dropped and
+        every held byte is sent again on the next."""
+
+        def failed() -> None:
+            self._file.drop()
+            self._sent = self._committed
+            if after_failure is not None:
+                after_failure()
+
+        try:
+            self._patience.retried(f"write {self.url}", step, after_failure=failed)
+        except ExpectedError as error:
+            if error.error.kind is ErrorKind.UNAVAILABLE:
+                self._store_gone = True
+            raise
 
 
 def _path(key: str) -> str:
