@@ -171,7 +171,11 @@ def staging_of(settings: Settings, clock: Clock) -> StagingBackends:
         for place in settings.staging_sweep_places
     ]
     return staging_by_backend(
-        settings.owner_mark, clock, str(settings.migration_storage_root), places
+        settings.owner_mark,
+        clock,
+        str(settings.migration_storage_root),
+        places,
+        retry_seconds=settings.staging_retry_seconds,
     )
 
 

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from returns.result import Failure
 
+from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
 from pyrigaud.domain.bounds import MAX_DISK_GIB
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.staging import OPTIONS, TransferBackend, parse_staging_place
@@ -129,6 +130,11 @@ class Settings(BaseModel):
         2 * TRANSFER_DEADLINE_SECONDS, alias="PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS", ge=0
     )
     sweep_interval_seconds: float = Field(300.0, alias="PYRIGAUD_SWEEP_INTERVAL_SECONDS", gt=0)
+    # How long an S3 or NFS transfer waits out a store that stopped answering, per part, read
+    # or write, before it answers UNAVAILABLE (docs/staging-resilience.md); 0: not at all.
+    staging_retry_seconds: float = Field(
+        STAGING_RETRY_SECONDS, alias="PYRIGAUD_STAGING_RETRY_SECONDS", ge=0, le=600
+    )
     # S3 buckets and NFS exports the sweep visits besides the mounted PVCs (a JSON list).
     staging_sweep_places: tuple[StagingPlaceSetting, ...] = Field(
         (), alias="PYRIGAUD_STAGING_SWEEP_PLACES"

@@ -16,6 +16,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.staging.libnfs import LibnfsMissingError, library
 from pyrigaud.adapters.staging.nfs import NfsStaging
+from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
 from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT, PvcStaging
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
@@ -108,17 +109,22 @@ def staging_by_backend(
     clock: Clock,
     pvc_root: str = MIGRATION_STORAGE_ROOT,
     places: Sequence[StagingPlace] = (),
+    retry_seconds: float = STAGING_RETRY_SECONDS,
 ) -> StagingByBackend:
+    """`retry_seconds`: how long S3 and NFS transfers wait out a store that stopped answering
+    (per part, read or write)."""
     pvc = PvcStaging(root=pvc_root, owner=owner, clock=clock)
     adapters: dict[TransferBackend, StagingStorage] = {TransferBackend.PVC: pvc}
     try:
         library()
-        adapters[TransferBackend.NFS] = NfsStaging(owner=owner, clock=clock)
+        adapters[TransferBackend.NFS] = NfsStaging(
+            owner=owner, clock=clock, retry_seconds=retry_seconds
+        )
     except LibnfsMissingError:
         pass
     try:
         from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
     except ImportError:
         return StagingByBackend(adapters, pvc, places)
-    adapters[TransferBackend.S3] = S3Staging(owner=owner, clock=clock)
+    adapters[TransferBackend.S3] = S3Staging(owner=owner, clock=clock, retry_seconds=retry_seconds)
     return StagingByBackend(adapters, pvc, places)
