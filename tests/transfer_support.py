@@ -32,6 +32,10 @@ TRANSFER_OWNER = "tests/pyrigaud"  # the owner mark of the staged temporaries te
 IMAGE_JUDGE = InspectingJudge(load_settings({}).max_image_virtual_bytes)
 # The storage gate with the tests' stores on loopback allowed (PYRIGAUD_STAGING_ALLOW_LOOPBACK).
 LOOPBACK_GATE = ResolvingGate(StagingGate(allow_loopback=True))
+# How long the tests' staging waits out a store that does not answer: the stores the tests
+# start answer at once, and an unreachable one is refused in a second (the outage tests set
+# their own budget).
+STAGING_RETRY_SECONDS = 1.0
 # Where this machine can stage disks (S3 needs boto3, NFS libnfs): what backends advertise.
 REACHABLE_STAGING = staging_by_backend(TRANSFER_OWNER, SystemClock()).backends
 
@@ -57,7 +61,9 @@ def disk_moves(
     disks = backend.disk_transfer
     assert disks is not None, "this backend has no disk transfer"
     if isinstance(staging, Path):
-        staging = staging_by_backend(owner, SystemClock(), str(staging))
+        staging = staging_by_backend(
+            owner, SystemClock(), str(staging), retry_seconds=STAGING_RETRY_SECONDS
+        )
     claimed = capabilities or backend.capabilities
     gate = storage_gate or LOOPBACK_GATE
     return DiskMoves(

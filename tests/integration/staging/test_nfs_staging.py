@@ -62,8 +62,8 @@ def test_an_unreachable_server_is_unavailable(nfs_server: NfsServer) -> None:
     # Another loopback address: nothing serves NFS there (the server binds 127.0.0.1 only).
     location = locate(nfs_server, "x.qcow2", host="127.0.0.3")
     for result in (
-        NfsStaging().open_write(location),
-        NfsStaging().open_read(location),
-        NfsStaging().sweep(location, 0),
+        NfsStaging(retry_seconds=0).open_write(location),
+        NfsStaging(retry_seconds=0).open_read(location),
+        NfsStaging(retry_seconds=0).sweep(location, 0),
     ):
         assert error_of(result).kind is ErrorKind.UNAVAILABLE
