@@ -177,6 +177,9 @@ def moto_s3(workdir: Path) -> Iterator[S3Server]:
 class NfsServer:
     server: str
     export: Path  # served as itself: Path == Pseudo
+    # Stop the server, and start it again (same ports, same export) after that many seconds,
+    # in the background; the returned thread ends once it serves again.
+    outage: Callable[[float], threading.Thread] = field(compare=False, repr=False)
 
 
 @contextmanager
@@ -212,18 +215,33 @@ EXPORT {{
     )
     log = workdir / "ganesha.log"
     portmapper = _rpcbind(workdir)
+    command = ["ganesha.nfsd", "-F", "-L", str(log), "-f", str(config), "-p", str(workdir / "pid")]
+    running: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        running[:] = [process]
+        _wait_for_port(nfs_port, process, log)
+        _wait_for_port(mount_port, process, log)
+
+    def outage(seconds: float) -> threading.Thread:
+        _stop(running[0])
+
+        def come_back() -> None:
+            time.sleep(seconds)
+            start()
+
+        thread = threading.Thread(target=come_back, daemon=True)
+        thread.start()
+        return thread
+
     try:
-        process = subprocess.Popen(
-            ["ganesha.nfsd", "-F", "-L", str(log), "-f", str(config), "-p", str(workdir / "pid")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
         try:
-            _wait_for_port(nfs_port, process, log)
-            _wait_for_port(mount_port, process, log)
-            yield NfsServer(server="127.0.0.1", export=export)
+            start()
+            yield NfsServer(server="127.0.0.1", export=export, outage=outage)
         finally:
-            _stop(process)
+            if running:
+                _stop(running[0])
     finally:
         if portmapper is not None:
             _stop(portmapper)
