@@ -277,6 +277,7 @@ class NfsWriter(TemporaryWriter):
         self._store_gone = False
 
     def _write(self, chunk: bytes) -> None:
+        chunk = bytes(chunk)  # held until COMMITted: a copy unless it is immutable already
         self._held.append(chunk)
         self._held_bytes += len(chunk)
         self._patient(lambda: self._send_held(safe=self._held_bytes >= HELD_BYTES))
