@@ -609,6 +609,6 @@ def _refusal(location: StagedLocation, action: str, error: ClientError) -> Expec
         return ExpectedError(ProviderError.not_found(f"{what}: no bucket {location.container!r}"))
     if code in MISSING_CODES or status == 404:
         return ExpectedError(ProviderError.not_found(f"{what}: no such object"))
-    if status >= 500 or code in ("SlowDown", "RequestTimeout"):
+    if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout"):
         return ExpectedError(ProviderError.unavailable(f"{what}: S3 answered {code or status}"))
     return ExpectedError(ProviderError.failed_precondition(f"{what}: S3 answered {code or status}"))
