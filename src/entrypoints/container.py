@@ -156,10 +156,10 @@ def kubernetes_credentials(secret: str, provider_namespace: str, metrics: Metric
     return kubernetes_secret_credentials(secret, provider_namespace, on_reload)
 
 
-def staging_of(settings: Settings, clock: Clock) -> StagingBackends:
+def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingBackends:
     """Where ExportDisk/ImportDisk stage disks (the mounted PVCs, S3 and NFS as installed),
     and the places the leftover sweep visits besides the PVCs, their credentials read from
-    their mounted Secret at each visit."""
+    their mounted Secret at each visit; its deferred aborts counted."""
     places = [
         StagingPlace(
             place.backend_type,
@@ -170,13 +170,15 @@ def staging_of(settings: Settings, clock: Clock) -> StagingBackends:
         )
         for place in settings.staging_sweep_places
     ]
-    return staging_by_backend(
+    staging = staging_by_backend(
         settings.owner_mark,
         clock,
         str(settings.migration_storage_root),
         places,
         retry_seconds=settings.staging_retry_seconds,
     )
+    metrics.watch_deferred_aborts(staging.deferred_aborts)
+    return staging
 
 
 def server_credentials_of(settings: Settings) -> grpc.ServerCredentials | None:
@@ -231,7 +233,7 @@ class Container(containers.DeclarativeContainer):
 
     # The selected backend's ports (the registry imports only that backend's package), each
     # port counted and timed (pyrigaud_hypervisor_calls_total and friends).
-    staging = providers.Singleton(staging_of, settings, clock)
+    staging = providers.Singleton(staging_of, settings, clock, metrics)
     image_judge = providers.Singleton(
         InspectingJudge, max_virtual_bytes=settings.provided.max_image_virtual_bytes
     )

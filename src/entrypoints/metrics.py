@@ -282,6 +282,12 @@ class Metrics:
             ("backend", "storage", "what"),
             registry=self.registry,
         )
+        self.staging_deferred_aborts = Gauge(
+            "pyrigaud_staging_deferred_aborts",
+            "Failed transfers' S3 uploads and NFS temporaries whose abort waits for the store "
+            "to answer again (docs/staging-resilience.md).",
+            registry=self.registry,
+        )
         self.transfer_failures = Counter(
             "pyrigaud_transfer_failures",
             "Disk exports and imports that failed, by the phase they failed in (open, read, "
@@ -289,6 +295,10 @@ class Metrics:
             (*TRANSFER_LABELS, "phase"),
             registry=self.registry,
         )
+
+    def watch_deferred_aborts(self, count: Callable[[], int]) -> None:
+        """Read the staging aborts waiting for their store at scrape time from their owner."""
+        self.staging_deferred_aborts.set_function(count)
 
     def watch_inflight_mutations(self, count: Callable[[], int]) -> None:
         """Read the mutation count at scrape time from its owner (the limiter)."""

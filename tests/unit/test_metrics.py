@@ -188,6 +188,7 @@ def test_each_metrics_has_its_own_registry_with_every_family() -> None:
         "pyrigaud_hypervisor_call_duration_seconds",
         "pyrigaud_inflight_rpcs",
         "pyrigaud_inflight_mutations",
+        "pyrigaud_staging_deferred_aborts",
         'pyrigaud_session_reconnects_total{backend="libvirt"} 1.0',
         'pyrigaud_credential_reloads_total{source="file"} 1.0',
     ):

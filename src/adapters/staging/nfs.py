@@ -51,10 +51,10 @@ class NfsStaging:
     clock: Clock = field(default_factory=SystemClock)
     chunk_bytes: int = CHUNK_BYTES
     retry_seconds: float = STAGING_RETRY_SECONDS  # per read or write (module docstring)
-    aborts: DeferredAborts = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "aborts", DeferredAborts(self.clock))
+    # Where aborts the store did not answer wait (shared by a provider's adapters).
+    aborts: DeferredAborts = field(
+        default_factory=lambda: DeferredAborts(SystemClock()), compare=False, repr=False
+    )
 
     def open_read(self, location: StagedLocation) -> Result[NfsReader, ProviderError]:
         def opened() -> NfsReader:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.libnfs import LibnfsMissingError, library
 from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
@@ -44,15 +45,21 @@ class StagingByBackend:
         adapters: Mapping[TransferBackend, StagingStorage],
         pvc: PvcStaging | None = None,
         places: Sequence[StagingPlace] = (),
+        aborts: DeferredAborts | None = None,
     ) -> None:
         self._adapters = dict(adapters)
         self._pvc = pvc
         self._places = tuple(places)
+        self._aborts = aborts
 
     @property
     def backends(self) -> tuple[TransferBackend, ...]:
         """What this provider can stage to (what GetCapabilities should advertise)."""
         return tuple(backend for backend in TransferBackend if backend in self._adapters)
+
+    def deferred_aborts(self) -> int:
+        """Aborts of failed transfers waiting for their store to answer again."""
+        return self._aborts.pending() if self._aborts is not None else 0
 
     def open_read(self, location: StagedLocation) -> Result[StagedReader, ProviderError]:
         adapter = self._adapters.get(location.backend)
@@ -114,17 +121,20 @@ def staging_by_backend(
     """`retry_seconds`: how long S3 and NFS transfers wait out a store that stopped answering
     (per part, read or write)."""
     pvc = PvcStaging(root=pvc_root, owner=owner, clock=clock)
+    aborts = DeferredAborts(clock)  # one thread and one bound for the whole provider
     adapters: dict[TransferBackend, StagingStorage] = {TransferBackend.PVC: pvc}
     try:
         library()
         adapters[TransferBackend.NFS] = NfsStaging(
-            owner=owner, clock=clock, retry_seconds=retry_seconds
+            owner=owner, clock=clock, retry_seconds=retry_seconds, aborts=aborts
         )
     except LibnfsMissingError:
         pass
     try:
         from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
     except ImportError:
-        return StagingByBackend(adapters, pvc, places)
-    adapters[TransferBackend.S3] = S3Staging(owner=owner, clock=clock, retry_seconds=retry_seconds)
-    return StagingByBackend(adapters, pvc, places)
+        return StagingByBackend(adapters, pvc, places, aborts)
+    adapters[TransferBackend.S3] = S3Staging(
+        owner=owner, clock=clock, retry_seconds=retry_seconds, aborts=aborts
+    )
+    return StagingByBackend(adapters, pvc, places, aborts)

@@ -95,10 +95,10 @@ class S3Staging:
     retry_seconds: float = STAGING_RETRY_SECONDS  # per part or read (module docstring)
     connect_timeout_seconds: float = 10.0
     read_timeout_seconds: float = 60.0
-    aborts: DeferredAborts = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "aborts", DeferredAborts(self.clock))
+    # Where aborts the store did not answer wait (shared by a provider's adapters).
+    aborts: DeferredAborts = field(
+        default_factory=lambda: DeferredAborts(SystemClock()), compare=False, repr=False
+    )
 
     def open_read(self, location: StagedLocation) -> Result[S3Reader, ProviderError]:
         def opened() -> S3Reader:

@@ -249,7 +249,8 @@ def test_a_cut_or_a_short_outage_mid_transfer_costs_neither_export_nor_import(
 def test_an_outage_past_the_budget_is_unavailable_in_bounded_time_and_the_upload_aborted(
     s3_place: S3Place,
 ) -> None:
-    hypervisor = hypervisor_over(s3_staging(SHORT_BUDGET_SECONDS))
+    staging = s3_staging(SHORT_BUDGET_SECONDS)
+    hypervisor = hypervisor_over(staging)
     proxy = s3_place.proxy
 
     proxy.fail_after(HALF_WAY, LONG_OUTAGE_SECONDS)
@@ -263,11 +264,13 @@ def test_an_outage_past_the_budget_is_unavailable_in_bounded_time_and_the_upload
     assert proxy.outage_ended is None, "the store came back before the answer"
     assert s3_place.stored("disk.raw") is None
     assert s3_place.leftovers() != []  # the abort waits for the store
+    assert staging.aborts.pending() == 1
     proxy.wait_until_back()
     deadline = time.monotonic() + 20
-    while s3_place.leftovers() and time.monotonic() < deadline:
+    while (s3_place.leftovers() or staging.aborts.pending()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert s3_place.leftovers() == []  # aborted in seconds, not by the hourly sweep
+    assert staging.aborts.pending() == 0
     assert s3_place.stored("disk.raw") is None
 
 
