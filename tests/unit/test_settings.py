@@ -16,6 +16,8 @@ def test_defaults_are_the_managers_ports_on_all_interfaces() -> None:
     assert settings.grpc_bind == "[::]:9443"
     assert (settings.provider_type, settings.endpoint) == ("libvirt", "test:///default")
     assert settings.owner_mark == "pyrigaud"
+    assert settings.staging_retry_seconds == 30
+    assert load_settings({"PYRIGAUD_STAGING_RETRY_SECONDS": "5"}).staging_retry_seconds == 5
 
 
 def test_file_then_environment_then_flags(tmp_path: Path) -> None:
@@ -48,6 +50,7 @@ def test_mock_is_an_alias_of_fake_and_ipv6_addresses_are_bracketed() -> None:
         ({"PYRIGAUD_FAKE_LATENCY": "create=slow"}, "PYRIGAUD_FAKE_LATENCY"),
         ({"PYRIGAUD_STAGING_ALLOWED_HOSTS": "10.0.0.0/8, minio"}, "PYRIGAUD_STAGING_ALLOWED_HOSTS"),
         ({"PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB": "0"}, "PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB"),
+        ({"PYRIGAUD_STAGING_RETRY_SECONDS": "-1"}, "PYRIGAUD_STAGING_RETRY_SECONDS"),
     ],
 )
 def test_bad_settings_name_the_setting(environ: dict[str, str], named: str) -> None:
