@@ -1,10 +1,17 @@
-"""A small ctypes binding to libnfs's synchronous API (libnfs 4.0, Debian's `libnfs13`).
+"""A small ctypes binding to libnfs's synchronous API (libnfs 4.0 and 5.0: Debian 12 and 13).
 
 Only what staging needs: one NFSv3 mount per session with the AUTH_SYS uid/gid, open/create,
 pread/pwrite, fstat, fsync, rename, unlink and a folder listing. Signatures follow
 <nfsc/libnfs.h>: every call returns 0 (or a byte count) on success and -errno on failure, with
 a text from nfs_get_error. ctypes releases the GIL during each call, so a slow server stalls
 only the thread talking to it.
+
+The library is chosen by its soname, from a closed list of releases whose <nfsc/libnfs.h>
+declares every function below exactly so: libnfs 5.0 (soname 14) changed only the raw RPC
+layer (a server callback's arguments) and added functions, its high-level synchronous API is
+4.0's (soname 13). libnfs 6 reordered pread/pwrite/read/write ("API v2": buffer before count
+and offset), and a binding that loaded such a library by guess would corrupt memory rather
+than fail, so a soname outside the list is never loaded.
 """
 
 from __future__ import annotations
@@ -13,13 +20,31 @@ import ctypes
 import errno
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 NFS_VERSION = 3  # libnfs 4.0 writes over NFSv3 only
 TIMEOUT_MILLISECONDS = 30_000  # per RPC; whole seconds, as libnfs requires
-# Only this soname: libnfs 6 changed pread/pwrite to its "API v2" (buffer before count and
-# offset), and a binding that loaded another ABI would corrupt memory rather than fail.
-LIBRARY = "libnfs.so.13"
+
+
+@dataclass(frozen=True)
+class LibnfsRelease:
+    """A libnfs this binding speaks: the soname it is loaded by, its upstream release and the
+    Debian package that ships it (scripts/libnfs-package.sh picks that package by release)."""
+
+    soname: str
+    version: str
+    debian_package: str
+
+    def __str__(self) -> str:
+        return f"{self.soname} (libnfs {self.version}, Debian's {self.debian_package})"
+
+
+# Newest first: where both are installed, the newer one is loaded.
+RELEASES = (
+    LibnfsRelease("libnfs.so.14", "5.0", "libnfs14"),  # Debian 13 (trixie)
+    LibnfsRelease("libnfs.so.13", "4.0", "libnfs13"),  # Debian 12 (bookworm)
+)
 
 Handle = ctypes.c_void_p
 
@@ -64,18 +89,26 @@ class NfsError(Exception):
 
 
 class LibnfsMissingError(Exception):
-    """The libnfs this binding speaks (Debian 12: libnfs13) is not installed."""
+    """No libnfs this binding speaks is installed (Debian 12: libnfs13, Debian 13: libnfs14)."""
+
+
+def load_first(
+    releases: Sequence[LibnfsRelease], load: Callable[[str], ctypes.CDLL]
+) -> tuple[LibnfsRelease, ctypes.CDLL]:
+    """The first of `releases` that `load` finds by its soname, and the library loaded."""
+    for release in releases:
+        try:
+            return release, load(release.soname)
+        except OSError:
+            continue
+    known = " or ".join(str(release) for release in releases)
+    raise LibnfsMissingError(f"no libnfs this provider speaks is installed: {known}")
 
 
 @functools.cache
-def library() -> ctypes.CDLL:
-    """libnfs, loaded once, with every function used here typed."""
-    try:
-        lib = ctypes.CDLL(LIBRARY)
-    except OSError:
-        raise LibnfsMissingError(
-            f"{LIBRARY} (libnfs 4, Debian 12's libnfs13) is not installed"
-        ) from None
+def loaded() -> tuple[LibnfsRelease, ctypes.CDLL]:
+    """The installed libnfs, loaded once, with every function used here typed."""
+    release, lib = load_first(RELEASES, ctypes.CDLL)
     ctx, fh, path, c_int, u64 = Handle, Handle, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64
     signatures: dict[str, tuple[object, list[object]]] = {
         "nfs_init_context": (ctx, []),
@@ -104,7 +137,12 @@ def library() -> ctypes.CDLL:
         function = getattr(lib, name)
         function.restype = result
         function.argtypes = arguments
-    return lib
+    return release, lib
+
+
+def library() -> ctypes.CDLL:
+    """The loaded libnfs (raises LibnfsMissingError when none this binding speaks is)."""
+    return loaded()[1]
 
 
 class NfsSession:

@@ -1,10 +1,10 @@
 """One StagingStorage for every backend: each location goes to the adapter of its backend.
 
 `staging_by_backend` builds the set this machine can serve: S3 needs the `s3` extra (boto3),
-NFS needs libnfs (Debian's libnfs13); a backend without them is left out, so it answers
-UNSUPPORTED and is not advertised. The sweep with no request in hand visits every mounted PVC
-and the staging places the operator named (S3 buckets and NFS exports are otherwise known only
-from requests).
+NFS needs libnfs (Debian 12's libnfs13 or Debian 13's libnfs14); a backend without them is
+left out, so it answers UNSUPPORTED and is not advertised. The sweep with no request in hand
+visits every mounted PVC and the staging places the operator named (S3 buckets and NFS exports
+are otherwise known only from requests).
 """
 
 from __future__ import annotations
