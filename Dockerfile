@@ -17,11 +17,15 @@ RUN /opt/pyrigaud/bin/python -m pip install '.[libvirt,vsphere,s3]'
 FROM python:3.11-slim-bookworm
 # libvirt0: libvirt-python's shared library; openssh-client: the qemu+ssh transport, which
 # refuses to run for a uid without a passwd entry, hence the pyrigaud user (home /tmp);
-# libnfs13: the userspace NFS client of nfs:// migration staging (no mount in a pod);
+# libnfs: the userspace NFS client of nfs:// migration staging (no mount in a pod), the package
+# of this base's Debian release (libnfs13 on bookworm, libnfs14 on trixie), named by
+# scripts/libnfs-package.sh, which the build mounts and leaves out of the image;
 # qemu-utils: qemu-img, which checks a staged image before vCenter gets it (run under prlimit,
 # util-linux's, which every Debian image has).
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends libvirt0 openssh-client libnfs13 qemu-utils \
+RUN --mount=type=bind,source=scripts/libnfs-package.sh,target=/tmp/libnfs-package.sh \
+    libnfs=$(sh /tmp/libnfs-package.sh) \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends libvirt0 openssh-client "$libnfs" qemu-utils \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 65532 pyrigaud \
     && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home \

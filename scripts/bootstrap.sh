@@ -27,6 +27,14 @@ ensure_system_packages() {
     fi
 }
 
+ensure_libnfs() {
+    # libnfs for adapters/staging/nfs.py: this Debian release's package (libnfs13 on 12,
+    # libnfs14 on 13), as scripts/libnfs-package.sh names it.
+    local package
+    package=$(sh "$ROOT/scripts/libnfs-package.sh")
+    ensure_system_packages "$package"
+}
+
 ensure_venv() {
     # $1: the pip requirement to install, e.g. ".[dev]".
     if [ ! -x "$PYTHON" ]; then ensure_system_packages python3; fi
