@@ -8,6 +8,9 @@ the user may assume gives session credentials, whose token moto checks too.
 nfs-ganesha serves a temporary folder over NFSv3 through its VFS backend, bound to 127.0.0.1
 on free ports it registers with rpcbind (NFSv3's MOUNT protocol needs the portmapper); the
 grace period is off (`Graceless`), and `Path` equals `Pseudo` as NFSv3 mounts the real path.
+nfs-ganesha 6 (Debian 13) refuses to start where it cannot mark itself an I/O flusher, which
+needs CAP_SYS_RESOURCE, absent from root in many containers: `allow_set_io_flusher_fail` lets it
+go on (nfs-ganesha 4, Debian 12's, warns of the unknown option and ignores it).
 Both servers run for the test session and are stopped at its end.
 """
 
@@ -198,6 +201,7 @@ NFS_CORE_PARAM {{
     MNT_Port = {mount_port};
     Enable_NLM = false;
     Enable_RQUOTA = false;
+    allow_set_io_flusher_fail = true;
 }}
 NFSV4 {{ Graceless = true; }}
 EXPORT {{
