@@ -147,6 +147,15 @@ class Processes:
         log.seek(0)
         return str(log.read().decode(errors="replace"))[-2000:]
 
+    def stop(self, process: subprocess.Popen[bytes]) -> None:
+        """Stop one process now (terminate, kill after 5 s); stop_all still closes its log."""
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
     def stop_all(self) -> None:
         for process, _ in self._running:
             if process.poll() is None:
