@@ -1,6 +1,7 @@
 """The inventory cache on the simulator: Describe and ListVMs answer with no vCenter call once
 warm, show this replica's writes as soon as they report done, show other clients' changes
-soon after, and stay right across a cold start and a lost session.
+soon after, and stay right across a cold start and a lost session; a ListVMs during a cold
+start waits for the feed's first view rather than read every VM beside it.
 
 Calls are counted by the replica's own session (its `on_call`, which feeds the server's
 pyrigaud_hypervisor_round_trips): every call into vCenter goes through it."""
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 from pyVmomi import vim as untyped_vim
 
+from pyrigaud.adapters.hypervisors.vsphere import inventory
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import vm_info
@@ -206,21 +208,56 @@ def test_a_lost_session_resynchronises_the_view_and_is_counted(
     assert listed.name == "vc-lost-renamed"
 
 
-def test_a_cold_cache_reads_vcenter_until_its_first_view_is_complete() -> None:
-    """The feed's property collector is made 3 s late: meanwhile the replica reads vCenter."""
-    with running_simulator("-method-delay", "CreatePropertyCollector=3000") as slow:
-        replica = Replica(slow)
-        try:
-            vms, calls = replica.calls_for(lambda: ok(replica.backend.inventory.list_vms()))
-            assert vms
-            assert calls == 1
-            description, calls = replica.calls_for(lambda: replica.describe(vms[0].id))
-            assert description is not None
-            assert calls == 1
-            assert description.raw["name"] == vms[0].name
-            replica.wait_warm()
-            assert ok(replica.backend.inventory.list_vms()) == vms
-            assert replica.calls_for(lambda: replica.describe(vms[0].id)) == (description, 0)
-            assert replica.resyncs == []
-        finally:
-            replica.session.close()
+@pytest.fixture(scope="module")
+def slow_feed() -> Iterator[Simulator]:
+    """60 VMs, and every property collector made 3 s late: a new replica's feed reads its
+    first view 3 s after the replica is up (a provider just restarted)."""
+    with running_simulator("-vm", "30", "-method-delay", "CreatePropertyCollector=3000") as slow:
+        yield slow
+
+
+def every_vm(simulator: Simulator) -> list[VMInfo]:
+    """What vCenter has, read by another client."""
+    session = simulator.session()
+    try:
+        rows = session.call(lambda instance: retrieve_all_vms(instance, VM_PROPERTIES))
+    finally:
+        session.close()
+    return sorted(map(vm_info, rows), key=lambda vm: vm.id)
+
+
+def test_while_the_feed_reads_its_first_view_describe_reads_vcenter_and_list_waits_for_it(
+    slow_feed: Simulator,
+) -> None:
+    """A ListVMs during warm-up makes no read of every VM beside the feed's: it waits for the
+    feed's first complete view and lists every VM from it."""
+    expected = every_vm(slow_feed)
+    assert len(expected) == 60
+    replica = Replica(slow_feed)
+    try:
+        description, calls = replica.calls_for(lambda: replica.describe(expected[0].id))
+        assert description is not None
+        assert calls == 1  # cold: read from vCenter
+        vms, calls = replica.calls_for(lambda: ok(replica.backend.inventory.list_vms()))
+        assert calls == 0
+        assert sorted(vms, key=lambda vm: vm.id) == expected
+        assert replica.calls_for(lambda: replica.describe(expected[0].id)) == (description, 0)
+        assert replica.resyncs == []
+    finally:
+        replica.session.close()
+
+
+def test_a_list_that_waited_its_bound_for_the_feed_reads_vcenter_itself(
+    slow_feed: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inventory, "WARM_WAIT_SECONDS", 0.2)
+    expected = every_vm(slow_feed)
+    replica = Replica(slow_feed)
+    try:
+        vms, calls = replica.calls_for(lambda: ok(replica.backend.inventory.list_vms()))
+        assert calls == 1
+        assert sorted(vms, key=lambda vm: vm.id) == expected
+        replica.wait_warm()
+        assert sorted(ok(replica.backend.inventory.list_vms()), key=lambda vm: vm.id) == expected
+    finally:
+        replica.session.close()

@@ -1,5 +1,6 @@
 """Inventory on vSphere: Describe and ListVMs from the inventory cache once it is warm; before
-that, or for a VM the cache has not seen, one property read (Describe) or one listing."""
+that, or for a VM the cache has not seen, one property read (Describe) or one listing, save a
+ListVMs while the cache's feed reads the whole view: that one waits for the feed's read."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import VMEntry, vm_entry, vm_
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import VMDescription, VMInfo
 from pyrigaud.domain.power import PowerState
+
+# How long a ListVMs waits for the cache's feed to finish reading the whole view (after a
+# start or a resync) rather than read every VM a second time beside it, holding both reads in
+# memory at once. Half the manager's 2-minute ListVMs deadline: the other half is left for a
+# read of its own should the feed be slower.
+WARM_WAIT_SECONDS = 60.0
 
 
 class VSphereInventory:
@@ -49,9 +56,10 @@ class VSphereInventory:
         return run(self._vcenter.session, f"reading VM {vm_id!r}", read)
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        """Each VM by its instanceUuid, as Create names it; read from vCenter, the MoRefs read
-        on the way are remembered, so that Describe of a listed VM needs no lookup."""
-        cached = self._cache.entries()
+        """Each VM by its instanceUuid, as Create names it. From the cache, waiting for it when
+        its feed is reading the whole view; else read from vCenter, the MoRefs read on the way
+        remembered, so that Describe of a listed VM needs no lookup."""
+        cached = self._cache.entries_once_read(WARM_WAIT_SECONDS)
         if cached is not None:
             return Success([entry.info() for entry in cached])
 

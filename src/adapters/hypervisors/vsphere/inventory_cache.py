@@ -6,7 +6,9 @@ What keeps it honest:
 - it answers only while warm: from the end of a complete initial update set until the feed
   breaks (a lost session, a failed long-poll), when it goes cold until the feed has read the
   whole view again; cold, or asked about a VM it has never seen, it says "cannot say" (None)
-  and the caller reads vCenter as before. Going cold never waits: readers are never blocked;
+  and the caller reads vCenter as before. Going cold never waits: readers are never blocked,
+  save a listing while the feed reads the whole view, which may wait (bounded) for that read
+  rather than make a second one of every VM beside it (`entries_once_read`);
 - this replica's mutations re-read their VM before their RPC returns (`refresh`), and so does
   TaskStatus when it reports a task done (read your writes);
 - a read that raced with a newer one is not kept: every read takes a sequence number before it
@@ -53,6 +55,7 @@ class InventoryCache:
         self._morefs: dict[str, str] = {}
         self._read_at: dict[str, int] = {}  # MoRef -> sequence of the read its entry came from
         self._warm = False
+        self._settled = threading.Event()  # clear while the feed reads the whole view
         self._doubted = threading.Event()
         self.about: About | None = None
 
@@ -70,6 +73,14 @@ class InventoryCache:
     def entries(self) -> list[VMEntry] | None:
         """Every VM's entry; None while cold."""
         return list(self._entries.values()) if self._warm else None
+
+    def entries_once_read(self, seconds: float) -> list[VMEntry] | None:
+        """Every VM's entry; while the feed reads the whole view (a new cache, or one gone
+        cold), once it has, waiting at most `seconds`. None when the wait runs out, or when
+        the feed broke and reads nothing now."""
+        if not self._warm:
+            self._settled.wait(seconds)
+        return self.entries()
 
     # -- this replica's writes -----------------------------------------------------------
 
@@ -130,14 +141,18 @@ class InventoryCache:
             self._entries = {}
             self._morefs = {}
         self._doubted.clear()
+        self._settled.clear()
 
     def go_warm(self) -> None:
         self._warm = True
+        self._settled.set()
 
     def doubt(self) -> None:
-        """Stop answering now; the feed resynchronises at its next turn."""
+        """Stop answering now; the feed resynchronises at its next turn. A listing waiting
+        for the feed's read stops waiting and reads vCenter itself."""
         self._warm = False
         self._doubted.set()
+        self._settled.set()
 
     @property
     def doubted(self) -> bool:
