@@ -8,6 +8,8 @@ pyrigaud_hypervisor_round_trips): every call into vCenter goes through it."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -15,9 +17,11 @@ import pytest
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere import inventory
+from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.adapters.hypervisors.vsphere.vm_rows import vm_info
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import VMEntry, vm_info
 from pyrigaud.domain.models import OwnerMark, VMChanges, VMDescription, VMInfo
 from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskRef, TaskState
@@ -261,3 +265,34 @@ def test_a_list_that_waited_its_bound_for_the_feed_reads_vcenter_itself(
         assert sorted(ok(replica.backend.inventory.list_vms()), key=lambda vm: vm.id) == expected
     finally:
         replica.session.close()
+
+
+def test_a_list_waits_only_while_the_feed_reads_the_view(simulator: Simulator) -> None:
+    """A cache with no feed: new, it is reading (a list waits its bound); once the feed broke
+    (`doubt`), a list does not wait at all; once warm, it answers."""
+    session = simulator.session()
+    try:
+        cache = InventoryCache(VCenter(session))
+        started = time.monotonic()
+        assert cache.entries_once_read(0.3) is None
+        assert time.monotonic() - started >= 0.3
+        cache.doubt()
+        started = time.monotonic()
+        assert cache.entries_once_read(60) is None
+        assert time.monotonic() - started < 1
+        cache.go_cold()  # the feed reads the whole view again
+
+        def read_the_view() -> None:
+            time.sleep(0.3)
+            uuid = "c0ffee00-0000-4000-8000-000000000001"
+            cache.keep(VMEntry("vm-1", uuid, "one", True, (), 1, 512, (), ()), cache.begin())
+            cache.go_warm()
+
+        feed = threading.Thread(target=read_the_view)
+        feed.start()
+        listed = cache.entries_once_read(60)
+        feed.join()
+        assert listed is not None
+        assert [entry.moref for entry in listed] == ["vm-1"]
+    finally:
+        session.close()
