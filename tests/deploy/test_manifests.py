@@ -247,23 +247,39 @@ class Instruction:
     arguments: str
 
 
-def dockerfile_stages() -> list[list[Instruction]]:
-    """Instructions per build stage (continuation lines joined, comments dropped)."""
+def dockerfile_sections() -> list[list[Instruction]]:
+    """The global ARGs, then the instructions per build stage (continuation lines joined,
+    comments dropped)."""
     lines = [
         line
         for line in (REPO / "Dockerfile").read_text().splitlines()
         if not line.lstrip().startswith("#")
     ]
     joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
-    stages: list[list[Instruction]] = []
+    sections: list[list[Instruction]] = [[]]
     for line in joined.splitlines():
         if not line.strip():
             continue
         keyword, _, arguments = line.strip().partition(" ")
         if keyword.upper() == "FROM":
-            stages.append([])
-        stages[-1].append(Instruction(keyword.upper(), arguments.strip()))
-    return stages
+            sections.append([])
+        sections[-1].append(Instruction(keyword.upper(), arguments.strip()))
+    return sections
+
+
+def dockerfile_stages() -> list[list[Instruction]]:
+    return dockerfile_sections()[1:]
+
+
+def global_arguments() -> dict[str, str]:
+    """The ARGs before the first FROM, the only ones a FROM line can use, with their defaults."""
+    (global_section, *_) = dockerfile_sections()
+    assert {instruction.keyword for instruction in global_section} <= {"ARG"}
+    defaults = {}
+    for argument in arguments_of(global_section, "ARG"):
+        name, _, default = argument.partition("=")
+        defaults[name] = default
+    return defaults
 
 
 def arguments_of(stage: list[Instruction], keyword: str) -> list[str]:
@@ -271,12 +287,19 @@ def arguments_of(stage: list[Instruction], keyword: str) -> list[str]:
 
 
 def installed_apt_packages(stage: list[Instruction]) -> set[str]:
+    """Every package an `apt-get install` of the stage names, conditional ones included."""
     packages: set[str] = set()
     for command in arguments_of(stage, "RUN"):
         for part in command.split("&&"):
             words = shlex.split(part)
-            if words[:2] == ["apt-get", "install"]:
-                packages.update(word for word in words[2:] if not word.startswith("-"))
+            for start in range(len(words) - 1):
+                if words[start : start + 2] != ["apt-get", "install"]:
+                    continue
+                for word in words[start + 2 :]:
+                    if not word.startswith("-"):
+                        packages.add(word.rstrip(";"))
+                    if word.endswith(";"):  # the end of the shell command
+                        break
     return packages
 
 
@@ -292,8 +315,11 @@ def env_of(stage: list[Instruction]) -> dict[str, str]:
 def test_image_is_multi_stage_on_slim_python_311_with_no_compiler_in_the_final_stage() -> None:
     stages = dockerfile_stages()
     assert len(stages) >= 2
+    # Every stage starts from BASE: the official image by default, or a Debian bookworm root
+    # (docs/container.md), which gets Debian's Python 3.11 from apt.
+    assert global_arguments()["BASE"] == "python:3.11-slim-bookworm"
     for stage in stages:
-        assert arguments_of(stage, "FROM")[0].split()[0] == "python:3.11-slim-bookworm"
+        assert arguments_of(stage, "FROM")[0].split()[0] == "${BASE}"
     builder, final = stages[0], stages[-1]
     assert {"gcc", "pkg-config", "libvirt-dev"} <= installed_apt_packages(builder)
     runtime_packages = installed_apt_packages(final)
