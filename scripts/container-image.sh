@@ -20,6 +20,7 @@ MIRROR=http://deb.debian.org/debian
 # stands before PyPI, the host trusts it and the base image does not.
 HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 BUILD_CA_BUNDLE=/run/pyrigaud-build-ca.crt
+LOG=/var/cache/pyrigaud/container-image.log
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "scripts/container-image.sh must run as root" >&2
@@ -38,7 +39,7 @@ base_is_fresh() {
 make_debootstrap_base() {
     # minbase: apt, dpkg and the required packages (passwd, util-linux), as in the slim
     # images; sources as the official image lists them, security updates applied, no caches.
-    echo "container-image.sh: making $DEBOOTSTRAP_BASE with debootstrap" >&2
+    echo "container-image.sh: making $DEBOOTSTRAP_BASE with debootstrap" >&3
     local container rootfs
     container=$(buildah from scratch)
     rootfs=$(buildah mount "$container")
@@ -96,17 +97,28 @@ build() {
         2>/dev/null)" = "$digest" ]; then
         return
     fi
-    echo "container-image.sh: building $IMAGE on $base" >&2
+    echo "container-image.sh: building $IMAGE on $base" >&3
     buildah bud --isolation chroot --layers=false --quiet "${arguments[@]}" \
         --label "$INPUTS_LABEL=$digest" --tag "$IMAGE" "$ROOT" >&2
     # The image this one replaces, and the builder stage (vfs keeps every layer whole).
     buildah rmi --prune >/dev/null
 }
 
+show_log_on_failure() {
+    local status=$?
+    if [ "$status" -ne 0 ]; then
+        tail -n 60 "$LOG" >&3
+        echo "container-image.sh failed; the whole log: $LOG" >&3
+    fi
+}
+
 ensure_system_packages buildah podman runc debootstrap
 mkdir -p /var/cache/pyrigaud
 exec 9>/var/cache/pyrigaud/container-image.lock
 flock 9
+# The build's chatter goes to a log, shown (its end) only when the build fails.
+exec 3>&2 2>"$LOG"
+trap show_log_on_failure EXIT
 if [ -n "${PYRIGAUD_IMAGE_BASE:-}" ]; then
     build "$PYRIGAUD_IMAGE_BASE"
 else
