@@ -40,8 +40,9 @@ make_debootstrap_base() {
     # minbase: apt, dpkg and the required packages (passwd, util-linux), as in the slim
     # images; sources as the official image lists them, security updates applied, no caches.
     echo "container-image.sh: making $DEBOOTSTRAP_BASE with debootstrap" >&3
-    local container rootfs
-    container=$(buildah from scratch)
+    local container=pyrigaud-base-work rootfs
+    buildah rm "$container" >/dev/null 2>&1 || true # what a failed run left
+    buildah from --name "$container" scratch >/dev/null
     rootfs=$(buildah mount "$container")
     debootstrap --variant=minbase bookworm "$rootfs" "$MIRROR" >&2
     rm -f "$rootfs/etc/apt/sources.list" "$rootfs/etc/resolv.conf" "$rootfs/etc/hostname"
