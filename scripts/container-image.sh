@@ -70,14 +70,16 @@ EOF
 
 inputs_digest() {
     # $1: the base; then the build's arguments. A digest of all the build reads: the
-    # Dockerfile, its context (every file under the paths it copies, a superset of what
-    # .dockerignore lets through), the base image and the arguments.
+    # Dockerfile, its context (every file under the paths .dockerignore lets in, with its
+    # `!path` lines; a superset of what it lets through), the base image and the arguments.
     local base_id
     base_id=$(podman image inspect --format '{{.Id}}' "$1" 2>/dev/null || echo "$1")
     (
         cd "$ROOT" || exit 1
+        local context
+        mapfile -t context < <(sed -n 's|^!\(.*[^/]\)/*$|\1|p' .dockerignore)
         printf '%s\n' "$base_id" "${@:2}"
-        find Dockerfile .dockerignore pyproject.toml README.md src -type f -print0 \
+        find Dockerfile .dockerignore "${context[@]}" -type f -print0 \
             | sort -z | xargs -0 sha256sum
     ) | sha256sum | cut -d' ' -f1
 }
