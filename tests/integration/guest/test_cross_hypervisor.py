@@ -15,7 +15,6 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +24,15 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
 from guest_support import READY, console
+from migration_support import TRANSFER_SECONDS, Storage, manager_image_json, manager_storage
 from replica_support import Replica
-from staging_support import NfsServer, S3Server, manager_nfs_options, manager_s3_options
 from vsphere_support import shared_simulator
 
 pytestmark = pytest.mark.timeout(900)
 
 CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
 BOOT_SECONDS = 120
-TRANSFER_SECONDS = 1800  # the manager's deadline for ExportDisk and ImportDisk
 DATASTORE = "LocalDS_0"
-
-
-@dataclass(frozen=True)
-class Storage:
-    """What the manager derives from spec.storage: type, URL, options JSON and credentials."""
-
-    backend_type: str
-    url: str
-    options_json: str = ""
-    credentials: dict[str, str] | None = None
 
 
 @pytest.fixture(scope="module")
@@ -59,22 +47,6 @@ def vsphere(migration_root: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     replica = Replica(environ, tmp_path_factory.mktemp("cross-vsphere"))
     yield replica
     replica.stop()
-
-
-def _s3(server: S3Server) -> Storage:
-    options, credentials = manager_s3_options(server)
-    url = f"s3://{server.bucket}/vmmigrations/ns/cross-out/export.vmdk"
-    return Storage("s3", url, options, credentials)
-
-
-def _nfs(server: NfsServer) -> Storage:
-    url = f"nfs://{server.server}{server.export}/vmmigrations-ns-cross-back-nfs-export.qcow2"
-    return Storage("nfs", url, manager_nfs_options(server))
-
-
-def _pvc(root: Path) -> Storage:
-    (root / "mig-pvc").mkdir(parents=True, exist_ok=True)
-    return Storage("pvc", "pvc://mig-pvc/vmmigrations/ns/cross-back-pvc/export.qcow2")
 
 
 def _migrate(
@@ -98,12 +70,7 @@ def _migrate(
     snapshot = source.SnapshotCreate(
         pb.SnapshotCreateRequest(vm_id=vm_id, name_hint=f"{target_name}-mig"), timeout=300
     ).snapshot_id
-    common = {
-        "credentials": storage.credentials or {},
-        "backend_type": storage.backend_type,
-        "transfer_mode": "relay",
-        "storage_options_json": storage.options_json,
-    }
+    common = storage.fields()
     started = time.monotonic()
     exported = source.ExportDisk(
         pb.ExportDiskRequest(
@@ -137,16 +104,7 @@ def _create_from(
     stub: pb_grpc.ProviderStub, name: str, imported: pb.ImportDiskResponse, label: str
 ) -> str:
     """Create with the manager's six-key image_json naming the imported disk's path."""
-    image_json = json.dumps(
-        {
-            "TemplateName": "",
-            "Path": imported.path,
-            "URL": "",
-            "Format": label,
-            "Checksum": "",
-            "ChecksumType": "sha256",
-        }
-    )
+    image_json = manager_image_json(imported.path, label)
     created = stub.Create(
         pb.CreateRequest(name=name, class_json=CLASS_JSON, image_json=image_json), timeout=300
     )
@@ -172,9 +130,8 @@ def test_the_guest_goes_to_vsphere_and_back_and_boots(
     vsphere: Replica,
     conn: Any,
     prepared_image: str,
-    s3_server: S3Server,
-    nfs_server: NfsServer,
     migration_root: Path,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
 ) -> None:
     kvm, vs = provider.stub, vsphere.stub
@@ -191,7 +148,12 @@ def test_the_guest_goes_to_vsphere_and_back_and_boots(
         ).id
         made.append((kvm, source))
         on_vsphere = _migrate(
-            kvm, source, vs, _s3(s3_server), target_name="cross-vs", import_format="qcow2"
+            kvm,
+            source,
+            vs,
+            manager_storage("s3", "cross-out", request, migration_root),
+            target_name="cross-vs",
+            import_format="qcow2",
         )
         assert on_vsphere.path.startswith(f"[{DATASTORE}] ")
         kvm.Delete(pb.DeleteRequest(id=source), timeout=300)
@@ -200,7 +162,8 @@ def test_the_guest_goes_to_vsphere_and_back_and_boots(
         made.append((vs, vs_vm))
         assert vs.Describe(pb.DescribeRequest(id=vs_vm), timeout=10).exists
 
-        for storage in (_pvc(migration_root), _nfs(nfs_server)):
+        for kind in ("pvc", "nfs"):
+            storage = manager_storage(kind, f"cross-back-{kind}", request, migration_root)
             back = _migrate(
                 vs,
                 vs_vm,
