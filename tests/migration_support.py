@@ -1,4 +1,4 @@
-"""What the VirtRigaud manager sends for a VMMigration (MIGRATION.md §2), for the tests that walk
+"""What the VirtRigaud manager sends for a VMMigration (docs/migration.md), for the tests that walk
 its sequence over gRPC: the staging URL, options and credentials it derives from spec.storage,
 the image_json of the target VM's Create, and its polling of the tasks the provider returns."""
 

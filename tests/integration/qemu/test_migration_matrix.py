@@ -4,7 +4,7 @@ through each staging backend (a PVC folder, moto's S3 server, nfs-ganesha on loo
 powered-off source and from a running one; at the end the target VM's disk, read back past the
 provider, holds exactly the bytes the source's disk held.
 
-The requests are the manager's (MIGRATION.md §2): GetCapabilities on both (the Validating gate);
+The requests are the manager's (docs/migration.md): GetCapabilities on both (the Validating gate);
 for a powered-off source (`powerOffBeforeMigration: true`, `createSnapshot: false`) Power OFF and
 an export of the disk as it is; for a running one (the CRD defaults: `createSnapshot: true`,
 `powerOffBeforeMigration: false`) a disk-only SnapshotCreate and an export at that snapshot_id
@@ -80,7 +80,7 @@ class Case:
 
     @property
     def import_format(self) -> str:
-        """The staged format ImportDisk names (generateStorageURL's caller, MIGRATION.md §2)."""
+        """The staged format ImportDisk names (generateStorageURL's caller, docs/migration.md)."""
         if self.staging == "s3" and self.source == "vsphere":
             return "vmdk"
         return "qcow2"
