@@ -76,8 +76,8 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from transfer_support import IMAGE_JUDGE, disk_moves, export_disk
-from vsphere_support import backend_over, running_simulator
+from support.transfer import IMAGE_JUDGE, disk_moves, export_disk
+from support.vsphere import backend_over, running_simulator
 
 
 @dataclass

@@ -70,9 +70,9 @@ from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
 
 from contract.harness import made
-from staging_support import ganesha_nfs, moto_s3
-from transfer_support import IMAGE_JUDGE, DiskMoves, disk_moves, export_disk, import_disk
-from vsphere_support import backend_over, create_use_case, running_simulator
+from support.staging import ganesha_nfs, moto_s3
+from support.transfer import IMAGE_JUDGE, DiskMoves, disk_moves, export_disk, import_disk
+from support.vsphere import backend_over, create_use_case, running_simulator
 
 URI = "qemu:///system"
 POOL = "pyrigaud-bench-migration"

@@ -8,7 +8,7 @@ import pytest
 
 import pyrigaud.entrypoints  # noqa: F401
 
-from staging_support import NfsServer, S3Server, ganesha_nfs, moto_s3
+from support.staging import NfsServer, S3Server, ganesha_nfs, moto_s3
 
 
 @pytest.fixture(scope="session")

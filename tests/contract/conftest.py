@@ -21,10 +21,10 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.domain.models import Capabilities, OwnerMark, VMImage
 
 from contract.harness import Harness, staging_root
-from libvirt_support import add_base_image, isolated_host_uri, make_backend
-from qemu_support import qemu_enabled, qemu_harness
 from support import ManualClock
-from vsphere_support import contract_harness as vsphere_simulator_harness
+from support.libvirt import add_base_image, isolated_host_uri, make_backend
+from support.qemu import qemu_enabled, qemu_harness
+from support.vsphere import contract_harness as vsphere_simulator_harness
 
 
 def _fake() -> Iterator[Harness]:

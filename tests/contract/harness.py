@@ -19,7 +19,7 @@ from pyrigaud.domain.models import CreateRequest, ImageSource, OwnerMark, VMClas
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from support import ManualClock, ok
-from transfer_support import DiskMoves, disk_moves
+from support.transfer import DiskMoves, disk_moves
 
 SETTLE_READS = 600
 SETTLE_PAUSE_SECONDS = 0.1

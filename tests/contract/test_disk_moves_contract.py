@@ -10,7 +10,7 @@ from pyrigaud.domain.models import DiskDefaults, OwnerMark, VMClass, VMImage
 from contract.harness import Harness
 from contract.steps import create
 from support import error_kind, error_of, ok
-from transfer_support import export_disk, import_disk
+from support.transfer import export_disk, import_disk
 
 SMALL_DISK = VMClass(cpu=1, memory_mib=256, disk_defaults=DiskDefaults(size_gib=1))
 # Another disk: libvirt compares what a volume holds, so the same disk staged in another

@@ -25,7 +25,7 @@ from pyrigaud.entrypoints.container import provider_use_cases
 from contract.conftest import harness_of, lacked_ports
 from contract.test_health_contract import claimed_ports
 from support import error_kind
-from transfer_support import IMAGE_JUDGE, LOOPBACK_GATE
+from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE
 
 # Each optional port's RPCs, as the servicer calls them.
 CALLS_BY_PORT = {

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from pki_support import Authority, mount_secret
+from support.pki import Authority, mount_secret
 
 pytestmark = [
     pytest.mark.slow,

@@ -392,5 +392,5 @@ def test_build_context_holds_what_the_dockerfile_copies_and_not_the_venv() -> No
         assert (REPO / source).exists(), source
         assert not dockerignore_excludes(source), source
     assert not dockerignore_excludes("src/entrypoints/grpc/generated/provider/v1/provider_pb2.py")
-    for unwanted in (".venv/bin/python", "tests/support.py", "src/domain/__pycache__/x.pyc"):
+    for unwanted in (".venv/bin/python", "tests/support/e2e.py", "src/domain/__pycache__/x.pyc"):
         assert dockerignore_excludes(unwanted), unwanted

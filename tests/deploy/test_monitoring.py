@@ -23,8 +23,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from e2e_support import create_vm
-from kit_support import served
+from support.e2e import create_vm
+from support.kit import served
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "monitoring"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import RunningProvider, start_provider
+from support.e2e import RunningProvider, start_provider
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kit_support import free_port, kit, served
-from pki_support import Authority, mount_secret
+from support.kit import free_port, kit, served
+from support.pki import Authority, mount_secret
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ def test_the_cli_over_mutual_tls(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_wait_follows_a_real_task_to_its_end(tmp_path: Path) -> None:
     """On vSphere, Create answers with a vSphere task; --wait polls it until done."""
-    from vsphere_support import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
+    from support.vsphere import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
 
     with served(shared_simulator().serve_environ(), tmp_path) as server:
         created = cli(

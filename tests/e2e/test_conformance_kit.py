@@ -20,11 +20,11 @@ import pytest
 
 from pyrigaud.client.conformance.catalogue import CLAUSES, selected
 
-from broken_provider import broken_provider
-from image_server_support import qcow2_of, raw_image, serving
-from kit_support import PYRIGAUD, kit, names_listed, served
-from pki_support import Authority, mount_secret
-from qemu_support import (
+from support.broken_provider import broken_provider
+from support.image_server import qcow2_of, raw_image, serving
+from support.kit import PYRIGAUD, kit, names_listed, served
+from support.pki import Authority, mount_secret
+from support.qemu import (
     QEMU_URI,
     TEST_POOL_PATH,
     ensure_dir_pool,
@@ -83,9 +83,8 @@ def _libvirt_test_driver(tmp_path: Path) -> Iterator[Setup]:
 @contextmanager
 def _vsphere(tmp_path: Path) -> Iterator[Setup]:
     """The simulator's template for Create; a tiny OVA on loopback to prepare; pvc staging."""
-    from ova_support import DATASTORE, ova_of, ovf_descriptor, tiny_disk  # noqa: PLC0415
-
-    from vsphere_support import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
+    from support.ova import DATASTORE, ova_of, ovf_descriptor, tiny_disk  # noqa: PLC0415
+    from support.vsphere import TEMPLATE_VM, shared_simulator  # noqa: PLC0415 - builds Go
 
     raw, vmdk = tiny_disk(tmp_path)
     staging_env, staging = _staged(tmp_path / "migration")

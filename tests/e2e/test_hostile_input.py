@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import RunningProvider, start_provider
+from support.e2e import RunningProvider, start_provider
 
 EXPECTED = {
     grpc.StatusCode.OK,

@@ -21,7 +21,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
 
-from e2e_support import create_vm, start_provider
+from support.e2e import create_vm, start_provider
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.tls import TlsSettings, parse_allowed_sans, server_credentials
 
-from e2e_support import RunningProvider, start_provider
-from pki_support import MANAGER_DNS, Authority, Issued, mount_secret
+from support.e2e import RunningProvider, start_provider
+from support.pki import MANAGER_DNS, Authority, Issued, mount_secret
 
 ALLOWED = f"{MANAGER_DNS},spiffe://example.test/other"
 

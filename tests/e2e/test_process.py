@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from e2e_support import CLASS_JSON
+from support.e2e import CLASS_JSON
 
 PYRIGAUD = [sys.executable, "-m", "pyrigaud.entrypoints.cli"]
 
@@ -283,7 +283,7 @@ def test_without_the_libvirt_extra_serve_names_the_extra(tmp_path: Path) -> None
 def test_the_vsphere_backend_serves_through_grpc(tmp_path: Path) -> None:
     from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID  # noqa: PLC0415
 
-    from vsphere_support import TEMPLATE_VM, running_simulator  # noqa: PLC0415 - builds Go
+    from support.vsphere import TEMPLATE_VM, running_simulator  # noqa: PLC0415 - builds Go
 
     with running_simulator() as simulator:
         process = start(simulator.serve_environ(), tmp_path)

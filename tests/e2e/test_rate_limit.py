@@ -13,7 +13,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, TokenBucket
 
-from e2e_support import CLASS_JSON, create_vm, start_provider
+from support.e2e import CLASS_JSON, create_vm, start_provider
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import CLASS_JSON, RunningProvider, create_vm, start_provider
+from support.e2e import CLASS_JSON, RunningProvider, create_vm, start_provider
 
 
 def code_of(call: object, *args: object) -> grpc.StatusCode:

@@ -26,7 +26,7 @@ from pyrigaud.entrypoints.grpc.tls import (
     server_credentials,
 )
 
-from pki_support import (
+from support.pki import (
     MANAGER_CN,
     MANAGER_DNS,
     MANAGER_IP,

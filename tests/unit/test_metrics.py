@@ -21,8 +21,8 @@ from pyrigaud.entrypoints.grpc.limits import MutationLimiter
 from pyrigaud.entrypoints.instrumented import instrument, instrument_backend
 from pyrigaud.entrypoints.metrics import LATENCY_BUCKETS_SECONDS, Metrics
 
-from e2e_support import CLASS_JSON, start_provider
 from support import ManualClock
+from support.e2e import CLASS_JSON, start_provider
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
 from pyrigaud.domain.staging import StagedLocation, TransferBackend, parse_staged_location
 from pyrigaud.domain.staging_gate import StagingGate
 
-import transfer_support as transfers
+import support.transfer as transfers
 from support import ManualClock, error_of, ok
 
 CREDENTIALS = {"accessKeyID": "id", "secretAccessKey": "secret"}

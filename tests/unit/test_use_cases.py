@@ -68,9 +68,9 @@ from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.staging import StagedLocation, StagedSweep
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef
 
-import transfer_support as transfers
+import support.transfer as transfers
 from support import ManualClock, error_kind, error_of, ok
-from transfer_support import IMAGE_JUDGE, LOOPBACK_GATE, disk_moves
+from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE, disk_moves
 
 OWNER = OwnerMark(provider="ns/provider")
 P = TypeVar("P")

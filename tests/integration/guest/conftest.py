@@ -1,6 +1,6 @@
 """The real-guest end-to-end tests: a `pyrigaud serve` process on the real libvirtd + QEMU,
 booting the image scripts/guest_image.sh builds. Collected only with PYRIGAUD_TEST_QEMU=1
-(see qemu_support); once selected, anything missing fails the test, nothing is skipped."""
+(see support.qemu); once selected, anything missing fails the test, nothing is skipped."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from guest_support import guest_image
-from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled, remove_pool_leftovers
-from replica_support import Replica
+from support.guest import guest_image
+from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled, remove_pool_leftovers
+from support.replica import Replica
 
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
-# Not qemu_support's pool: other QEMU suites sweep that one whole while they run.
+# Not support.qemu's pool: other QEMU suites sweep that one whole while they run.
 GUEST_POOL = "pyrigaud-guest"
 GUEST_POOL_PATH = Path("/var/lib/pyrigaud-test/guest")
 PREPARED_NAME = "guest-e2e-base"

@@ -23,10 +23,10 @@ import pytest
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from guest_support import READY, console
-from migration_support import TRANSFER_SECONDS, Storage, manager_image_json, manager_storage
-from replica_support import Replica
-from vsphere_support import shared_simulator
+from support.guest import READY, console
+from support.migration import TRANSFER_SECONDS, Storage, manager_image_json, manager_storage
+from support.replica import Replica
+from support.vsphere import shared_simulator
 
 pytestmark = pytest.mark.timeout(900)
 

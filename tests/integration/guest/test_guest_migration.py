@@ -12,9 +12,9 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from guest_support import READY, console
-from replica_support import Replica
-from staging_support import NfsServer, S3Server, manager_nfs_options, manager_s3_options
+from support.guest import READY, console
+from support.replica import Replica
+from support.staging import NfsServer, S3Server, manager_nfs_options, manager_s3_options
 
 pytestmark = pytest.mark.timeout(600)
 

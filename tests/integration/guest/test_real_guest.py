@@ -20,7 +20,7 @@ import pytest
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from guest_support import (
+from support.guest import (
     POWEROFF,
     READY,
     SEED,
@@ -32,8 +32,8 @@ from guest_support import (
     wait_for_agent,
     wait_for_agent_gone,
 )
-from qemu_support import disk_sources
-from replica_support import Replica
+from support.qemu import disk_sources
+from support.replica import Replica
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,8 +14,8 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from guest_support import READY, console, guest_exec, wait_for_agent
-from replica_support import Replica
+from support.guest import READY, console, guest_exec, wait_for_agent
+from support.replica import Replica
 
 pytestmark = pytest.mark.timeout(600)
 

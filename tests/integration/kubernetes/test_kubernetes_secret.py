@@ -1,6 +1,6 @@
 """The Kubernetes API Secret adapter, driven through the unmodified official client.
 
-The API server is tests/fake_kube_api.py on loopback, serving the requests the client makes.
+The API server is tests/support/fake_kube_api.py on loopback, serving the requests the client makes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pyrigaud.adapters.credentials.kubernetes_secret import (
     parse_secret_reference,
 )
 
-from fake_kube_api import FakeKubeApi
+from support.fake_kube_api import FakeKubeApi
 
 NAMESPACE = "virtrigaud"
 NAME = "vsphere-creds"

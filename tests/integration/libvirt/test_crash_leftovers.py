@@ -25,7 +25,8 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, CreateRequest, DiskSpec, OwnerMark, VMClass
 
-from libvirt_support import (
+from support import ManualClock, error_of, ok
+from support.libvirt import (
     clone_vm,
     create_vm,
     isolated_host_uri,
@@ -33,7 +34,6 @@ from libvirt_support import (
     make_backend,
     write_pool_file,
 )
-from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-crash")
 POLICY = LeftoverPolicy(owner=OWNER)

@@ -18,9 +18,9 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import CreateRequest, DiskQuery, OwnerMark, VMClass, VMImage
 
-from image_server_support import ImageServer, raw_image, serving
-from libvirt_support import add_base_image, create_vm, isolated_host_uri, make_backend
 from support import ManualClock, error_of, ok
+from support.image_server import ImageServer, raw_image, serving
+from support.libvirt import add_base_image, create_vm, isolated_host_uri, make_backend
 
 OWNER = OwnerMark(provider="tests/libvirt-url")
 

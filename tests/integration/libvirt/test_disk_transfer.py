@@ -26,15 +26,15 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import Capabilities, CreateRequest, OwnerMark, VMClass, VMImage
 
-from libvirt_support import (
+from support import ManualClock, error_of, ok
+from support.libvirt import (
     add_base_image,
     create_vm,
     isolated_host_uri,
     libvirt_test_backend,
     write_pool_file,
 )
-from support import ManualClock, error_of, ok
-from transfer_support import REACHABLE_STAGING, DiskMoves, disk_moves, export_disk, import_disk
+from support.transfer import REACHABLE_STAGING, DiskMoves, disk_moves, export_disk, import_disk
 
 OWNER = OwnerMark(provider="tests/libvirt-transfer")
 CONTENT = bytes(range(256)) * 8192  # 2 MiB: more than one chunk

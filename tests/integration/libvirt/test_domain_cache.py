@@ -36,8 +36,8 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from libvirt_support import clone_vm, create_vm, libvirt_test_backend
 from support import ManualClock, ok
+from support.libvirt import clone_vm, create_vm, libvirt_test_backend
 
 URI = "test:///default"
 OWNER = OwnerMark(provider="tests/domain-cache")

@@ -25,7 +25,7 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.domain.models import Firmware, OwnerMark
 
-from libvirt_support import isolated_host_uri
+from support.libvirt import isolated_host_uri
 
 HOT_ADDABLE = DomainDefinition(
     name="hot-addable",

@@ -21,8 +21,8 @@ from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
 
-from libvirt_support import create_vm, isolated_host_uri, make_backend
 from support import ManualClock, error_of, ok
+from support.libvirt import create_vm, isolated_host_uri, make_backend
 
 OWNER = OwnerMark(provider="tests/firmware")
 

@@ -1,7 +1,7 @@
 """ImagePrepare on the test driver: from a pool volume, a host file, and a loopback http server.
 
 The test driver cannot upload volumes, so imports that carry bytes use a writer into the pool
-directory's file (see libvirt_support.write_pool_file); the real stream's refusal is shown too.
+directory's file (see support.libvirt.write_pool_file); the real stream's refusal is shown too.
 URLs use IP literals and /etc/hosts names only: no test resolves a real DNS name.
 """
 
@@ -32,15 +32,15 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from disk_image_support import qemu_img
-from libvirt_support import (
+from support import ManualClock, error_of, ok
+from support.disk_image import qemu_img
+from support.libvirt import (
     add_base_image,
     create_vm,
     isolated_host_uri,
     make_backend,
     write_pool_file,
 )
-from support import ManualClock, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt-images")
 

@@ -34,7 +34,8 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from libvirt_support import (
+from support import ManualClock, error_kind, error_of, ok
+from support.libvirt import (
     add_base_image,
     clone_vm,
     create_vm,
@@ -42,7 +43,6 @@ from libvirt_support import (
     libvirt_test_backend,
     make_backend,
 )
-from support import ManualClock, error_kind, error_of, ok
 
 OWNER = OwnerMark(provider="tests/libvirt")
 NS = {"p": NAMESPACE_URI}

@@ -10,8 +10,8 @@ from pyrigaud.domain.models import CreateRequest, DiskSpec, OwnerMark, VMClass
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from libvirt_support import create_vm, make_backend, node_xml
 from support import ManualClock, ok
+from support.libvirt import create_vm, make_backend, node_xml
 
 OWNER = OwnerMark(provider="tests/libvirt-listing-size")
 VMS = 200

@@ -15,8 +15,8 @@ import libvirt
 from pyrigaud.domain.models import CreateRequest, DiskSpec, OwnerMark, VMChanges, VMClass
 from pyrigaud.domain.power import PowerState
 
-from libvirt_support import create_vm, isolated_host_uri, make_backend
 from support import ManualClock, ok
+from support.libvirt import create_vm, isolated_host_uri, make_backend
 
 OWNER = OwnerMark(provider="tests/libvirt-listing")
 DOMAINS = 6

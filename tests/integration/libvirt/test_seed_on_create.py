@@ -29,9 +29,9 @@ from pyrigaud.domain.models import (
     VMClass,
 )
 
-from libvirt_support import clone_vm, create_vm, isolated_host_uri, make_backend, write_pool_file
-from seed_support import seed_files, seed_path
 from support import ManualClock, error_of, ok
+from support.libvirt import clone_vm, create_vm, isolated_host_uri, make_backend, write_pool_file
+from support.seed import seed_files, seed_path
 
 OWNER = OwnerMark(provider="tests/libvirt-seed")
 NS = {"p": NAMESPACE_URI}

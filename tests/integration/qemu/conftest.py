@@ -1,4 +1,4 @@
-"""Real libvirtd + QEMU tests: collected only with PYRIGAUD_TEST_QEMU=1 (see qemu_support)."""
+"""Real libvirtd + QEMU tests: collected only with PYRIGAUD_TEST_QEMU=1 (see support.qemu)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from qemu_support import QemuHost, open_qemu, qemu_enabled, qemu_host
+from support.qemu import QemuHost, open_qemu, qemu_enabled, qemu_host
 
 # Without the daemon (a developer run without root) these are not collected, never skipped.
 collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]

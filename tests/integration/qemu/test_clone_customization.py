@@ -25,11 +25,11 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from guest_support import SEED, console, guest_image
-from libvirt_support import clone_vm, create_vm
-from qemu_support import TEST_POOL, TEST_POOL_PATH, QemuHost
-from seed_support import downloaded_volume, seed_files, seed_path
 from support import ok
+from support.guest import SEED, console, guest_image
+from support.libvirt import clone_vm, create_vm
+from support.qemu import TEST_POOL, TEST_POOL_PATH, QemuHost
+from support.seed import downloaded_volume, seed_files, seed_path
 
 OWNER = OwnerMark(provider="tests/qemu-clone-customization")
 SOURCE_USER_DATA = b"#cloud-config\nruncmd: [echo source]\n"

@@ -23,8 +23,8 @@ import pytest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from qemu_support import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
-from replica_support import Replica
+from support.qemu import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
+from support.replica import Replica
 
 CRASH_POOL = "pyrigaud-crash"
 CRASH_POOL_PATH = Path("/var/lib/pyrigaud-test/crash")

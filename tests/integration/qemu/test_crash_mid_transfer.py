@@ -24,10 +24,10 @@ import pytest
 from pyrigaud.adapters.hypervisors.libvirt.storage import volume_xml
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import create_vm
-from qemu_support import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
-from replica_support import Replica
-from staging_support import manager_nfs_options, manager_s3_options
+from support.e2e import create_vm
+from support.qemu import EVERYTHING_OF_THE_DOMAIN, QEMU_URI, ensure_dir_pool, open_qemu
+from support.replica import Replica
+from support.staging import manager_nfs_options, manager_s3_options
 
 POOL = "pyrigaud-crash-xfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/crash-xfer")

@@ -36,11 +36,11 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from image_server_support import ImageServer, qcow2_backed_by, qcow2_of, raw_image, serving
-from libvirt_support import create_vm, libvirt_test_backend
-from qemu_support import QEMU_URI, open_qemu, qemu_img_info, remove_pool_leftovers
-from replica_support import Replica
 from support import ManualClock, error_of, ok
+from support.image_server import ImageServer, qcow2_backed_by, qcow2_of, raw_image, serving
+from support.libvirt import create_vm, libvirt_test_backend
+from support.qemu import QEMU_URI, open_qemu, qemu_img_info, remove_pool_leftovers
+from support.replica import Replica
 
 OWNER = OwnerMark(provider="tests/qemu-url")
 GIB = 1024**3

@@ -40,10 +40,11 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
-from libvirt_support import libvirt_test_backend
-from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
-from staging_support import (
+from support import ManualClock, error_kind, error_of, ok
+from support.image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
+from support.libvirt import libvirt_test_backend
+from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.staging import (
     NfsServer,
     S3Server,
     StagingCase,
@@ -55,8 +56,7 @@ from staging_support import (
     s3_credentials,
     s3_options,
 )
-from support import ManualClock, error_kind, error_of, ok
-from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
+from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")

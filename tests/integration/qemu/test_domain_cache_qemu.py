@@ -10,9 +10,9 @@ from typing import Any
 from pyrigaud.domain.models import OwnerMark
 from pyrigaud.domain.power import PowerState
 
-from libvirt_support import create_vm
-from qemu_support import QemuHost
 from support import ok
+from support.libvirt import create_vm
+from support.qemu import QemuHost
 
 OWNER = OwnerMark(provider="tests/qemu-cache")
 EVENT_WAIT_SECONDS = 60.0

@@ -12,9 +12,9 @@ from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import domain_type_
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.domain.models import OwnerMark
 
-from libvirt_support import create_vm, libvirt_test_backend
-from qemu_support import QEMU_URI, TEST_POOL, TEST_POOL_PATH, QemuHost
 from support import ManualClock, ok
+from support.libvirt import create_vm, libvirt_test_backend
+from support.qemu import QEMU_URI, TEST_POOL, TEST_POOL_PATH, QemuHost
 
 OWNER = OwnerMark(provider="tests/domain-type")
 # This host's KVM, when the test runs where QEMU may use it (it does on these machines).

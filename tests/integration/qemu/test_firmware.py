@@ -26,9 +26,9 @@ from pyrigaud.domain.models import (
     VMClass,
 )
 
-from libvirt_support import create_vm
-from qemu_support import QemuHost, ensure_test_pool
 from support import error_of, ok
+from support.libvirt import create_vm
+from support.qemu import QemuHost, ensure_test_pool
 
 OWNER = OwnerMark(provider="tests/firmware")
 HOT_PLUGGED_DISKS = 4

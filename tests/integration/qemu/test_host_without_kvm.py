@@ -40,9 +40,9 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
 from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import domain_type_offered
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass
 
-from libvirt_support import create_vm, libvirt_test_backend
-from qemu_support import open_qemu
 from support import ManualClock, ok
+from support.libvirt import create_vm, libvirt_test_backend
+from support.qemu import open_qemu
 
 OWNER = OwnerMark(provider="tests/host-without-kvm")
 CAPABILITIES_LOGGER = "pyrigaud.adapters.hypervisors.libvirt.host_capabilities"

@@ -19,9 +19,9 @@ from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import OwnerMark, PerformanceProfile, VMChanges, VMClass
 
-from libvirt_support import create_vm
-from qemu_support import QemuHost
 from support import error_of, ok
+from support.libvirt import create_vm
+from support.qemu import QemuHost
 
 OWNER = OwnerMark(provider="tests/memory-hotplug")
 KIB_PER_MIB = 1024

@@ -35,22 +35,22 @@ from typing import Any
 import grpc
 import libvirt_qemu
 import pytest
-from ova_support import read_datastore_file
 
 from pyrigaud.adapters.hypervisors.libvirt.storage import upload_volume, volume_xml
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from migration_support import (
+from support.migration import (
     PVC,
     TRANSFER_SECONDS,
     manager_image_json,
     manager_storage,
     settled,
 )
-from qemu_support import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
-from replica_support import Replica
-from vsphere_support import SIMULATOR_DATASTORE, Simulator, shared_simulator
+from support.ova import read_datastore_file
+from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.replica import Replica
+from support.vsphere import SIMULATOR_DATASTORE, Simulator, shared_simulator
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -19,9 +19,9 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from libvirt_support import clone_vm, create_vm
-from qemu_support import TEST_POOL_PATH, QemuHost, qemu_img_info
 from support import error_kind, ok
+from support.libvirt import clone_vm, create_vm
+from support.qemu import TEST_POOL_PATH, QemuHost, qemu_img_info
 
 OWNER = OwnerMark(provider="tests/qemu")
 GIB = 1024**3

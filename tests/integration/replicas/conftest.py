@@ -12,18 +12,18 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from qemu_support import (
+from support.qemu import (
     QEMU_URI,
     ensure_dir_pool,
     open_qemu,
     qemu_enabled,
     remove_pool_leftovers,
 )
-from replica_support import NAME_PREFIX, Pair, Replica, listed_vms
-from vsphere_support import TEMPLATE_VM, running_simulator
+from support.replica import NAME_PREFIX, Pair, Replica, listed_vms
+from support.vsphere import TEMPLATE_VM, running_simulator
 
 BACKENDS = ["vsphere", *(["libvirt"] if qemu_enabled() else [])]
-# Not qemu_support's pyrigaud-test pool: other QEMU suites sweep that one whole, and would
+# Not support.qemu's pyrigaud-test pool: other QEMU suites sweep that one whole, and would
 # remove these VMs (and these tests theirs) when they run at the same time.
 REPLICA_POOL = "pyrigaud-replicas"
 REPLICA_POOL_PATH = Path("/var/lib/pyrigaud-test/replicas")

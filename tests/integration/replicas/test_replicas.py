@@ -12,7 +12,7 @@ import grpc
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from replica_support import NAME_PREFIX, Pair, listed_vms
+from support.replica import NAME_PREFIX, Pair, listed_vms
 
 CLASS_JSON = '{"CPU":1,"MemoryMiB":256}'
 GRACEFUL_SECONDS = 3  # long enough to ask B once before the deadline on a loaded machine

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from qemu_support import ensure_test_pool, open_qemu, qemu_enabled, remove_test_leftovers
-from ssh_support import (
+from support.qemu import ensure_test_pool, open_qemu, qemu_enabled, remove_test_leftovers
+from support.ssh import (
     SaslDaemon,
     SecretWriter,
     SshServer,

@@ -25,16 +25,16 @@ import pytest
 from pyrigaud.adapters.hypervisors.libvirt.storage import upload_volume, volume_xml
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import RunningProvider, create_vm, start_provider
-from qemu_support import (
+from support.e2e import RunningProvider, create_vm, start_provider
+from support.qemu import (
     TEST_POOL,
     TEST_POOL_PATH,
     ensure_dir_pool,
     open_qemu,
     remove_pool_leftovers,
 )
-from ssh_support import SASL_USER, SaslDaemon, SecretWriter, SshServer, Started, good_secret
-from staging_support import (
+from support.ssh import SASL_USER, SaslDaemon, SecretWriter, SshServer, Started, good_secret
+from support.staging import (
     S3Server,
     StagingCase,
     migration_name,

@@ -8,7 +8,7 @@ daemon's; the remote side runs a small netcat stand-in (libvirt's `proxy=netcat`
 relay. What is under test is the SSH side: libvirt's libssh transport asking the auth callback
 for the password, and the callback answering from the credentials port.
 
-TCP: a second, unprivileged libvirtd asks for a SASL password (libvirtd_support.py).
+TCP: a second, unprivileged libvirtd asks for a SASL password (support/ssh.py).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import RunningProvider, create_vm, start_provider
-from qemu_support import TEST_POOL
-from ssh_support import (
+from support.e2e import RunningProvider, create_vm, start_provider
+from support.qemu import TEST_POOL
+from support.ssh import (
     SASL_USER,
     SaslDaemon,
     SecretWriter,

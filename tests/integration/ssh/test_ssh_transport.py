@@ -10,9 +10,9 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import RunningProvider, create_vm, start_provider
-from qemu_support import TEST_POOL
-from ssh_support import SecretWriter, SshServer, Started, good_secret
+from support.e2e import RunningProvider, create_vm, start_provider
+from support.qemu import TEST_POOL
+from support.ssh import SecretWriter, SshServer, Started, good_secret
 
 TRANSPORTS = ("ssh", "libssh")
 

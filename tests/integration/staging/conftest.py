@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from staging_support import (
+from support.staging import (
     StagingCase,
     migration_name,
     nfs_case,

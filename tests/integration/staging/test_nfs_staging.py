@@ -12,8 +12,8 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import TransferBackend
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location
 
-from staging_support import NfsServer, nfs_options
 from support import error_of, ok
+from support.staging import NfsServer, nfs_options
 
 pytestmark = pytest.mark.slow
 OWNER_ID = 1000

@@ -14,7 +14,8 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import TransferBackend
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location
 
-from staging_support import (
+from support import error_of, ok
+from support.staging import (
     S3_PART_BYTES,
     MiB,
     S3Server,
@@ -23,7 +24,6 @@ from staging_support import (
     s3_credentials,
     s3_options,
 )
-from support import error_of, ok
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ from pyrigaud.application.ports.staging import StagedReader, StagedWriter
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
-from staging_support import CHUNK_BYTES, MiB, StagingCase, describe_case, killed_writer
 from support import error_of, ok
+from support.staging import CHUNK_BYTES, MiB, StagingCase, describe_case, killed_writer
 
 pytestmark = pytest.mark.slow
 STREAMED_MIB = 160

@@ -4,7 +4,7 @@ connection or a short outage and move every byte once; past the retry budget the
 UNAVAILABLE in a bounded time, leave nothing under the staged name, and the failed upload is
 aborted as soon as the store is back, not by the hourly sweep.
 
-S3 is moto behind a TCP fault proxy (tests/fault_proxy.py) that cuts connections or refuses
+S3 is moto behind a TCP fault proxy (tests/support/fault_proxy.py) that cuts connections or refuses
 them for a while once some bytes have passed; NFS is nfs-ganesha, stopped and started again
 mid-transfer. The long outage runs with a 5 s budget and a 12 s outage instead of 30 s and
 longer, to keep the suite quick; the bound checked is the same rule (budget + one request +
@@ -33,8 +33,9 @@ from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import CreateRequest, ExportRequest, OwnerMark, VMClass, VMImage
 
-from fault_proxy import FaultProxy, fault_proxy
-from staging_support import (
+from support import ManualClock, error_of, ok
+from support.fault_proxy import FaultProxy, fault_proxy
+from support.staging import (
     S3_PART_BYTES,
     MiB,
     NfsServer,
@@ -44,8 +45,7 @@ from staging_support import (
     s3_credentials,
     s3_options,
 )
-from support import ManualClock, error_of, ok
-from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
+from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,9 @@ from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.domain.models import TransferBackend
 from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staged_location
 
-from replica_support import Replica
-from staging_support import (
+from support import ok
+from support.replica import Replica
+from support.staging import (
     OWNER,
     S3_PART_BYTES,
     S3Server,
@@ -28,7 +29,6 @@ from staging_support import (
     nfs_options,
     s3_options,
 )
-from support import ok
 
 pytestmark = pytest.mark.slow
 

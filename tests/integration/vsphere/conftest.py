@@ -8,7 +8,7 @@ import pytest
 
 from pyrigaud.application.backend import Backend
 
-from vsphere_support import Simulator, remove_vms_made_since, shared_simulator
+from support.vsphere import Simulator, remove_vms_made_since, shared_simulator
 
 
 @pytest.fixture(scope="session")

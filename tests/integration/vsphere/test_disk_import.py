@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import pytest
-from ova_support import DATASTORE, stream_optimized_vmdk
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files, disk_import
@@ -31,7 +30,8 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass,
 
 from contract.harness import made
 from support import ok
-from vsphere_support import Simulator, vim, vm_ref
+from support.ova import DATASTORE, stream_optimized_vmdk
+from support.vsphere import Simulator, vim, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-disk-import")
 RAW = random.Random(20261203).randbytes(1024 * 1024)

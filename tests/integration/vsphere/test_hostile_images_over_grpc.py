@@ -18,9 +18,9 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from image_corpus import HOSTILE, hostile_image, valid_image
-from replica_support import Replica
-from vsphere_support import Simulator
+from support.image_corpus import HOSTILE, hostile_image, valid_image
+from support.replica import Replica
+from support.vsphere import Simulator
 
 PVC = "mig"
 DEADLINE_SECONDS = 2.0

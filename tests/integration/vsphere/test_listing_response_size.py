@@ -10,8 +10,8 @@ import pytest
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from e2e_support import RunningProvider, start_provider
-from vsphere_support import running_simulator
+from support.e2e import RunningProvider, start_provider
+from support.vsphere import running_simulator
 
 VMS_PER_POOL = 1000  # the default inventory has two pools: standalone host DC0_H0, cluster DC0_C0
 MANAGER_MESSAGE_LIMIT = 4 * 1024 * 1024  # grpc-go's default receive limit, which the manager keeps

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ova_support import DATASTORE, ova_of, ovf_descriptor, stream_optimized_vmdk
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 from pyVmomi import vmodl as untyped_vmodl
 
@@ -25,10 +24,11 @@ from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.domain.errors import ErrorKind, ExpectedError
 from pyrigaud.domain.models import ImageSource, Placement, PrepareImageRequest
 
-from image_server_support import serving
 from support import ok
-from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
-from vsphere_support import TEMPLATE_VM, Simulator, vim
+from support.image_server import serving
+from support.ova import DATASTORE, ova_of, ovf_descriptor, stream_optimized_vmdk
+from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.vsphere import TEMPLATE_VM, Simulator, vim
 
 vmodl: Any = untyped_vmodl  # pyVmomi's fault classes are untyped
 

@@ -1,7 +1,7 @@
 """Upgrade safety: what a running provider of an earlier release leaves on vCenter is read and
 operated by the code under test (docs/upgrades.md lists that state).
 
-The release at BASELINE, installed from this repository's history (release_support.py), serves
+The release at BASELINE, installed from this repository's history (support/release.py), serves
 the simulator first: it makes two VMs, powers them (vSphere task ids and a graceful-shutdown
 task id), takes a snapshot, imports a staged disk (its folder, disk and import record), answers
 a task id on the launcher's held task (a task the manager would still poll), and is killed with
@@ -33,9 +33,9 @@ from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from release_support import release_command, release_python
-from replica_support import Replica, listed_vms
-from vsphere_support import SIMULATOR_DATASTORE, TEMPLATE_VM, Simulator, running_simulator
+from support.release import release_command, release_python
+from support.replica import Replica, listed_vms
+from support.vsphere import SIMULATOR_DATASTORE, TEMPLATE_VM, Simulator, running_simulator
 
 # The release whose on-hypervisor state the code under test must operate: main as it was before
 # the disk-transfer refactoring (938c83c and after) rewrote the code that writes import folders,

@@ -41,8 +41,8 @@ from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
-from vsphere_support import (
+from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.vsphere import (
     TEMPLATE_VM,
     Simulator,
     backend_over,

@@ -12,7 +12,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import made
 from support import ok
-from vsphere_support import TEMPLATE_VM, Simulator
+from support.vsphere import TEMPLATE_VM, Simulator
 
 OWNER = OwnerMark(provider="tests/vsphere-console")
 SIMULATOR_INSTANCE_UUID = "dbed6e0c-bd88-4ef6-b594-21283e1c677f"  # govmomi's VPX model

@@ -22,8 +22,8 @@ import pytest
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from replica_support import Replica
-from vsphere_support import TEMPLATE_VM, Simulator, running_simulator
+from support.replica import Replica
+from support.vsphere import TEMPLATE_VM, Simulator, running_simulator
 
 HELD_STEP = "UpgradeVM_Task"
 HELD_MILLISECONDS = 4000

@@ -22,8 +22,8 @@ import pytest
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from replica_support import Replica
-from vsphere_support import Simulator, running_simulator
+from support.replica import Replica
+from support.vsphere import Simulator, running_simulator
 
 HELD_STEP = "HttpNfcLeaseComplete"
 HELD_MILLISECONDS = 6000

@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from ova_support import DATASTORE, datastore_file_exists, read_datastore_file, write_datastore_file
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
@@ -26,9 +25,10 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made, settle
-from image_server_support import raw_image
 from support import error_kind, error_of, ok
-from vsphere_support import Simulator, create_use_case, running_simulator, vim, vm_ref
+from support.image_server import raw_image
+from support.ova import DATASTORE, datastore_file_exists, read_datastore_file, write_datastore_file
+from support.vsphere import Simulator, create_use_case, running_simulator, vim, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-disk-vm")
 CONTENT = raw_image(64 * 1024)

@@ -28,7 +28,7 @@ from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from contract.harness import made, settle
 from support import error_kind, ok
-from vsphere_support import TEMPLATE_VM, Simulator, create_use_case, running_simulator
+from support.vsphere import TEMPLATE_VM, Simulator, create_use_case, running_simulator
 
 OWNER = OwnerMark(provider="tests/vsphere-create-tasks")
 HELD_CLONE_MILLISECONDS = 1500

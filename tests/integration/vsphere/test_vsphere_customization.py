@@ -26,7 +26,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from vsphere_support import Simulator, template_request, vm_ref
+from support.vsphere import Simulator, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-customization")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped

@@ -25,10 +25,10 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
-from image_corpus import HOSTILE, VALID, CorpusImage, hostile_image, oracle_raw, valid_image
 from support import error_kind, error_of, ok
-from transfer_support import DiskMoves, disk_moves, export_disk, import_disk
-from vsphere_support import Simulator, backend_over, create_use_case, remove_vms_made_since
+from support.image_corpus import HOSTILE, VALID, CorpusImage, hostile_image, oracle_raw, valid_image
+from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
+from support.vsphere import Simulator, backend_over, create_use_case, remove_vms_made_since
 
 OWNER = OwnerMark(provider="tests/vsphere-transfer")
 GRAIN = 64 * 1024

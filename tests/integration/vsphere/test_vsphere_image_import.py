@@ -10,14 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ova_support import (
-    DATASTORE,
-    datastore_file_exists,
-    ova_of,
-    ovf_descriptor,
-    read_datastore_file,
-    tiny_disk,
-)
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 
 from pyrigaud.adapters.clocks import SystemClock
@@ -38,11 +30,19 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
-from disk_image_support import qemu_img
-from image_server_support import ImageServer, serving
 from support import error_kind, error_of, ok
-from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
-from vsphere_support import (
+from support.disk_image import qemu_img
+from support.image_server import ImageServer, serving
+from support.ova import (
+    DATASTORE,
+    datastore_file_exists,
+    ova_of,
+    ovf_descriptor,
+    read_datastore_file,
+    tiny_disk,
+)
+from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.vsphere import (
     TEMPLATE_VM,
     Simulator,
     template_request,

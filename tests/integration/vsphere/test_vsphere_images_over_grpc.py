@@ -12,16 +12,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from ova_support import DATASTORE, ova_of, ovf_descriptor, tiny_disk, write_datastore_file
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from image_server_support import serving
-from replica_support import Replica
-from vsphere_support import Simulator
+from support.image_server import serving
+from support.ova import DATASTORE, ova_of, ovf_descriptor, tiny_disk, write_datastore_file
+from support.replica import Replica
+from support.vsphere import Simulator
 
 SETTLE_SECONDS = 30
 

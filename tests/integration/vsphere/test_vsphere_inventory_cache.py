@@ -28,7 +28,7 @@ from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from contract.harness import made
 from support import ok
-from vsphere_support import (
+from support.vsphere import (
     Simulator,
     backend_over,
     eventually,

@@ -19,7 +19,7 @@ from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 from contract.harness import made
 from support import ManualClock, ok
-from vsphere_support import TEMPLATE_VM, Simulator, create_use_case, template_request, vm_ref
+from support.vsphere import TEMPLATE_VM, Simulator, create_use_case, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-leftovers")
 POLICY = LeftoverPolicy(owner=OWNER, abandoned_after_seconds=60)

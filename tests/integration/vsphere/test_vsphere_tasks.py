@@ -28,7 +28,7 @@ from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
 from contract.harness import made
 from support import ManualClock, error_kind, ok
-from vsphere_support import TEMPLATE_VM, Simulator, running_simulator, vm_ref
+from support.vsphere import TEMPLATE_VM, Simulator, running_simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-tasks")
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped

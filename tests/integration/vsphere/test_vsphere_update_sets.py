@@ -20,7 +20,7 @@ from pyrigaud.adapters.hypervisors.vsphere.properties import (
 )
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection, VSphereSession
 
-from vsphere_support import Simulator
+from support.vsphere import Simulator
 
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 vmodl: Any = untyped_vmodl

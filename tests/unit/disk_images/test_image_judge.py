@@ -15,8 +15,8 @@ from pyrigaud.adapters.disk_images.stream_optimized import encode_stream_optimiz
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 
-from disk_image_support import MIB, file_chunks, qemu_img
 from support import error_of, ok
+from support.disk_image import MIB, file_chunks, qemu_img
 
 TIB = 1024**4
 BOUND = 62 * TIB

@@ -13,7 +13,7 @@ import pytest
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
 from pyrigaud.domain.errors import ErrorKind, ExpectedError
 
-from disk_image_support import MIB, chunked, file_chunks, qemu_img, qemu_info, sparse_disk
+from support.disk_image import MIB, chunked, file_chunks, qemu_img, qemu_info, sparse_disk
 
 GIB = 1024 * MIB
 

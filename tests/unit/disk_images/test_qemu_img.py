@@ -11,8 +11,8 @@ from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
 from pyrigaud.application.cancellation import serving_call
 from pyrigaud.domain.errors import ErrorKind
 
-from disk_image_support import qemu_img
 from support import error_of, ok
+from support.disk_image import qemu_img
 
 
 def test_an_image_qemu_refuses_is_bad_input_with_qemus_reason(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pyrigaud.adapters.disk_images.stream_optimized import (
 )
 from pyrigaud.domain.errors import ErrorKind, ExpectedError
 
-from disk_image_support import MIB, chunked, qemu_img, qemu_info, sparse_disk, to_raw, write_file
+from support.disk_image import MIB, chunked, qemu_img, qemu_info, sparse_disk, to_raw, write_file
 
 HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
 

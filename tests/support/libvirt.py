@@ -23,7 +23,7 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark
 
 from support import ManualClock
-from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING, TRANSFER_OWNER
+from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING, TRANSFER_OWNER
 
 BASE_IMAGE_NAME = "base.qcow2"
 GIB = 1024**3

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from image_server_support import raw_image
-from vsphere_support import Simulator
+from support.image_server import raw_image
+from support.vsphere import Simulator
 
 DATACENTER = "DC0"
 DATASTORE = "LocalDS_0"

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("PYRIGAUD_RELEASE_CACHE", "/var/tmp/pyrigaud-upgrade"))
 EXTRAS = "[vsphere,s3]"
 BUILD_SECONDS = 900

@@ -39,8 +39,8 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
 from contract.harness import Harness, staging_root
-from libvirt_support import libvirt_test_backend
 from support import ManualClock
+from support.libvirt import libvirt_test_backend
 
 QEMU_URI = "qemu:///system"
 ENABLE_VARIABLE = "PYRIGAUD_TEST_QEMU"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from disk_image_support import MIB, qemu_img, sparse_disk
+from support.disk_image import MIB, qemu_img, sparse_disk
 
 # Odd on purpose: not a multiple of a sector, a cluster or a grain; data in the last bytes.
 SOURCE_BYTES = 3 * MIB + 1234

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import RunningProvider
+from support.e2e import RunningProvider
 
 Started = list[RunningProvider]  # the providers a test started, stopped after it
 

@@ -23,7 +23,7 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "guest_image.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "guest_image.sh"
 BUILD_SECONDS = 600  # a first build downloads the kernel package
 READY = re.compile(r"PYRIGAUD-GUEST-READY uptime=(?P<uptime>[0-9.]+)s")
 SEED = re.compile(
@@ -51,7 +51,7 @@ def guest_image() -> Path:
 class Console:
     """A domain's serial console read through libvirt (virDomainOpenConsole), all text kept.
 
-    Needs libvirt's event loop running in this process (qemu_support.open_qemu starts it):
+    Needs libvirt's event loop running in this process (support.qemu.open_qemu starts it):
     the stream is non-blocking and the loop moves its bytes."""
 
     def __init__(self, conn: Any, dom: Any) -> None:

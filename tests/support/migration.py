@@ -15,7 +15,7 @@ import pytest
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from staging_support import NfsServer, S3Server, manager_nfs_options, manager_s3_options
+from support.staging import NfsServer, S3Server, manager_nfs_options, manager_s3_options
 
 NAMESPACE = "ns"  # the migration's namespace
 PVC = "mig-pvc"  # status.storagePVCName: mounted by every provider pod under the storage root

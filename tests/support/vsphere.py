@@ -38,9 +38,9 @@ from pyrigaud.domain.models import (
 
 from contract.harness import Harness, staging_root
 from support import ManualClock, error_kind
-from transfer_support import IMAGE_JUDGE, REACHABLE_STAGING
+from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
 TEMPLATE_VM = "DC0_H0_VM0"  # a VM the default VPX inventory always has
 SIMULATOR_DATASTORE = "LocalDS_0"  # the default VPX inventory's datastore
