@@ -49,6 +49,19 @@ class DeferredAborts:
         with self._lock:
             return len(self._pending)
 
+    def abort_or_defer(self, what: str, abort: Callable[[], None], *, store_gone: bool) -> None:
+        """`abort` now; deferred when the store is known to be gone (the RPC answers without
+        waiting for it) or does not answer now. Any other failure is the caller's."""
+        if store_gone:
+            self.defer(what, abort)
+            return
+        try:
+            abort()
+        except ExpectedError as error:
+            if error.error.kind is not ErrorKind.UNAVAILABLE:
+                raise
+            self.defer(what, abort)
+
     def defer(self, what: str, abort: Callable[[], None]) -> None:
         """Try `abort` (of `what`, for the logs) in the background until the store answers."""
         now = self._clock.now()

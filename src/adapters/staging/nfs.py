@@ -313,16 +313,9 @@ class NfsWriter(TemporaryWriter):
                     if error.error.kind is not ErrorKind.NOT_FOUND:  # else: swept already
                         raise
 
-        what = f"the temporary of {self.url}"
-        if self._store_gone:  # no try now: the RPC answers without waiting for the server
-            self._aborts.defer(what, remove)
-            return
-        try:
-            remove()
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                raise
-            self._aborts.defer(what, remove)
+        self._aborts.abort_or_defer(
+            f"the temporary of {self.url}", remove, store_gone=self._store_gone
+        )
 
     def _send_held(self, *, safe: bool) -> None:
         """The held bytes not yet sent on this mount sent, and made safe if `safe`."""

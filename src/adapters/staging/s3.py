@@ -392,16 +392,9 @@ class S3Writer(TemporaryWriter):
         def remove() -> None:
             _remove_marked_upload(self._client, self._location, self._marker, upload_id)
 
-        what = f"the multipart upload of {self.url}"
-        if self._store_gone:  # no try now: the RPC answers without waiting for the store
-            self._aborts.defer(what, remove)
-            return
-        try:
-            remove()
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                raise
-            self._aborts.defer(what, remove)
+        self._aborts.abort_or_defer(
+            f"the multipart upload of {self.url}", remove, store_gone=self._store_gone
+        )
 
     def _patient(self, action: str, call: Callable[[], T]) -> T:
         """`call`, tried again within the budget while the store is unavailable; once one call
