@@ -2,7 +2,7 @@
 start, or why it cannot be. `pyrigaud serve` and the tests start providers only through here.
 
 An override replaces the container's provider of that name with a value (`backend=` a fake
-backend, `clock=` a manual clock, `server_credentials=` a test CA's, `limiter=` ...), before
+backend, `clock=` a manual clock, `server_transport=` a test CA's TLS, `limiter=` ...), before
 anything is built, so every piece that depends on it gets it.
 """
 
@@ -75,7 +75,7 @@ def bootstrap(settings: Settings, **overrides: object) -> Result[Application, st
     for name, value in overrides.items():
         getattr(container, name).override(providers.Object(value))
     try:
-        container.server_credentials()  # the TLS files first: nothing is dialled without them
+        container.server_transport()  # the TLS files first: nothing is dialled without them
         container.ports()
         return Success(Application(container))
     except ImportError as error:

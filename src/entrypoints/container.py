@@ -11,8 +11,8 @@ overrides, or with `container.<provider>.override(...)`.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -181,15 +181,29 @@ def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingBac
     return staging
 
 
-def server_credentials_of(settings: Settings) -> grpc.ServerCredentials | None:
-    """The gRPC server's TLS (None: plaintext, as the settings allow); TransportSecurityError
-    when the settings or the mounted files cannot make it."""
-    return server_credentials(
-        TlsSettings(
-            tls_dir=settings.tls_dir,
-            tls_enabled=settings.tls_enabled,
-            insecure_allowed=settings.insecure,
-            allowed_sans=parse_allowed_sans(settings.allowed_sans),
+@dataclass(frozen=True)
+class ServerTransport:
+    """The gRPC server's TLS; None is plaintext (a Singleton provider cannot hold a bare None:
+    it would be made again, and warn again, at every use)."""
+
+    credentials: grpc.ServerCredentials | None
+
+    @property
+    def mutual_tls(self) -> bool:
+        return self.credentials is not None
+
+
+def server_transport_of(settings: Settings) -> ServerTransport:
+    """The gRPC server's TLS as the settings ask; TransportSecurityError when the settings or
+    the mounted files cannot make it."""
+    return ServerTransport(
+        server_credentials(
+            TlsSettings(
+                tls_dir=settings.tls_dir,
+                tls_enabled=settings.tls_enabled,
+                insecure_allowed=settings.insecure,
+                allowed_sans=parse_allowed_sans(settings.allowed_sans),
+            )
         )
     )
 
@@ -202,8 +216,8 @@ def allowed_sans_of(settings: Settings, mutual_tls: bool) -> frozenset[str]:
 
 class Container(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    server_credentials = providers.Singleton(server_credentials_of, settings)
-    mutual_tls = providers.Callable(operator.is_not, server_credentials, None)
+    server_transport = providers.Singleton(server_transport_of, settings)
+    mutual_tls = server_transport.provided.mutual_tls
 
     clock = providers.Singleton(SystemClock)
     metrics = providers.Singleton(Metrics)
@@ -305,7 +319,7 @@ class Container(containers.DeclarativeContainer):
         ProviderServer,
         servicer,
         settings.provided.grpc_bind,
-        server_credentials,
+        server_transport.provided.credentials,
         settings.provided.grpc_workers,
     )
     health_server = providers.Singleton(

@@ -11,6 +11,7 @@ import grpc
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.entrypoints.bootstrap import Application, bootstrap
+from pyrigaud.entrypoints.container import ServerTransport
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.settings import load_settings
@@ -54,7 +55,7 @@ def start_provider(
         fake.add_image("/images/base.qcow2")
     else:
         clock, fake = shared_with.clock, shared_with.fake
-    replaced: dict[str, object] = {"clock": clock, "server_credentials": credentials}
+    replaced: dict[str, object] = {"clock": clock, "server_transport": ServerTransport(credentials)}
     if settings.provider_type == "fake":  # other backends (libvirt, vSphere) serve as configured
         replaced["backend"] = fake_backend(fake)
     application = ok(bootstrap(settings, **replaced, **overrides))

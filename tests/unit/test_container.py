@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,25 @@ def test_every_rpc_of_the_proto_has_a_spec() -> None:
 def test_a_spec_takes_its_request_one_way(readers: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="exactly one of read and parse"):
         RpcSpec("Describe", pb.DescribeRequest, pb.DescribeResponse, Success, str, **readers)
+
+
+def test_plaintext_is_decided_and_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Every piece that needs the server's TLS gets the one decision (a provider that made it
+    again at each use would warn again each time)."""
+    container = Container(
+        settings=load_settings(
+            {
+                "VIRTRIGAUD_PROVIDER_INSECURE": "true",
+                "PROVIDER_TYPE": "fake",
+                "PYRIGAUD_PORT": "0",
+                "PYRIGAUD_HEALTH_PORT": "0",
+                "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
+            }
+        )
+    )
+    with caplog.at_level(logging.WARNING):
+        container.grpc_server()
+        assert not container.mutual_tls()
+        assert not container.mutual_tls()
+    warnings = [record for record in caplog.records if "PLAINTEXT" in record.getMessage()]
+    assert len(warnings) == 1
