@@ -32,6 +32,7 @@ class LeftBehind(StrEnum):
     OTHER_DISKS = "other_disks"
     TPM = "tpm"
     NVRAM = "nvram"
+    LATER_SNAPSHOTS = "later_snapshots"  # taken after the snapshot the disk is exported at
 
 
 class LandedDisk(Value):

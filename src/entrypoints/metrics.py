@@ -278,7 +278,7 @@ class Metrics:
         self.transfer_left_behind = Counter(
             "pyrigaud_transfer_left_behind",
             "Disk exports whose VM had what the moved disk does not carry (other_disks, tpm, "
-            "nvram): a VM made from it elsewhere starts without it.",
+            "nvram, later_snapshots): a VM made from it elsewhere starts without it.",
             ("backend", "storage", "what"),
             registry=self.registry,
         )

@@ -10,6 +10,7 @@ again as raw) shows the guest's data came back, not just an object with the righ
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import struct
 import subprocess
@@ -532,3 +533,20 @@ def test_a_hostile_image_is_refused_and_leaves_nothing_in_the_pool(
     assert error_kind(refused) is ErrorKind.INVALID_SPEC, refused
     assert error_of(refused).message.startswith("source_url: ")
     assert site.volume_names() == before
+
+
+def test_an_export_at_a_snapshot_with_later_ones_says_they_stay_behind(
+    pvc_site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    site = pvc_site
+    vm_id = site.vm("xfer-later")
+    assert site.backend.snapshots is not None
+    first = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="first")))
+    second = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="second")))
+    with caplog.at_level(logging.WARNING):
+        ok(site.export(vm_id, "later.qcow2", snapshot_id=first.id))
+    assert "later_snapshots" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ok(site.export(vm_id, "last.qcow2", snapshot_id=second.id))
+    assert "later_snapshots" not in caplog.text

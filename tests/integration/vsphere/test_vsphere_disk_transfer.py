@@ -5,6 +5,7 @@ real qemu-img; retries, clashes, checksum mismatches and a running VM."""
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import subprocess
@@ -240,3 +241,30 @@ def test_a_hostile_image_is_refused_and_lands_nothing(
     assert error_of(refused).message.startswith("source_url: ")
     retried = ok(import_disk(moves, _staged(root, "whole.raw", RAW, "raw"), target_name=target))
     assert retried.path.startswith(f"[LocalDS_0] {target}/")  # nothing was in the way
+
+
+def test_an_export_at_a_snapshot_with_later_ones_says_they_stay_behind(
+    ports: Backend, moves: DiskMoves, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    imported = ok(
+        import_disk(moves, _staged(root, "later.raw", RAW, "raw"), target_name="xfer-later")
+    )
+    vm_id = _vm_around(ports, "xfer-later", imported.path)
+    assert ports.snapshots is not None
+    first = ok(ports.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="first")))
+    second = ok(ports.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="second")))
+    with caplog.at_level(logging.WARNING):
+        ok(
+            export_disk(
+                moves, vm_id, f"pvc://{PVC}/later.out", disk_format="raw", snapshot_id=first.id
+            )
+        )
+    assert "later_snapshots" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ok(
+            export_disk(
+                moves, vm_id, f"pvc://{PVC}/last.out", disk_format="raw", snapshot_id=second.id
+            )
+        )
+    assert "later_snapshots" not in caplog.text

@@ -136,7 +136,8 @@ class LibvirtDiskTransfer:
         size: int | None
         try:
             if request.snapshot_id:
-                find_snapshot(Guest(dom), request.snapshot_id)
+                if find_snapshot(Guest(dom), request.snapshot_id).numChildren(0):
+                    left_behind += (LeftBehind.LATER_SNAPSHOTS,)
                 chunks, size = self._at_snapshot(conn, holds, disk.path, request)
             else:
                 volume = holds.enter_context(

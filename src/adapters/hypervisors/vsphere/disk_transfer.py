@@ -52,7 +52,7 @@ from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_opti
 from pyrigaud.adapters.hypervisors.vsphere.errors import attempt, run
 from pyrigaud.adapters.hypervisors.vsphere.nfc_export import exported_disk
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location, import_location
-from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot
+from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot_tree
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
     ImportMarks,
@@ -157,7 +157,10 @@ class VSphereDiskTransfer:
         index = _disk_index(disks, request.disk_id, name)
         left_behind = preflight(name, disks[index], row)
         if request.snapshot_id:
-            source = find_snapshot(self.vcenter, instance, request.vm_id, request.snapshot_id)
+            node = find_snapshot_tree(self.vcenter, instance, request.vm_id, request.snapshot_id)
+            source = node.snapshot
+            if node.childSnapshotList:
+                left_behind += (LeftBehind.LATER_SNAPSHOTS,)
         elif power_state(row) != PowerState.OFF:
             raise ExpectedError(
                 ProviderError.failed_precondition(

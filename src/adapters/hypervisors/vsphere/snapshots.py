@@ -83,9 +83,15 @@ def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> list[Any]:
 
 def find_snapshot(vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str) -> Any:
     """The VM's snapshot named by MoRef value or name; NOT_FOUND otherwise."""
+    return find_snapshot_tree(vcenter, instance, vm_id, snapshot_id).snapshot
+
+
+def find_snapshot_tree(vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+    """The snapshot's node in the VM's snapshot tree (its `childSnapshotList` are the
+    snapshots taken after it); NOT_FOUND otherwise."""
     for tree in snapshot_trees(vcenter, instance, vm_id):
         if snapshot_id in (tree.snapshot._moId, tree.name):
-            return tree.snapshot
+            return tree
     raise ExpectedError(
         ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
     )
