@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from pyrigaud.adapters.staging.s3 import MAX_OBJECT_BYTES, MAX_PARTS, PART_BYTES, part_plan
+from pyrigaud.adapters.staging.s3_upload import MAX_OBJECT_BYTES, MAX_PARTS, PART_BYTES, part_plan
 
 GiB = 1024**3
 

@@ -15,17 +15,8 @@ of the object, the create and the complete) is tried again for up to the staging
 budget (`Patience`); a part's body is still in its buffer, so a retry resends it whole; a
 download cut mid-way resumes with a ranged GET from the first byte not yet delivered.
 
-A writer uploads up to PARTS_IN_FLIGHT parts on threads of its own while the caller fills the
-next, so reading the source overlaps sending to S3. It holds at most PARTS_IN_FLIGHT + 1 part
-buffers in memory (of the part size: 8 MiB for objects up to 80 GiB), made once and reused.
-With a known size the part size is the smallest that fits the object in S3's 10,000 parts
-(never under PART_BYTES); with an unknown size it doubles every 1,000 parts, so any object S3
-accepts (5 TiB) fits. An object smaller than one part is one PutObject. Nothing appears under
-the final key before CompleteMultipartUpload, parts are completed in order, and any failure
-(a part's, on its thread, is raised by the next write or the commit) aborts the upload once
-the parts in flight have ended; commit and abort stop the writer's threads. When the store is
-what failed, the abort is deferred (`DeferredAborts`): tried in the background until the store
-answers again, so the RPC answers at once and no upload waits for the sweep.
+Writing an object, as a multipart upload with a bounded part buffer: `s3_upload.py`; S3's
+answers as this provider's errors: `s3_calls.py`.
 
 S3 lists uploads in progress without their metadata (and S3 servers such as moto do not even
 report their start), so each upload gets a marker object beside its key, named like the other
@@ -35,53 +26,29 @@ remove it, and the sweep aborts the upload of every stale marker of ours, then t
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import secrets
-import threading
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
 from returns.result import Result
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
-from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
+from pyrigaud.adapters.staging.s3_calls import calling, remove_marked_upload
+from pyrigaud.adapters.staging.s3_upload import MAX_OBJECT_BYTES, PART_BYTES, S3Writer, part_plan
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, as_result
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.errors import ExpectedError, ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 if TYPE_CHECKING:
     from botocore.response import StreamingBody
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, GetObjectOutputTypeDef
+    from mypy_boto3_s3.type_defs import GetObjectOutputTypeDef
 
 MiB = 1024 * 1024
-PART_BYTES = 8 * MiB  # S3's floor is 5 MiB for every part but the last
-MAX_PART_BYTES = 5 * 1024 * MiB
-MAX_PARTS = 10_000
-PARTS_PER_DOUBLING = 1_000
-PARTS_IN_FLIGHT = 2  # uploading while the next part fills: reading overlaps sending
-MAX_OBJECT_BYTES = 5 * 1024 * 1024 * MiB
-DENIED_CODES = frozenset(
-    {
-        "AccessDenied",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "ExpiredToken",
-        "InvalidToken",
-        "TokenRefreshRequired",
-    }
-)
-MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "404"})
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -106,7 +73,7 @@ class S3Staging:
             patience = Patience(self.clock, self.retry_seconds)
             answer = patience.retried(
                 f"read {location.url}",
-                lambda: _calling(
+                lambda: calling(
                     location,
                     "read",
                     lambda: client.get_object(Bucket=location.container, Key=location.key),
@@ -157,11 +124,11 @@ class S3Staging:
                 Bucket=location.container, Prefix=_sibling(location, "")
             )
             removed = 0
-            for page in _calling(location, "sweep", lambda: list(pages)):
+            for page in calling(location, "sweep", lambda: list(pages)):
                 for entry in page.get("Contents", []):
                     started = temporary_started_at(entry["Key"].rsplit("/", 1)[-1], self.owner)
                     if started is not None and started <= deadline:
-                        _remove_marked_upload(client, location, entry["Key"])
+                        remove_marked_upload(client, location, entry["Key"])
                         removed += 1
             return removed
 
@@ -212,28 +179,6 @@ class S3Staging:
         return client
 
 
-@dataclass(frozen=True)
-class PartPlan:
-    """The size of each part of one upload."""
-
-    first_part_bytes: int
-    grows: bool  # the size is unknown: double every PARTS_PER_DOUBLING parts
-
-    def part_bytes(self, part_number: int) -> int:
-        if not self.grows:
-            return self.first_part_bytes
-        doublings = (part_number - 1) // PARTS_PER_DOUBLING
-        return min(self.first_part_bytes << doublings, MAX_PART_BYTES)
-
-
-def part_plan(size_bytes: int | None, floor_bytes: int) -> PartPlan:
-    """Whole MiB parts, never under `floor_bytes`, enough for `size_bytes` in MAX_PARTS."""
-    if size_bytes is None:
-        return PartPlan(floor_bytes, grows=True)
-    needed = math.ceil(math.ceil(size_bytes / MAX_PARTS) / MiB) * MiB
-    return PartPlan(min(max(floor_bytes, needed), MAX_PART_BYTES), grows=False)
-
-
 class S3Reader:
     """The object's bytes in chunks. A download cut mid-way resumes, within the retry budget,
     with a ranged GET of the same ETag from the first byte not yet delivered: the caller
@@ -261,7 +206,7 @@ class S3Reader:
         def read() -> bytes:
             chunk = self._patience.retried(
                 f"read {self._location.url} from byte {self._delivered}",
-                lambda: _calling(self._location, "read", self._next_chunk),
+                lambda: calling(self._location, "read", self._next_chunk),
                 after_failure=self._drop_body,
             )
             self._delivered += len(chunk)
@@ -295,313 +240,5 @@ class S3Reader:
         self._drop_body()
 
 
-class S3Writer(TemporaryWriter):
-    """Fills a part while up to PARTS_IN_FLIGHT earlier ones upload on the writer's own
-    threads. A chunk is copied once, into its part's buffer; the buffers are made once and
-    reused, so the process's heap does not churn 8 MiB blocks. Every call is retried within
-    the budget; the first that runs out of it stops the other parts' retries."""
-
-    def __init__(
-        self,
-        client: S3Client,
-        location: StagedLocation,
-        plan: PartPlan,
-        marker: str,
-        *,
-        patience: Patience,
-        aborts: DeferredAborts,
-    ) -> None:
-        super().__init__(location.url)
-        self._client = client
-        self._location = location
-        self._plan = plan
-        self._marker = marker
-        self._patience = patience
-        self._aborts = aborts
-        self._given_up = threading.Event()  # a call found the store gone: no more retries
-        self._filling: bytearray | None = None
-        self._filled = 0
-        self._spare: bytearray | None = None  # the buffer of the last part S3 acknowledged
-        self._sent = 0  # parts handed to the upload threads
-        self._upload_id: str | None = None
-        self._uploads: ThreadPoolExecutor | None = None
-        self._in_flight: deque[tuple[Future[CompletedPartTypeDef], bytearray]] = deque()
-        self._parts: list[CompletedPartTypeDef] = []
-        self._store_gone = False
-
-    def _write(self, chunk: bytes) -> None:
-        self._raise_failed_part()
-        data = memoryview(chunk)
-        while data:
-            part = self._part_buffer()
-            taken = min(len(data), len(part) - self._filled)
-            part[self._filled : self._filled + taken] = data[:taken]
-            self._filled += taken
-            data = data[taken:]
-            if self._filled == len(part):
-                self._send_filled()
-
-    def _commit(self) -> None:
-        bucket, key = self._location.container, self._location.key
-        if self._upload_id is None:
-            body = _shrunk(self._filling, self._filled) if self._filling is not None else b""
-            self._patient(
-                "write", lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body)
-            )
-            return
-        if self._filled:
-            self._send_filled()
-        while self._in_flight:
-            self._collect_oldest()
-        self._stop_uploads()
-        upload_id, parts = self._upload_id, self._parts
-        try:
-            self._patient(
-                "write",
-                lambda: self._client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-            )
-        except ExpectedError as error:
-            # A complete whose answer was lost, tried again, finds no upload: it is done.
-            if error.error.kind is not ErrorKind.NOT_FOUND or not self._stored_from_parts():
-                raise
-        marker = self._marker
-        try:
-            self._patient(
-                "remove the marker of", lambda: _delete_marker(self._client, self._location, marker)
-            )
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                raise
-            self._aborts.defer(
-                f"the marker of {self.url}",
-                lambda: _delete_marker(self._client, self._location, marker),
-            )
-
-    def _abort(self) -> None:
-        # Parts still uploading end first: one that lands after the abort would stay stored.
-        self._given_up.set()
-        self._stop_uploads()
-        self._in_flight.clear()
-        self._filling = self._spare = None
-        upload_id = self._upload_id
-        if upload_id is None:
-            return
-
-        def remove() -> None:
-            _remove_marked_upload(self._client, self._location, self._marker, upload_id)
-
-        self._aborts.abort_or_defer(
-            f"the multipart upload of {self.url}", remove, store_gone=self._store_gone
-        )
-
-    def _patient(self, action: str, call: Callable[[], T]) -> T:
-        """`call`, tried again within the budget while the store is unavailable; once one call
-        of this writer gives up, the others stop retrying and the abort is deferred."""
-        try:
-            return self._patience.retried(
-                f"{action} {self.url}",
-                lambda: _calling(self._location, action, call),
-                stop=self._given_up,
-            )
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.UNAVAILABLE:
-                self._store_gone = True
-                self._given_up.set()
-            raise
-
-    def _stored_from_parts(self) -> bool:
-        """Whether the object under the key is the one these parts make (S3's multipart
-        ETag: the MD5 of the parts' MD5s, and their count)."""
-        digests = b"".join(bytes.fromhex(part["ETag"].strip('"')) for part in self._parts)
-        made = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(self._parts)}"'
-        try:
-            head = self._patient(
-                "write",
-                lambda: self._client.head_object(
-                    Bucket=self._location.container, Key=self._location.key
-                ),
-            )
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.NOT_FOUND:
-                return False
-            raise
-        return head["ETag"] == made
-
-    def _part_buffer(self) -> bytearray:
-        """The part being filled: the spare buffer when it has this part's size."""
-        if self._filling is None:
-            size = self._plan.part_bytes(self._sent + 1)
-            spare, self._spare = self._spare, None
-            self._filling = spare if spare is not None and len(spare) == size else bytearray(size)
-            self._filled = 0
-        return self._filling
-
-    def _send_filled(self) -> None:
-        """Hand the filled part to an upload thread, once fewer than PARTS_IN_FLIGHT are."""
-        part, filled = self._filling, self._filled
-        assert part is not None  # a part is only sent once filled
-        if self._upload_id is None:
-            self._upload_id = self._start_upload()
-            self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
-        number = self._sent + 1
-        if number > MAX_PARTS:
-            raise ExpectedError(
-                ProviderError.resource_exhausted(f"{self.url}: more than {MAX_PARTS} parts")
-            )
-        if len(self._in_flight) == PARTS_IN_FLIGHT:
-            self._collect_oldest()
-        body = _shrunk(part, filled)
-        assert self._uploads is not None  # made with the upload
-        future = self._uploads.submit(self._sent_part, self._upload_id, number, body)
-        self._in_flight.append((future, part))
-        self._sent = number
-        self._filling, self._filled = None, 0
-
-    def _sent_part(self, upload_id: str, number: int, body: bytes) -> CompletedPartTypeDef:
-        """Upload one part (on an upload thread), resent whole from its buffer if need be."""
-        bucket, key = self._location.container, self._location.key
-        answer = self._patient(
-            f"write part {number} of",
-            lambda: self._client.upload_part(
-                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
-            ),
-        )
-        return {"ETag": answer["ETag"], "PartNumber": number}
-
-    def _collect_oldest(self) -> None:
-        """Wait for the oldest part in flight: its failure is raised, its buffer is spare."""
-        future, part = self._in_flight.popleft()
-        self._parts.append(future.result())
-        self._spare = part
-
-    def _raise_failed_part(self) -> None:
-        """A part that failed in the background fails the next write."""
-        for future, _ in self._in_flight:
-            if future.done() and future.exception() is not None:
-                future.result()
-
-    def _stop_uploads(self) -> None:
-        """Wait for the upload threads to end; none is left behind."""
-        if self._uploads is not None:
-            self._uploads.shutdown(wait=True, cancel_futures=True)
-            self._uploads = None
-
-    def _start_upload(self) -> str:
-        """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
-        bucket, key = self._location.container, self._location.key
-        started = self._patient(
-            "write", lambda: self._client.create_multipart_upload(Bucket=bucket, Key=key)
-        )
-        upload_id = started["UploadId"]
-        note = json.dumps({"key": key, "upload_id": upload_id}).encode()
-        try:
-            self._patient(
-                "write",
-                lambda: self._client.put_object(Bucket=bucket, Key=self._marker, Body=note),
-            )
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                _abort_upload(self._client, self._location, key, upload_id)
-                raise
-            self._aborts.defer(
-                f"the multipart upload of {self.url}",
-                lambda: _remove_marked_upload(
-                    self._client, self._location, self._marker, upload_id
-                ),
-            )
-            raise
-        return upload_id
-
-
-def _shrunk(part: bytearray, filled: int) -> bytes:
-    """The part's first `filled` bytes as a body, without a copy: a short part is the last
-    one, cut in place. botocore signs and urllib3 sends any bytes-like body as it is (the
-    stubs say bytes only)."""
-    if filled < len(part):
-        del part[filled:]
-    return cast(bytes, part)
-
-
 def _sibling(location: StagedLocation, name: str) -> str:
     return f"{location.parent}/{name}" if location.parent else name
-
-
-def _remove_marked_upload(
-    client: S3Client, location: StagedLocation, marker: str, upload_id: str | None = None
-) -> None:
-    """Abort the upload a marker names (read from it unless given), then delete the marker."""
-    if upload_id is None:
-
-        def marker_note() -> bytes:
-            return client.get_object(Bucket=location.container, Key=marker)["Body"].read()
-
-        try:
-            body = _calling(location, "sweep", marker_note)
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.NOT_FOUND:
-                return  # swept by another replica
-            raise
-        note = json.loads(body)
-        _abort_upload(client, location, str(note["key"]), str(note["upload_id"]))
-    else:
-        _abort_upload(client, location, location.key, upload_id)
-    _delete_marker(client, location, marker)
-
-
-def _delete_marker(client: S3Client, location: StagedLocation, marker: str) -> None:
-    _calling(
-        location,
-        "remove the marker of",
-        lambda: client.delete_object(Bucket=location.container, Key=marker),
-    )
-
-
-def _abort_upload(client: S3Client, location: StagedLocation, key: str, upload_id: str) -> None:
-    try:
-        _calling(
-            location,
-            "abort an upload to",
-            lambda: client.abort_multipart_upload(
-                Bucket=location.container, Key=key, UploadId=upload_id
-            ),
-        )
-    except ExpectedError as error:
-        if error.error.kind is not ErrorKind.NOT_FOUND:  # already gone: what abort wanted
-            raise
-
-
-def _calling(location: StagedLocation, action: str, call: Callable[[], T]) -> T:
-    """`call`, with S3's answers turned into this provider's kinds (never echoing a secret)."""
-    try:
-        return call()
-    except ClientError as error:
-        raise _refusal(location, action, error) from None
-    except BotoCoreError as error:
-        where = location.options.endpoint or "AWS S3"
-        raise ExpectedError(
-            ProviderError.unavailable(
-                f"cannot {action} {location.url}: {where} did not answer ({type(error).__name__})"
-            )
-        ) from None
-
-
-def _refusal(location: StagedLocation, action: str, error: ClientError) -> ExpectedError:
-    code = str(error.response.get("Error", {}).get("Code", ""))
-    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-    what = f"cannot {action} {location.url}"
-    if code in DENIED_CODES or status == 403:
-        return ExpectedError(
-            ProviderError.permission_denied(
-                f"{what}: S3 refused the credentials ({code or status}); check the secret "
-                "named by credentialsSecretRef and its access to the bucket"
-            )
-        )
-    if code == "NoSuchBucket":
-        return ExpectedError(ProviderError.not_found(f"{what}: no bucket {location.container!r}"))
-    if code in MISSING_CODES or status == 404:
-        return ExpectedError(ProviderError.not_found(f"{what}: no such object"))
-    if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout"):
-        return ExpectedError(ProviderError.unavailable(f"{what}: S3 answered {code or status}"))
-    return ExpectedError(ProviderError.failed_precondition(f"{what}: S3 answered {code or status}"))

@@ -9,7 +9,8 @@ import threading
 import pytest
 from returns.result import Failure, Success
 
-from pyrigaud.adapters.staging.s3 import PARTS_IN_FLIGHT, S3Staging
+from pyrigaud.adapters.staging.s3 import S3Staging
+from pyrigaud.adapters.staging.s3_upload import PARTS_IN_FLIGHT
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import TransferBackend
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location

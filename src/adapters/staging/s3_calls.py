@@ -1,0 +1,111 @@
+"""S3's answers as this provider's errors (never echoing a secret), and the calls on an upload
+that both the writer and the leftover sweep make: abort it, and remove the marker that names it
+(`s3.py` says why uploads have markers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.staging import StagedLocation
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+T = TypeVar("T")
+
+DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+    }
+)
+MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFound", "404"})
+
+
+def remove_marked_upload(
+    client: S3Client, location: StagedLocation, marker: str, upload_id: str | None = None
+) -> None:
+    """Abort the upload a marker names (read from it unless given), then delete the marker."""
+    if upload_id is None:
+
+        def marker_note() -> bytes:
+            return client.get_object(Bucket=location.container, Key=marker)["Body"].read()
+
+        try:
+            body = calling(location, "sweep", marker_note)
+        except ExpectedError as error:
+            if error.error.kind is ErrorKind.NOT_FOUND:
+                return  # swept by another replica
+            raise
+        note = json.loads(body)
+        abort_upload(client, location, str(note["key"]), str(note["upload_id"]))
+    else:
+        abort_upload(client, location, location.key, upload_id)
+    delete_marker(client, location, marker)
+
+
+def delete_marker(client: S3Client, location: StagedLocation, marker: str) -> None:
+    calling(
+        location,
+        "remove the marker of",
+        lambda: client.delete_object(Bucket=location.container, Key=marker),
+    )
+
+
+def abort_upload(client: S3Client, location: StagedLocation, key: str, upload_id: str) -> None:
+    try:
+        calling(
+            location,
+            "abort an upload to",
+            lambda: client.abort_multipart_upload(
+                Bucket=location.container, Key=key, UploadId=upload_id
+            ),
+        )
+    except ExpectedError as error:
+        if error.error.kind is not ErrorKind.NOT_FOUND:  # already gone: what abort wanted
+            raise
+
+
+def calling(location: StagedLocation, action: str, call: Callable[[], T]) -> T:
+    """`call`, with S3's answers turned into this provider's kinds (never echoing a secret)."""
+    try:
+        return call()
+    except ClientError as error:
+        raise refusal(location, action, error) from None
+    except BotoCoreError as error:
+        where = location.options.endpoint or "AWS S3"
+        raise ExpectedError(
+            ProviderError.unavailable(
+                f"cannot {action} {location.url}: {where} did not answer ({type(error).__name__})"
+            )
+        ) from None
+
+
+def refusal(location: StagedLocation, action: str, error: ClientError) -> ExpectedError:
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    what = f"cannot {action} {location.url}"
+    if code in DENIED_CODES or status == 403:
+        return ExpectedError(
+            ProviderError.permission_denied(
+                f"{what}: S3 refused the credentials ({code or status}); check the secret "
+                "named by credentialsSecretRef and its access to the bucket"
+            )
+        )
+    if code == "NoSuchBucket":
+        return ExpectedError(ProviderError.not_found(f"{what}: no bucket {location.container!r}"))
+    if code in MISSING_CODES or status == 404:
+        return ExpectedError(ProviderError.not_found(f"{what}: no such object"))
+    if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout"):
+        return ExpectedError(ProviderError.unavailable(f"{what}: S3 answered {code or status}"))
+    return ExpectedError(ProviderError.failed_precondition(f"{what}: S3 answered {code or status}"))
