@@ -22,7 +22,7 @@ from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark
 
-from support import ManualClock
+from support import ManualClock, ok
 from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING, TRANSFER_OWNER
 
 BASE_IMAGE_NAME = "base.qcow2"
@@ -133,7 +133,9 @@ def add_base_image(connection: LibvirtConnection, size_gib: int = 2) -> str:
     ET.SubElement(ET.SubElement(volume, "target"), "format", {"type": "qcow2"})
     xml = ET.tostring(volume, encoding="unicode")
     return str(
-        connection.call(
-            lambda conn: conn.storagePoolLookupByName("default").createXML(xml, 0).path()
+        ok(
+            connection.call(
+                lambda conn: conn.storagePoolLookupByName("default").createXML(xml, 0).path()
+            )
         )
     )

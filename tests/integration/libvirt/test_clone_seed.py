@@ -81,8 +81,10 @@ def clone(name: str, source: str, **changes: object) -> CloneRequest:
 
 
 def domain_xml(connection: LibvirtConnection, vm_id: str) -> ET.Element:
-    text = connection.call(
-        lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    text = ok(
+        connection.call(
+            lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        )
     )
     return ET.fromstring(text)
 
@@ -92,7 +94,9 @@ def recorded_volumes(root: ET.Element) -> list[str]:
 
 
 def pool_volumes(connection: LibvirtConnection) -> set[str]:
-    return set(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    return set(
+        ok(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    )
 
 
 @pytest.mark.parametrize("linked", [False, True])

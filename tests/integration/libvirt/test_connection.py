@@ -9,14 +9,15 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import libvirt
-import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import (
     LibvirtConnection,
     credential_answerer,
 )
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import SshAccess, display_uri
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind
+
+from support import error_of, ok
 
 SECRET = {
     "username": "ops admin",
@@ -85,7 +86,7 @@ def test_skipping_host_key_verification_is_explicit_per_transport() -> None:
 def test_local_uris_are_opened_as_given_without_reading_credentials() -> None:
     credentials = CountingCredentials()
     connection = LibvirtConnection("test:///default", credentials=credentials)
-    assert connection.call(lambda conn: conn.getURI()) == "test:///default"
+    assert ok(connection.call(lambda conn: conn.getURI())) == "test:///default"
     assert credentials.reads == 0
     connection.close()
 
@@ -117,13 +118,12 @@ def test_calls_beyond_the_bound_wait_and_then_are_resource_exhausted() -> None:
     holder = threading.Thread(target=connection.call, args=(hold,))
     holder.start()
     inside.wait()
-    with pytest.raises(ExpectedError) as refused:
-        connection.call(lambda conn: conn.getURI())
-    assert refused.value.error.kind is ErrorKind.RESOURCE_EXHAUSTED
-    assert "1 libvirt call slots" in refused.value.error.message
+    refused = error_of(connection.call(lambda conn: conn.getURI()))
+    assert refused.kind is ErrorKind.RESOURCE_EXHAUSTED
+    assert "1 libvirt call slots" in refused.message
     release.set()
     holder.join()
-    assert connection.call(lambda conn: conn.getURI()) == "test:///default"
+    assert ok(connection.call(lambda conn: conn.getURI())) == "test:///default"
     connection.close()
 
 
@@ -139,7 +139,7 @@ def test_close_hooks_see_the_connection_while_it_is_still_open() -> None:
     connection = LibvirtConnection("test:///default")
     watcher = CloseWatcher()
     connection.on_close(watcher.closing)
-    connection.call(lambda conn: conn.getHostname())
+    ok(connection.call(lambda conn: conn.getHostname()))
     connection.close()
     connection.close()  # nothing open: nothing to tell
     assert watcher.alive_when_told == [True]

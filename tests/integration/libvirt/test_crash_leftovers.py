@@ -63,11 +63,13 @@ class Host:
 
     def volumes(self) -> list[str]:
         return sorted(
-            self.connection.call(
-                lambda conn: [
-                    str(volume.name())
-                    for volume in conn.storagePoolLookupByName("default").listAllVolumes(0)
-                ]
+            ok(
+                self.connection.call(
+                    lambda conn: [
+                        str(volume.name())
+                        for volume in conn.storagePoolLookupByName("default").listAllVolumes(0)
+                    ]
+                )
             )
         )
 
@@ -109,7 +111,7 @@ def test_a_killed_create_leaves_one_marked_domain_that_records_every_volume(host
     assert record.owner == OWNER
     assert record.building_since == began
     assert ok(host.backend.lifecycle.find_unfinished()) == [record]
-    xml = host.connection.call(lambda conn: conn.lookupByName("crashed").XMLDesc(0))
+    xml = ok(host.connection.call(lambda conn: conn.lookupByName("crashed").XMLDesc(0)))
     recorded = ET.fromstring(xml).findall(f".//{{{NAMESPACE_URI}}}volume")
     recorded_names = sorted(Path(element.get("path", "")).name for element in recorded)
     assert kinds(recorded_names) == ["cidata", "disk0", "disk1"]

@@ -50,7 +50,7 @@ def assert_nothing_left(connection: LibvirtConnection) -> None:
     def listing(conn: Any) -> tuple[list[str], list[str]]:
         return conn.listDefinedDomains(), conn.storagePoolLookupByName("default").listVolumes()
 
-    assert connection.call(listing) == ([], [])
+    assert ok(connection.call(listing)) == ([], [])
 
 
 def test_a_url_create_is_unsupported_where_volumes_cannot_be_uploaded(

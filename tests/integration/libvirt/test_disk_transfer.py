@@ -71,7 +71,7 @@ class Host:
             pool = conn.storagePoolLookupByName("default")  # type: ignore[attr-defined]
             return {str(volume.name()) for volume in pool.listAllVolumes(0)}
 
-        return self.connection.call(names)
+        return ok(self.connection.call(names))
 
     def vm(self) -> str:
         image = VMImage(path=add_base_image(self.connection), format="qcow2")
@@ -305,7 +305,7 @@ def test_a_vm_with_passthrough_devices_is_refused_before_anything_is_staged(host
         ET.SubElement(source, "product", {"id": "0xbeef"})
         conn.defineXML(ET.tostring(root, encoding="unicode"))
 
-    host.connection.call(with_hostdev)
+    ok(host.connection.call(with_hostdev))
 
     refused = export_disk(host.moves, vm_id, "pvc://mig/passthrough.qcow2")
 

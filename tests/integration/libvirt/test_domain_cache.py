@@ -252,7 +252,7 @@ def test_a_connection_closed_under_the_adapter_is_replaced(
     vm_id = create(backend, "closed", cpu=2)
     ok(backend.power.power_on(vm_id))
     assert live_cpu(described(backend, vm_id)) == "2"
-    connection.call(lambda conn: conn).close()  # the connection object itself, not the wrapper
+    ok(connection.call(lambda conn: conn)).close()  # the connection object itself, not the wrapper
     other.lookupByUUIDString(vm_id).setVcpusFlags(1, libvirt.VIR_DOMAIN_AFFECT_LIVE)
     assert live_cpu(described(backend, vm_id)) == "1"
     other.lookupByUUIDString(vm_id).destroy()
@@ -307,7 +307,7 @@ def test_closing_the_connection_first_deregisters_the_callbacks_so_it_is_freed(
     backend_and_connection: tuple[Backend, LibvirtConnection],
 ) -> None:
     _, connection = backend_and_connection
-    closed = weakref.ref(connection.call(lambda conn: conn))
+    closed = weakref.ref(ok(connection.call(lambda conn: conn)))
     connection.close()
     # Registered callbacks would hold it for good; the refresher may still be listing on it.
     eventually(lambda: gc.collect() >= 0 and closed() is None)

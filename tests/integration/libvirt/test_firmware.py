@@ -67,8 +67,10 @@ def test_a_vtpm_is_an_emulated_tpm_device(
     security = SecurityProfile(tpm_enabled=True, tpm_version=version)
     vm_class = VMClass(cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=security)
     vm_id = ok(create(backend, "with-tpm", vm_class))
-    xml = connection.call(
-        lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    xml = ok(
+        connection.call(
+            lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        )
     )
     tpm = ET.fromstring(xml).find("devices/tpm")
     assert tpm is not None

@@ -117,7 +117,9 @@ def host(tmp_path: Path) -> Iterator[Host]:
 
 
 def pool_volumes(connection: LibvirtConnection) -> set[str]:
-    return set(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    return set(
+        ok(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    )
 
 
 def from_url(url: str, **source: str) -> PrepareImageRequest:

@@ -61,18 +61,22 @@ def request(name: str, **changes: object) -> CreateRequest:
 
 
 def inactive_xml(connection: LibvirtConnection, vm_id: str) -> ET.Element:
-    text = connection.call(
-        lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    text = ok(
+        connection.call(
+            lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        )
     )
     return ET.fromstring(text)
 
 
 def pool_volumes(connection: LibvirtConnection) -> set[str]:
-    return set(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    return set(
+        ok(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    )
 
 
 def domain_names(connection: LibvirtConnection) -> set[str]:
-    return {dom.name() for dom in connection.call(lambda conn: conn.listAllDomains(0))}
+    return {dom.name() for dom in ok(connection.call(lambda conn: conn.listAllDomains(0)))}
 
 
 def test_domain_xml_carries_nics_disks_and_versioned_metadata(host: Any) -> None:
@@ -130,7 +134,7 @@ def test_hot_add_classes_get_headroom_and_cpu_grows_live(host: Any) -> None:
 
     ok(backend.power.power_on(vm_id))
     ok(backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=4)))
-    live = connection.call(lambda conn: conn.lookupByUUIDString(vm_id).info())
+    live = ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).info()))
     assert live[3] == 4  # the running guest has 4 vCPUs now, no reboot
     info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
@@ -142,14 +146,14 @@ def test_a_change_that_cannot_apply_live_is_stored_for_the_next_boot(host: Any) 
     vm_id = ok(create_vm(backend, request("cold-vm"), OWNER))
     ok(backend.power.power_on(vm_id))
     ok(backend.lifecycle.reconfigure(vm_id, VMChanges(cpu=2, memory_mib=1024)))
-    live = connection.call(lambda conn: conn.lookupByUUIDString(vm_id).info())
+    live = ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).info()))
     assert (live[2], live[3]) == (256 * 1024, 1)  # the running guest is unchanged
     info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert (info.cpu, info.memory_mib) == (2, 1024)  # what it boots with next
     ok(backend.power.power_off(vm_id))
     ok(backend.power.power_on(vm_id))
-    live = connection.call(lambda conn: conn.lookupByUUIDString(vm_id).info())
+    live = ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).info()))
     assert (live[2], live[3]) == (1024 * 1024, 2)
 
 
@@ -188,7 +192,7 @@ def test_uefi_and_secure_boot_reach_the_domain_os(host: Any) -> None:
 def test_libvirt_errors_map_by_code(host: Any, action: Any, kind: ErrorKind) -> None:
     _adapter, connection = host
     with pytest.raises(libvirt.libvirtError) as raised:
-        connection.call(action)
+        ok(connection.call(action))
     error = provider_error(raised.value, "doing it")
     assert error.kind is kind
     assert error.message.startswith("doing it: ")
@@ -198,7 +202,7 @@ def test_stopping_a_stopped_domain_maps_to_failed_precondition(host: Any) -> Non
     backend, connection = host
     vm_id = ok(create_vm(backend, request("stopped-vm"), OWNER))
     with pytest.raises(libvirt.libvirtError) as raised:
-        connection.call(lambda conn: conn.lookupByUUIDString(vm_id).destroy())
+        ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).destroy()))
     assert provider_error(raised.value, "stop").kind is ErrorKind.FAILED_PRECONDITION
     ok(backend.power.power_off(vm_id))  # while the port method is idempotent
 
@@ -243,7 +247,7 @@ def test_the_default_pool_is_created_when_missing(tmp_path: Path) -> None:
         isolated_host_uri(tmp_path, with_default_pool=False), ManualClock()
     )
     vm_id = ok(create_vm(backend, request("pooled-vm"), OWNER))
-    assert connection.call(lambda conn: conn.storagePoolLookupByName("default").isActive()) == 1
+    assert ok(connection.call(lambda conn: conn.storagePoolLookupByName("default").isActive())) == 1
     info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert len(pool_volumes(connection)) == 1
@@ -294,17 +298,19 @@ def test_an_image_root_disk_is_an_overlay_at_least_as_big_as_the_image(host: Any
     assert info.disks[0].format == "qcow2"
     path = info.disks[0].path
     volume = ET.fromstring(
-        connection.call(lambda conn: conn.storageVolLookupByPath(path).XMLDesc(0))
+        ok(connection.call(lambda conn: conn.storageVolLookupByPath(path).XMLDesc(0)))
     )
     assert volume.findtext("backingStore/path") == image
 
 
 def test_a_name_taken_by_a_domain_without_our_mark_is_already_exists(host: Any) -> None:
     backend, connection = host
-    connection.call(
-        lambda conn: conn.defineXML(
-            "<domain type='test'><name>foreign</name><memory>262144</memory>"
-            "<os><type>hvm</type></os></domain>"
+    ok(
+        connection.call(
+            lambda conn: conn.defineXML(
+                "<domain type='test'><name>foreign</name><memory>262144</memory>"
+                "<os><type>hvm</type></os></domain>"
+            )
         )
     )
     assert error_kind(create_vm(backend, request("foreign"), OWNER)) is ErrorKind.ALREADY_EXISTS
@@ -350,11 +356,11 @@ def test_paused_is_off_and_power_on_resumes(host: Any) -> None:
     backend, connection = host
     vm_id = ok(create_vm(backend, request("pause-vm"), OWNER))
     ok(backend.power.power_on(vm_id))
-    connection.call(lambda conn: conn.lookupByUUIDString(vm_id).suspend())
+    ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).suspend()))
     assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
     assert ok(backend.inventory.describe(vm_id)).raw["state"] == "paused"  # type: ignore[union-attr]
     ok(backend.power.power_on(vm_id))
-    state = connection.call(lambda conn: conn.lookupByUUIDString(vm_id).state())
+    state = ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).state()))
     assert state[0] == libvirt.VIR_DOMAIN_RUNNING
 
 
@@ -422,7 +428,7 @@ def test_a_linked_clone_of_a_running_source_is_refused(host: Any) -> None:
 
 def test_a_dead_connection_is_reopened(host: Any) -> None:
     backend, connection = host
-    connection.call(lambda conn: conn.close())  # the daemon went away under us
+    ok(connection.call(lambda conn: conn.close()))  # the daemon went away under us
     assert backend.health.check().ok
     assert ok(backend.inventory.list_vms()) == []  # a fresh test-driver host answers
 

@@ -77,13 +77,15 @@ def counting_host(tmp_path: Path) -> tuple[Any, Any, CountingConnection]:
 
 
 def define_foreign_domain(connection: Any) -> None:
-    connection.call(
-        lambda conn: conn.defineXML(
-            "<domain type='test'><name>foreign</name><memory unit='MiB'>128</memory>"
-            "<vcpu current='1'>2</vcpu><os><type>hvm</type></os><devices>"
-            f"<disk type='file' device='disk'><driver name='qemu' type='vmdk'/>"
-            f"<source file='{FOREIGN_DISK}'/><target dev='vda'/></disk>"
-            "</devices></domain>"
+    ok(
+        connection.call(
+            lambda conn: conn.defineXML(
+                "<domain type='test'><name>foreign</name><memory unit='MiB'>128</memory>"
+                "<vcpu current='1'>2</vcpu><os><type>hvm</type></os><devices>"
+                f"<disk type='file' device='disk'><driver name='qemu' type='vmdk'/>"
+                f"<source file='{FOREIGN_DISK}'/><target dev='vda'/></disk>"
+                "</devices></domain>"
+            )
         )
     )
 

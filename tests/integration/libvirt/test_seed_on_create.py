@@ -56,14 +56,18 @@ def request(name: str, **changes: object) -> CreateRequest:
 
 
 def domain_xml(connection: LibvirtConnection, vm_id: str) -> ET.Element:
-    text = connection.call(
-        lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    text = ok(
+        connection.call(
+            lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        )
     )
     return ET.fromstring(text)
 
 
 def pool_volumes(connection: LibvirtConnection) -> set[str]:
-    return set(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    return set(
+        ok(connection.call(lambda conn: conn.storagePoolLookupByName("default").listVolumes()))
+    )
 
 
 def cdrom(root: ET.Element) -> ET.Element:
@@ -170,7 +174,7 @@ def test_the_stream_writer_meets_libvirts_own_refusal(tmp_path: Path) -> None:
 
     try:
         with pytest.raises(libvirt.libvirtError) as raised:
-            connection.call(upload)
+            ok(connection.call(upload))
         assert raised.value.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT
     finally:
         connection.close()

@@ -236,7 +236,9 @@ def test_auto_gives_qemu_domains_on_a_libvirtd_whose_host_offers_no_kvm(
                 # Defined only (Create does not start it): no QEMU runs, the pool is in the tmpfs.
                 request = CreateRequest(name="no-kvm", vm_class=VMClass(cpu=1, memory_mib=256))
                 vm_id = ok(create_vm(backend, request, OWNER))
-                defined = connection.call(lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(0))
+                defined = ok(
+                    connection.call(lambda conn: conn.lookupByUUIDString(vm_id).XMLDesc(0))
+                )
                 assert ET.fromstring(defined).get("type") == "qemu"
             finally:
                 connection.close()

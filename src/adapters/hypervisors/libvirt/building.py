@@ -13,9 +13,11 @@ import secrets
 from typing import Any
 
 import libvirt
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainDefinition, render_domain
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -23,26 +25,28 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_xml,
     write_new_volume,
 )
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import NetworkAttachment
 
 QEMU_MAC_PREFIX = "52:54:00"
 
 
-def refuse_taken_name(conn: VirConnect, name: str) -> None:
+def refuse_taken_name(conn: VirConnect, name: str) -> Result[None, ProviderError]:
     """A VM already under `name` (whoever made it, finished or not) stops the making."""
     if Guest.by_name(conn, name) is not None:
-        raise ExpectedError(_name_taken(name))
+        return Failure(_name_taken(name))
+    return Success(None)
 
 
-def begin_building(conn: VirConnect, building: DomainDefinition) -> Guest:
+def begin_building(conn: VirConnect, building: DomainDefinition) -> Result[Guest, ProviderError]:
     """Define the placeholder of a VM being made; a racing replica's of that name refuses it."""
-    try:
-        return Guest(conn.defineXML(render_domain(building)))
-    except libvirt.libvirtError as error:
+
+    def taken(_error: libvirt.libvirtError) -> ProviderError | None:
         if Guest.by_name(conn, building.name) is not None:
-            raise ExpectedError(_name_taken(building.name)) from error
-        raise
+            return _name_taken(building.name)
+        return None
+
+    return caught(lambda: Success(Guest(conn.defineXML(render_domain(building)))), taken)
 
 
 def abandon_building(guest: Guest) -> None:
@@ -57,21 +61,22 @@ def _name_taken(name: str) -> ProviderError:
 
 def write_seed(
     conn: VirConnect, pool: Any, name: str, iso: bytes, write_volume: VolumeWriter
-) -> str:
+) -> Result[str, ProviderError]:
     """The cloud-init seed ISO as a new raw volume `name`."""
     xml = volume_xml(name, len(iso), volume_format="raw")
-    try:
-        return write_new_volume(conn, pool, xml, (iso,), write_volume)
-    except libvirt.libvirtError as error:
-        if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
-            raise
-        raise ExpectedError(
-            ProviderError.unsupported(
-                "this libvirt driver cannot upload volumes (virStorageVolUpload), so it "
-                "cannot carry the cloud-init seed that user_data, meta_data or static "
-                "addressing need"
-            )
-        ) from error
+    return caught(
+        lambda: Success(write_new_volume(conn, pool, xml, (iso,), write_volume)), _cannot_upload
+    )
+
+
+def _cannot_upload(error: libvirt.libvirtError) -> ProviderError | None:
+    if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
+        return None
+    return ProviderError.unsupported(
+        "this libvirt driver cannot upload volumes (virStorageVolUpload), so it "
+        "cannot carry the cloud-init seed that user_data, meta_data or static "
+        "addressing need"
+    )
 
 
 def with_macs(attachments: tuple[NetworkAttachment, ...]) -> tuple[NetworkAttachment, ...]:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import libvirt
+from returns.result import Failure, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
-from pyrigaud.domain.errors import ExpectedError
 from pyrigaud.domain.models import Capabilities, TransferBackend
 
 TEST_DRIVER = "TEST"  # virConnectGetType of libvirt's test driver
@@ -57,9 +56,9 @@ class LibvirtCapabilities:
         answers, the host is claimed as a hypervisor (its transfers answer UNAVAILABLE then,
         as every other call does)."""
         if self._streams is None:
-            try:
-                driver = self._host.connection.call(lambda conn: str(conn.getType()))
-            except (libvirt.libvirtError, ExpectedError):
-                return self._capabilities
-            self._streams = driver != TEST_DRIVER
+            match self._host.run("read the driver", lambda conn: Success(str(conn.getType()))):
+                case Failure(_):
+                    return self._capabilities
+                case Success(driver):
+                    self._streams = driver != TEST_DRIVER
         return self._capabilities if self._streams else self._without_streams

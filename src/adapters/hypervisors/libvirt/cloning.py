@@ -8,13 +8,12 @@ disks are copied from one point in time by libvirt's backup job.
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
 import libvirt
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
@@ -23,21 +22,23 @@ from pyrigaud.adapters.hypervisors.libvirt.building import (
     refuse_taken_name,
     write_seed,
 )
+from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
     SeedInput,
     build_seed,
     time_zone_vendor_data,
 )
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     DomainDefinition,
     DomainFacts,
     cloned_domain,
     parse_domain,
 )
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     copy_volume,
@@ -49,9 +50,10 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_facts,
     volume_name,
 )
+from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
     CloneRequest,
     Customization,
@@ -78,13 +80,22 @@ class LibvirtCloning:
             lambda conn: self._clone(conn, request, owner),
         )
 
-    def _clone(self, conn: VirConnect, request: CloneRequest, owner: OwnerMark) -> str:
+    def _clone(
+        self, conn: VirConnect, request: CloneRequest, owner: OwnerMark
+    ) -> Result[str, ProviderError]:
+        return Guest.by_id(conn, request.source_vm_id).bind(
+            lambda source: refuse_taken_name(conn, request.target_name).bind(
+                lambda _: self._clone_of(conn, source, request, owner)
+            )
+        )
+
+    def _clone_of(
+        self, conn: VirConnect, source: Guest, request: CloneRequest, owner: OwnerMark
+    ) -> Result[str, ProviderError]:
         host = self._host
-        source = Guest.by_id(conn, request.source_vm_id)
-        refuse_taken_name(conn, request.target_name)
         running = bool(source.dom.isActive())
         if request.linked and running:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.failed_precondition(
                     "power the source off for a linked clone: its disks become backing files"
                 )
@@ -93,7 +104,11 @@ class LibvirtCloning:
         facts = parse_domain(source_xml)
         own_media = frozenset(facts.metadata.volumes if facts.metadata else ())
         clone_uuid = str(uuid.uuid4())
-        seed = _clone_seed(request, facts, clone_uuid, _carries_own_seed(source_xml, own_media))
+        match _clone_seed(request, facts, clone_uuid, _carries_own_seed(source_xml, own_media)):
+            case Failure(error):
+                return Failure(error)
+            case Success(seed):
+                pass
         pools = [
             conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
             for disk in facts.disks
@@ -103,7 +118,11 @@ class LibvirtCloning:
             for index, pool in enumerate(pools)
         ]
         # The seed sits beside the root disk, as Create's does.
-        seed_pool = pools[0] if pools else find_pool(conn, host.pools.default_pool, host.pools)
+        match Success(pools[0]) if pools else find_pool(conn, host.pools.default_pool, host.pools):
+            case Failure(error):
+                return Failure(error)
+            case Success(seed_pool):
+                pass
         seed_name = seed_volume_name(request.target_name)
         if seed is not None:
             planned.append(planned_volume_path(seed_pool, seed_name))
@@ -122,55 +141,95 @@ class LibvirtCloning:
             metadata=replace(metadata, volumes=tuple(planned), building=True),
             uuid=clone_uuid,
         )
-        placeholder = begin_building(conn, building)
-        copies: dict[str, str] = {}
-        seed_path = ""
-        try:
-            if running:
-                copies = _copy_running_disks(conn, source, facts, request.target_name)
-                for path in copies.values():
-                    metadata = metadata.with_volume(path)
-            for index, disk in enumerate(facts.disks if not copies else ()):
-                name = volume_name(request.target_name, index)
-                if request.linked:
-                    backing = volume_facts(conn, disk.path)
-                    if backing is None:
-                        raise ExpectedError(
-                            ProviderError.failed_precondition(
-                                f"disk {disk.path!r} is not a storage-pool volume"
-                            )
-                        )
-                    pool = conn.storageVolLookupByPath(disk.path).storagePoolLookupByVolume()
-                    path = create_volume(pool, name, backing.capacity_bytes, backing)
-                elif running:
-                    path = _copy_unlocked_disk(conn, disk.path, name)
-                else:
-                    path = copy_volume(conn, disk.path, name)
-                copies[disk.path] = path
-                metadata = metadata.with_volume(path)
+        match begin_building(conn, building):
+            case Failure(error):
+                return Failure(error)
+            case Success(placeholder):
+                pass
+        made: list[str] = []
+
+        def filled() -> Result[str, ProviderError]:
+            match _disk_copies(
+                conn, source, facts, request, running=running, clock=host.clock, made=made
+            ):
+                case Failure(error):
+                    return Failure(error)
+                case Success(copies):
+                    pass
+            seed_path = ""
             if seed is not None:
-                iso = build_seed(seed)
-                seed_path = write_seed(conn, seed_pool, seed_name, iso, host.write_volume)
-                metadata = metadata.with_volume(seed_path)
+                match write_seed(conn, seed_pool, seed_name, build_seed(seed), host.write_volume):
+                    case Failure(error):
+                        return Failure(error)
+                    case Success(seed_path):
+                        made.append(seed_path)
             xml = cloned_domain(
                 source_xml,
                 name=request.target_name,
                 vcpus=request.cpu,
                 memory_mib=request.memory_mib,
                 disk_paths=copies,
-                metadata=metadata,
+                metadata=metadata.with_volumes(tuple(made)),
                 dropped_media=own_media,
                 uuid=building.uuid,
                 macs=tuple(nic.mac_address for nic in seed.networks) if seed else (),
                 seed_path=seed_path,
             )
-            return str(conn.defineXML(xml).UUIDString())
-        except (libvirt.libvirtError, ExpectedError):
-            for path in (*copies.values(), seed_path):
-                if path:
-                    delete_volume(conn, path)
+            return Success(str(conn.defineXML(xml).UUIDString()))
+
+        def undo() -> None:
+            for path in made:
+                delete_volume(conn, path)
             abandon_building(placeholder)
-            raise
+
+        return undone_on_failure(filled, undo, raised=(libvirt.libvirtError,))
+
+
+def _disk_copies(
+    conn: VirConnect,
+    source: Guest,
+    facts: DomainFacts,
+    request: CloneRequest,
+    *,
+    running: bool,
+    clock: Clock,
+    made: list[str],
+) -> Result[dict[str, str], ProviderError]:
+    """The clone's volume of each of the source's disks, by the source disk's path; each one
+    made is added to `made` at once, for the undoing of a failed clone."""
+    copies: dict[str, str] = {}
+    if running:
+        match _copy_running_disks(conn, source, facts, request.target_name, clock):
+            case Failure(error):
+                return Failure(error)
+            case Success(copies):
+                made.extend(copies.values())
+    for index, disk in enumerate(facts.disks if not copies else ()):
+        name = volume_name(request.target_name, index)
+        match _disk_copy(conn, disk.path, name, linked=request.linked, running=running):
+            case Failure(error):
+                return Failure(error)
+            case Success(path):
+                copies[disk.path] = path
+                made.append(path)
+    return Success(copies)
+
+
+def _disk_copy(
+    conn: VirConnect, path: str, name: str, *, linked: bool, running: bool
+) -> Result[str, ProviderError]:
+    """The clone's volume `name` of the source's disk at `path`: an overlay on it if `linked`."""
+    if linked:
+        backing = volume_facts(conn, path)
+        if backing is None:
+            return Failure(
+                ProviderError.failed_precondition(f"disk {path!r} is not a storage-pool volume")
+            )
+        pool = conn.storageVolLookupByPath(path).storagePoolLookupByVolume()
+        return Success(create_volume(pool, name, backing.capacity_bytes, backing))
+    if running:
+        return _copy_unlocked_disk(conn, path, name)
+    return Success(copy_volume(conn, path, name))
 
 
 def _carries_own_seed(xml: str, own_media: frozenset[str]) -> bool:
@@ -184,7 +243,7 @@ def _carries_own_seed(xml: str, own_media: frozenset[str]) -> bool:
 
 def _clone_seed(
     request: CloneRequest, source: DomainFacts, clone_uuid: str, source_seeded: bool
-) -> SeedInput | None:
+) -> Result[SeedInput | None, ProviderError]:
     """The clone's own NoCloud seed, or None when neither the request nor the source has one.
 
     Its instance-id is the clone's UUID, so cloud-init runs again in the copied guest. The
@@ -195,9 +254,9 @@ def _clone_seed(
     """
     wanted = request.customization or Customization()
     if not source_seeded and wanted == Customization():
-        return None
+        return Success(None)
     if len(wanted.networks) > len(source.nics):
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.customize_network(len(source.nics)),
                 f"the source has {len(source.nics)} NIC(s), and a clone keeps its source's NICs",
@@ -205,7 +264,7 @@ def _clone_seed(
         )
     host = wanted.hostname or request.target_name
     padding = (NetworkAttachment(),) * (len(source.nics) - len(wanted.networks))
-    return SeedInput(
+    seed = SeedInput(
         # cloud-init takes the host name from the first label and the FQDN from the whole.
         name=f"{host}.{wanted.domain}" if wanted.domain else host,
         instance_id=clone_uuid,
@@ -216,11 +275,12 @@ def _clone_seed(
         ),
         vendor_data=time_zone_vendor_data(wanted.time_zone) if wanted.time_zone else b"",
     )
+    return Success(seed)
 
 
 def _copy_running_disks(
-    conn: VirConnect, source: Guest, facts: DomainFacts, target_name: str
-) -> dict[str, str]:
+    conn: VirConnect, source: Guest, facts: DomainFacts, target_name: str, clock: Clock
+) -> Result[dict[str, str], ProviderError]:
     """Copies of a running VM's disks from one point in time, by libvirt's backup job.
 
     QEMU holds a write lock on a running disk, so a plain volume copy cannot even open it.
@@ -228,7 +288,8 @@ def _copy_running_disks(
     driver runs no guest): a plain copy is then consistent.
     """
     copies: dict[str, str] = {}
-    try:
+
+    def copied() -> Result[dict[str, str], ProviderError]:
         for index, disk in enumerate(facts.disks):
             volume = conn.storageVolLookupByPath(disk.path)
             copies[disk.path] = create_volume(
@@ -239,31 +300,30 @@ def _copy_running_disks(
         source.dom.backupBegin(
             _backup_xml(facts, copies), None, libvirt.VIR_DOMAIN_BACKUP_BEGIN_REUSE_EXTERNAL
         )
-        _wait_for_backup(source)
-    except libvirt.libvirtError as error:
+        return _wait_for_backup(source, clock).map(lambda _: copies)
+
+    def removed() -> None:
         for path in copies.values():
             delete_volume(conn, path)
-        if error_code(error) == libvirt.VIR_ERR_NO_SUPPORT:
-            return {}
-        raise
-    except BaseException:
-        for path in copies.values():
-            delete_volume(conn, path)
-        raise
-    return copies
 
-
-def _copy_unlocked_disk(conn: VirConnect, path: str, name: str) -> str:
-    """A running VM's disk copied as is, for drivers with no backup job; refused if locked."""
     try:
-        return copy_volume(conn, path, name)
+        return undone_on_failure(copied, removed)
     except libvirt.libvirtError as error:
-        raise ExpectedError(
-            ProviderError.failed_precondition(
-                f"cannot copy disk {path!r} of the running source (this host has no backup job "
-                f"and the disk is in use: {error.get_error_message()}); power the source off"
-            )
-        ) from error
+        if error_code(error) == libvirt.VIR_ERR_NO_SUPPORT:
+            return Success({})
+        raise
+
+
+def _copy_unlocked_disk(conn: VirConnect, path: str, name: str) -> Result[str, ProviderError]:
+    """A running VM's disk copied as is, for drivers with no backup job; refused if locked."""
+
+    def locked(error: libvirt.libvirtError) -> ProviderError:
+        return ProviderError.failed_precondition(
+            f"cannot copy disk {path!r} of the running source (this host has no backup job "
+            f"and the disk is in use: {error.get_error_message()}); power the source off"
+        )
+
+    return caught(lambda: Success(copy_volume(conn, path, name)), locked)
 
 
 def _backup_xml(facts: DomainFacts, copies: dict[str, str]) -> str:
@@ -276,26 +336,28 @@ def _backup_xml(facts: DomainFacts, copies: dict[str, str]) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
-def _wait_for_backup(source: Guest) -> None:
-    """Until the backup job ends (bounded); a job that fails or overruns leaves an error."""
+def _wait_for_backup(source: Guest, clock: Clock) -> Result[None, ProviderError]:
+    """Until the backup job ends (bounded, polled on `clock`); a job that fails or overruns
+    is a Failure."""
     dom = source.dom
-    deadline = time.monotonic() + BACKUP_TIMEOUT_SECONDS
+    deadline = clock.now() + BACKUP_TIMEOUT_SECONDS
     while dom.jobInfo()[0] != libvirt.VIR_DOMAIN_JOB_NONE:
-        if time.monotonic() > deadline:
+        if clock.now() > deadline:
             with contextlib.suppress(libvirt.libvirtError):
                 dom.abortJob()
-            raise ExpectedError(
+            return Failure(
                 ProviderError.unavailable(
                     f"copying the disks of running VM {source.name!r} took over "
                     f"{BACKUP_TIMEOUT_SECONDS}s; aborted"
                 )
             )
-        time.sleep(BACKUP_POLL_SECONDS)
+        clock.sleep(BACKUP_POLL_SECONDS)
     stats = dom.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED)
     if not stats.get("success", False):
         message = stats.get("errmsg", "the backup job failed")
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"could not copy the disks of running VM {source.name!r}: {message}"
             )
         )
+    return Success(None)

@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import libvirt
+from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import CONNECTION_LOSS_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
     PASSWORD,
@@ -27,7 +29,7 @@ from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
 )
 from pyrigaud.adapters.hypervisors.reopening import Reopening
 from pyrigaud.application.ports import Credentials
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
 T = TypeVar("T")
 
@@ -118,29 +120,45 @@ class LibvirtConnection:
         self._hooks_lock = threading.Lock()
         self._close_hooks: list[weakref.WeakMethod[CloseHook]] = []
 
-    def call(self, action: Callable[[VirConnect], T], *, once: bool = False) -> T:
+    def call(
+        self, action: Callable[[VirConnect], T], *, once: bool = False
+    ) -> Result[T, ProviderError]:
         """Run `action` on the live connection; once more on a fresh one if it died meanwhile,
         unless `once` (an action that consumes a stream cannot start over).
 
-        At most `max_concurrent_calls` run at once; the others wait for a slot.
+        At most `max_concurrent_calls` run at once; the others wait for a slot. Busy slots and
+        a host that cannot be reached are Failures; what `action` raises rises to the edge.
         """
         if not self._slots.acquire(timeout=self._slot_wait_seconds):
-            raise ExpectedError(
+            return Failure(
                 ProviderError.resource_exhausted(
                     f"all {self._max_concurrent_calls} libvirt call slots for {self.uri} stayed "
                     f"busy for {self._slot_wait_seconds:g}s; retry later"
                 )
             )
         try:
-            conn = self._handle.current()
-            try:
-                return action(conn)
-            except libvirt.libvirtError as error:
-                if once or error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
-                    raise
-            return action(self._reopen(conn))
+            return self._opened(self._handle.current).bind(
+                lambda conn: self._called(conn, action, once=once)
+            )
         finally:
             self._slots.release()
+
+    def _called(
+        self, conn: VirConnect, action: Callable[[VirConnect], T], *, once: bool
+    ) -> Result[T, ProviderError]:
+        try:
+            return Success(action(conn))
+        except libvirt.libvirtError as error:
+            if once or error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
+                raise
+        return self._opened(lambda: self._reopen(conn)).map(action)
+
+    def _opened(self, opening: Callable[[], VirConnect]) -> Result[VirConnect, ProviderError]:
+        """The connection `opening` gives; a host that cannot be reached, whatever libvirt's
+        code, is UNAVAILABLE, not bad input."""
+        return self._access.ready().bind(
+            lambda _: caught(lambda: Success(opening()), self._unreachable)
+        )
 
     def on_close(self, hook: CloseHook) -> None:
         """Call the bound method `hook` with each raw connection before it is let go: just
@@ -181,14 +199,11 @@ class LibvirtConnection:
         values = self._credentials.current()
         try:
             conn = self._open_with(values)
-        except libvirt.libvirtError as error:
+        except libvirt.libvirtError:
             rotated = self._credentials.refresh()
             if rotated == values:
-                raise self._unreachable(error) from error
-            try:
-                conn = self._open_with(rotated)
-            except libvirt.libvirtError as retry_error:
-                raise self._unreachable(retry_error) from retry_error
+                raise
+            conn = self._open_with(rotated)
         with contextlib.suppress(libvirt.libvirtError):  # test:// has no keepalive
             conn.setKeepAlive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT)
         if self._opened_before:
@@ -202,11 +217,8 @@ class LibvirtConnection:
             return self._opener(uri)
         return libvirt.openAuth(uri, [_ANSWERED_CREDENTIALS, credential_answerer(values), None], 0)
 
-    def _unreachable(self, error: libvirt.libvirtError) -> ExpectedError:
-        # Whatever libvirt's code, a host we cannot reach is "unavailable", not bad input.
-        return ExpectedError(
-            ProviderError.unavailable(f"cannot connect to {self.uri}: {_one_line(error)}")
-        )
+    def _unreachable(self, error: libvirt.libvirtError) -> ProviderError:
+        return ProviderError.unavailable(f"cannot connect to {self.uri}: {_one_line(error)}")
 
 
 def _one_line(error: libvirt.libvirtError) -> str:

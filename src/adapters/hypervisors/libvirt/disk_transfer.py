@@ -34,14 +34,16 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 import libvirt
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.scratch import file_chunks
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
+from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_image
 from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -63,7 +65,7 @@ from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, Re
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk, LeftBehind
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
 EXPORT_FORMATS = ("qcow2", "raw")
@@ -93,20 +95,29 @@ class LibvirtDiskTransfer:
 
     def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
         doing = f"export disk of {request.vm_id!r}"
-        return self.host.run(doing, lambda conn: self._opened(conn, request, doing))
+        return self.host.run(
+            doing,
+            lambda conn: Guest.by_id(conn, request.vm_id).bind(
+                lambda guest: self._opened(conn, guest.dom, request, doing)
+            ),
+        )
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
         pool = storage_hint or self.host.pools.default_pool
 
-        def site(conn: VirConnect) -> LandingSite:
-            find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT)
-            return _PoolSite(self, pool, f"{stem}{DISK_SUFFIX}")
+        def site(conn: VirConnect) -> Result[LandingSite, ProviderError]:
+            return find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT).map(
+                lambda _: _PoolSite(self, pool, f"{stem}{DISK_SUFFIX}")
+            )
 
         return self.host.run("import disk", site)
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         return self.host.run(
-            f"read disk of {query.vm_id!r}", lambda conn: _disk_details(conn, query)
+            f"read disk of {query.vm_id!r}",
+            lambda conn: Guest.by_id(conn, query.vm_id).bind(
+                lambda guest: _disk_details(conn, guest, query)
+            ),
         )
 
     def sweep_transfer_leftovers(
@@ -116,44 +127,72 @@ class LibvirtDiskTransfer:
         staged temporaries are the staging storage's to sweep)."""
         return self.host.run(
             "sweep temporary transfer volumes",
-            lambda conn: self.volumes.sweep(conn, older_than_seconds),
+            lambda conn: Success(self.volumes.sweep(conn, older_than_seconds)),
         )
 
-    def _opened(self, conn: VirConnect, request: ExportRequest, doing: str) -> DiskStream:
-        dom = Guest.by_id(conn, request.vm_id).dom
+    def _opened(
+        self, conn: VirConnect, dom: VirDomain, request: ExportRequest, doing: str
+    ) -> Result[DiskStream, ProviderError]:
         xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         facts = parse_domain(xml)
-        disk = _chosen_disk(facts.name, facts.disks, request.disk_id)
-        left_behind = _preflight(facts, xml)
-        if dom.isActive() and not request.snapshot_id:
-            raise ExpectedError(
-                ProviderError.failed_precondition(
-                    f"VM {facts.name!r} is running (QEMU is writing to its disk): power it "
-                    "off, or export from a snapshot (snapshot_id)"
+
+        def opened(
+            disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
+        ) -> Result[DiskStream, ProviderError]:
+            holds = contextlib.ExitStack()
+            read = undone_on_failure(
+                lambda: self._read(conn, dom, holds, disk.path, request), holds.close
+            )
+            return read.map(
+                lambda found: ChunkStream(
+                    found.chunks,
+                    found.size,
+                    holds,
+                    lambda chunk: self.host.attempt(
+                        doing, lambda: refusing_unsupported("download", chunk)
+                    ),
+                    left_behind + found.left_behind,
                 )
             )
-        holds = contextlib.ExitStack()
-        size: int | None
-        try:
-            if request.snapshot_id:
-                if find_snapshot(Guest(dom), request.snapshot_id).numChildren(0):
-                    left_behind += (LeftBehind.LATER_SNAPSHOTS,)
-                chunks, size = self._at_snapshot(conn, holds, disk.path, request)
-            else:
-                volume = holds.enter_context(
-                    self._standalone_volume(conn, disk.path, request.format)
+
+        def unless_running(
+            disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
+        ) -> Result[DiskStream, ProviderError]:
+            if dom.isActive() and not request.snapshot_id:
+                return Failure(
+                    ProviderError.failed_precondition(
+                        f"VM {facts.name!r} is running (QEMU is writing to its disk): power it "
+                        "off, or export from a snapshot (snapshot_id)"
+                    )
                 )
-                chunks, size = volume_chunks(conn, volume), _file_size(volume)
-        except BaseException:
-            holds.close()
-            raise
-        return ChunkStream(
-            chunks,
-            size,
-            holds,
-            lambda read: self.host.attempt(doing, lambda: refusing_unsupported("download", read)),
-            left_behind,
+            return opened(disk, left_behind)
+
+        return _chosen_disk(facts.name, facts.disks, request.disk_id).bind(
+            lambda disk: _preflight(facts, xml).bind(
+                lambda left_behind: unless_running(disk, left_behind)
+            )
         )
+
+    def _read(
+        self,
+        conn: VirConnect,
+        dom: VirDomain,
+        holds: contextlib.ExitStack,
+        path: str,
+        request: ExportRequest,
+    ) -> Result[_Read, ProviderError]:
+        """The disk's chunks as asked (at a snapshot, else now), what they hold kept by `holds`."""
+        if not request.snapshot_id:
+            volume = holds.enter_context(self._standalone_volume(conn, path, request.format))
+            return Success(_Read(volume_chunks(conn, volume), _file_size(volume)))
+
+        def at(snapshot: Any) -> Result[_Read, ProviderError]:
+            later = (LeftBehind.LATER_SNAPSHOTS,) if snapshot.numChildren(0) else ()
+            return self._at_snapshot(conn, holds, path, request).map(
+                lambda read: _Read(read.chunks, read.size, later)
+            )
+
+        return find_snapshot(Guest(dom), request.snapshot_id).bind(at)
 
     def _at_snapshot(
         self,
@@ -161,12 +200,12 @@ class LibvirtDiskTransfer:
         holds: contextlib.ExitStack,
         path: str,
         request: ExportRequest,
-    ) -> tuple[Iterator[bytes], int]:
+    ) -> Result[_Read, ProviderError]:
         """The disk at an internal snapshot in the asked format, as qemu reads it
         (snapshot_export.py); its chunks and size."""
         disk = volume_facts(conn, path)
         if disk is None:
-            raise ExpectedError(ProviderError.not_found(f"no volume at {path!r}"))
+            return Failure(ProviderError.not_found(f"no volume at {path!r}"))
         assert request.destination is not None  # the use case reads only checked requests
         reading = TransferProgress(
             f"export of snapshot {request.snapshot_id!r}, reading the disk", request.destination
@@ -176,19 +215,16 @@ class LibvirtDiskTransfer:
             if disk.backing_path
             else None
         )
-        image = holds.enter_context(
-            snapshot_image(
-                conn,
-                disk,
-                request.snapshot_id,
-                disk_format=request.format,
-                backing=backing,
-                scratch_dir=self.scratch_dir,
-                progress=reading,
-            )
-        )
-        size = os.fstat(image.fileno()).st_size
-        return file_chunks(image), size
+        return snapshot_image(
+            conn,
+            disk,
+            request.snapshot_id,
+            disk_format=request.format,
+            backing=backing,
+            scratch_dir=self.scratch_dir,
+            progress=reading,
+            files=holds,
+        ).map(lambda image: _Read(file_chunks(image), os.fstat(image.fileno()).st_size))
 
     @contextlib.contextmanager
     def _standalone_volume(
@@ -203,16 +239,19 @@ class LibvirtDiskTransfer:
             return
         capacity = int(volume.info()[1])
         pool = volume.storagePoolLookupByVolume()
-        with self.volumes.temporary(
-            conn,
-            lambda name: str(
-                pool.createXMLFrom(
-                    volume_xml(name, capacity, volume_format=disk_format), volume, 0
-                ).path()
-            ),
-            self.volumes.name("export", disk_format),
-        ) as copy:
+        name = self.volumes.name("export", disk_format)
+        made = pool.createXMLFrom(volume_xml(name, capacity, volume_format=disk_format), volume, 0)
+        with self.volumes.temporary(conn, str(made.path())) as copy:
             yield conn.storageVolLookupByPath(copy)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A disk being read: its chunks, their size when known, and what its reading leaves."""
+
+    chunks: Iterator[bytes]
+    size: int | None
+    left_behind: tuple[LeftBehind, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -236,9 +275,22 @@ class _PoolSite:
         """The bytes in a temporary raw placeholder of their exact size: the upload leaves
         exactly them, and the pool's refresh reads their format and virtual size back."""
 
-        def received(conn: VirConnect, pool: VirStoragePool) -> ReceivedDisk:
+        def received(conn: VirConnect, pool: VirStoragePool) -> Result[ReceivedDisk, ProviderError]:
             volumes = self.transfer.volumes
-            staged = refusing_unsupported(
+
+            def recognised(staged: str) -> Result[ReceivedDisk, ProviderError]:
+                landed = volume_facts(conn, staged)
+                if landed is None or landed.format != image.format:
+                    delete_volume(conn, staged)
+                    return Failure(
+                        ProviderError.unsupported(
+                            f"storage pool {self.pool!r} did not recognise the staged "
+                            f"{image.format} image: import into a directory pool"
+                        )
+                    )
+                return Success(_ReceivedVolume(self, staged))
+
+            return refusing_unsupported(
                 "upload",
                 lambda: write_new_volume(
                     conn,
@@ -249,17 +301,7 @@ class _PoolSite:
                     chunks,
                     self.transfer.host.write_volume,
                 ),
-            )
-            landed = volume_facts(conn, staged)
-            if landed is None or landed.format != image.format:
-                delete_volume(conn, staged)
-                raise ExpectedError(
-                    ProviderError.unsupported(
-                        f"storage pool {self.pool!r} did not recognise the staged "
-                        f"{image.format} image: import into a directory pool"
-                    )
-                )
-            return _ReceivedVolume(self, staged)
+            ).bind(recognised)
 
         return self.run(received, once=True)
 
@@ -267,8 +309,8 @@ class _PoolSite:
         """The record in a small volume beside the disk; a disk this import made goes if its
         record cannot be kept."""
 
-        def keep(conn: VirConnect, pool: VirStoragePool) -> None:
-            try:
+        def keep(conn: VirConnect, pool: VirStoragePool) -> Result[None, ProviderError]:
+            def kept() -> Result[None, ProviderError]:
                 write_new_volume(
                     conn,
                     pool,
@@ -278,22 +320,30 @@ class _PoolSite:
                     (record,),
                     self.transfer.host.write_volume,
                 )
-            except BaseException:
+                return Success(None)
+
+            def forget_the_disk() -> None:
                 if landed.made_now:
                     delete_volume(conn, landed.path)
-                raise
+
+            return undone_on_failure(kept, forget_the_disk)
 
         return self.run(keep)
 
     def run(
-        self, action: Callable[[VirConnect, VirStoragePool], T], *, once: bool = False
+        self,
+        action: Callable[[VirConnect, VirStoragePool], Result[T, ProviderError]],
+        *,
+        once: bool = False,
     ) -> Result[T, ProviderError]:
         """`action(conn, pool)` at the libvirt edge (`once`: never started over)."""
         host = self.transfer.host
         run = host.run_once if once else host.run
         return run(
             "import disk",
-            lambda conn: action(conn, find_pool(conn, self.pool, host.pools, fields.STORAGE_HINT)),
+            lambda conn: find_pool(conn, self.pool, host.pools, fields.STORAGE_HINT).bind(
+                lambda pool: action(conn, pool)
+            ),
         )
 
 
@@ -305,24 +355,31 @@ class _ReceivedVolume:
     staged: str
 
     def land(self) -> Result[LandedDisk, ProviderError]:
-        def landed(conn: VirConnect, pool: VirStoragePool) -> LandedDisk:
+        def landed(conn: VirConnect, pool: VirStoragePool) -> Result[LandedDisk, ProviderError]:
             existing = find_volume(pool, self.site.disk_name)
             if existing is None:
-                return LandedDisk(path=_converted(conn, pool, self.staged, self.site.disk_name))
+                return _converted(conn, pool, self.staged, self.site.disk_name).map(
+                    lambda path: LandedDisk(path=path)
+                )
             # no record: its import was killed before it kept one
-            return LandedDisk(path=self._earlier_import(conn, pool, existing), made_now=False)
+            return self._earlier_import(conn, pool, existing).map(
+                lambda path: LandedDisk(path=path, made_now=False)
+            )
 
         return self.site.run(landed)
 
     def discard(self) -> None:
-        removed = self.site.transfer.host.run(
-            "remove a staged import", lambda conn: delete_volume(conn, self.staged)
-        )
-        match removed:
+        def remove(conn: VirConnect) -> Result[None, ProviderError]:
+            delete_volume(conn, self.staged)
+            return Success(None)
+
+        match self.site.transfer.host.run("remove a staged import", remove):
             case Failure(error):
                 logger.warning("could not remove a staged import's volume: %s", error)
 
-    def _earlier_import(self, conn: VirConnect, pool: VirStoragePool, existing: str) -> str:
+    def _earlier_import(
+        self, conn: VirConnect, pool: VirStoragePool, existing: str
+    ) -> Result[str, ProviderError]:
         """A disk of that name without a record (its import was killed before keeping one):
         the staged bytes converted again give the same volume (the conversion is
         deterministic) if they made it; other content is a name clash."""
@@ -332,54 +389,57 @@ class _ReceivedVolume:
             "target_name"
         )
         volumes = self.site.transfer.volumes
-        with volumes.temporary(
-            conn,
-            lambda name: _converted(conn, pool, self.staged, name),
-            volumes.name("compare", "qcow2"),
-        ) as again:
-            try:
-                same = _sha256_of(conn, existing) == _sha256_of(conn, again)
-            except libvirt.libvirtError as error:  # a driver that cannot download: cannot tell
-                raise ExpectedError(clash) from error
-        if not same:
-            raise ExpectedError(clash)
-        return existing
+
+        def compared(converted_again: str) -> Result[str, ProviderError]:
+            with volumes.temporary(conn, converted_again) as again:
+                same = caught(
+                    lambda: Success(_sha256_of(conn, existing) == _sha256_of(conn, again)),
+                    lambda _error: clash,  # a driver that cannot download: cannot tell
+                )
+            return same.bind(lambda equal: Success(existing) if equal else Failure(clash))
+
+        return _converted(conn, pool, self.staged, volumes.name("compare", "qcow2")).bind(compared)
 
 
-def _earlier_record(conn: VirConnect, pool: VirStoragePool, name: str) -> bytes | None:
+def _earlier_record(
+    conn: VirConnect, pool: VirStoragePool, name: str
+) -> Result[bytes | None, ProviderError]:
     """The record of an earlier import into volume `name` that is still there; the record of
     a volume deleted since is removed."""
     record_path = find_volume(pool, f"{name}{IMPORT_RECORD_SUFFIX}")
     if record_path is None:
-        return None
+        return Success(None)
     if find_volume(pool, name) is None:
         delete_volume(conn, record_path)
-        return None
+        return Success(None)
     record = conn.storageVolLookupByPath(record_path)
     if int(record.info()[1]) > MAX_RECORD_BYTES:
-        return b""  # not one of ours: a clash
-    return b"".join(refusing_unsupported("download", lambda: list(volume_chunks(conn, record))))
+        return Success(b"")  # not one of ours: a clash
+    return refusing_unsupported("download", lambda: list(volume_chunks(conn, record))).map(b"".join)
 
 
-def _converted(conn: VirConnect, pool: VirStoragePool, staged: str, name: str) -> str:
+def _converted(
+    conn: VirConnect, pool: VirStoragePool, staged: str, name: str
+) -> Result[str, ProviderError]:
     """A qcow2 volume `name` holding the staged image's disk, made by libvirt in one call (its
     qemu-img on the host converts). An image qemu-img refuses (corrupt by qemu's rules) is bad
     input, named with qemu's reason; libvirt has removed what it began."""
     origin = conn.storageVolLookupByPath(staged)
     capacity = int(origin.info()[1])
-    try:
-        return str(pool.createXMLFrom(volume_xml(name, capacity), origin, 0).path())
-    except libvirt.libvirtError as error:
+
+    def refused(error: libvirt.libvirtError) -> ProviderError | None:
         message = str(error)
         if QEMU_IMG_SAYS not in message:
-            raise
+            return None
         reason = message.rsplit(QEMU_IMG_SAYS, 1)[1].strip()
-        raise ExpectedError(
-            ProviderError.invalid_spec(
-                fields.SOURCE_URL,
-                f"qemu-img on the libvirt host refuses the staged image: {reason}",
-            )
-        ) from error
+        return ProviderError.invalid_spec(
+            fields.SOURCE_URL, f"qemu-img on the libvirt host refuses the staged image: {reason}"
+        )
+
+    return caught(
+        lambda: Success(str(pool.createXMLFrom(volume_xml(name, capacity), origin, 0).path())),
+        refused,
+    )
 
 
 def _sha256_of(conn: VirConnect, path: str) -> str:
@@ -397,16 +457,24 @@ def _file_size(volume: VirStorageVol) -> int | None:
         return None
 
 
-def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:
-    guest = Guest.by_id(conn, query.vm_id)
+def _disk_details(
+    conn: VirConnect, guest: Guest, query: DiskQuery
+) -> Result[DiskDetails, ProviderError]:
     facts = guest.facts()
     snapshots = tuple(str(snapshot.getName()) for snapshot in guest.dom.listAllSnapshots(0))
     if query.snapshot_id and query.snapshot_id not in snapshots:
-        raise ExpectedError(
+        return Failure(
             ProviderError.not_found(f"VM {facts.name!r} has no snapshot {query.snapshot_id!r}")
         )
     # A VM with no disks has "no disks", whichever disk was asked for.
-    chosen = _chosen_disk(facts.name, facts.disks, query.disk_id if facts.disks else "")
+    return _chosen_disk(facts.name, facts.disks, query.disk_id if facts.disks else "").map(
+        lambda chosen: _details(conn, facts, snapshots, chosen)
+    )
+
+
+def _details(
+    conn: VirConnect, facts: DomainFacts, snapshots: tuple[str, ...], chosen: DiskDevice
+) -> DiskDetails:
     volume = volume_facts(conn, chosen.path)
     return DiskDetails(
         disk_id=chosen.target,
@@ -421,7 +489,7 @@ def _disk_details(conn: VirConnect, query: DiskQuery) -> DiskDetails:
     )
 
 
-def _preflight(facts: DomainFacts, xml: str) -> tuple[LeftBehind, ...]:
+def _preflight(facts: DomainFacts, xml: str) -> Result[tuple[LeftBehind, ...], ProviderError]:
     """What the moved disk will not carry; a VM whose passthrough devices a disk cannot take
     along is refused before a byte moves."""
     devices = ET.fromstring(xml).find("devices")  # noqa: S314 - libvirt's own output
@@ -431,7 +499,7 @@ def _preflight(facts: DomainFacts, xml: str) -> tuple[LeftBehind, ...]:
         else set()
     )
     if passthrough:
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"VM {facts.name!r} has passthrough devices ({', '.join(passthrough)}): a "
                 "moved disk cannot take them along; detach them, then export"
@@ -444,15 +512,17 @@ def _preflight(facts: DomainFacts, xml: str) -> tuple[LeftBehind, ...]:
         left.append(LeftBehind.TPM)
     if facts.firmware == "UEFI":
         left.append(LeftBehind.NVRAM)
-    return tuple(left)
+    return Success(tuple(left))
 
 
-def _chosen_disk(vm_name: str, disks: tuple[DiskDevice, ...], disk_id: str) -> DiskDevice:
+def _chosen_disk(
+    vm_name: str, disks: tuple[DiskDevice, ...], disk_id: str
+) -> Result[DiskDevice, ProviderError]:
     """The disk named by target (vda) or path, the root disk when none is named."""
     chosen = next(
         (disk for disk in disks if not disk_id or disk_id in (disk.target, disk.path)), None
     )
     if chosen is None:
         missing = f"no disk {disk_id!r}" if disk_id else "no disks"
-        raise ExpectedError(ProviderError.not_found(f"VM {vm_name!r} has {missing}"))
-    return chosen
+        return Failure(ProviderError.not_found(f"VM {vm_name!r} has {missing}"))
+    return Success(chosen)

@@ -1,25 +1,26 @@
 """One libvirt domain as the port modules use it: lookup, facts and metadata, power, hot-add.
 
 libvirt's domain object answers in raw calls and error codes; a Guest answers in what pyrigaud
-means (its persistent facts, its metadata, whether it runs) and raises ExpectedError for
-failures a user can act on.
+means (its persistent facts, its metadata, whether it runs) and returns the failures a user
+can act on as Failure values; libvirt's own exceptions rise to the edge (edge.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import libvirt
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import RUNNING_STATES
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, dimm_xml, parse_domain
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     CONNECTION_LOSS_CODES,
     REFUSED_VARIANT_CODES,
@@ -32,7 +33,8 @@ from pyrigaud.adapters.hypervisors.libvirt.metadata import (
     VMMetadata,
     metadata_from_text,
 )
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.application.ports import Clock
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import VMChanges, VMRecord
 from pyrigaud.domain.power import PowerState
 
@@ -85,11 +87,11 @@ class Guest:
             raise
 
     @classmethod
-    def by_id(cls, conn: VirConnect, vm_id: str) -> Guest:
+    def by_id(cls, conn: VirConnect, vm_id: str) -> Result[Guest, ProviderError]:
         guest = cls.lookup(conn, vm_id)
         if guest is None:
-            raise ExpectedError(ProviderError.vm_not_found(vm_id))
-        return guest
+            return Failure(ProviderError.vm_not_found(vm_id))
+        return Success(guest)
 
     @classmethod
     def by_name(cls, conn: VirConnect, name: str) -> Guest | None:
@@ -142,16 +144,16 @@ class Guest:
             raise
         return metadata_from_text(str(text))
 
-    def own_metadata(self) -> VMMetadata:
+    def own_metadata(self) -> Result[VMMetadata, ProviderError]:
         metadata = self.metadata()
         if metadata is None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.failed_precondition(
                     f"VM {self.name!r} was not made by pyrigaud; it has no place for pyrigaud's "
                     "state"
                 )
             )
-        return metadata
+        return Success(metadata)
 
     def write_metadata(self, metadata: VMMetadata) -> None:
         """Into the definition, and the running domain's too while it runs; a domain that
@@ -227,12 +229,12 @@ class Guest:
                 raise
             self.dom.reset(0)  # no ACPI / agent in the guest: a reset is the fallback
 
-    def ask_to_shut_down(self) -> None:
+    def ask_to_shut_down(self, clock: Clock) -> None:
         """Ask the guest (agent, else ACPI) to shut down, if it runs.
 
         QEMU refuses the request while the domain leaves the running state for a moment (e.g.
-        just after a snapshot revert): it is asked once more, and if it is refused again the
-        recorded deadline's forced power-off still ends the shutdown.
+        just after a snapshot revert): it is asked once more, after a pause on `clock`, and if
+        it is refused again the recorded deadline's forced power-off still ends the shutdown.
         """
         for attempt in range(SHUTDOWN_REQUEST_ATTEMPTS):
             if not self.is_running():
@@ -245,7 +247,7 @@ class Guest:
                     raise
                 logger.warning("VM %s refused a shutdown request: %s", self.dom.name(), error)
                 if attempt + 1 < SHUTDOWN_REQUEST_ATTEMPTS:
-                    time.sleep(SHUTDOWN_RETRY_SECONDS)
+                    clock.sleep(SHUTDOWN_RETRY_SECONDS)
 
     # --- devices ----------------------------------------------------------------------------
 
@@ -268,20 +270,21 @@ class Guest:
             )
         return waiting
 
-    def attach_disk(self, xml: str, target: str, flags: int) -> None:
+    def attach_disk(self, xml: str, target: str, flags: int) -> Result[None, ProviderError]:
         """A refusal (no free PCI slot or root port, a bus that cannot hot-plug) names the disk."""
-        try:
-            self.dom.attachDeviceFlags(xml, flags)
-        except libvirt.libvirtError as error:
+        now = "now" if flags & libvirt.VIR_DOMAIN_AFFECT_LIVE else "in its definition"
+
+        def refused(error: libvirt.libvirtError) -> ProviderError | None:
             if error_code(error) in CONNECTION_LOSS_CODES and not self.dom.connect().isAlive():
-                raise  # the connection went: the call is tried again on a new one
-            now = "now" if flags & libvirt.VIR_DOMAIN_AFFECT_LIVE else "in its definition"
-            raise ExpectedError(
-                ProviderError.failed_precondition(
-                    f"the VM cannot take disk {target} {now} ({error.get_error_message()}); "
-                    "power it off to add the disk"
-                )
-            ) from error
+                return None  # the connection went: the call is tried again on a new one
+            return ProviderError.failed_precondition(
+                f"the VM cannot take disk {target} {now} ({error.get_error_message()}); "
+                "power it off to add the disk"
+            )
+
+        return caught(lambda: Success(self.dom.attachDeviceFlags(xml, flags)), refused).map(
+            lambda _: None
+        )
 
     def detach_live(self, xml: str) -> None:
         """Take back a device attached live, as far as the guest lets it (best effort)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from returns.result import Failure, Success
+
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.domain.models import HealthReport
 
 
@@ -21,10 +23,11 @@ class LibvirtHealth:
             self._host.domains.attach(conn)
             return int(conn.getLibVersion()), self._host.domain_type_of(conn)
 
-        try:
-            version, domain_type = connection.call(version_of)
-        except Exception as error:
-            return HealthReport(ok=False, message=f"libvirt at {connection.uri}: {error}")
+        match self._host.run("check health", lambda conn: Success(version_of(conn))):
+            case Failure(error):
+                return HealthReport(ok=False, message=f"libvirt at {connection.uri}: {error}")
+            case Success((version, domain_type)):
+                pass
         major, minor = version // 1_000_000, version // 1000 % 1000
         chosen = "" if self._host.domain_type == domain_type else f" ({self._host.domain_type})"
         where = f"libvirt {major}.{minor} at {connection.uri}"

@@ -23,12 +23,13 @@ import weakref
 import xml.etree.ElementTree as ET
 
 import libvirt
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SECURE_BOOT_MACHINE
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
 
 TPM_VERSIONS = ("2.0", "1.2")
@@ -97,37 +98,37 @@ def tpm_version_of(vm_class: VMClass) -> str:
     return vm_class.security.tpm_version.strip() or "2.0"
 
 
-def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> None:
-    """Raises ExpectedError naming the field the host cannot honour; BIOS-only costs nothing."""
+def check_firmware(
+    conn: VirConnect, vm_class: VMClass, domain_type: str
+) -> Result[None, ProviderError]:
+    """A Failure naming the field the host cannot honour; BIOS-only costs nothing."""
     security = vm_class.security
     uefi = vm_class.firmware is Firmware.UEFI
     tpm_version = tpm_version_of(vm_class)
     if security.secure_boot and not uefi:
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI")
-        )
+        return Failure(ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI"))
     if tpm_version and tpm_version not in TPM_VERSIONS:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.CLASS_TPM_VERSION, f"must be one of {', '.join(TPM_VERSIONS)}"
             )
         )
     if not (uefi or tpm_version):
-        return
+        return Success(None)
     machine_asked = SECURE_BOOT_MACHINE if security.secure_boot else None
     capabilities = _domain_capabilities(conn, domain_type, machine_asked)
     if capabilities is None:
-        return
+        return Success(None)
     machine = capabilities.findtext("machine", "the default machine")
     where = f"this host ({domain_type} on {machine})"
     if uefi and "efi" not in _values(capabilities, "os[@supported='yes']/enum[@name='firmware']"):
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(f"firmware UEFI: {where} has no UEFI firmware")
         )
     if security.secure_boot and "yes" not in _values(
         capabilities, "os/loader[@supported='yes']/enum[@name='secure']"
     ):
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"{fields.CLASS_SECURE_BOOT}: {where} has no secure-boot firmware"
             )
@@ -140,12 +141,13 @@ def check_firmware(conn: VirConnect, vm_class: VMClass, domain_type: str) -> Non
             or TPM_MODEL_BY_VERSION[tpm_version]
             not in _values(capabilities, f"{tpm}/enum[@name='model']")
         ):
-            raise ExpectedError(
+            return Failure(
                 ProviderError.failed_precondition(
                     f"{fields.CLASS_TPM_ENABLED}: {where} cannot emulate a TPM {tpm_version} "
                     "(it needs swtpm)"
                 )
             )
+    return Success(None)
 
 
 def default_machine_is_pcie(conn: VirConnect, domain_type: str) -> bool:

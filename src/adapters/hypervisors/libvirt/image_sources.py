@@ -12,10 +12,10 @@ import contextlib
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import libvirt
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.downloads import (
     ChecksumMismatchError,
@@ -26,7 +26,9 @@ from pyrigaud.adapters.downloads import (
     logged_progress,
     open_download,
 )
+from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
@@ -39,13 +41,15 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_xml,
     write_new_volume,
 )
-from pyrigaud.application.ports.image_judge import ImageJudge
+from pyrigaud.application.ports.image_judge import ImageInspection, ImageJudge
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
-from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage, peek_header
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, peek_header
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.image_urls import UnsafeImageURLError, parse_image_url
 from pyrigaud.domain.models import CreateRequest, VMImage
+
+T = TypeVar("T")
 
 IMAGE_FORMATS = frozenset({"qcow2", "raw"})
 UNSPECIFIED_FORMATS = frozenset({"", "template"})
@@ -83,6 +87,24 @@ class RootPlan:
 
 
 @dataclass(frozen=True)
+class JudgedBody:
+    """An image whose format was judged from its first MiB: all its bytes, still to read, and
+    the judge's verdict on the whole, once they were read."""
+
+    format: str
+    chunks: Iterator[bytes]
+    inspection: ImageInspection
+
+    def kept_if_judged(self, conn: VirConnect, path: str) -> Result[str, ProviderError]:
+        """The volume at `path` that the bytes were written into, or, when the whole image is
+        refused, its Failure, and no volume."""
+        return undone_on_failure(
+            lambda: self.inspection.verdict().map(lambda _: path),
+            lambda: delete_volume(conn, path),
+        )
+
+
+@dataclass(frozen=True)
 class ImageDownloads:
     """Downloads of image URLs into new volumes, as the host's settings allow, each image
     judged by `judge` as it streams."""
@@ -91,22 +113,28 @@ class ImageDownloads:
     write_volume: VolumeWriter
     judge: ImageJudge
 
-    def open(self, url: str, checksum: str, checksum_type: str, named: ImageFields) -> Download:
+    def open(
+        self, url: str, checksum: str, checksum_type: str, named: ImageFields
+    ) -> Result[Download, ProviderError]:
         """The image's response, its headers read; a bad spec is named by `named`."""
-        with image_spec_errors(named):
-            return open_download(
-                url,
-                checksum=checksum,
-                checksum_type=checksum_type,
-                allow_loopback=self.allow_loopback_urls,
-            )
+        return image_spec_checked(
+            named,
+            lambda: Success(
+                open_download(
+                    url,
+                    checksum=checksum,
+                    checksum_type=checksum_type,
+                    allow_loopback=self.allow_loopback_urls,
+                )
+            ),
+        )
 
     def judged(
         self, chunks: Iterator[bytes], size: int | None, given: str, named: ImageFields
-    ) -> tuple[str, Iterator[bytes]]:
+    ) -> Result[JudgedBody, ProviderError]:
         """The image's format, judged from its first MiB before a byte is stored (one the spec
         names in `given` must agree), and all its bytes, the whole image judged after the
-        last: a refusal then fails the volume's write, so no volume is left."""
+        last (`JudgedBody.kept_if_judged`)."""
         inspection = self.judge.inspect(size, named.url)
 
         def inspected() -> Iterator[bytes]:
@@ -115,24 +143,11 @@ class ImageDownloads:
                 yield chunk
 
         _, body = peek_header(inspected(), JUDGED_PREFIX_BYTES)
-        found = _judged_or_refused(inspection.first_look()).format
-        if found not in IMAGE_FORMATS:
-            raise ExpectedError(
-                ProviderError.invalid_spec(
-                    named.url, f"the image is {found}; libvirt images are qcow2 or raw"
-                )
-            )
-        declared = declared_format(given, named.format)
-        if declared and declared != found:
-            raise ExpectedError(
-                ProviderError.invalid_spec(named.format, f"the image is {found}, not {declared}")
-            )
-
-        def whole() -> Iterator[bytes]:
-            yield from body
-            _judged_or_refused(inspection.verdict())
-
-        return found, whole()
+        return (
+            inspection.first_look()
+            .bind(lambda image: _agreed_format(image.format, given, named))
+            .map(lambda found: JudgedBody(found, body, inspection))
+        )
 
     def write(
         self,
@@ -143,69 +158,103 @@ class ImageDownloads:
         *,
         named: ImageFields,
         label: str,
-        body: Iterator[bytes] | None = None,
-    ) -> str:
-        """A new volume holding the downloaded image (`body`, if some was already read, else
-        the download's chunks), its checksum verified; on any failure, no volume."""
-        chunks = logged_progress(body or download.chunks, label, download.length)
-        with image_spec_errors(named):
-            return upload_or_refuse(
+        body: JudgedBody,
+    ) -> Result[str, ProviderError]:
+        """A new volume holding the downloaded image (`body`, judged from the download), its
+        checksum verified and the whole image judged; on any failure, no volume."""
+        chunks = logged_progress(body.chunks, label, download.length)
+        return image_spec_checked(
+            named,
+            lambda: upload_or_refuse(
                 lambda: write_new_volume(conn, pool, xml, chunks, self.write_volume)
-            )
+            ),
+        ).bind(lambda path: body.kept_if_judged(conn, path))
 
     def root_volume(
         self, conn: VirConnect, pool: Any, name: str, image: VMImage, root: RootPlan
-    ) -> str:
+    ) -> Result[str, ProviderError]:
         """The VM's own qcow2 root volume `name` from a URL image: never a file another VM
         shares, never a backing chain. A qcow2 image is downloaded straight into it, a raw one
         into the scratch volume and converted (libvirt converts only from volume to volume);
         then it is grown to the class's size. On any failure, neither volume is left."""
-        download = self.open(image.url, image.checksum, image.checksum_type, CREATE_FIELDS)
-        with contextlib.closing(download):
-            with image_spec_errors(CREATE_FIELDS):
-                image_format, body = self.judged(
-                    download.chunks, download.length, image.format, CREATE_FIELDS
-                )
-            # Declared raw at its exact length: libvirt reads what the bytes are on refresh.
-            target = name if image_format == "qcow2" else root.scratch_name
-            xml = volume_xml(target, download.length or 0, volume_format="raw")
-            label = f"root volume {name!r}"
-            written = self.write(
-                conn, pool, xml, download, named=CREATE_FIELDS, label=label, body=body
-            )
-        path = written if image_format == "qcow2" else ""
-        try:
-            _check_stored_format(conn, written, image_format)
-            path = path or copy_volume(conn, written, name)
-            current = volume_facts(conn, path)
-            if current is not None and current.capacity_bytes < root.capacity_bytes:
-                grow_volume(conn, path, root.capacity_bytes)
-        except BaseException:
-            if path:
-                delete_volume(conn, path)
-            raise
-        finally:
-            if written != path:
-                delete_volume(conn, written)
-        return path
+
+        def downloaded(download: Download) -> Result[tuple[str, str], ProviderError]:
+            def written(body: JudgedBody) -> Result[tuple[str, str], ProviderError]:
+                # Declared raw at its exact length: libvirt reads what the bytes are on refresh.
+                target = name if body.format == "qcow2" else root.scratch_name
+                xml = volume_xml(target, download.length or 0, volume_format="raw")
+                label = f"root volume {name!r}"
+                return self.write(
+                    conn, pool, xml, download, named=CREATE_FIELDS, label=label, body=body
+                ).map(lambda path: (path, body.format))
+
+            with contextlib.closing(download):
+                return image_spec_checked(
+                    CREATE_FIELDS,
+                    lambda: self.judged(
+                        download.chunks, download.length, image.format, CREATE_FIELDS
+                    ),
+                ).bind(written)
+
+        return (
+            self.open(image.url, image.checksum, image.checksum_type, CREATE_FIELDS)
+            .bind(downloaded)
+            .bind(lambda stored: _finished_root(conn, *stored, name, root))
+        )
 
 
-@contextlib.contextmanager
-def image_spec_errors(named: ImageFields) -> Iterator[None]:
-    """What the download module raises, as the error naming the request field at fault."""
+def _finished_root(
+    conn: VirConnect, written: str, image_format: str, name: str, root: RootPlan
+) -> Result[str, ProviderError]:
+    """The root volume from the `written` image: checked as libvirt reads it, a raw one
+    converted into `name` (the scratch volume then goes), grown to the class's size."""
+    if image_format == "qcow2":
+        return undone_on_failure(
+            lambda: _check_stored_format(conn, written, image_format).map(
+                lambda _: _grown(conn, written, root.capacity_bytes)
+            ),
+            lambda: delete_volume(conn, written),
+        )
     try:
-        yield
+        converted = _check_stored_format(conn, written, image_format).map(
+            lambda _: copy_volume(conn, written, name)
+        )
+    finally:
+        delete_volume(conn, written)
+    return converted.bind(
+        lambda path: undone_on_failure(
+            lambda: Success(_grown(conn, path, root.capacity_bytes)),
+            lambda: delete_volume(conn, path),
+        )
+    )
+
+
+def _grown(conn: VirConnect, path: str, capacity_bytes: int) -> str:
+    """The volume at `path`, grown to `capacity_bytes` if it is smaller."""
+    current = volume_facts(conn, path)
+    if current is not None and current.capacity_bytes < capacity_bytes:
+        grow_volume(conn, path, capacity_bytes)
+    return path
+
+
+def image_spec_checked(
+    named: ImageFields, action: Callable[[], Result[T, ProviderError]]
+) -> Result[T, ProviderError]:
+    """`action`'s Result; what the download module raises, as the Failure naming the request
+    field at fault (the download module's edge: its exceptions become values here)."""
+    try:
+        return action()
     except UnsafeImageURLError as error:
-        raise ExpectedError(ProviderError.invalid_spec(named.url, str(error))) from error
+        return Failure(ProviderError.invalid_spec(named.url, str(error)))
     except UnknownChecksumTypeError as error:
-        raise ExpectedError(ProviderError.invalid_spec(named.checksum_type, str(error))) from error
+        return Failure(ProviderError.invalid_spec(named.checksum_type, str(error)))
     except ChecksumMismatchError as error:
-        raise ExpectedError(ProviderError.invalid_spec(named.checksum, str(error))) from error
+        return Failure(ProviderError.invalid_spec(named.checksum, str(error)))
     except DownloadError as error:
-        raise ExpectedError(ProviderError.unavailable(str(error))) from error
+        return Failure(ProviderError.unavailable(str(error)))
 
 
-def plan_root_disk(conn: VirConnect, request: CreateRequest) -> RootPlan:
+def plan_root_disk(conn: VirConnect, request: CreateRequest) -> Result[RootPlan, ProviderError]:
     """How the root volume is made; a spec it cannot be made from is refused before anything
     exists and before any traffic.
 
@@ -217,71 +266,90 @@ def plan_root_disk(conn: VirConnect, request: CreateRequest) -> RootPlan:
     image = request.image
     wanted = request.vm_class.disk_defaults.size_gib * GIB
     if image.is_blank:
-        return RootPlan(capacity_bytes=wanted or DEFAULT_ROOT_DISK_GIB * GIB)
+        return Success(RootPlan(capacity_bytes=wanted or DEFAULT_ROOT_DISK_GIB * GIB))
     if image.template_name:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.IMAGE_TEMPLATE_NAME, "libvirt has no templates; give a Path or URL"
             )
         )
     if not image.path:
-        declared_format(image.format, CREATE_FIELDS.format)
-        with image_spec_errors(CREATE_FIELDS):
-            parse_image_url(image.url)
-            checksum_algorithm(image.checksum_type)
         scratch = f"{request.name}-download-{secrets.token_hex(4)}.raw"
-        return RootPlan(capacity_bytes=wanted, url_image=image, scratch_name=scratch)
+        return (
+            declared_format(image.format, CREATE_FIELDS.format)
+            .bind(
+                lambda _: image_spec_checked(
+                    CREATE_FIELDS,
+                    lambda: Success(
+                        (parse_image_url(image.url), checksum_algorithm(image.checksum_type))
+                    ),
+                )
+            )
+            .map(lambda _: RootPlan(capacity_bytes=wanted, url_image=image, scratch_name=scratch))
+        )
     backing = volume_facts(conn, image.path)
     if backing is None:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.IMAGE_PATH, f"{image.path!r} is not a volume in any storage pool"
             )
         )
-    return RootPlan(capacity_bytes=max(wanted, backing.capacity_bytes), backing=backing)
+    return Success(RootPlan(capacity_bytes=max(wanted, backing.capacity_bytes), backing=backing))
 
 
-def declared_format(given: str, field: str) -> str:
+def declared_format(given: str, field: str) -> Result[str, ProviderError]:
     """The image format a spec names ("" for none); any other than qcow2 or raw is refused."""
     chosen = given.strip().lower()
     if chosen in UNSPECIFIED_FORMATS:
-        return ""
+        return Success("")
     if chosen not in IMAGE_FORMATS:
-        raise ExpectedError(ProviderError.invalid_spec(field, f"{given!r} is not qcow2 or raw"))
-    return chosen
+        return Failure(ProviderError.invalid_spec(field, f"{given!r} is not qcow2 or raw"))
+    return Success(chosen)
 
 
-def _check_stored_format(conn: VirConnect, path: str, expected: str) -> None:
+def _agreed_format(found: str, given: str, named: ImageFields) -> Result[str, ProviderError]:
+    """The judged format `found`, if libvirt images may be of it and the spec's agrees."""
+    if found not in IMAGE_FORMATS:
+        return Failure(
+            ProviderError.invalid_spec(
+                named.url, f"the image is {found}; libvirt images are qcow2 or raw"
+            )
+        )
+
+    def agreed(declared: str) -> Result[str, ProviderError]:
+        if declared and declared != found:
+            return Failure(
+                ProviderError.invalid_spec(named.format, f"the image is {found}, not {declared}")
+            )
+        return Success(found)
+
+    return declared_format(given, named.format).bind(agreed)
+
+
+def _check_stored_format(conn: VirConnect, path: str, expected: str) -> Result[None, ProviderError]:
     """libvirt must read the stored image as the format its header showed: an image taken for
     raw that libvirt reads as, say, vmdk would be converted by following that format's own
     references to other files."""
     stored = volume_facts(conn, path)
     found = stored.format if stored is not None else "missing"
     if found != expected:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 CREATE_FIELDS.url, f"libvirt reads the image as {found}; give a qcow2 or raw image"
             )
         )
+    return Success(None)
 
 
-def upload_or_refuse(upload: Callable[[], str]) -> str:
+def upload_or_refuse(upload: Callable[[], str]) -> Result[str, ProviderError]:
     """`upload`'s volume path; a driver that cannot upload volumes is an unsupported call."""
-    try:
-        return upload()
-    except libvirt.libvirtError as error:
+
+    def unsupported(error: libvirt.libvirtError) -> ProviderError | None:
         if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
-            raise
-        raise ExpectedError(
-            ProviderError.unsupported(
-                "this libvirt driver cannot upload volumes (virStorageVolUpload): import "
-                "the image from a volume already in a storage pool"
-            )
-        ) from error
+            return None
+        return ProviderError.unsupported(
+            "this libvirt driver cannot upload volumes (virStorageVolUpload): import "
+            "the image from a volume already in a storage pool"
+        )
 
-
-def _judged_or_refused(judged: Result[JudgedImage, ProviderError]) -> JudgedImage:
-    """The judged image; a refused one as the error naming the field it came from."""
-    if isinstance(judged, Failure):
-        raise ExpectedError(judged.failure())
-    return judged.unwrap()
+    return caught(lambda: Success(upload()), unsupported)

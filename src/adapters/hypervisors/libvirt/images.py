@@ -13,15 +13,17 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.downloads import Download
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
     PREPARE_FIELDS,
     ImageDownloads,
+    JudgedBody,
     declared_format,
-    image_spec_errors,
+    image_spec_checked,
     upload_or_refuse,
 )
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -34,7 +36,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     write_new_volume,
 )
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import ImageSource, PreparedImage, PrepareImageRequest
 
 # A file on this host: its problems are named by the request's path.
@@ -54,59 +56,71 @@ class LibvirtImages:
             lambda conn: self._prepare_image(conn, request),
         )
 
-    def _prepare_image(self, conn: VirConnect, request: PrepareImageRequest) -> PreparedImage:
+    def _prepare_image(
+        self, conn: VirConnect, request: PrepareImageRequest
+    ) -> Result[PreparedImage, ProviderError]:
         source = request.source
         if source.template_name or source.content_library:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     fields.PREPARE_TEMPLATE_NAME, "libvirt has no templates; give a path or url"
                 )
             )
         if not VOLUME_NAME_PATTERN.fullmatch(request.target_name):
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     "target_name", "must be letters, digits, '.', '_' or '-' (at most 200)"
                 )
             )
         origin = volume_facts(conn, source.path) if source.path else None
-        image_format = _image_format(source.format, origin, source.url)
         pools = self._host.pools
         pool_name = request.storage_hint or source.storage_pool or pools.default_pool
         field = fields.STORAGE_HINT if request.storage_hint else fields.PREPARE_STORAGE_POOL
-        pool = find_pool(conn, pool_name, pools, field)
-        name = f"{request.target_name}.{image_format}"
-        existing = find_volume(pool, name)
-        if existing is not None:
-            return PreparedImage(id=request.target_name, path=existing)
-        if origin is not None:
-            path = copy_volume_into(conn, pool, origin.path, name)
-        elif source.path:
-            path = self._import_file(conn, pool, name, image_format, source)
-        else:
-            path = self._import_url(conn, pool, name, image_format, request)
-        return PreparedImage(id=request.target_name, path=path)
+
+        def prepared(image_format: str, pool: Any) -> Result[str, ProviderError]:
+            name = f"{request.target_name}.{image_format}"
+            existing = find_volume(pool, name)
+            if existing is not None:
+                return Success(existing)
+            if origin is not None:
+                return copy_volume_into(conn, pool, origin.path, name)
+            if source.path:
+                return self._import_file(conn, pool, name, image_format, source)
+            return self._import_url(conn, pool, name, image_format, request)
+
+        return (
+            _image_format(source.format, origin, source.url)
+            .bind(
+                lambda image_format: find_pool(conn, pool_name, pools, field).bind(
+                    lambda pool: prepared(image_format, pool)
+                )
+            )
+            .map(lambda path: PreparedImage(id=request.target_name, path=path))
+        )
 
     def _import_file(
         self, conn: VirConnect, pool: Any, name: str, image_format: str, source: ImageSource
-    ) -> str:
+    ) -> Result[str, ProviderError]:
         """A file on this host, judged as it is read, like a downloaded image."""
         file_path = source.path
         if not os.path.isabs(file_path) or not os.path.isfile(file_path):
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     fields.PREPARE_PATH,
                     f"{file_path!r} is neither a volume in a storage pool nor a file on this host",
                 )
             )
         size = os.path.getsize(file_path)
-        with image_spec_errors(FILE_FIELDS):
-            _, chunks = self._downloads.judged(
-                _file_chunks(file_path), size, image_format, FILE_FIELDS
-            )
         xml = volume_xml(name, size, volume_format=image_format)
-        return upload_or_refuse(
-            lambda: write_new_volume(conn, pool, xml, chunks, self._host.write_volume)
-        )
+
+        def written(body: JudgedBody) -> Result[str, ProviderError]:
+            return upload_or_refuse(
+                lambda: write_new_volume(conn, pool, xml, body.chunks, self._host.write_volume)
+            ).bind(lambda path: body.kept_if_judged(conn, path))
+
+        return self._downloads.judged(
+            _file_chunks(file_path), size, image_format, FILE_FIELDS
+        ).bind(written)
 
     def _import_url(
         self,
@@ -115,30 +129,40 @@ class LibvirtImages:
         name: str,
         image_format: str,
         request: PrepareImageRequest,
-    ) -> str:
+    ) -> Result[str, ProviderError]:
         source = request.source
-        download = self._downloads.open(
-            source.url, source.checksum, source.checksum_type, PREPARE_FIELDS
-        )
-        with contextlib.closing(download):
-            # Judged before a byte is stored: a qcow2 naming a backing file would hand a host
-            # file to every VM made from this image.
-            with image_spec_errors(PREPARE_FIELDS):
-                _, body = self._downloads.judged(
-                    download.chunks, download.length, image_format, PREPARE_FIELDS
+
+        def downloaded(download: Download) -> Result[str, ProviderError]:
+            def written(body: JudgedBody) -> Result[str, ProviderError]:
+                xml = volume_xml(name, download.length or 0, volume_format=image_format)
+                label = f"image {request.target_name!r}"
+                return self._downloads.write(
+                    conn, pool, xml, download, named=PREPARE_FIELDS, label=label, body=body
                 )
-            xml = volume_xml(name, download.length or 0, volume_format=image_format)
-            label = f"image {request.target_name!r}"
-            return self._downloads.write(
-                conn, pool, xml, download, named=PREPARE_FIELDS, label=label, body=body
-            )
+
+            with contextlib.closing(download):
+                # Judged before a byte is stored: a qcow2 naming a backing file would hand a
+                # host file to every VM made from this image.
+                return image_spec_checked(
+                    PREPARE_FIELDS,
+                    lambda: self._downloads.judged(
+                        download.chunks, download.length, image_format, PREPARE_FIELDS
+                    ),
+                ).bind(written)
+
+        return self._downloads.open(
+            source.url, source.checksum, source.checksum_type, PREPARE_FIELDS
+        ).bind(downloaded)
 
 
-def _image_format(given: str, origin: VolumeFacts | None, url: str) -> str:
+def _image_format(given: str, origin: VolumeFacts | None, url: str) -> Result[str, ProviderError]:
     """The prepared volume's format: as told, else the source volume's, else from the URL."""
-    chosen = declared_format(given, PREPARE_FIELDS.format)
-    if chosen:
-        return chosen
+    return declared_format(given, PREPARE_FIELDS.format).map(
+        lambda chosen: chosen or _unspecified_format(origin, url)
+    )
+
+
+def _unspecified_format(origin: VolumeFacts | None, url: str) -> str:
     if origin is not None:
         return origin.format
     return "raw" if url.split("?", 1)[0].endswith((".raw", ".img")) else "qcow2"

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import libvirt
-from returns.result import Result
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
     RUNNING_STATES,
     DomainCache,
@@ -23,7 +24,6 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, awaiting_power_cycle
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
     VolumeFacts,
@@ -103,7 +103,7 @@ class LibvirtInventory:
                 raw=_raw(view.facts.uuid, live, view.state, persistent=view.facts),
             )
 
-        return self._host.run(f"describe {vm_id!r}", describe)
+        return self._host.run(f"describe {vm_id!r}", lambda conn: Success(describe(conn)))
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
         """Read from libvirt, never the cache: Reconfigure decides from it what to change."""
@@ -121,7 +121,7 @@ class LibvirtInventory:
                 view.facts.uuid, view.facts, view.state, ips, lambda path: volume_facts(conn, path)
             )
 
-        return self._host.run(f"read VM {vm_id!r}", info)
+        return self._host.run(f"read VM {vm_id!r}", lambda conn: Success(info(conn)))
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
         """Bulk calls for the domains, their states and the volumes; per domain at most its XML.
@@ -130,7 +130,7 @@ class LibvirtInventory:
         from one stats call and disk sizes from one volume listing per pool; definitions come
         from the cache, read only for domains it does not hold. Addresses are the last known.
         """
-        return self._host.run("list VMs", self._list)
+        return self._host.run("list VMs", lambda conn: Success(self._list(conn)))
 
     def warm_up(self, conn: VirConnect) -> None:
         """The cache's own listing, not needed once another one has run."""

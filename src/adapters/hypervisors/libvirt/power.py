@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.power import PowerState
 
@@ -22,46 +22,58 @@ class LibvirtPowerControl:
     def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
         return self._host.run(
             f"read power state of {vm_id!r}",
-            lambda conn: power_of(Guest.by_id(conn, vm_id).state()),
+            lambda conn: Guest.by_id(conn, vm_id).map(lambda guest: power_of(guest.state())),
         )
 
     def power_on(self, vm_id: str) -> Result[None, ProviderError]:
         return self._host.mutate(
-            vm_id, f"power on {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).start()
+            vm_id, f"power on {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).map(Guest.start)
         )
 
     def power_off(self, vm_id: str) -> Result[None, ProviderError]:
         return self._host.mutate(
-            vm_id, f"power off {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).stop()
+            vm_id, f"power off {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).map(Guest.stop)
         )
 
     def reboot(self, vm_id: str) -> Result[None, ProviderError]:
         return self._host.mutate(
-            vm_id, f"reboot {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).reboot()
+            vm_id, f"reboot {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).map(Guest.reboot)
         )
 
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
-        def request(conn: VirConnect) -> None:
-            # The deadline first: once asked, a guest may be gone within the second, and any
-            # replica's TaskStatus needs the deadline from the moment the request is out.
-            guest = Guest.by_id(conn, vm_id)
-            guest.write_metadata(guest.own_metadata().with_shutdown_deadline(deadline))
-            guest.ask_to_shut_down()
+        clock = self._host.clock
 
-        return self._host.mutate(vm_id, f"shut down {vm_id!r}", request)
+        def request(guest: Guest) -> Result[None, ProviderError]:
+            def asked(metadata: VMMetadata) -> None:
+                # The deadline first: once asked, a guest may be gone within the second, and any
+                # replica's TaskStatus needs the deadline from the moment the request is out.
+                guest.write_metadata(metadata.with_shutdown_deadline(deadline))
+                guest.ask_to_shut_down(clock)
+
+            return guest.own_metadata().map(asked)
+
+        return self._host.mutate(
+            vm_id, f"shut down {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).bind(request)
+        )
 
     def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
-        def deadline(conn: VirConnect) -> int | None:
-            metadata = Guest.by_id(conn, vm_id).metadata()
+        def deadline(guest: Guest) -> int | None:
+            metadata = guest.metadata()
             return metadata.shutdown_deadline if metadata else None
 
-        return self._host.run(f"read shutdown deadline of {vm_id!r}", deadline)
+        return self._host.run(
+            f"read shutdown deadline of {vm_id!r}",
+            lambda conn: Guest.by_id(conn, vm_id).map(deadline),
+        )
 
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
-        def clear(conn: VirConnect) -> None:
-            guest = Guest.by_id(conn, vm_id)
+        def clear(guest: Guest) -> None:
             metadata = guest.facts().metadata
             if metadata is not None and metadata.shutdown_deadline is not None:
                 guest.write_metadata(metadata.with_shutdown_deadline(None))
 
-        return self._host.mutate(vm_id, f"clear shutdown deadline of {vm_id!r}", clear)
+        return self._host.mutate(
+            vm_id,
+            f"clear shutdown deadline of {vm_id!r}",
+            lambda conn: Guest.by_id(conn, vm_id).map(clear),
+        )

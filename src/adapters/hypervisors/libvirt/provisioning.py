@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 
 import libvirt
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
@@ -23,8 +23,10 @@ from pyrigaud.adapters.hypervisors.libvirt.building import (
     with_macs,
     write_seed,
 )
+from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     HOT_ADD_FACTOR,
     DiskDevice,
@@ -36,13 +38,13 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     render_domain,
     with_resources,
 )
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     REFUSED_VARIANT_CODES,
     error_code,
     is_missing,
 )
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, blockers
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import (
     check_firmware,
     default_machine_is_pcie,
@@ -64,7 +66,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import MAX_CPU, MAX_MEMORY_MIB
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
     CreateRequest,
     NetworkAttachment,
@@ -84,20 +86,20 @@ class LibvirtVMLifecycle:
         self._downloads = downloads
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
-        def find(conn: VirConnect) -> VMRecord | None:
+        def find(conn: VirConnect) -> Result[VMRecord | None, ProviderError]:
             guest = Guest.by_name(conn, name)
-            return None if guest is None else guest.record()
+            return Success(None if guest is None else guest.record())
 
         return self._host.run(f"find VM {name!r}", find)
 
     def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
-        def unfinished(conn: VirConnect) -> list[VMRecord]:
+        def unfinished(conn: VirConnect) -> Result[list[VMRecord], ProviderError]:
             found = []
             for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT):
                 record = Guest(dom).record()
                 if record.building_since is not None:
                     found.append(record)
-            return found
+            return Success(found)
 
         return self._host.run("find unfinished VMs", unfinished)
 
@@ -109,21 +111,26 @@ class LibvirtVMLifecycle:
         )
 
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
-        def delete(conn: VirConnect) -> None:
-            guest = Guest.by_id(conn, vm_id)
+        def delete(conn: VirConnect, guest: Guest) -> None:
             metadata = guest.facts().metadata
             guest.stop()
             guest.undefine()
             for path in metadata.volumes if metadata else ():
                 delete_volume(conn, path)
 
-        return self._host.mutate(vm_id, f"delete VM {vm_id!r}", delete)
+        return self._host.mutate(
+            vm_id,
+            f"delete VM {vm_id!r}",
+            lambda conn: Guest.by_id(conn, vm_id).map(lambda guest: delete(conn, guest)),
+        )
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
         return self._host.mutate(
             vm_id,
             f"reconfigure VM {vm_id!r}",
-            lambda conn: self._reconfigure(conn, vm_id, changes),
+            lambda conn: Guest.by_id(conn, vm_id).bind(
+                lambda guest: _reconfigured(conn, guest, changes)
+            ),
         )
 
     def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
@@ -131,23 +138,40 @@ class LibvirtVMLifecycle:
             ProviderError.unsupported("libvirt VMs have no virtual hardware version to raise")
         )
 
-    def _create(self, conn: VirConnect, request: CreateRequest, owner: OwnerMark) -> str:
+    def _create(
+        self, conn: VirConnect, request: CreateRequest, owner: OwnerMark
+    ) -> Result[str, ProviderError]:
         """Define the domain marked as building first, then make its volumes, then finish it.
 
         The building domain records every volume it is about to get, so a process killed at
         any point leaves one owner-marked, time-stamped domain that Delete removes whole.
         """
         host = self._host
-        refuse_taken_name(conn, request.name)
-        check_firmware(conn, request.vm_class, host.domain_type_of(conn))
-        pool = find_pool(conn, request.placement.datastore or host.pools.default_pool, host.pools)
+        match (
+            refuse_taken_name(conn, request.name)
+            .bind(lambda _: check_firmware(conn, request.vm_class, host.domain_type_of(conn)))
+            .bind(
+                lambda _: find_pool(
+                    conn, request.placement.datastore or host.pools.default_pool, host.pools
+                )
+            )
+        ):
+            case Failure(error):
+                return Failure(error)
+            case Success(pool):
+                pass
         # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
         attachments = request.networks or (NetworkAttachment(),)
         seeded = needs_seed(request.user_data, request.meta_data, attachments)
         if seeded:
             attachments = with_macs(attachments)  # network-config matches NICs by MAC
-        nics = tuple(_nic(conn, index, attachment) for index, attachment in enumerate(attachments))
-        root = plan_root_disk(conn, request)
+        match _nics(conn, attachments).bind(
+            lambda found: plan_root_disk(conn, request).map(lambda root: (found, root))
+        ):
+            case Failure(error):
+                return Failure(error)
+            case Success((nics, root)):
+                pass
         sizes = [root.capacity_bytes] + [spec.size_gib * GIB for spec in request.disks]
         names = [volume_name(request.name, index) for index in range(len(sizes))]
         seed_name = seed_volume_name(request.name)
@@ -180,13 +204,22 @@ class LibvirtVMLifecycle:
             uuid=str(uuid.uuid4()),
             pcie=default_machine_is_pcie(conn, host.domain_type_of(conn)),
         )
-        guest = begin_building(conn, building)
+        match begin_building(conn, building):
+            case Failure(error):
+                return Failure(error)
+            case Success(guest):
+                pass
         made: list[str] = []
-        try:
+
+        def finished() -> Result[str, ProviderError]:
             disks = []
             for index, (name, size) in enumerate(zip(names, sizes, strict=True)):
                 if index == 0 and root.url_image is not None:
-                    made.append(self._downloads.root_volume(conn, pool, name, root.url_image, root))
+                    match self._downloads.root_volume(conn, pool, name, root.url_image, root):
+                        case Failure(error):
+                            return Failure(error)
+                        case Success(path):
+                            made.append(path)
                 else:
                     backing = root.backing if index == 0 else None
                     made.append(create_volume(pool, name, size, backing))
@@ -200,8 +233,11 @@ class LibvirtVMLifecycle:
                     meta_data=request.meta_data,
                     networks=attachments,
                 )
-                seed_path = write_seed(conn, pool, seed_name, build_seed(seed), host.write_volume)
-                made.append(seed_path)
+                match write_seed(conn, pool, seed_name, build_seed(seed), host.write_volume):
+                    case Failure(error):
+                        return Failure(error)
+                    case Success(seed_path):
+                        made.append(seed_path)
             complete = replace(
                 building,
                 disks=tuple(disks),
@@ -209,64 +245,90 @@ class LibvirtVMLifecycle:
                 seed_path=seed_path,
                 metadata=building.metadata.with_volumes(tuple(made)).finished(),
             )
-            return str(conn.defineXML(render_domain(complete)).UUIDString())
-        except (libvirt.libvirtError, ExpectedError):
+            return Success(str(conn.defineXML(render_domain(complete)).UUIDString()))
+
+        def undo() -> None:
             for path in made:  # only what this call made: a clashing volume is not ours
                 delete_volume(conn, path)
             abandon_building(guest)
-            raise
 
-    def _reconfigure(self, conn: VirConnect, vm_id: str, changes: VMChanges) -> None:
-        guest = Guest.by_id(conn, vm_id)
+        return undone_on_failure(finished, undo, raised=(libvirt.libvirtError,))
+
+
+def _reconfigured(
+    conn: VirConnect, guest: Guest, changes: VMChanges
+) -> Result[None, ProviderError]:
+    facts = guest.facts()
+    running = guest.is_running()
+    wanted = [changes.root_disk_gib, *(spec.size_gib for spec in changes.disks)]
+    for index, size_gib in enumerate(wanted):
+        if size_gib is None or size_gib <= 0:
+            continue
+        if index < len(facts.disks):
+            _grow_disk(conn, guest, facts.disks[index], size_gib * GIB, running)
+            continue
+        match _attach_new_disk(conn, guest, facts, index, size_gib * GIB):
+            case Failure(error):
+                return Failure(error)
         facts = guest.facts()
-        running = guest.is_running()
-        wanted = [changes.root_disk_gib, *(spec.size_gib for spec in changes.disks)]
-        for index, size_gib in enumerate(wanted):
-            if size_gib is None or size_gib <= 0:
-                continue
-            if index < len(facts.disks):
-                _grow_disk(conn, guest, facts.disks[index], size_gib * GIB, running)
-            else:
-                _attach_new_disk(conn, guest, facts, index, size_gib * GIB)
-                facts = guest.facts()
-        if changes.cpu is None and changes.memory_mib is None:
-            return
-        inactive = guest.inactive_xml()
-        # Live first, the definition last: its event tells every replica's cache to reread.
-        waiting = guest.hot_add(changes) if running else []
-        try:
-            conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))
-        except libvirt.libvirtError as error:
-            if not waiting or error_code(error) not in REFUSED_VARIANT_CODES:
-                raise
-            raise ExpectedError(
-                ProviderError.failed_precondition(
-                    f"{blockers(waiting)} (the next boot's configuration was refused too: "
-                    f"{error.get_error_message()})"
-                )
-            ) from error
+    if changes.cpu is None and changes.memory_mib is None:
+        return Success(None)
+    inactive = guest.inactive_xml()
+    # Live first, the definition last: its event tells every replica's cache to reread.
+    waiting = guest.hot_add(changes) if running else []
+
+    def refused(error: libvirt.libvirtError) -> ProviderError | None:
+        if not waiting or error_code(error) not in REFUSED_VARIANT_CODES:
+            return None
+        return ProviderError.failed_precondition(
+            f"{blockers(waiting)} (the next boot's configuration was refused too: "
+            f"{error.get_error_message()})"
+        )
+
+    def defined(_domain: object) -> None:
         if waiting:
             logger.info("VM %s waits for a power cycle: %s", facts.name, blockers(waiting))
 
+    return caught(
+        lambda: Success(conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))),
+        refused,
+    ).map(defined)
 
-def _nic(conn: VirConnect, index: int, attachment: NetworkAttachment) -> NicDevice:
+
+def _nics(
+    conn: VirConnect, attachments: tuple[NetworkAttachment, ...]
+) -> Result[tuple[NicDevice, ...], ProviderError]:
+    nics: list[NicDevice] = []
+    for index, attachment in enumerate(attachments):
+        match _nic(conn, index, attachment):
+            case Failure(error):
+                return Failure(error)
+            case Success(nic):
+                nics.append(nic)
+    return Success(tuple(nics))
+
+
+def _nic(
+    conn: VirConnect, index: int, attachment: NetworkAttachment
+) -> Result[NicDevice, ProviderError]:
     model = attachment.model or "virtio"
     if attachment.network_name:
-        try:
-            conn.networkLookupByName(attachment.network_name)
-        except libvirt.libvirtError as error:
+
+        def missing(error: libvirt.libvirtError) -> ProviderError | None:
             if not is_missing(error):
-                raise
-            raise ExpectedError(
-                ProviderError.invalid_spec(
-                    fields.network_name(index),
-                    f"no libvirt network named {attachment.network_name!r}",
-                )
-            ) from error
-        return NicDevice("network", attachment.network_name, model, attachment.mac_address)
+                return None
+            return ProviderError.invalid_spec(
+                fields.network_name(index), f"no libvirt network named {attachment.network_name!r}"
+            )
+
+        return caught(
+            lambda: Success(conn.networkLookupByName(attachment.network_name)), missing
+        ).map(
+            lambda _: NicDevice("network", attachment.network_name, model, attachment.mac_address)
+        )
     if attachment.bridge:
-        return NicDevice("bridge", attachment.bridge, model, attachment.mac_address)
-    return NicDevice("user", "", model, attachment.mac_address)
+        return Success(NicDevice("bridge", attachment.bridge, model, attachment.mac_address))
+    return Success(NicDevice("user", "", model, attachment.mac_address))
 
 
 def _grow_disk(
@@ -283,8 +345,21 @@ def _grow_disk(
 
 def _attach_new_disk(
     conn: VirConnect, guest: Guest, facts: DomainFacts, index: int, capacity: int
-) -> None:
-    metadata = guest.own_metadata()
+) -> Result[None, ProviderError]:
+    return guest.own_metadata().bind(
+        lambda metadata: _attached(conn, guest, facts, index, capacity, metadata=metadata)
+    )
+
+
+def _attached(
+    conn: VirConnect,
+    guest: Guest,
+    facts: DomainFacts,
+    index: int,
+    capacity: int,
+    *,
+    metadata: VMMetadata,
+) -> Result[None, ProviderError]:
     root = facts.disks[0].path if facts.disks else ""
     pool = conn.storageVolLookupByPath(root).storagePoolLookupByVolume()
     path = create_volume(pool, volume_name(facts.name, index), capacity)
@@ -293,16 +368,20 @@ def _attach_new_disk(
     # Live first, then the persistent definition: one call with both flags can change the
     # definition and still fail live, leaving a disk whose volume the cleanup below removes.
     live = bool(guest.dom.isActive())
-    try:
-        if live:
-            guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-        try:
-            guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
-        except ExpectedError:
-            if live:
-                guest.detach_live(xml)
-            raise
-        guest.write_metadata(metadata.with_volume(path))
-    except (libvirt.libvirtError, ExpectedError):
-        delete_volume(conn, path)
-        raise
+
+    def defined() -> Result[None, ProviderError]:
+        if not live:
+            return guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        return guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_LIVE).bind(
+            lambda _: undone_on_failure(
+                lambda: guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG),
+                lambda: guest.detach_live(xml),
+                raised=(),
+            )
+        )
+
+    return undone_on_failure(
+        lambda: defined().map(lambda _: guest.write_metadata(metadata.with_volume(path))),
+        lambda: delete_volume(conn, path),
+        raised=(libvirt.libvirtError,),
+    )

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import BinaryIO
 
-from returns.result import Failure
+from returns.result import Failure, Result
 
 from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
 from pyrigaud.adapters.disk_images.scratch import counted, scratch_file, spool_sparse
@@ -31,7 +30,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import VirStorageVol, volume_chunks
 from pyrigaud.application.transfer_progress import TransferProgress
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
 # qemu-img's own buffers are small; what it writes is the disk, with a qcow2's tables.
@@ -39,7 +38,6 @@ CONVERSION_ADDRESS_SPACE_BYTES = 2 * 1024**3
 TABLES_ALLOWANCE_BYTES = 64 * 1024**2
 
 
-@contextlib.contextmanager
 def snapshot_image(
     conn: VirConnect,
     disk: VolumeFacts,
@@ -49,50 +47,52 @@ def snapshot_image(
     backing: VirStorageVol | None,
     scratch_dir: str | None,
     progress: TransferProgress,
-) -> Iterator[BinaryIO]:
+    files: contextlib.ExitStack,
+) -> Result[BinaryIO, ProviderError]:
     """A scratch file, read from its start, holding `disk` (a qcow2 volume) as internal snapshot
     `snapshot` has it, as a `disk_format` image; `backing` is the raw flattened backing chain
-    when the volume has one."""
+    when the volume has one. The scratch files are `files`' to close."""
     if disk.format != "qcow2":
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"the disk {disk.path!r} is {disk.format}: only a qcow2 disk holds snapshots"
             )
         )
-    with contextlib.ExitStack() as files:
-        overlay = files.enter_context(scratch_file(scratch_dir))
-        volume = conn.storageVolLookupByPath(disk.path)
-        spool_sparse(counted(volume_chunks(conn, volume), progress), overlay)
-        image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
-        descriptors = [overlay.fileno()]
-        if backing is not None:
-            base = files.enter_context(scratch_file(scratch_dir))
-            spool_sparse(counted(volume_chunks(conn, backing), progress), base)
-            image["backing"] = {"driver": "raw", "file": _file(base)}
-            descriptors.append(base.fileno())
-        out = files.enter_context(scratch_file(scratch_dir))
-        converted = run_qemu_img(
-            [
-                *("convert", "-l", f"snapshot.name={snapshot}", "-O", disk_format),
-                f"json:{json.dumps(image)}",
-                _path(out),
-            ],
-            doing=progress.doing,
-            limits=QemuImgLimits(
-                address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
-                cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
-                file_size_bytes=disk.capacity_bytes + TABLES_ALLOWANCE_BYTES,
-                wall_seconds=TRANSFER_DEADLINE_SECONDS,
-            ),
-            pass_fds=(*descriptors, out.fileno()),
-            refused=lambda reason: ProviderError.failed_precondition(
-                f"qemu-img cannot read snapshot {snapshot!r} of {disk.path!r}: {reason}"
-            ),
-        )
-        if isinstance(converted, Failure):
-            raise ExpectedError(converted.failure())
-        out.seek(0)
-        yield out
+    overlay = files.enter_context(scratch_file(scratch_dir))
+    volume = conn.storageVolLookupByPath(disk.path)
+    spool_sparse(counted(volume_chunks(conn, volume), progress), overlay)
+    image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
+    descriptors = [overlay.fileno()]
+    if backing is not None:
+        base = files.enter_context(scratch_file(scratch_dir))
+        spool_sparse(counted(volume_chunks(conn, backing), progress), base)
+        image["backing"] = {"driver": "raw", "file": _file(base)}
+        descriptors.append(base.fileno())
+    out = files.enter_context(scratch_file(scratch_dir))
+    converted = run_qemu_img(
+        [
+            *("convert", "-l", f"snapshot.name={snapshot}", "-O", disk_format),
+            f"json:{json.dumps(image)}",
+            _path(out),
+        ],
+        doing=progress.doing,
+        limits=QemuImgLimits(
+            address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
+            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
+            file_size_bytes=disk.capacity_bytes + TABLES_ALLOWANCE_BYTES,
+            wall_seconds=TRANSFER_DEADLINE_SECONDS,
+        ),
+        pass_fds=(*descriptors, out.fileno()),
+        refused=lambda reason: ProviderError.failed_precondition(
+            f"qemu-img cannot read snapshot {snapshot!r} of {disk.path!r}: {reason}"
+        ),
+    )
+    return converted.map(lambda _: _rewound(out))
+
+
+def _rewound(file: BinaryIO) -> BinaryIO:
+    file.seek(0)
+    return file
 
 
 def _path(file: BinaryIO) -> str:

@@ -11,13 +11,14 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import libvirt
-from returns.result import Result
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
-from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Snapshot, SnapshotRequest
 
 
@@ -27,37 +28,53 @@ class LibvirtSnapshots:
 
     def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
         return self._host.run(
-            f"snapshot {request.vm_id!r}", lambda conn: _create_snapshot(conn, request)
+            f"snapshot {request.vm_id!r}",
+            lambda conn: Guest.by_id(conn, request.vm_id).map(
+                lambda guest: _create_snapshot(guest, request)
+            ),
         )
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def delete(conn: VirConnect) -> None:
-            find_snapshot(Guest.by_id(conn, vm_id), snapshot_id).delete(0)
+        def delete(conn: VirConnect) -> Result[None, ProviderError]:
+            return (
+                Guest.by_id(conn, vm_id)
+                .bind(lambda guest: find_snapshot(guest, snapshot_id))
+                .map(_deleted)
+            )
 
         return self._host.run(f"delete snapshot {snapshot_id!r} of {vm_id!r}", delete)
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def revert(conn: VirConnect) -> None:
-            guest = Guest.by_id(conn, vm_id)
-            guest.dom.revertToSnapshot(find_snapshot(guest, snapshot_id), 0)
+        def revert(guest: Guest) -> Result[None, ProviderError]:
+            def reverted(snapshot: Any) -> None:
+                guest.dom.revertToSnapshot(snapshot, 0)
 
-        return self._host.mutate(vm_id, f"revert {vm_id!r} to snapshot {snapshot_id!r}", revert)
+            return find_snapshot(guest, snapshot_id).map(reverted)
+
+        return self._host.mutate(
+            vm_id,
+            f"revert {vm_id!r} to snapshot {snapshot_id!r}",
+            lambda conn: Guest.by_id(conn, vm_id).bind(revert),
+        )
 
 
-def find_snapshot(guest: Guest, snapshot_id: str) -> Any:
+def find_snapshot(guest: Guest, snapshot_id: str) -> Result[Any, ProviderError]:
     """The VM's snapshot of that name; NOT_FOUND otherwise."""
-    try:
-        return guest.dom.snapshotLookupByName(snapshot_id, 0)
-    except libvirt.libvirtError as error:
+
+    def missing(error: libvirt.libvirtError) -> ProviderError | None:
         if is_missing(error) or error_code(error) == libvirt.VIR_ERR_INVALID_ARG:
-            raise ExpectedError(
-                ProviderError.not_found(f"VM {guest.name!r} has no snapshot {snapshot_id!r}")
-            ) from error
-        raise
+            return ProviderError.not_found(f"VM {guest.name!r} has no snapshot {snapshot_id!r}")
+        return None
+
+    return caught(lambda: Success(guest.dom.snapshotLookupByName(snapshot_id, 0)), missing)
 
 
-def _create_snapshot(conn: VirConnect, request: SnapshotRequest) -> Snapshot:
-    dom = Guest.by_id(conn, request.vm_id).dom
+def _deleted(snapshot: Any) -> None:
+    snapshot.delete(0)
+
+
+def _create_snapshot(guest: Guest, request: SnapshotRequest) -> Snapshot:
+    dom = guest.dom
     try:
         return _snapshot_value(dom.snapshotLookupByName(request.name, 0))  # a retry: same one
     except libvirt.libvirtError as error:

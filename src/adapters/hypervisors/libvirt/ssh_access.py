@@ -27,7 +27,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.errors import ProviderError
 
 # The libvirt provider Secret's keys (deploy/libvirt/credentials-secret.yaml).
 PRIVATE_KEY = "ssh-privatekey"
@@ -77,8 +79,19 @@ class SshAccess:
     def uses_ssh(self) -> bool:
         return self._transport in BINARY_SSH_TRANSPORTS | LIBSSH_TRANSPORTS
 
+    def ready(self) -> Result[None, ProviderError]:
+        """Whether this machine has what the transport runs: `+ssh` needs the ssh client."""
+        if self._transport in BINARY_SSH_TRANSPORTS and shutil.which("ssh") is None:
+            return Failure(
+                ProviderError.unavailable(
+                    f"{display_uri(self.uri)} needs the ssh client, which is not installed"
+                )
+            )
+        return Success(None)
+
     def uri_for(self, values: Mapping[str, str]) -> str:
-        """The URI to open with these credentials; writes (or rewrites) the private files."""
+        """The URI to open with these credentials (once `ready`); writes (or rewrites) the
+        private files."""
         if not self.uses_ssh:
             return self.uri
         parameters = dict(_query(self.uri))
@@ -118,13 +131,7 @@ class SshAccess:
     def _ssh_binary_parameters(
         self, key_path: Path | None, known_hosts_path: Path | None
     ) -> dict[str, str]:
-        client = shutil.which("ssh")
-        if client is None:
-            raise ExpectedError(
-                ProviderError.unavailable(
-                    f"{display_uri(self.uri)} needs the ssh client, which is not installed"
-                )
-            )
+        client = shutil.which("ssh") or "ssh"  # found by `ready`
         options = ["BatchMode yes"]
         if key_path is not None:
             options.append("IdentitiesOnly yes")

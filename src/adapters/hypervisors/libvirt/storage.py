@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import libvirt
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.errors import is_missing
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
 GIB = 1024**3
 VirStoragePool = Any
@@ -46,26 +47,30 @@ class PoolSettings:
 
 def find_pool(
     conn: VirConnect, name: str, settings: PoolSettings, field: str = fields.PLACEMENT_DATASTORE
-) -> VirStoragePool:
+) -> Result[VirStoragePool, ProviderError]:
     """The named pool, active; only the default pool is created when it does not exist.
 
     A missing named pool is an invalid spec of `field`, the request field that named it.
     """
-    try:
-        pool = conn.storagePoolLookupByName(name)
-    except libvirt.libvirtError as error:
-        if not is_missing(error):
-            raise
+    pool = _pool_named(conn, name)
+    if pool is None:
         if name != settings.default_pool:
-            raise ExpectedError(
-                ProviderError.invalid_spec(field, f"no storage pool named {name!r}")
-            ) from error
+            return Failure(ProviderError.invalid_spec(field, f"no storage pool named {name!r}"))
         pool = conn.storagePoolDefineXML(_dir_pool_xml(name, settings.default_pool_path), 0)
         pool.build(0)
         pool.setAutostart(1)
     if not pool.isActive():
         pool.create(0)
-    return pool
+    return Success(pool)
+
+
+def _pool_named(conn: VirConnect, name: str) -> VirStoragePool | None:
+    try:
+        return conn.storagePoolLookupByName(name)
+    except libvirt.libvirtError as error:
+        if is_missing(error):
+            return None
+        raise
 
 
 def _dir_pool_xml(name: str, path: str) -> str:
@@ -188,14 +193,16 @@ def find_volume(pool: VirStoragePool, name: str) -> str | None:
         raise
 
 
-def copy_volume_into(conn: VirConnect, pool: VirStoragePool, source_path: str, name: str) -> str:
+def copy_volume_into(
+    conn: VirConnect, pool: VirStoragePool, source_path: str, name: str
+) -> Result[str, ProviderError]:
     """A full copy of the volume at `source_path` in `pool`, keeping its format."""
     source = volume_facts(conn, source_path)
     if source is None:
-        raise ExpectedError(ProviderError.not_found(f"no volume at {source_path!r}"))
+        return Failure(ProviderError.not_found(f"no volume at {source_path!r}"))
     xml = volume_xml(name, source.capacity_bytes, volume_format=source.format)
     origin = conn.storageVolLookupByPath(source_path)
-    return str(pool.createXMLFrom(xml, origin, 0).path())
+    return Success(str(pool.createXMLFrom(xml, origin, 0).path()))
 
 
 def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import libvirt
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.storage import VirStoragePool, delete_volume
 from pyrigaud.application.ports import Clock
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging_names import transfer_volume_name, transfer_volume_started_at
 
 CHUNK_BYTES = 1024 * 1024
@@ -72,19 +74,18 @@ def _received(stream: Any) -> bytes:
     return bytes(data)
 
 
-def refusing_unsupported(direction: str, transfer: Callable[[], T]) -> T:
+def refusing_unsupported(direction: str, transfer: Callable[[], T]) -> Result[T, ProviderError]:
     """A driver without volume streams (libvirt's test driver) gets an honest UNSUPPORTED."""
-    try:
-        return transfer()
-    except libvirt.libvirtError as error:
+
+    def unsupported(error: libvirt.libvirtError) -> ProviderError | None:
         if error_code(error) != libvirt.VIR_ERR_NO_SUPPORT:
-            raise
-        raise ExpectedError(
-            ProviderError.unsupported(
-                f"this libvirt driver cannot {direction} volumes (virStorageVol"
-                f"{direction.capitalize()}): disk transfer needs a real hypervisor"
-            )
-        ) from error
+            return None
+        return ProviderError.unsupported(
+            f"this libvirt driver cannot {direction} volumes (virStorageVol"
+            f"{direction.capitalize()}): disk transfer needs a real hypervisor"
+        )
+
+    return caught(lambda: Success(transfer()), unsupported)
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,8 @@ class TransferVolumes:
         )
 
     @contextlib.contextmanager
-    def temporary(self, conn: VirConnect, make: Callable[[str], str], name: str) -> Iterator[str]:
-        """The path of the volume `make(name)` creates, removed when the block ends, however
-        it ends."""
-        path = make(name)
+    def temporary(self, conn: VirConnect, path: str) -> Iterator[str]:
+        """`path`, a volume made for the block, removed when the block ends, however it ends."""
         try:
             yield path
         finally:
