@@ -376,7 +376,6 @@ def _attached(
             lambda _: undone_on_failure(
                 lambda: guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG),
                 lambda: guest.detach_live(xml),
-                raised=(),
             )
         )
 
