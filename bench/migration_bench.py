@@ -70,6 +70,7 @@ from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
 
 from contract.harness import made
+from support import ok
 from support.staging import ganesha_nfs, moto_s3
 from support.transfer import IMAGE_JUDGE, DiskMoves, disk_moves, export_disk, import_disk
 from support.vsphere import backend_over, create_use_case, running_simulator
@@ -324,7 +325,7 @@ def _one_storage(
     floor, _, _ = measured(lambda: place.upload(floor_file, "floor.qcow2"))
     synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
     size = exported.estimated_size_bytes
-    streams = connection.call(lambda conn: _download_alone(conn, floor_file))
+    streams = ok(connection.call(lambda conn: _download_alone(conn, floor_file)))
     rows = [libvirt_row("export", "qcow2", seconds, floor, size, rss / MiB, synced, streams)]
     seconds, rss, imported = measured(
         lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
@@ -333,9 +334,9 @@ def _one_storage(
     floor, _, _ = measured(lambda: place.download("floor.qcow2", landed))
     synced = floor + _fsync_seconds(landed) if place.folder else None
     landed.unlink()
-    connection.call(lambda conn: delete_volume(conn, imported.path))
+    ok(connection.call(lambda conn: delete_volume(conn, imported.path)))
     size = imported.actual_size_bytes
-    streams = connection.call(lambda conn: _upload_alone(conn, floor_file))
+    streams = ok(connection.call(lambda conn: _upload_alone(conn, floor_file)))
     rows.append(libvirt_row("import", "qcow2", seconds, floor, size, rss / MiB, synced, streams))
     return rows
 
