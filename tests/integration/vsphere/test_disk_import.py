@@ -13,8 +13,10 @@ from typing import Any, BinaryIO, cast
 
 import pytest
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
+from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files, disk_import
+from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
     Location,
@@ -25,11 +27,11 @@ from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import building_marks
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
 
 from contract.harness import made
-from support import ok
+from support import error_of, ok
 from support.ova import DATASTORE, stream_optimized_vmdk
 from support.vsphere import Simulator, vim, vm_ref
 
@@ -46,8 +48,8 @@ def instance(simulator: Simulator) -> Iterator[Any]:
 
 @pytest.fixture
 def location(instance: Any) -> Location:
-    datastore = named_entity(instance, vim.Datastore, DATASTORE, fields.STORAGE_HINT)
-    return resolve_on_datastore(instance, Placement(), datastore)
+    datastore = ok(named_entity(instance, vim.Datastore, DATASTORE, fields.STORAGE_HINT))
+    return ok(resolve_on_datastore(instance, Placement(), datastore))
 
 
 @pytest.fixture(scope="module")
@@ -65,22 +67,28 @@ def folders(instance: Any) -> Iterator[list[str]]:
     names: list[str] = []
     yield names
     for name in names:
-        datastore_files.delete(instance, name)
+        ok(datastore_files.delete(instance, name))
 
 
 def _vm_names(instance: Any) -> set[str]:
     return {str(row["name"]) for row in retrieve_all_vms(instance, ("name",))}
 
 
-def _import(instance: Any, reader: BinaryIO, size: int, name: str, location: Location) -> str:
-    return import_stream_optimized(
-        instance,
-        reader,
-        size,
-        name,
-        location,
-        len(RAW),
-        marks=building_marks(OWNER.provider, time.time()),
+def _import(
+    instance: Any, reader: BinaryIO, size: int, name: str, location: Location
+) -> Result[str, ProviderError]:
+    """The import through the package's edge, as the ImportDisk glue calls it."""
+    return attempt(
+        f"importing disk {name!r}",
+        lambda: import_stream_optimized(
+            instance,
+            reader,
+            size,
+            name,
+            location,
+            len(RAW),
+            marks=building_marks(OWNER.provider, time.time()),
+        ),
     )
 
 
@@ -90,12 +98,12 @@ def test_the_disk_lands_with_the_bytes_sent_and_no_vm_stays(
     name = "vs-import-landed"
     folders.append(f"[{DATASTORE}] {name}")
     with vmdk.open("rb") as reader:
-        path = _import(instance, reader, vmdk.stat().st_size, name, location)
+        path = ok(_import(instance, reader, vmdk.stat().st_size, name, location))
 
     assert path.startswith(f"[{DATASTORE}] {name}/")
     assert path.endswith(".vmdk")
     sent = vmdk.read_bytes()
-    assert datastore_files.read_small(instance, path, limit=len(sent)) == sent
+    assert ok(datastore_files.read_small(instance, path, limit=len(sent))) == sent
     assert name not in _vm_names(instance)
 
     image = VMImage(template_name="", path=path, url="", format="vmdk", checksum_type="sha256")
@@ -117,7 +125,7 @@ def test_names_that_xml_would_misread_are_carried_as_text(
     name = "vs-import <&'\"> x"
     folders.append(f"[{DATASTORE}] {name}")
     with vmdk.open("rb") as reader:
-        path = _import(instance, reader, vmdk.stat().st_size, name, location)
+        path = ok(_import(instance, reader, vmdk.stat().st_size, name, location))
     assert path.startswith(f"[{DATASTORE}] {name}/")
     assert name not in _vm_names(instance)
 
@@ -147,13 +155,12 @@ def test_a_failure_mid_upload_leaves_no_vm_and_no_folder(
     folders.append(folder)
     with vmdk.open("rb") as staged:
         reader = cast(BinaryIO, _FailingReader(staged))
-        with pytest.raises(ExpectedError) as raised:
-            _import(instance, reader, vmdk.stat().st_size, name, location)
+        raised = error_of(_import(instance, reader, vmdk.stat().st_size, name, location))
 
-    assert raised.value.error.kind is ErrorKind.UNAVAILABLE
-    assert "scratch disk failed" in raised.value.error.message
+    assert raised.kind is ErrorKind.UNAVAILABLE
+    assert "scratch disk failed" in raised.message
     assert name not in _vm_names(instance)
-    assert not datastore_files.exists(instance, folder)
+    assert not ok(datastore_files.exists(instance, folder))
 
 
 def test_a_failure_after_the_lease_deletes_the_folder_with_the_disk(
@@ -172,7 +179,7 @@ def test_a_failure_after_the_lease_deletes_the_folder_with_the_disk(
     folders.append(folder)
     detached: list[str] = []
 
-    def detach_then_fail(instance: Any, vm: Any) -> str:
+    def detach_then_fail(instance: Any, vm: Any) -> Result[str, ProviderError]:
         disk = next(
             d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)
         )
@@ -183,14 +190,14 @@ def test_a_failure_after_the_lease_deletes_the_folder_with_the_disk(
         raise vim.fault.InvalidState(msg="a late failure")
 
     monkeypatch.setattr(disk_import, "_keep_disk", detach_then_fail)
-    with vmdk.open("rb") as reader, pytest.raises(ExpectedError) as raised:
-        _import(instance, reader, vmdk.stat().st_size, name, location)
+    with vmdk.open("rb") as reader:
+        raised = error_of(_import(instance, reader, vmdk.stat().st_size, name, location))
 
-    assert raised.value.error.kind is ErrorKind.FAILED_PRECONDITION
+    assert raised.kind is ErrorKind.FAILED_PRECONDITION
     assert detached
     assert detached[0].startswith(f"{folder}/")
     assert name not in _vm_names(instance)
-    assert not datastore_files.exists(instance, folder)
+    assert not ok(datastore_files.exists(instance, folder))
 
 
 def test_an_existing_folder_is_already_exists_and_left_alone(
@@ -199,12 +206,12 @@ def test_an_existing_folder_is_already_exists_and_left_alone(
     name = "vs-import-taken"
     folder = f"[{DATASTORE}] {name}"
     folders.append(folder)
-    datastore_files.write_small(instance, f"{folder}/theirs.txt", b"not yours")
-    with vmdk.open("rb") as reader, pytest.raises(ExpectedError) as raised:
-        _import(instance, reader, vmdk.stat().st_size, name, location)
+    ok(datastore_files.write_small(instance, f"{folder}/theirs.txt", b"not yours"))
+    with vmdk.open("rb") as reader:
+        raised = error_of(_import(instance, reader, vmdk.stat().st_size, name, location))
 
-    assert raised.value.error.kind is ErrorKind.ALREADY_EXISTS
-    assert datastore_files.read_small(instance, f"{folder}/theirs.txt") == b"not yours"
+    assert raised.kind is ErrorKind.ALREADY_EXISTS
+    assert ok(datastore_files.read_small(instance, f"{folder}/theirs.txt")) == b"not yours"
     assert name not in _vm_names(instance)
 
 
@@ -212,36 +219,36 @@ def test_an_existing_folder_is_already_exists_and_left_alone(
 def test_a_name_that_is_no_plain_folder_name_is_an_invalid_spec(
     instance: Any, location: Location, vmdk: Path, name: str
 ) -> None:
-    with vmdk.open("rb") as reader, pytest.raises(ExpectedError) as raised:
-        _import(instance, reader, vmdk.stat().st_size, name, location)
-    assert raised.value.error.kind is ErrorKind.INVALID_SPEC
-    assert raised.value.error.message.startswith(f"{fields.TARGET_NAME}:")
+    with vmdk.open("rb") as reader:
+        raised = error_of(_import(instance, reader, vmdk.stat().st_size, name, location))
+    assert raised.kind is ErrorKind.INVALID_SPEC
+    assert raised.message.startswith(f"{fields.TARGET_NAME}:")
 
 
 def test_small_datastore_files_round_trip(instance: Any, folders: list[str]) -> None:
     folder = f"[{DATASTORE}] vs-files"
     folders.append(folder)
     record = f"{folder}/disk [1]*.json"  # wildcard characters are matched as themselves
-    assert datastore_files.read_small(instance, record) is None
-    assert not datastore_files.exists(instance, record)
-    assert not datastore_files.exists(instance, folder)
+    assert ok(datastore_files.read_small(instance, record)) is None
+    assert not ok(datastore_files.exists(instance, record))
+    assert not ok(datastore_files.exists(instance, folder))
 
-    datastore_files.write_small(instance, record, b'{"sha256": "ab"}')
-    datastore_files.write_small(instance, f"{folder}/disk 11x.json", b"other")
-    assert datastore_files.read_small(instance, record) == b'{"sha256": "ab"}'
-    assert datastore_files.exists(instance, record)
-    assert datastore_files.exists(instance, folder)
-    assert not datastore_files.exists(instance, f"{folder}/disk [1].json")
+    ok(datastore_files.write_small(instance, record, b'{"sha256": "ab"}'))
+    ok(datastore_files.write_small(instance, f"{folder}/disk 11x.json", b"other"))
+    assert ok(datastore_files.read_small(instance, record)) == b'{"sha256": "ab"}'
+    assert ok(datastore_files.exists(instance, record))
+    assert ok(datastore_files.exists(instance, folder))
+    assert not ok(datastore_files.exists(instance, f"{folder}/disk [1].json"))
 
-    datastore_files.write_small(instance, record, b"{}")  # replaced whole
-    assert datastore_files.read_small(instance, record) == b"{}"
+    ok(datastore_files.write_small(instance, record, b"{}"))  # replaced whole
+    assert ok(datastore_files.read_small(instance, record)) == b"{}"
 
-    datastore_files.delete(instance, record)
-    assert not datastore_files.exists(instance, record)
-    assert datastore_files.read_small(instance, record) is None
-    datastore_files.delete(instance, record)  # already gone: fine
-    datastore_files.delete(instance, folder)
-    assert not datastore_files.exists(instance, folder)
+    ok(datastore_files.delete(instance, record))
+    assert not ok(datastore_files.exists(instance, record))
+    assert ok(datastore_files.read_small(instance, record)) is None
+    ok(datastore_files.delete(instance, record))  # already gone: fine
+    ok(datastore_files.delete(instance, folder))
+    assert not ok(datastore_files.exists(instance, folder))
 
 
 def test_a_file_larger_than_the_limit_is_never_read_whole(
@@ -249,17 +256,15 @@ def test_a_file_larger_than_the_limit_is_never_read_whole(
 ) -> None:
     folder = f"[{DATASTORE}] vs-files-big"
     folders.append(folder)
-    datastore_files.write_small(instance, f"{folder}/big", b"x" * 100)
-    with pytest.raises(ExpectedError) as raised:
-        datastore_files.read_small(instance, f"{folder}/big", limit=99)
-    assert raised.value.error.kind is ErrorKind.FAILED_PRECONDITION
-    assert datastore_files.read_small(instance, f"{folder}/big", limit=100) == b"x" * 100
+    ok(datastore_files.write_small(instance, f"{folder}/big", b"x" * 100))
+    raised = error_of(datastore_files.read_small(instance, f"{folder}/big", limit=99))
+    assert raised.kind is ErrorKind.FAILED_PRECONDITION
+    assert ok(datastore_files.read_small(instance, f"{folder}/big", limit=100)) == b"x" * 100
 
 
 def test_an_unknown_datastore_is_not_found(instance: Any) -> None:
-    with pytest.raises(ExpectedError) as raised:
-        datastore_files.exists(instance, "[NoSuchDS] dir/file")
-    assert raised.value.error.kind is ErrorKind.NOT_FOUND
+    raised = error_of(datastore_files.exists(instance, "[NoSuchDS] dir/file"))
+    assert raised.kind is ErrorKind.NOT_FOUND
 
 
 def test_an_import_that_loses_its_name_meanwhile_leaves_the_winner_alone(
@@ -279,16 +284,16 @@ def test_an_import_that_loses_its_name_meanwhile_leaves_the_winner_alone(
     checked_then_import_spec = disk_import.import_spec
 
     def another_import_gets_there_first(*args: Any, **kwargs: Any) -> Any:
-        datastore_files.write_small(instance, theirs, b"the other import's VM")
+        ok(datastore_files.write_small(instance, theirs, b"the other import's VM"))
         return checked_then_import_spec(*args, **kwargs)
 
     monkeypatch.setattr(disk_import, "import_spec", another_import_gets_there_first)
-    with vmdk.open("rb") as reader, pytest.raises(ExpectedError) as raised:
-        _import(instance, reader, vmdk.stat().st_size, name, location)
+    with vmdk.open("rb") as reader:
+        raised = error_of(_import(instance, reader, vmdk.stat().st_size, name, location))
 
-    assert raised.value.error.kind is ErrorKind.ALREADY_EXISTS
-    assert "another import" in raised.value.error.message
-    assert datastore_files.read_small(instance, theirs) == b"the other import's VM"
+    assert raised.kind is ErrorKind.ALREADY_EXISTS
+    assert "another import" in raised.message
+    assert ok(datastore_files.read_small(instance, theirs)) == b"the other import's VM"
     assert name not in _vm_names(instance)
     beside = [vm for vm in _vm_names(instance) if vm.startswith(name)]
     assert beside == []

@@ -10,7 +10,9 @@ from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import preflight
 from pyrigaud.domain.disk_images import LeftBehind
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind
+
+from support import error_of, ok
 
 vim: Any = untyped_vim  # pyVmomi's data-object constructors are untyped
 
@@ -40,19 +42,18 @@ def test_a_disk_no_lease_can_give_at_one_point_in_time_is_refused(
     backing: Any, problem: str
 ) -> None:
     disk = _disk(2000, backing)
-    with pytest.raises(ExpectedError) as refused:
-        preflight("web", disk, {"config.hardware.device": [disk]})
-    assert refused.value.error.kind is ErrorKind.FAILED_PRECONDITION
-    assert problem in refused.value.error.message
-    assert "disk 2000" in refused.value.error.message
+    refused = error_of(preflight("web", disk, {"config.hardware.device": [disk]}))
+    assert refused.kind is ErrorKind.FAILED_PRECONDITION
+    assert problem in refused.message
+    assert "disk 2000" in refused.message
 
 
 def test_a_vm_with_pci_passthrough_devices_is_refused() -> None:
     disk = _disk(2000, _flat(diskMode="persistent"))
     passthrough = vim.vm.device.VirtualPCIPassthrough(key=13000)
-    with pytest.raises(ExpectedError, match="PCI passthrough") as refused:
-        preflight("gpu", disk, {"config.hardware.device": [disk, passthrough]})
-    assert refused.value.error.kind is ErrorKind.FAILED_PRECONDITION
+    refused = error_of(preflight("gpu", disk, {"config.hardware.device": [disk, passthrough]}))
+    assert refused.kind is ErrorKind.FAILED_PRECONDITION
+    assert "PCI passthrough" in refused.message
 
 
 def test_what_the_moved_disk_does_not_carry_is_told() -> None:
@@ -62,10 +63,10 @@ def test_what_the_moved_disk_does_not_carry_is_told() -> None:
         "config.hardware.device": [first, second, vim.vm.device.VirtualTPM(key=11000)],
         "config.firmware": "efi",
     }
-    assert preflight("web", first, row) == (
+    assert ok(preflight("web", first, row)) == (
         LeftBehind.OTHER_DISKS,
         LeftBehind.TPM,
         LeftBehind.NVRAM,
     )
     alone = {"config.hardware.device": [first], "config.firmware": "bios"}
-    assert preflight("web", first, alone) == ()
+    assert ok(preflight("web", first, alone)) == ()

@@ -4,6 +4,7 @@ disk that went in; the lease ends complete, or aborted when the reader fails."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,17 +15,18 @@ from typing import Any
 import pytest
 from pyVim.task import WaitForTask  # type: ignore[import-untyped]
 from pyVmomi import vmodl as untyped_vmodl
+from returns.result import Result
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
-from pyrigaud.adapters.hypervisors.vsphere.nfc_export import ExportedDisk, exported_disk
-from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import CHUNK_BYTES, receiving_from_lease
+from pyrigaud.adapters.hypervisors.vsphere.nfc_export import ExportedDisk, export_disk
+from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import CHUNK_BYTES, receive_from_lease
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import ImageSource, Placement, PrepareImageRequest
 
-from support import ok
+from support import error_of, ok
 from support.image_server import serving
 from support.ova import DATASTORE, ova_of, ovf_descriptor, stream_optimized_vmdk
 from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
@@ -106,6 +108,16 @@ def _pool(instance: Any) -> Any:
     return instance.content.searchIndex.FindByInventoryPath("DC0/host/DC0_C0/Resources")
 
 
+@contextlib.contextmanager
+def exported_disk(
+    instance: Any, source: Any, disk_index: int
+) -> Iterator[Result[ExportedDisk, ProviderError]]:
+    """The export as the disk transfer holds it: the lease ends with the block, completed
+    when it ends normally after the disk was opened, aborted otherwise."""
+    with contextlib.ExitStack() as holds:
+        yield export_disk(instance, source, disk_index, holds)
+
+
 def _read_all(exported: ExportedDisk, target: Path) -> list[int]:
     """Write the export's bytes to `target`; the size of each chunk read."""
     sizes = []
@@ -160,7 +172,8 @@ def _lease_is_gone(lease: Any) -> bool:
 
 
 def _fail_after_one_chunk(instance: Any, vm: Any, held: list[ExportedDisk]) -> None:
-    with exported_disk(instance, vm, 0) as exported:
+    with exported_disk(instance, vm, 0) as opened:
+        exported = ok(opened)
         held.append(exported)
         next(exported.chunks())
         raise ReaderFailedError
@@ -169,7 +182,8 @@ def _fail_after_one_chunk(instance: Any, vm: Any, held: list[ExportedDisk]) -> N
 def test_a_vm_exports_the_disk_its_import_uploaded(
     instance: Any, imported_vm: Any, raw: bytes, tmp_path: Path
 ) -> None:
-    with exported_disk(instance, imported_vm, 0) as exported:
+    with exported_disk(instance, imported_vm, 0) as opened:
+        exported = ok(opened)
         sizes = _read_all(exported, tmp_path / "disk.vmdk")
     assert exported.size_bytes == (tmp_path / "disk.vmdk").stat().st_size
     assert len(sizes) > 1  # the 4 MiB of mostly random data came in several chunks
@@ -187,11 +201,12 @@ def test_a_snapshot_exports_the_disk_as_it_recorded_it_while_the_vm_runs(
     )
     WaitForTask(imported_vm.PowerOnVM_Task())
     try:
-        with exported_disk(instance, snapshot, 0) as exported:
+        with exported_disk(instance, snapshot, 0) as opened:
+            exported = ok(opened)
             _read_all(exported, tmp_path / "disk.vmdk")
     finally:
         WaitForTask(imported_vm.PowerOffVM_Task())
-        wait(instance, snapshot.RemoveSnapshot_Task(removeChildren=False))
+        ok(wait(instance, snapshot.RemoveSnapshot_Task(removeChildren=False)))
     assert _as_raw(tmp_path / "disk.vmdk") == raw
     assert _lease_is_gone(exported.lease)
     assert _export_task_ending(instance, imported_vm, "exportSnapshot") == ("success", None)
@@ -202,8 +217,8 @@ def test_a_blank_disk_exports_as_zeros_of_its_capacity(
 ) -> None:
     disks = [d for d in blank_vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
     capacity = int(disks[0].capacityInKB) * 1024
-    with exported_disk(instance, blank_vm, 0) as exported:
-        _read_all(exported, tmp_path / "blank.vmdk")
+    with exported_disk(instance, blank_vm, 0) as opened:
+        _read_all(ok(opened), tmp_path / "blank.vmdk")
     assert _virtual_size(tmp_path / "blank.vmdk") == capacity
     assert _as_raw(tmp_path / "blank.vmdk") == bytes(capacity)
 
@@ -212,11 +227,11 @@ def test_a_powered_on_vm_is_a_failed_precondition_naming_snapshots(
     instance: Any, blank_vm: Any
 ) -> None:
     WaitForTask(blank_vm.PowerOnVM_Task())
-    with pytest.raises(ExpectedError) as raised, exported_disk(instance, blank_vm, 0):
-        pytest.fail("a powered-on VM was exported")
-    assert raised.value.error.kind is ErrorKind.FAILED_PRECONDITION
-    assert "powered on" in raised.value.error.message
-    assert "snapshot_id" in raised.value.error.message
+    with exported_disk(instance, blank_vm, 0) as opened:
+        refused = error_of(opened)
+    assert refused.kind is ErrorKind.FAILED_PRECONDITION
+    assert "powered on" in refused.message
+    assert "snapshot_id" in refused.message
 
 
 def test_a_failing_reader_aborts_the_lease_and_its_error_propagates(
@@ -232,16 +247,16 @@ def test_a_failing_reader_aborts_the_lease_and_its_error_propagates(
 
 
 def test_a_missing_disk_is_not_found_and_aborts_the_lease(instance: Any, blank_vm: Any) -> None:
-    with pytest.raises(ExpectedError) as raised, exported_disk(instance, blank_vm, 1):
-        pytest.fail("a disk the VM lacks was exported")
-    assert raised.value.error.kind is ErrorKind.NOT_FOUND
+    with exported_disk(instance, blank_vm, 1) as opened:
+        missing = error_of(opened)
+    assert missing.kind is ErrorKind.NOT_FOUND
     assert _export_task_ending(instance, blank_vm, "exportVm")[0] == "error"
 
 
 def test_a_lease_url_vcenter_refuses_is_unavailable(instance: Any) -> None:
     """The GET of a lease that is not (or no longer) there answers 404."""
     url = "https://*/nfc/httpnfclease-0/disk-0.vmdk"
-    with pytest.raises(ExpectedError) as raised, receiving_from_lease(instance._stub, url):
-        pytest.fail("a lease that does not exist served a disk")
-    assert raised.value.error.kind is ErrorKind.UNAVAILABLE
-    assert "HTTP 404" in raised.value.error.message
+    with contextlib.ExitStack() as holds:
+        refused = error_of(receive_from_lease(instance._stub, url, holds))
+    assert refused.kind is ErrorKind.UNAVAILABLE
+    assert "HTTP 404" in refused.message

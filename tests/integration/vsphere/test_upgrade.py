@@ -33,6 +33,7 @@ from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
+from support import ok
 from support.release import release_command, release_python
 from support.replica import Replica, listed_vms
 from support.vsphere import SIMULATOR_DATASTORE, TEMPLATE_VM, Simulator, running_simulator
@@ -274,8 +275,8 @@ def test_the_sweep_removes_what_the_release_left_part_way_and_nothing_else(
     try:
         cut_off_folder, imported_disk = session.call(
             lambda instance: (
-                datastore_files.exists(instance, f"[{SIMULATOR_DATASTORE}] {CUT_OFF}"),
-                datastore_files.exists(instance, legacy.imported.path),
+                ok(datastore_files.exists(instance, f"[{SIMULATOR_DATASTORE}] {CUT_OFF}")),
+                ok(datastore_files.exists(instance, legacy.imported.path)),
             )
         )
     finally:

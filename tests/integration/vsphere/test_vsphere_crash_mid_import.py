@@ -22,6 +22,7 @@ import pytest
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
+from support import ok
 from support.replica import Replica
 from support.vsphere import Simulator, running_simulator
 
@@ -104,8 +105,8 @@ def test_an_import_killed_part_way_is_swept_and_then_succeeds(
         assert survivor.logged(f"killed part-way: VM {NAME!r}", SETTLE_SECONDS)
         assert watcher.lifecycle.find_by_name(NAME).unwrap() is None
         session = slow_completion.session()
-        folder_left = session.call(
-            lambda instance: datastore_files.exists(instance, f"[{DATASTORE}] {NAME}")
+        folder_left = ok(
+            session.call(lambda instance: datastore_files.exists(instance, f"[{DATASTORE}] {NAME}"))
         )
         session.close()
         assert not folder_left

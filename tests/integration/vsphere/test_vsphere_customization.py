@@ -98,12 +98,14 @@ def test_clone_customization_sets_fixed_ip_dns_and_host_name(
 
 def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None:
     """The simulator keeps the time zone to itself, so the spec is checked directly."""
-    guest = guest_customization(
-        (NetworkAttachment(static_ip="198.51.100.7/25"),),
-        host_name="db-1",
-        domain="",
-        time_zone="America/New_York",
-        named=CLONE_ATTACHMENTS,
+    guest = ok(
+        guest_customization(
+            (NetworkAttachment(static_ip="198.51.100.7/25"),),
+            host_name="db-1",
+            domain="",
+            time_zone="America/New_York",
+            named=CLONE_ATTACHMENTS,
+        )
     )
     assert guest is not None
     spec = guest.spec(nic_count=2)
@@ -113,8 +115,8 @@ def test_the_customization_names_the_time_zone_and_pads_nics_with_dhcp() -> None
     assert (fixed.ip.ipAddress, fixed.subnetMask) == ("198.51.100.7", "255.255.255.128")
     assert isinstance(dhcp.ip, vim.vm.customization.DhcpIpGenerator)
     no_ip = (NetworkAttachment(network_name="VM Network"),)
-    none_needed = guest_customization(
-        no_ip, host_name="", domain="", time_zone="", named=CLONE_ATTACHMENTS
+    none_needed = ok(
+        guest_customization(no_ip, host_name="", domain="", time_zone="", named=CLONE_ATTACHMENTS)
     )
     assert none_needed is None
 

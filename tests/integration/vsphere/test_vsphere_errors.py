@@ -13,8 +13,10 @@ import pytest
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
 from pyVmomi.SoapAdapter import SoapStubAdapter
+from returns.result import Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import attempt, provider_error
+from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
+from pyrigaud.adapters.hypervisors.vsphere.faults import provider_error
 from pyrigaud.adapters.hypervisors.vsphere.session import LoginError
 from pyrigaud.domain.errors import ErrorKind
 
@@ -97,7 +99,7 @@ def test_a_fault_pyvmomi_cannot_read_is_unavailable_never_internal(name: str, bo
         # A negative port is pyVmomi's way of saying plain http.
         stub = SoapStubAdapter(host="127.0.0.1", port=-port, version="vim.version.version8")
         instance = vim.ServiceInstance("ServiceInstance", stub)
-        result = attempt("reading the service content", instance.RetrieveContent)
+        result = attempt("reading the service content", lambda: Success(instance.RetrieveContent()))
     error = error_of(result)
     assert error.kind is ErrorKind.UNAVAILABLE
     assert error.message.startswith("reading the service content: vCenter answered with what")
@@ -106,4 +108,4 @@ def test_a_fault_pyvmomi_cannot_read_is_unavailable_never_internal(name: str, bo
 def test_a_bug_of_ours_stays_a_bug() -> None:
     """Only what pyVmomi's reader raises is taken for a newer server's reply."""
     with pytest.raises(KeyError):
-        attempt("looking something up", lambda: {}["missing"])
+        attempt("looking something up", lambda: Success({}["missing"]))

@@ -53,11 +53,14 @@ def build_vsphere_backend(
     and ImportDisk can stage disks (advertised), `scratch_dir` where their format conversions
     keep anonymous scratch files (None: the system's temporary directory); `owner` is this
     provider's owner mark, written on the VMs imports make until they are complete."""
-    session = VSphereSession(endpoint, credentials_from(credentials), insecure, on_relogin, on_call)
+    clock = SystemClock()
+    session = VSphereSession(
+        endpoint, credentials_from(credentials), insecure, on_relogin, on_call, clock=clock
+    )
     return vsphere_backend(
         session,
         defaults=defaults,
-        clock=SystemClock(),
+        clock=clock,
         allow_loopback_urls=allow_loopback_urls,
         on_resync=on_resync,
         staging_backends=staging_backends,

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -27,18 +28,14 @@ FIRST_TPM_API = (6, 7)
 
 def class_config(
     vm_class: VMClass, owned_by: Mapping[str, str], user_data: bytes, meta_data: bytes
-) -> Any:
+) -> Result[Any, ProviderError]:
     """The ConfigSpec for CPU, memory, firmware, hot-add, nesting and extraConfig."""
     if vm_class.security.secure_boot and vm_class.firmware is not Firmware.UEFI:
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI")
-        )
+        return Failure(ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI"))
     if vm_class.security.tpm_enabled and vm_class.firmware is not Firmware.UEFI:
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.CLASS_TPM_ENABLED, "needs firmware UEFI")
-        )
+        return Failure(ProviderError.invalid_spec(fields.CLASS_TPM_ENABLED, "needs firmware UEFI"))
     if vm_class.security.tpm_enabled and vm_class.security.tpm_version not in TPM_VERSIONS:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.CLASS_TPM_VERSION,
                 f"vSphere's virtual TPM is TPM 2.0, got {vm_class.security.tpm_version!r}",
@@ -49,19 +46,25 @@ def class_config(
     }
     extra.update(guestinfo(user_data, meta_data))
     extra.update(owned_by)  # last, so a class can never forge the ownership mark
-    return vim.vm.ConfigSpec(
-        numCPUs=vm_class.cpu,
-        memoryMB=vm_class.memory_mib,
-        firmware="efi" if vm_class.firmware is Firmware.UEFI else "bios",
-        bootOptions=vim.vm.BootOptions(efiSecureBootEnabled=vm_class.security.secure_boot),
-        nestedHVEnabled=vm_class.performance.nested_virtualization,
-        cpuHotAddEnabled=vm_class.performance.cpu_hot_add,
-        memoryHotAddEnabled=vm_class.performance.memory_hot_add,
-        extraConfig=[vim.option.OptionValue(key=key, value=value) for key, value in extra.items()],
+    return Success(
+        vim.vm.ConfigSpec(
+            numCPUs=vm_class.cpu,
+            memoryMB=vm_class.memory_mib,
+            firmware="efi" if vm_class.firmware is Firmware.UEFI else "bios",
+            bootOptions=vim.vm.BootOptions(efiSecureBootEnabled=vm_class.security.secure_boot),
+            nestedHVEnabled=vm_class.performance.nested_virtualization,
+            cpuHotAddEnabled=vm_class.performance.cpu_hot_add,
+            memoryHotAddEnabled=vm_class.performance.memory_hot_add,
+            extraConfig=[
+                vim.option.OptionValue(key=key, value=value) for key, value in extra.items()
+            ],
+        )
     )
 
 
-def class_devices(vm_class: VMClass, devices: Sequence[Any], api_version: str) -> list[Any]:
+def class_devices(
+    vm_class: VMClass, devices: Sequence[Any], api_version: str
+) -> Result[list[Any], ProviderError]:
     """Device additions the class asks for: a virtual TPM, unless the VM has one already.
 
     `api_version` is the endpoint's (about.apiVersion): before vSphere 6.7 there is no vTPM,
@@ -69,17 +72,16 @@ def class_devices(vm_class: VMClass, devices: Sequence[Any], api_version: str) -
     provider; that fault comes back as the error."""
     has_tpm = any(isinstance(device, vim.vm.device.VirtualTPM) for device in devices)
     if not vm_class.security.tpm_enabled or has_tpm:
-        return []
+        return Success([])
     if _version(api_version) < FIRST_TPM_API:
-        raise ExpectedError(
+        return Failure(
             ProviderError.unsupported(
                 f"{fields.CLASS_TPM_ENABLED}: a virtual TPM needs vSphere 6.7 or later, and this "
                 f"endpoint speaks API {api_version}"
             )
         )
-    return [
-        vim.vm.device.VirtualDeviceSpec(operation="add", device=vim.vm.device.VirtualTPM(key=-300))
-    ]
+    tpm = vim.vm.device.VirtualTPM(key=-300)
+    return Success([vim.vm.device.VirtualDeviceSpec(operation="add", device=tpm)])
 
 
 def _version(api_version: str) -> tuple[int, ...]:
@@ -97,17 +99,17 @@ def guestinfo(user_data: bytes, meta_data: bytes) -> dict[str, str]:
     return keys
 
 
-def hardware_version(vm_class: VMClass) -> str | None:
+def hardware_version(vm_class: VMClass) -> Result[str | None, ProviderError]:
     """ExtraConfig["vsphere.hardwareVersion"] as vSphere spells it ("19" or "vmx-19")."""
     value = vm_class.extra_config.get(HARDWARE_VERSION_KEY, "").strip()
     if not value:
-        return None
+        return Success(None)
     number = value.removeprefix("vmx-")
     if not number.isdigit():
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.class_extra_config(HARDWARE_VERSION_KEY),
                 f"not a hardware version: {value!r}",
             )
         )
-    return f"vmx-{int(number):02d}"
+    return Success(f"vmx-{int(number):02d}")

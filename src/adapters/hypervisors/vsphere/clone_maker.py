@@ -16,17 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result
 
 from pyrigaud.adapters.hypervisors.vsphere.customization import GuestCustomization
 from pyrigaud.adapters.hypervisors.vsphere.devices import nic_count
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES
-from pyrigaud.adapters.hypervisors.vsphere.placement import merged, resolve
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
+from pyrigaud.adapters.hypervisors.vsphere.placement import Location, merged, resolve
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, building_marks
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import OwnerMark, Placement
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -45,7 +46,7 @@ class CloneOrder:
     name: str
     owner: OwnerMark
     placement: Placement
-    configure: Callable[[list[Any]], Any]
+    configure: Callable[[list[Any]], Result[Any, ProviderError]]
     version: str | None = None
     snapshot: Any = None
     guest: GuestCustomization | None = None
@@ -61,16 +62,22 @@ class CloneMaker:
         self._defaults = defaults
         self._clock = clock
 
-    def clone(self, instance: Any, order: CloneOrder) -> CreatedVM:
+    def clone(self, instance: Any, order: CloneOrder) -> Result[CreatedVM, ProviderError]:
         """Clone the source powered off where the placement (or the defaults, or the source)
         says, with its configuration and guest customization in the clone spec, and return at
         once. The id is the instanceUuid chosen here, as the MoRef exists only once the task
         is done. With a hardware version, the VM is built in steps within the call instead."""
         if self._vcenter.vm_named(instance, order.name) is not None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.already_exists(f"a VM named {order.name!r} already exists")
             )
-        location = resolve(instance, merged(order.placement, self._defaults), order.source)
+        return resolve(instance, merged(order.placement, self._defaults), order.source).bind(
+            lambda location: self._clone_at(instance, order, location)
+        )
+
+    def _clone_at(
+        self, instance: Any, order: CloneOrder, location: Location
+    ) -> Result[CreatedVM, ProviderError]:
         instance_uuid = str(uuid.uuid4())
         clone_spec = vim.vm.CloneSpec(
             location=vim.vm.RelocateSpec(
@@ -93,15 +100,19 @@ class CloneMaker:
                 instance_uuid=instance_uuid,
             )
         devices = self._vcenter.devices(instance, order.source)
-        clone_spec.config = order.configure(devices)
-        clone_spec.config.instanceUuid = instance_uuid
-        if order.guest is not None:
-            clone_spec.customization = order.guest.spec(
-                nic_count(devices, clone_spec.config.deviceChange)
+
+        def started(config: Any) -> CreatedVM:
+            clone_spec.config = config
+            config.instanceUuid = instance_uuid
+            if order.guest is not None:
+                clone_spec.customization = order.guest.spec(nic_count(devices, config.deviceChange))
+            task = order.source.CloneVM_Task(
+                folder=location.folder, name=order.name, spec=clone_spec
             )
-        task = order.source.CloneVM_Task(folder=location.folder, name=order.name, spec=clone_spec)
-        started = VSphereTask(task=str(task._moId), vm_id=instance_uuid)
-        return CreatedVM(id=instance_uuid, task=started.task_ref())
+            begun = VSphereTask(task=str(task._moId), vm_id=instance_uuid)
+            return CreatedVM(id=instance_uuid, task=begun.task_ref())
+
+        return order.configure(devices).map(started)
 
     def _build_in_steps(
         self,
@@ -112,7 +123,7 @@ class CloneMaker:
         folder: Any,
         clone_spec: Any,
         instance_uuid: str,
-    ) -> CreatedVM:
+    ) -> Result[CreatedVM, ProviderError]:
         """Clone marked as building, upgrade the hardware, then configure and customize; a
         failure after the clone exists destroys it again, and the last step clears the mark,
         so the VM is unmarked only once complete.
@@ -128,24 +139,60 @@ class CloneMaker:
                 vim.option.OptionValue(key=key, value=value) for key, value in marks.items()
             ],
         )
-        clone = wait(
+        made = wait(
             instance, order.source.CloneVM_Task(folder=folder, name=order.name, spec=clone_spec)
         )
+        return made.bind(lambda clone: self._finished(instance, order, clone, version)).map(
+            lambda _: CreatedVM(id=instance_uuid)
+        )
+
+    def _finished(
+        self, instance: Any, order: CloneOrder, clone: Any, version: str
+    ) -> Result[None, ProviderError]:
+        """The clone upgraded, configured and customized, or destroyed again: no half-built VM
+        stays behind, and the original failure is what the caller sees."""
         try:
-            wait(instance, clone.UpgradeVM_Task(version))
-            devices = self._vcenter.devices(instance, clone)
-            spec = order.configure(devices)
-            finished = vim.option.OptionValue(key=BUILDING_KEY, value="")
-            if order.guest is None:
-                spec.extraConfig = [*(spec.extraConfig or ()), finished]
-            wait(instance, clone.ReconfigVM_Task(spec))
-            if order.guest is not None:
-                nics = nic_count(devices, spec.deviceChange)
-                wait(instance, clone.CustomizeVM_Task(order.guest.spec(nics)))
-                self._vcenter.set_extra_config(instance, clone, {BUILDING_KEY: ""})
+            finished = self._upgraded(instance, clone, version).bind(
+                lambda devices: order.configure(devices).bind(
+                    lambda spec: self._configured(instance, order, clone, devices, spec)
+                )
+            )
         except BaseException:
-            # Leave no half-built VM behind; the original failure is what the caller sees.
-            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-                wait(instance, clone.Destroy_Task())
+            _destroy(instance, clone)
             raise
-        return CreatedVM(id=instance_uuid)
+        match finished:
+            case Failure():
+                _destroy(instance, clone)
+        return finished
+
+    def _upgraded(
+        self, instance: Any, clone: Any, version: str
+    ) -> Result[list[Any], ProviderError]:
+        """The clone's devices once its hardware is at `version`."""
+        return wait(instance, clone.UpgradeVM_Task(version)).map(
+            lambda _: self._vcenter.devices(instance, clone)
+        )
+
+    def _configured(
+        self, instance: Any, order: CloneOrder, clone: Any, devices: list[Any], spec: Any
+    ) -> Result[None, ProviderError]:
+        """The class applied, then the guest customized; the building mark goes with the last
+        step."""
+        finished = vim.option.OptionValue(key=BUILDING_KEY, value="")
+        guest = order.guest
+        if guest is None:
+            spec.extraConfig = [*(spec.extraConfig or ()), finished]
+            return wait(instance, clone.ReconfigVM_Task(spec)).map(lambda _: None)
+        nics = nic_count(devices, spec.deviceChange)
+        return (
+            wait(instance, clone.ReconfigVM_Task(spec))
+            .bind(lambda _: wait(instance, clone.CustomizeVM_Task(guest.spec(nics))))
+            .bind(lambda _: self._vcenter.set_extra_config(instance, clone, {BUILDING_KEY: ""}))
+        )
+
+
+def _destroy(instance: Any, clone: Any) -> None:
+    """Destroy a half-built clone; the caller's failure is the one told (so this cleanup's
+    own is not)."""
+    with contextlib.suppress(*EXPECTED_FAILURES):
+        wait(instance, clone.Destroy_Task())

@@ -7,18 +7,18 @@ import json
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import guestinfo
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker, CloneOrder
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
-from pyrigaud.adapters.hypervisors.vsphere.errors import run
 from pyrigaud.adapters.hypervisors.vsphere.networks import CLONE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import snapshot_trees
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import OWNER_KEY
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, Customization, OwnerMark, Placement
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -38,54 +38,62 @@ class VSphereCloning:
         ALREADY_EXISTS when a VM of the target name exists, whoever made it."""
         customization = request.customization or Customization()
 
-        def make(instance: Any) -> CreatedVM:
-            guest = guest_customization(
-                customization.networks,
-                host_name=customization.hostname,
-                domain=customization.domain,
-                time_zone=customization.time_zone,
-                named=CLONE_ATTACHMENTS,
-            )
-            source = self._vcenter.vm(instance, request.source_vm_id)
-            snapshot = self._newest_snapshot(instance, source) if request.linked else None
-
-            def configure(devices: list[Any]) -> Any:
+        def make(instance: Any) -> Result[CreatedVM, ProviderError]:
+            def configure(devices: list[Any]) -> Result[Any, ProviderError]:
                 extra = guestinfo(customization.user_data, _guest_metadata(customization))
                 extra[OWNER_KEY] = owner.provider
-                return vim.vm.ConfigSpec(
-                    numCPUs=request.cpu,
-                    memoryMB=request.memory_mib,
-                    extraConfig=[
-                        vim.option.OptionValue(key=key, value=value) for key, value in extra.items()
-                    ],
-                    deviceChange=nic_changes(
-                        instance, devices, customization.networks, CLONE_ATTACHMENTS
-                    ),
+                return nic_changes(
+                    instance, devices, customization.networks, CLONE_ATTACHMENTS
+                ).map(
+                    lambda changes: vim.vm.ConfigSpec(
+                        numCPUs=request.cpu,
+                        memoryMB=request.memory_mib,
+                        extraConfig=[
+                            vim.option.OptionValue(key=key, value=value)
+                            for key, value in extra.items()
+                        ],
+                        deviceChange=changes,
+                    )
                 )
 
-            order = CloneOrder(
-                source=source,
-                name=request.target_name,
-                owner=owner,
-                placement=Placement(),
-                configure=configure,
-                snapshot=snapshot,
-                guest=guest,
+            order = Result.do(
+                CloneOrder(
+                    source=source,
+                    name=request.target_name,
+                    owner=owner,
+                    placement=Placement(),
+                    configure=configure,
+                    snapshot=snapshot,
+                    guest=guest,
+                )
+                for guest in guest_customization(
+                    customization.networks,
+                    host_name=customization.hostname,
+                    domain=customization.domain,
+                    time_zone=customization.time_zone,
+                    named=CLONE_ATTACHMENTS,
+                )
+                for source in self._vcenter.vm(instance, request.source_vm_id)
+                for snapshot in (
+                    self._newest_snapshot(instance, source) if request.linked else Success(None)
+                )
             )
-            return self._clone_maker.clone(instance, order)
+            return order.bind(lambda ordered: self._clone_maker.clone(instance, ordered))
 
         return run(self._vcenter.session, f"cloning VM {request.source_vm_id!r}", make)
 
-    def _newest_snapshot(self, instance: Any, vm: Any) -> Any:
-        trees = snapshot_trees(self._vcenter, instance, vm._moId)
-        if not trees:
-            raise ExpectedError(
-                ProviderError.failed_precondition(
-                    f"a linked clone shares the disks of a snapshot, and VM {vm._moId!r} has "
-                    "none; take one with SnapshotCreate first, or ask for a full clone"
+    def _newest_snapshot(self, instance: Any, vm: Any) -> Result[Any, ProviderError]:
+        def newest(trees: list[Any]) -> Result[Any, ProviderError]:
+            if not trees:
+                return Failure(
+                    ProviderError.failed_precondition(
+                        f"a linked clone shares the disks of a snapshot, and VM {vm._moId!r} has "
+                        "none; take one with SnapshotCreate first, or ask for a full clone"
+                    )
                 )
-            )
-        return max(trees, key=lambda tree: (tree.createTime, tree.id)).snapshot
+            return Success(max(trees, key=lambda tree: (tree.createTime, tree.id)).snapshot)
+
+        return snapshot_trees(self._vcenter, instance, vm._moId).bind(newest)
 
 
 def _guest_metadata(customization: Customization) -> bytes:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.iterables import Fold
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.networks import AttachmentFields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import NetworkAttachment
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -56,14 +58,16 @@ def guest_customization(
     domain: str,
     time_zone: str,
     named: AttachmentFields,
-) -> GuestCustomization | None:
+) -> Result[GuestCustomization | None, ProviderError]:
     """None when nothing needs a customization (no static IP, no time zone).
 
     `named` names the request's fields in error messages (Create's or Clone's networks).
     """
     if not time_zone and not any(network.static_ip for network in networks):
-        return None
-    adapters = tuple(_adapter(network, index, named) for index, network in enumerate(networks))
+        return Success(None)
+    adapters: Result[tuple[Any, ...], ProviderError] = Fold.collect(
+        (_adapter(network, index, named) for index, network in enumerate(networks)), Success(())
+    )
     identity = vim.vm.customization.LinuxPrep(
         hostName=(
             vim.vm.customization.FixedName(name=host_name)
@@ -75,16 +79,22 @@ def guest_customization(
         hwClockUTC=True,
     )
     dns = tuple(dict.fromkeys(server for network in networks for server in network.dns))
-    return GuestCustomization(adapters=adapters, identity=identity, dns_servers=dns, domain=domain)
+    return adapters.map(
+        lambda settings: GuestCustomization(
+            adapters=settings, identity=identity, dns_servers=dns, domain=domain
+        )
+    )
 
 
-def _adapter(network: NetworkAttachment, index: int, named: AttachmentFields) -> Any:
+def _adapter(
+    network: NetworkAttachment, index: int, named: AttachmentFields
+) -> Result[Any, ProviderError]:
     if not network.static_ip:
-        return _dhcp()
+        return Success(_dhcp())
     address = network.static_ip
     if "/" not in address:
         if not network.prefix:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     named.name(index, "prefix"), "a static IP needs its prefix length (e.g. 24)"
                 )
@@ -93,20 +103,22 @@ def _adapter(network: NetworkAttachment, index: int, named: AttachmentFields) ->
     try:
         interface = ipaddress.ip_interface(address)
     except ValueError:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 named.name(index, "static_ip"), f"{address!r} is not an IP/prefix"
             )
-        ) from None
+        )
     if interface.version != 4:
-        raise ExpectedError(
+        return Failure(
             ProviderError.unsupported("IPv6 static addresses are not implemented for vSphere")
         )
-    return vim.vm.customization.IPSettings(
-        ip=vim.vm.customization.FixedIp(ipAddress=str(interface.ip)),
-        subnetMask=str(interface.netmask),
-        gateway=[network.gateway] if network.gateway else None,
-        dnsServerList=list(network.dns) or None,
+    return Success(
+        vim.vm.customization.IPSettings(
+            ip=vim.vm.customization.FixedIp(ipAddress=str(interface.ip)),
+            subnetMask=str(interface.netmask),
+            gateway=[network.gateway] if network.gateway else None,
+            dnsServerList=list(network.dns) or None,
+        )
     )
 
 

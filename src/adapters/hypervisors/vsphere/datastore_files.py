@@ -3,7 +3,9 @@ imported disk: read and written whole through vCenter's datastore file access
 (`/folder/<path>?dcPath=<datacenter>&dsName=<datastore>`, with the session's cookie and TLS
 settings), looked up with the datastore browser, deleted by the FileManager.
 
-Only for small files: a read holds at most `limit` bytes, a write its whole body.
+Only for small files: a read holds at most `limit` bytes, a write its whole body. What vCenter
+answers in words (no such datastore, an HTTP status) is a Failure; what the network raises on
+the way stays an exception (naming the file) for the package's edge.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
+from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -55,86 +59,108 @@ def folder_of(datastore_path: str) -> str:
     return datastore_path.rpartition("/")[0]
 
 
-def read_small(instance: Any, datastore_path: str, limit: int = SMALL_FILE_BYTES) -> bytes | None:
+def read_small(
+    connection: Connection, datastore_path: str, limit: int = SMALL_FILE_BYTES
+) -> Result[bytes | None, ProviderError]:
     """The file's bytes; None when there is no such file; FAILED_PRECONDITION when it holds
     more than `limit` bytes (never read whole)."""
-    file = _resolve(instance, datastore_path)
-    status, body = _exchange(instance, file, "GET", b"", limit)
-    if status == http.client.NOT_FOUND:
-        return None
-    _check(status, "reading", file)
-    if len(body) > limit:
-        raise ExpectedError(
-            ProviderError.failed_precondition(
-                f"datastore file {file.datastore_path!r} is larger than {limit} bytes"
+
+    def read(file: _File) -> Result[bytes | None, ProviderError]:
+        status, body = _exchange(connection, file, "GET", b"", limit)
+        if status == http.client.NOT_FOUND:
+            return Success(None)
+        if len(body) > limit and _succeeded(status):
+            return Failure(
+                ProviderError.failed_precondition(
+                    f"datastore file {file.datastore_path!r} is larger than {limit} bytes"
+                )
             )
-        )
-    return body
+        return _checked(status, "reading", file).map(lambda _: body)
+
+    return _resolve(connection, datastore_path).bind(read)
 
 
-def write_small(instance: Any, datastore_path: str, data: bytes) -> None:
+def write_small(
+    connection: Connection, datastore_path: str, data: bytes
+) -> Result[None, ProviderError]:
     """Create or replace the file with `data`; its folder must exist (NOT_FOUND otherwise)."""
-    file = _resolve(instance, datastore_path)
-    status, _ = _exchange(instance, file, "PUT", data, 0)
-    _check(status, "writing", file)
+
+    def write(file: _File) -> Result[None, ProviderError]:
+        status, _ = _exchange(connection, file, "PUT", data, 0)
+        return _checked(status, "writing", file)
+
+    return _resolve(connection, datastore_path).bind(write)
 
 
-def exists(instance: Any, datastore_path: str) -> bool:
+def exists(connection: Connection, datastore_path: str) -> Result[bool, ProviderError]:
     """Whether the datastore holds a file or folder at that path (the datastore browser's
     answer, so a folder counts too)."""
-    file = _resolve(instance, datastore_path)
-    parent, _, name = file.path.rstrip("/").rpartition("/")
-    if not name:
-        return True  # the datastore's root
-    browser = retrieve(instance, [file.datastore], ("browser",))[0]["browser"]
-    # A name with wildcard characters matches itself through `?`; the exact test is below.
-    spec = vim.host.DatastoreBrowser.SearchSpec(matchPattern=[WILDCARDS.sub("?", name)])
-    folder = f"[{file.datastore_name}] {parent}".rstrip()
-    try:
-        found = wait(instance, browser.SearchDatastore_Task(datastorePath=folder, searchSpec=spec))
-    except vim.fault.FileNotFound:
-        return False
-    return any(entry.path == name for entry in found.file or ())
+
+    def look(file: _File) -> Result[bool, ProviderError]:
+        parent, _, name = file.path.rstrip("/").rpartition("/")
+        if not name:
+            return Success(True)  # the datastore's root
+        browser = retrieve(connection, [file.datastore], ("browser",))[0]["browser"]
+        # A name with wildcard characters matches itself through `?`; the exact test is below.
+        spec = vim.host.DatastoreBrowser.SearchSpec(matchPattern=[WILDCARDS.sub("?", name)])
+        folder = f"[{file.datastore_name}] {parent}".rstrip()
+        try:
+            found = wait(
+                connection, browser.SearchDatastore_Task(datastorePath=folder, searchSpec=spec)
+            )
+        except vim.fault.FileNotFound:
+            return Success(False)
+        return found.map(lambda answer: any(entry.path == name for entry in answer.file or ()))
+
+    return _resolve(connection, datastore_path).bind(look)
 
 
-def delete(instance: Any, datastore_path: str) -> None:
+def delete(connection: Connection, datastore_path: str) -> Result[None, ProviderError]:
     """Delete the file, or the folder with everything in it; nothing there is fine."""
-    file = _resolve(instance, datastore_path)
-    manager = instance.content.fileManager
-    try:
-        wait(
-            instance,
-            manager.DeleteDatastoreFile_Task(name=file.datastore_path, datacenter=file.datacenter),
-        )
-    except vim.fault.FileNotFound:
-        return
+
+    def remove(file: _File) -> Result[None, ProviderError]:
+        manager = connection.content.fileManager
+        try:
+            deleted = wait(
+                connection,
+                manager.DeleteDatastoreFile_Task(
+                    name=file.datastore_path, datacenter=file.datacenter
+                ),
+            )
+        except vim.fault.FileNotFound:
+            return Success(None)
+        return deleted.map(lambda _: None)
+
+    return _resolve(connection, datastore_path).bind(remove)
 
 
-def _resolve(instance: Any, datastore_path: str) -> _File:
+def _resolve(connection: Connection, datastore_path: str) -> Result[_File, ProviderError]:
     found = DATASTORE_PATH.fullmatch(datastore_path)
     if found is None:
-        raise ExpectedError(
+        return Failure(
             ProviderError.internal(f"{datastore_path!r} is not a datastore path '[ds] dir/file'")
         )
     path = found["path"].lstrip("/")
     if ".." in path.split("/"):
-        raise ExpectedError(
+        return Failure(
             ProviderError.internal(f"{datastore_path!r} leaves its datastore folder ('..')")
         )
     name = found["datastore"]
-    rows = [row for row in retrieve_all(instance, vim.Datastore, ("name",)) if row["name"] == name]
+    rows = [
+        row for row in retrieve_all(connection, vim.Datastore, ("name",)) if row["name"] == name
+    ]
     if not rows:
-        raise ExpectedError(ProviderError.not_found(f"no datastore named {name!r}"))
-    datacenter, datacenter_path = _datacenter(instance, rows[0]["_ref"])
-    return _File(name, path, rows[0]["_ref"], datacenter, datacenter_path)
+        return Failure(ProviderError.not_found(f"no datastore named {name!r}"))
+    datacenter, datacenter_path = _datacenter(connection, rows[0]["_ref"])
+    return Success(_File(name, path, rows[0]["_ref"], datacenter, datacenter_path))
 
 
-def _datacenter(instance: Any, datastore: Any) -> tuple[Any, str]:
+def _datacenter(connection: Connection, datastore: Any) -> tuple[Any, str]:
     """The datastore's datacenter and its inventory path (folders above it included, the
     root folder not), which is what `dcPath` names."""
     datacenter, names, entity = None, [], datastore
     while entity is not None:
-        row = retrieve(instance, [entity], ("name", "parent"))[0]
+        row = retrieve(connection, [entity], ("name", "parent"))[0]
         parent = row.get("parent")
         if isinstance(entity, vim.Datacenter):
             datacenter = entity
@@ -145,35 +171,38 @@ def _datacenter(instance: Any, datastore: Any) -> tuple[Any, str]:
 
 
 def _exchange(
-    instance: Any, file: _File, method: str, body: bytes, limit: int
+    connection: Connection, file: _File, method: str, body: bytes, limit: int
 ) -> tuple[int, bytes]:
-    """One request: the status and at most `limit` + 1 bytes of the answer."""
+    """One request: the status and at most `limit` + 1 bytes of the answer (what the network
+    raises, named after the file, is the edge's to map)."""
     headers = (
         {"Content-Type": "application/octet-stream", "Content-Length": str(len(body))}
         if method == "PUT"
         else {}
     )
     try:
-        connection = open_request(instance._stub, method, file.url, headers)
+        request = open_request(connection._stub, method, file.url, headers)
         try:
             if body:
-                connection.send(body)
-            response = connection.getresponse()
+                request.send(body)
+            response = request.getresponse()
             return response.status, response.read(limit + 1)
         finally:
-            connection.close()
+            request.close()
     except (OSError, http.client.HTTPException) as error:
-        raise ExpectedError(
-            ProviderError.unavailable(f"datastore file {file.datastore_path!r}: {error}")
-        ) from error
+        raise ConnectionError(f"datastore file {file.datastore_path!r}: {error}") from error
 
 
-def _check(status: int, doing: str, file: _File) -> None:
-    if 200 <= status < 300:
-        return
+def _succeeded(status: int) -> bool:
+    return 200 <= status < 300
+
+
+def _checked(status: int, doing: str, file: _File) -> Result[None, ProviderError]:
+    if _succeeded(status):
+        return Success(None)
     problem = f"{doing} datastore file {file.datastore_path!r}: HTTP {status}"
     if status == http.client.NOT_FOUND:
-        raise ExpectedError(ProviderError.not_found(problem))
+        return Failure(ProviderError.not_found(problem))
     if status == http.client.FORBIDDEN:
-        raise ExpectedError(ProviderError.permission_denied(problem))
-    raise ExpectedError(ProviderError.unavailable(problem))
+        return Failure(ProviderError.permission_denied(problem))
+    return Failure(ProviderError.unavailable(problem))

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskSpec, VMChanges
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -23,7 +24,7 @@ DISK_PROVISIONING = {
 }
 
 
-def disk_growth(devices: list[Any], changes: VMChanges) -> list[Any]:
+def disk_growth(devices: list[Any], changes: VMChanges) -> Result[list[Any], ProviderError]:
     """Edit specs growing the root disk and the extra disks (by position); disks never shrink."""
     disks = [d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)]
     wanted: list[int | None] = [changes.root_disk_gib, *(spec.size_gib for spec in changes.disks)]
@@ -32,32 +33,47 @@ def disk_growth(devices: list[Any], changes: VMChanges) -> list[Any]:
         if size_gib is None:
             continue
         if size_gib * 1024 * 1024 < disk.capacityInKB:
-            raise ExpectedError(ProviderError.failed_precondition(f"disk {disk.key} cannot shrink"))
+            return Failure(ProviderError.failed_precondition(f"disk {disk.key} cannot shrink"))
         disk.capacityInKB = size_gib * 1024 * 1024
         disk.capacityInBytes = size_gib * GIB
         edits.append(vim.vm.device.VirtualDeviceSpec(operation="edit", device=disk))
     if len(changes.disks) > max(len(disks) - 1, 0):
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(fields.DESIRED_DISKS, "only existing disks can grow")
         )
-    return edits
+    return Success(edits)
 
 
-def new_disks(devices: list[Any], disks: tuple[DiskSpec, ...]) -> list[Any]:
+def new_disks(devices: list[Any], disks: tuple[DiskSpec, ...]) -> Result[list[Any], ProviderError]:
     """Add specs for extra disks (thin unless asked otherwise) on the first SCSI controller."""
     if not disks:
-        return []
-    provisioning = [_provisioning(spec, index) for index, spec in enumerate(disks)]
+        return Success([])
+    provisioning: list[tuple[bool, bool]] = []
+    for index, spec in enumerate(disks):
+        match _provisioning(spec, index):
+            case Success(chosen):
+                provisioning.append(chosen)
+            case Failure() as failed:
+                return failed
     controllers = [d for d in devices if isinstance(d, vim.vm.device.VirtualSCSIController)]
     if not controllers:
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition("the VM has no SCSI controller for extra disks")
         )
     controller = controllers[0]
     used = {d.unitNumber for d in devices if d.controllerKey == controller.key}
     free = [unit for unit in range(16) if unit != 7 and unit not in used]
     if len(free) < len(disks):
-        raise ExpectedError(ProviderError.resource_exhausted("no free SCSI unit for another disk"))
+        return Failure(ProviderError.resource_exhausted("no free SCSI unit for another disk"))
+    return Success(_added_disks(controller, disks, free, provisioning))
+
+
+def _added_disks(
+    controller: Any,
+    disks: tuple[DiskSpec, ...],
+    free: list[int],
+    provisioning: list[tuple[bool, bool]],
+) -> list[Any]:
     return [
         vim.vm.device.VirtualDeviceSpec(
             operation="add",
@@ -81,17 +97,17 @@ def new_disks(devices: list[Any], disks: tuple[DiskSpec, ...]) -> list[Any]:
     ]
 
 
-def _provisioning(spec: DiskSpec, index: int) -> tuple[bool, bool]:
+def _provisioning(spec: DiskSpec, index: int) -> Result[tuple[bool, bool], ProviderError]:
     """(thinProvisioned, eagerlyScrub) for the disk type the request names."""
     kind = spec.type.strip().lower() or "thin"
     if kind not in DISK_PROVISIONING:
         known = ", ".join(DISK_PROVISIONING)
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.disk_type(index), f"one of {known}, got {spec.type!r}"
             )
         )
-    return DISK_PROVISIONING[kind]
+    return Success(DISK_PROVISIONING[kind])
 
 
 def nic_count(devices: list[Any], changes: list[Any] | None) -> int:

@@ -6,9 +6,10 @@ lease, which belongs to a VM being imported. So a transient VM is imported from 
 Create then builds a VM around (disk_vm.py).
 
 A failed import leaves nothing: the lease is aborted, the transient VM destroyed and its home
-folder deleted before the failure is raised. Only a folder this import's VM lives in is
-deleted: an import that fails before its VM exists leaves `[ds] <name>` alone, since another
-import of that name (another replica's) may have made it meanwhile.
+folder deleted before the failure is returned (or vCenter's fault raised on to the edge). Only
+a folder this import's VM lives in is deleted: an import that fails before its VM exists
+leaves `[ds] <name>` alone, since another import of that name (another replica's) may have
+made it meanwhile.
 """
 
 from __future__ import annotations
@@ -16,20 +17,23 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 from xml.etree import ElementTree as ET
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, provider_error
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
+from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -47,7 +51,7 @@ for prefix, namespace in (("ovf", OVF), ("rasd", RASD), ("vssd", VSSD)):
 
 
 def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue calls)
-    instance: Any,
+    connection: Connection,
     vmdk: BinaryIO,
     size_bytes: int,
     name: str,
@@ -55,77 +59,89 @@ def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue
     capacity_bytes: int,
     *,
     marks: Mapping[str, str],
-) -> str:
+) -> Result[str, ProviderError]:
     """Upload `vmdk` (a streamOptimized VMDK of `size_bytes` bytes, read from its start) as a
     disk of `capacity_bytes` in `[ds] <name>/` on the location's datastore; its datastore
     path. ALREADY_EXISTS when that folder exists (it is left alone). The transient VM carries
     `marks` (the building mark lets the leftover sweep remove one a killed provider left)."""
     if not name or name in {".", ".."} or UNUSABLE_NAME.search(name):
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 fields.TARGET_NAME, "must be a plain name (no '/', '\\', '%' or control chars)"
             )
         )
-    try:
-        return _land(instance, _OneDisk(vmdk, size_bytes), name, location, capacity_bytes, marks)
-    except EXPECTED_FAILURES as error:
-        raise ExpectedError(provider_error(error, f"importing disk {name!r}")) from error
-
-
-def _land(  # noqa: PLR0917
-    instance: Any,
-    disk: _OneDisk,
-    name: str,
-    location: Location,
-    capacity_bytes: int,
-    marks: Mapping[str, str],
-) -> str:
-    datastore = str(retrieve(instance, [location.datastore], ("name",))[0]["name"])
+    disk = _OneDisk(vmdk, size_bytes)
+    datastore = str(retrieve(connection, [location.datastore], ("name",))[0]["name"])
     folder = f"[{datastore}] {name}"
-    if datastore_files.exists(instance, folder):
-        raise ExpectedError(
-            ProviderError.already_exists(f"datastore {datastore!r} already holds {name!r}")
-        )
+
+    def unclaimed(taken: bool) -> Result[None, ProviderError]:
+        if taken:
+            return Failure(
+                ProviderError.already_exists(f"datastore {datastore!r} already holds {name!r}")
+            )
+        return Success(None)
+
     descriptor = one_disk_descriptor(name, disk.size_bytes, capacity_bytes)
-    spec = import_spec(instance, descriptor, name, location, _refused)
     # A failure inside import_vm aborts the lease and destroys the VM it was making, with its
     # home folder. One before the VM exists (another import of that name got there between
-    # the check above and now) leaves everything alone: that folder is the other import's.
-    vm = import_vm(instance, disk, spec, location, marks)
+    # the check and now) leaves everything alone: that folder is the other import's.
+    return (
+        datastore_files.exists(connection, folder)
+        .bind(unclaimed)
+        .bind(lambda _: import_spec(connection, descriptor, name, location, _refused))
+        .bind(lambda spec: import_vm(connection, disk, spec, location, marks))
+        .bind(lambda vm: _kept(connection, vm, folder, datastore, name))
+    )
+
+
+def _kept(
+    connection: Connection, vm: Any, folder: str, datastore: str, name: str
+) -> Result[str, ProviderError]:
+    """The imported VM's disk kept in `folder` and the VM gone; whatever fails on the way
+    takes the VM (and, once the disk is detached, its folder) away."""
     try:
-        home = _home_folder(instance, vm)
+        home = _home_folder(connection, vm)
     except BaseException:
-        _destroy(instance, vm)
+        _destroy(connection, vm)
         raise
     if home != folder:  # the folder appeared meanwhile, and vCenter made ours beside it
-        _destroy(instance, vm)
-        raise ExpectedError(
+        _destroy(connection, vm)
+        return Failure(
             ProviderError.already_exists(
                 f"datastore {datastore!r} already holds {name!r}: another import of that "
                 "name made it meanwhile"
             )
         )
     try:
-        return _keep_disk(instance, vm)
+        kept = _keep_disk(connection, vm)
     except BaseException:
-        # Once detached the disk is no longer the VM's: only deleting the VM's home folder,
-        # where the disk was made, takes it away.
-        _destroy(instance, vm)
-        with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-            datastore_files.delete(instance, home)
+        _forget(connection, vm, home)
         raise
+    match kept:
+        case Failure():
+            _forget(connection, vm, home)
+    return kept
 
 
-def _home_folder(instance: Any, vm: Any) -> str:
+def _home_folder(connection: Connection, vm: Any) -> str:
     """The datastore folder the VM was made in: `[ds] folder` of its `.vmx`."""
-    row = retrieve(instance, [vm], ("config.files.vmPathName",))[0]
+    row = retrieve(connection, [vm], ("config.files.vmPathName",))[0]
     return datastore_files.folder_of(str(row["config.files.vmPathName"]))
 
 
-def _destroy(instance: Any, vm: Any) -> None:
-    """Destroy the import's VM if it is still there; the caller's failure is the one raised."""
-    with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-        wait(instance, vm.Destroy_Task())
+def _destroy(connection: Connection, vm: Any) -> None:
+    """Destroy the import's VM if it is still there; the caller's failure is the one told (so
+    this cleanup's own is not)."""
+    with contextlib.suppress(*EXPECTED_FAILURES):
+        wait(connection, vm.Destroy_Task())
+
+
+def _forget(connection: Connection, vm: Any, home: str) -> None:
+    """Once detached the disk is no longer the VM's: only deleting the VM's home folder,
+    where the disk was made, takes it away."""
+    _destroy(connection, vm)
+    with contextlib.suppress(*EXPECTED_FAILURES):
+        datastore_files.delete(connection, home)
 
 
 def one_disk_descriptor(name: str, size_bytes: int, capacity_bytes: int) -> str:
@@ -189,29 +205,38 @@ class _OneDisk:
     reader: BinaryIO
     size_bytes: int
 
-    def size(self, href: str) -> int:
-        return self.size_bytes
+    def size(self, href: str) -> Result[int, ProviderError]:
+        return Success(self.size_bytes)
 
     @contextlib.contextmanager
-    def open(self, href: str) -> Iterator[IO[bytes]]:
+    def _opened(self) -> Iterator[IO[bytes]]:
         self.reader.seek(0)
         yield self.reader
 
+    def open(self, href: str) -> Result[AbstractContextManager[IO[bytes]], ProviderError]:
+        return Success(self._opened())
 
-def _keep_disk(instance: Any, vm: Any) -> str:
+
+def _keep_disk(connection: Connection, vm: Any) -> Result[str, ProviderError]:
     """Detach the imported VM's disk without deleting its file, unregister the VM, and
     return the disk's datastore path."""
-    devices = retrieve(instance, [vm], ("config.hardware.device",))[0].get("config.hardware.device")
+    row = retrieve(connection, [vm], ("config.hardware.device",))[0]
+    devices = row.get("config.hardware.device")
     disks = [d for d in devices or () if isinstance(d, vim.vm.device.VirtualDisk)]
     if len(disks) != 1:
-        raise ExpectedError(
+        return Failure(
             ProviderError.internal(f"the disk import made a VM with {len(disks)} disks, not 1")
         )
     # No fileOperation: the device goes, the file stays.
     removal = vim.vm.device.VirtualDeviceSpec(operation="remove", device=disks[0])
-    wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[removal])))
-    vm.UnregisterVM()
-    return str(disks[0].backing.fileName)
+
+    def unregistered(_: object) -> str:
+        vm.UnregisterVM()
+        return str(disks[0].backing.fileName)
+
+    return wait(connection, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[removal]))).map(
+        unregistered
+    )
 
 
 def _refused(problems: str) -> ProviderError:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any, BinaryIO
 
 from pyVmomi import vim as untyped_vim
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
 from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, checked_vmdk, run_qemu_img
@@ -46,11 +46,11 @@ from pyrigaud.adapters.disk_images.stream_optimized import (
     is_stream_optimized,
     stream_optimized_capacity,
 )
-from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
+from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, TransferStoppedError
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
+from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
-from pyrigaud.adapters.hypervisors.vsphere.errors import attempt, run
-from pyrigaud.adapters.hypervisors.vsphere.nfc_export import exported_disk
+from pyrigaud.adapters.hypervisors.vsphere.nfc_export import ExportedDisk, export_disk
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location, import_location
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot_tree
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
@@ -70,7 +70,7 @@ from pyrigaud.domain.disk_images import (
     LeftBehind,
     peek_header,
 )
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest, Placement
 from pyrigaud.domain.power import PowerState
@@ -109,82 +109,128 @@ class VSphereDiskTransfer:
         """The disk asked for (the first when none is named); a linked clone's names the
         snapshot disk it grows from as its backing file."""
 
-        def read(instance: Any) -> DiskDetails:
-            row = self.vcenter.vm_row(instance, query.vm_id, ("config.hardware.device",))
-            if row is None:
-                raise ExpectedError(ProviderError.vm_not_found(query.vm_id))
+        def details(row: Mapping[str, Any]) -> Result[DiskDetails, ProviderError]:
             disks = virtual_disks(row)
-            index = _disk_index(disks, query.disk_id, query.vm_id)
-            disk = disks[index]
-            parent = getattr(disk.backing, "parent", None)
-            return DiskDetails(
-                disk_id=str(disk.key),
-                format="vmdk",
-                path=str(disk.backing.fileName),
-                virtual_size_bytes=int(disk.capacityInKB) * 1024,
-                is_bootable=index == 0,
-                backing_file=str(parent.fileName) if parent is not None else "",
+            return _disk_index(disks, query.disk_id, query.vm_id).map(
+                lambda index: _details(disks[index], is_bootable=index == 0)
             )
 
-        return run(self.vcenter.session, f"reading disks of VM {query.vm_id!r}", read)
+        return run(
+            self.vcenter.session,
+            f"reading disks of VM {query.vm_id!r}",
+            lambda instance: self.vcenter.found_row(
+                instance, query.vm_id, ("config.hardware.device",)
+            ).bind(details),
+        )
 
     def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
         doing = f"exporting a disk of VM {request.vm_id!r}"
+        properties = ("name", "runtime.powerState", "config.hardware.device", "config.firmware")
         return run(
-            self.vcenter.session, doing, lambda instance: self._opened(instance, request, doing)
+            self.vcenter.session,
+            doing,
+            lambda instance: self.vcenter.found_row(instance, request.vm_id, properties).bind(
+                lambda row: self._read_from(instance, request, doing, row)
+            ),
         )
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
-        def site(instance: Any) -> LandingSite:
-            location = import_location(instance, self._defaults, storage_hint)
-            transient = self.vcenter.record(instance, stem)
-            if transient is not None:
-                self.marks.refuse_unfinished(transient, "an import of the disk")
-            return _DatastoreSite(self, location, str(location.datastore.name), stem)
+        def site(instance: Any) -> Result[LandingSite, ProviderError]:
+            def unclaimed(location: Location) -> Result[LandingSite, ProviderError]:
+                transient = self.vcenter.record(instance, stem)
+                refused = (
+                    Success(None)
+                    if transient is None
+                    else self.marks.refuse_unfinished(transient, "an import of the disk")
+                )
+                return refused.map(
+                    lambda _: _DatastoreSite(self, location, str(location.datastore.name), stem)
+                )
+
+            return import_location(instance, self._defaults, storage_hint).bind(unclaimed)
 
         return run(self.vcenter.session, IMPORTING, site)
 
-    def _opened(self, instance: Any, request: ExportRequest, doing: str) -> DiskStream:
-        row = self.vcenter.vm_row(
-            instance,
-            request.vm_id,
-            ("name", "runtime.powerState", "config.hardware.device", "config.firmware"),
-        )
-        if row is None:
-            raise ExpectedError(ProviderError.vm_not_found(request.vm_id))
+    def _read_from(
+        self, instance: Any, request: ExportRequest, doing: str, row: Mapping[str, Any]
+    ) -> Result[DiskStream, ProviderError]:
         name = str(row.get("name") or request.vm_id)
         disks = virtual_disks(row)
-        index = _disk_index(disks, request.disk_id, name)
-        left_behind = preflight(name, disks[index], row)
+        chosen = Result.do(
+            (index, left_behind + source[1], source[0])
+            for index in _disk_index(disks, request.disk_id, name)
+            for left_behind in preflight(name, disks[index], row)
+            for source in self._source(instance, request, row, name)
+        )
+        return chosen.bind(lambda found: self._stream(instance, request, doing, name, *found))
+
+    def _source(
+        self, instance: Any, request: ExportRequest, row: Mapping[str, Any], name: str
+    ) -> Result[tuple[Any, tuple[LeftBehind, ...]], ProviderError]:
+        """What the disk is read from (the VM, or the snapshot asked for) and what later
+        snapshots stay behind; a running VM is refused unless a snapshot is named."""
         if request.snapshot_id:
-            node = find_snapshot_tree(self.vcenter, instance, request.vm_id, request.snapshot_id)
-            source = node.snapshot
-            if node.childSnapshotList:
-                left_behind += (LeftBehind.LATER_SNAPSHOTS,)
-        elif power_state(row) != PowerState.OFF:
-            raise ExpectedError(
+            return find_snapshot_tree(
+                self.vcenter, instance, request.vm_id, request.snapshot_id
+            ).map(
+                lambda node: (
+                    node.snapshot,
+                    (LeftBehind.LATER_SNAPSHOTS,) if node.childSnapshotList else (),
+                )
+            )
+        if power_state(row) != PowerState.OFF:
+            return Failure(
                 ProviderError.failed_precondition(
                     f"VM {name!r} is running (its disk is changing): power it off, or export "
                     "from a snapshot (snapshot_id)"
                 )
             )
-        else:
-            source = row["_ref"]
+        return Success((row["_ref"], ()))
+
+    def _stream(  # noqa: PLR0917 (what _read_from chose, in order)
+        self,
+        instance: Any,
+        request: ExportRequest,
+        doing: str,
+        name: str,
+        index: int,
+        left_behind: tuple[LeftBehind, ...],
+        source: Any,
+    ) -> Result[DiskStream, ProviderError]:
+        """The disk's bytes in the format asked for, the export lease held until the stream
+        closes; a Failure on the way aborts the lease, as an exception does."""
         holds = contextlib.ExitStack()
         try:
-            disk = holds.enter_context(exported_disk(instance, source, index))
-            vmdk = disk.chunks()
-            if request.format == "vmdk":
-                chunks, size = vmdk, disk.size_bytes
-            elif request.format == "raw":
-                header, vmdk = peek_header(vmdk, HEADER_BYTES)
-                chunks, size = decode_stream_optimized(vmdk), stream_optimized_capacity(header)
-            else:
-                chunks, size = self._as_qcow2(holds, vmdk, request, name)
+            opened = export_disk(instance, source, index, holds).bind(
+                lambda disk: self._converted(holds, disk, request, name)
+            )
         except BaseException:
             holds.__exit__(*sys.exc_info())  # the lease is aborted, not completed
             raise
-        return ChunkStream(chunks, size, holds, lambda read: attempt(doing, read), left_behind)
+        match opened:
+            case Failure():
+                stopped = TransferStoppedError("the export failed before its first chunk")
+                holds.__exit__(TransferStoppedError, stopped, None)
+        return opened.map(
+            lambda found: ChunkStream(
+                *found, holds, lambda read: attempt(doing, lambda: Success(read())), left_behind
+            )
+        )
+
+    def _converted(
+        self,
+        holds: contextlib.ExitStack,
+        disk: ExportedDisk,
+        request: ExportRequest,
+        name: str,
+    ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
+        vmdk = disk.chunks()
+        if request.format == "vmdk":
+            return Success((vmdk, disk.size_bytes))
+        if request.format == "raw":
+            header, vmdk = peek_header(vmdk, HEADER_BYTES)
+            return Success((decode_stream_optimized(vmdk), stream_optimized_capacity(header)))
+        return Success(self._as_qcow2(holds, vmdk, request, name))
 
     def _as_qcow2(
         self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], request: ExportRequest, name: str
@@ -220,78 +266,102 @@ class _DatastoreSite:
         """The record of an earlier import under this name whose disk is still there; the
         record of a disk deleted since (with the VM made around it) goes with its folder."""
 
-        def earlier(instance: Any) -> bytes | None:
-            record = datastore_files.read_small(instance, self._record_path)
+        def judged(instance: Any, record: bytes | None) -> Result[bytes | None, ProviderError]:
             if record is None:
-                return None
+                return Success(None)
             try:
                 path = str(json.loads(record)["path"])
             except (ValueError, KeyError, TypeError):
-                return record  # not ours to judge: a clash
-            if datastore_files.exists(instance, path):
-                return record
-            datastore_files.delete(instance, self.folder)
-            return None
+                return Success(record)  # not ours to judge: a clash
+            return datastore_files.exists(instance, path).bind(
+                lambda there: (
+                    Success(record)
+                    if there
+                    else datastore_files.delete(instance, self.folder).map(lambda _: None)
+                )
+            )
 
-        return run(self.transfer.vcenter.session, IMPORTING, earlier)
+        return run(
+            self.transfer.vcenter.session,
+            IMPORTING,
+            lambda instance: datastore_files.read_small(instance, self._record_path).bind(
+                lambda record: judged(instance, record)
+            ),
+        )
 
     def receive(
         self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
     ) -> Result[ReceivedDisk, ProviderError]:
         """The staged disk as a streamOptimized vmdk in a scratch file."""
 
-        def received() -> ReceivedDisk:
+        def received() -> Result[ReceivedDisk, ProviderError]:
             vmdk = open_scratch(self.transfer.scratch_dir)
             try:
-                capacity = self._stream_optimized(chunks, size_bytes, image, vmdk)
+                written = self._stream_optimized(chunks, size_bytes, image, vmdk)
             except BaseException:
                 vmdk.close()
                 raise
-            return _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity)
+            match written:
+                case Failure():
+                    vmdk.close()
+            return written.map(lambda capacity: _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity))
 
         return attempt(IMPORTING, received)
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
-        def keep(instance: Any) -> None:
+        def forget(instance: Any) -> None:
+            """The disk this import made goes with a record that could not be kept (the
+            record's failure is the one told)."""
+            if landed.made_now:
+                datastore_files.delete(instance, self.folder)
+
+        def keep(instance: Any) -> Result[None, ProviderError]:
             try:
-                datastore_files.write_small(instance, self._record_path, record)
+                kept = datastore_files.write_small(instance, self._record_path, record)
             except BaseException:
-                if landed.made_now:
-                    datastore_files.delete(instance, self.folder)  # this import's own
+                forget(instance)
                 raise
+            match kept:
+                case Failure():
+                    forget(instance)
+            return kept
 
         return run(self.transfer.vcenter.session, IMPORTING, keep)
 
     def _stream_optimized(
         self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
-    ) -> int:
+    ) -> Result[int, ProviderError]:
         """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
         header, rest = peek_header(chunks, HEADER_BYTES)
         if image.format == "vmdk" and is_stream_optimized(header):
             spool(rest, vmdk)
-            checked = checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL)
-            if isinstance(checked, Failure):
-                raise ExpectedError(checked.failure())
-            return stream_optimized_capacity(header)
+            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).map(
+                lambda _: stream_optimized_capacity(header)
+            )
         if image.format == "raw":
             if size_bytes is None:
-                raise ExpectedError(
+                return Failure(
                     ProviderError.invalid_spec(
                         fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
                     )
                 )
             spool(encode_stream_optimized(rest, size_bytes), vmdk)
-            return size_bytes
+            return Success(size_bytes)
         # A qcow2, a monolithicSparse vmdk: qemu reads them into a raw disk first.
         with scratch_file(self.transfer.scratch_dir) as staged:
             spool(rest, staged)
             with scratch_file(self.transfer.scratch_dir) as raw:
-                capacity = _read_by_qemu(staged, image, raw)
-                spool(encode_stream_optimized(file_chunks(raw), capacity), vmdk)
-        return capacity
+
+                def encoded(capacity: int) -> int:
+                    spool(encode_stream_optimized(file_chunks(raw), capacity), vmdk)
+                    return capacity
+
+                return _read_by_qemu(staged, image, raw).map(encoded)
 
 
-def _read_by_qemu(staged: IO[bytes], image: JudgedImage, raw: IO[bytes]) -> int:
+def _read_by_qemu(
+    staged: IO[bytes], image: JudgedImage, raw: IO[bytes]
+) -> Result[int, ProviderError]:
     """The staged image's disk written to `raw` by qemu-img (bounded, and refusing what qemu
     finds corrupt); its size, `raw` read from its start."""
     staged.flush()
@@ -308,10 +378,12 @@ def _read_by_qemu(staged: IO[bytes], image: JudgedImage, raw: IO[bytes]) -> int:
         ),
         pass_fds=(staged.fileno(), raw.fileno()),
     )
-    if isinstance(converted, Failure):
-        raise ExpectedError(converted.failure())
-    raw.seek(0)
-    return os.fstat(raw.fileno()).st_size
+
+    def size(_: object) -> int:
+        raw.seek(0)
+        return os.fstat(raw.fileno()).st_size
+
+    return converted.map(size)
 
 
 class _ReceivedVmdk:
@@ -328,8 +400,8 @@ class _ReceivedVmdk:
     def land(self) -> Result[LandedDisk, ProviderError]:
         site, transfer = self._site, self._site.transfer
 
-        def landed(instance: Any) -> LandedDisk:
-            path = import_stream_optimized(
+        def landed(instance: Any) -> Result[LandedDisk, ProviderError]:
+            return import_stream_optimized(
                 instance,
                 self._vmdk,
                 self._size_bytes,
@@ -337,23 +409,24 @@ class _ReceivedVmdk:
                 site.location,
                 self._capacity_bytes,
                 marks=transfer.marks.building(),
-            )
-            return LandedDisk(path=path)
+            ).map(lambda path: LandedDisk(path=path))
 
-        return run(transfer.vcenter.session, IMPORTING, landed)
+        return run(transfer.vcenter.session, f"importing disk {site.disk_name!r}", landed)
 
     def discard(self) -> None:
         self._vmdk.close()
 
 
-def preflight(vm: str, disk: Any, row: Mapping[str, Any]) -> tuple[LeftBehind, ...]:
+def preflight(
+    vm: str, disk: Any, row: Mapping[str, Any]
+) -> Result[tuple[LeftBehind, ...], ProviderError]:
     """What the moved disk will not carry. Refused before a byte moves: a disk whose content
     no export lease can give at one point in time (independent of snapshots, a raw device
     mapping: the LUN's data is no vmdk's, shared with other VMs: multi-writer), and a VM with
     PCI passthrough devices (a moved disk cannot take them along)."""
     devices = row.get("config.hardware.device") or ()
     if any(isinstance(device, vim.vm.device.VirtualPCIPassthrough) for device in devices):
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"VM {vm!r} has PCI passthrough devices: a moved disk cannot take them "
                 "along; remove them, then export"
@@ -369,7 +442,7 @@ def preflight(vm: str, disk: Any, row: Mapping[str, Any]) -> tuple[LeftBehind, .
     elif str(getattr(backing, "sharing", "") or "sharingNone") != "sharingNone":
         problem = "is shared with other VMs (multi-writer): no point in time holds for it"
     if problem:
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"VM {vm!r}: disk {disk.key} {problem}; it cannot move faithfully"
             )
@@ -381,13 +454,25 @@ def preflight(vm: str, disk: Any, row: Mapping[str, Any]) -> tuple[LeftBehind, .
         left.append(LeftBehind.TPM)
     if row.get("config.firmware") == "efi":
         left.append(LeftBehind.NVRAM)
-    return tuple(left)
+    return Success(tuple(left))
 
 
-def _disk_index(disks: list[Any], disk_id: str, vm: str) -> int:
+def _disk_index(disks: list[Any], disk_id: str, vm: str) -> Result[int, ProviderError]:
     """The position of the disk named by device key (the first when none is named)."""
     for index, disk in enumerate(disks):
         if not disk_id or str(disk.key) == disk_id:
-            return index
+            return Success(index)
     missing = f"no disk {disk_id!r}" if disk_id else "no disks"
-    raise ExpectedError(ProviderError.not_found(f"VM {vm!r} has {missing}"))
+    return Failure(ProviderError.not_found(f"VM {vm!r} has {missing}"))
+
+
+def _details(disk: Any, *, is_bootable: bool) -> DiskDetails:
+    parent = getattr(disk.backing, "parent", None)
+    return DiskDetails(
+        disk_id=str(disk.key),
+        format="vmdk",
+        path=str(disk.backing.fileName),
+        virtual_size_bytes=int(disk.capacityInKB) * 1024,
+        is_bootable=is_bootable,
+        backing_file=str(parent.fileName) if parent is not None else "",
+    )

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
@@ -30,11 +31,15 @@ from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_devices,
     hardware_version,
 )
-from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
+from pyrigaud.adapters.hypervisors.vsphere.customization import (
+    GuestCustomization,
+    guest_customization,
+)
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks, nic_count
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
+    Location,
     merged,
     named_entity,
     resolve_on_datastore,
@@ -50,7 +55,7 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMChanges
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -77,61 +82,115 @@ class DiskVMMaker:
         self._defaults = defaults
         self._clock = clock
 
-    def create(self, instance: Any, request: CreateRequest, owner: OwnerMark) -> CreatedVM:
+    def create(
+        self, instance: Any, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
         """The VM around the image's disk; ALREADY_EXISTS when a VM of that name exists."""
         found = DATASTORE_PATH.fullmatch(request.image.path)
         if found is None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     fields.IMAGE_PATH, "must name a datastore disk: '[datastore] dir/name.vmdk'"
                 )
             )
         if self._vcenter.vm_named(instance, request.name) is not None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.already_exists(f"a VM named {request.name!r} already exists")
             )
         datastore_name = found["datastore"]
-        datastore = named_entity(instance, vim.Datastore, datastore_name, fields.IMAGE_PATH)
         placement = merged(request.placement, self._defaults)
-        location = resolve_on_datastore(instance, placement, datastore)
-        guest = guest_customization(
-            request.networks, host_name="", domain="", time_zone="", named=CREATE_ATTACHMENTS
-        )
         root_gib = request.vm_class.disk_defaults.size_gib or None
-        in_steps = guest is not None or root_gib is not None
-        marks = (
-            building_marks(owner.provider, self._clock.now())
-            if in_steps
-            else {OWNER_KEY: owner.provider}
-        )
-        spec = self._config(instance, request, marks, datastore_name)
-        task = location.folder.CreateVM_Task(config=spec, pool=location.pool, host=location.host)
-        if not in_steps:
-            started = VSphereTask(task=str(task._moId), vm_id=spec.instanceUuid)
-            return CreatedVM(id=spec.instanceUuid, task=started.task_ref())
-        vm = wait(instance, task)
-        try:
-            if root_gib is not None:
-                self._grow_root_disk(instance, vm, root_gib)
-            if guest is not None:
-                nics = nic_count([], spec.deviceChange)
-                wait(instance, vm.CustomizeVM_Task(guest.spec(nics)))
-            self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
-        except BaseException:
-            # Leave no half-built VM behind, and the imported disk where it was.
-            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-                destroy_keeping_foreign_disks(instance, self._vcenter, vm)
-            raise
-        return CreatedVM(id=spec.instanceUuid)
+        return Result.do(
+            self._made(instance, location, guest, root_gib, spec)
+            for datastore in named_entity(
+                instance, vim.Datastore, datastore_name, fields.IMAGE_PATH
+            )
+            for location in resolve_on_datastore(instance, placement, datastore)
+            for guest in guest_customization(
+                request.networks, host_name="", domain="", time_zone="", named=CREATE_ATTACHMENTS
+            )
+            for spec in self._config(
+                instance,
+                request,
+                self._marks(owner, in_steps=guest is not None or root_gib is not None),
+                datastore_name,
+            )
+        ).bind(lambda made: made)
 
-    def _grow_root_disk(self, instance: Any, vm: Any, size_gib: int) -> None:
+    def _marks(self, owner: OwnerMark, *, in_steps: bool) -> dict[str, str]:
+        """A VM made in steps is marked as building until the last one."""
+        if in_steps:
+            return building_marks(owner.provider, self._clock.now())
+        return {OWNER_KEY: owner.provider}
+
+    def _made(
+        self,
+        instance: Any,
+        location: Location,
+        guest: GuestCustomization | None,
+        root_gib: int | None,
+        spec: Any,
+    ) -> Result[CreatedVM, ProviderError]:
+        task = location.folder.CreateVM_Task(config=spec, pool=location.pool, host=location.host)
+        if guest is None and root_gib is None:
+            started = VSphereTask(task=str(task._moId), vm_id=spec.instanceUuid)
+            return Success(CreatedVM(id=spec.instanceUuid, task=started.task_ref()))
+        return (
+            wait(instance, task)
+            .bind(lambda vm: self._finished(instance, vm, guest, root_gib, spec))
+            .map(lambda _: CreatedVM(id=spec.instanceUuid))
+        )
+
+    def _finished(
+        self,
+        instance: Any,
+        vm: Any,
+        guest: GuestCustomization | None,
+        root_gib: int | None,
+        spec: Any,
+    ) -> Result[None, ProviderError]:
+        """The root disk grown and the guest customized, then the building mark cleared; a
+        failure leaves no half-built VM behind, and the imported disk where it was."""
+        try:
+            grown = (
+                Success(None) if root_gib is None else self._grow_root_disk(instance, vm, root_gib)
+            )
+            finished = grown.bind(lambda _: self._customized(instance, vm, guest, spec)).bind(
+                lambda _: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
+            )
+        except BaseException:
+            self._forget(instance, vm)
+            raise
+        match finished:
+            case Failure():
+                self._forget(instance, vm)
+        return finished
+
+    def _forget(self, instance: Any, vm: Any) -> None:
+        """The caller's failure is the one told (so this cleanup's own is not)."""
+        with contextlib.suppress(*EXPECTED_FAILURES):
+            destroy_keeping_foreign_disks(instance, self._vcenter, vm)
+
+    @staticmethod
+    def _customized(
+        instance: Any, vm: Any, guest: GuestCustomization | None, spec: Any
+    ) -> Result[None, ProviderError]:
+        if guest is None:
+            return Success(None)
+        nics = nic_count([], spec.deviceChange)
+        return wait(instance, vm.CustomizeVM_Task(guest.spec(nics))).map(lambda _: None)
+
+    def _grow_root_disk(self, instance: Any, vm: Any, size_gib: int) -> Result[None, ProviderError]:
         """The class's root-disk size, when the attached disk is smaller (it never shrinks)."""
         devices = self._vcenter.devices(instance, vm)
         disks = [d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)]
         if not disks or disks[0].capacityInKB >= size_gib * 1024 * 1024:
-            return
-        edits = disk_growth(devices, VMChanges(root_disk_gib=size_gib))
-        wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=edits)))
+            return Success(None)
+        return disk_growth(devices, VMChanges(root_disk_gib=size_gib)).bind(
+            lambda edits: wait(
+                instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=edits))
+            ).map(lambda _: None)
+        )
 
     def _config(
         self,
@@ -139,7 +198,7 @@ class DiskVMMaker:
         request: CreateRequest,
         marks: Mapping[str, str],
         datastore_name: str,
-    ) -> Any:
+    ) -> Result[Any, ProviderError]:
         controller = vim.vm.device.VirtualLsiLogicController(
             key=CONTROLLER_KEY, busNumber=0, sharedBus="noSharing"
         )
@@ -153,32 +212,46 @@ class DiskVMMaker:
             ),
         )
         devices = [controller, disk]
-        spec = class_config(request.vm_class, marks, request.user_data, request.meta_data)
-        spec.name = request.name
-        spec.guestId = DEFAULT_GUEST_ID
-        spec.instanceUuid = str(uuid.uuid4())
-        spec.version = hardware_version(request.vm_class)
-        spec.files = vim.vm.FileInfo(vmPathName=f"[{datastore_name}]")
-        spec.deviceChange = [
-            vim.vm.device.VirtualDeviceSpec(operation="add", device=controller),
-            vim.vm.device.VirtualDeviceSpec(operation="add", device=disk),
-            *new_disks(devices, request.disks),
-            *nic_changes(instance, devices, request.networks, CREATE_ATTACHMENTS),
-            *class_devices(request.vm_class, devices, instance.content.about.apiVersion),
-        ]
-        return spec
+        api_version = instance.content.about.apiVersion
+
+        def filled(spec: Any, version: str | None, changes: list[Any]) -> Any:
+            spec.name = request.name
+            spec.guestId = DEFAULT_GUEST_ID
+            spec.instanceUuid = str(uuid.uuid4())
+            spec.version = version
+            spec.files = vim.vm.FileInfo(vmPathName=f"[{datastore_name}]")
+            spec.deviceChange = [
+                vim.vm.device.VirtualDeviceSpec(operation="add", device=controller),
+                vim.vm.device.VirtualDeviceSpec(operation="add", device=disk),
+                *changes,
+            ]
+            return spec
+
+        return Result.do(
+            filled(spec, version, added + nics + tpm)
+            for spec in class_config(request.vm_class, marks, request.user_data, request.meta_data)
+            for version in hardware_version(request.vm_class)
+            for added in new_disks(devices, request.disks)
+            for nics in nic_changes(instance, devices, request.networks, CREATE_ATTACHMENTS)
+            for tpm in class_devices(request.vm_class, devices, api_version)
+        )
 
 
-def destroy_keeping_foreign_disks(instance: Any, vcenter: VCenter, vm: Any) -> None:
+def destroy_keeping_foreign_disks(
+    instance: Any, vcenter: VCenter, vm: Any
+) -> Result[None, ProviderError]:
     """Destroy the VM; while it is still marked as building, detach first the disks outside
     its home directory (a disk it was built around), which Destroy_Task would delete."""
     row = vcenter.vm_row(instance, vm._moId, DELETE_PROPERTIES)
     if row is None:
-        return
+        return Success(None)
     removals = foreign_disk_removals(row)
-    if removals:
+    detached = (
         wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=removals)))
-    wait(instance, vm.Destroy_Task())
+        if removals
+        else Success(None)
+    )
+    return detached.bind(lambda _: wait(instance, vm.Destroy_Task())).map(lambda _: None)
 
 
 def foreign_disk_removals(row: Mapping[str, Any]) -> list[Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from returns.result import Failure, Success
+
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.devices import DISK_PROVISIONING
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, provider_error
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.domain.models import Capabilities, HealthReport, TransferBackend
 
@@ -15,10 +17,9 @@ class VSphereHealth:
 
     def check(self) -> HealthReport:
         """vCenter's clock, read through the session: a login and one round trip."""
-        try:
-            self._session.call(lambda instance: instance.CurrentTime())
-        except EXPECTED_FAILURES as error:
-            return HealthReport(ok=False, message=str(provider_error(error, "vCenter")))
+        match run(self._session, "vCenter", lambda instance: Success(instance.CurrentTime())):
+            case Failure(error):
+                return HealthReport(ok=False, message=str(error))
         return HealthReport(ok=True, message="vCenter reachable")
 
 

@@ -10,27 +10,31 @@ imported with thin disks and marked as a template.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import IO, Any
 
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qemu_img import checked_vmdk
 from pyrigaud.adapters.disk_images.scratch import scratch_file
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, run
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
 from pyrigaud.adapters.hypervisors.vsphere.ovf_package import (
     Package,
     fetch_referenced,
     fetched_package,
+    read_tar,
 )
-from pyrigaud.adapters.hypervisors.vsphere.placement import import_location
+from pyrigaud.adapters.hypervisors.vsphere.placement import Location, import_location
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, ImportMarks
-from pyrigaud.application.ports.image_judge import ImageJudge
+from pyrigaud.application.ports.image_judge import ImageInspection, ImageJudge
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.disk_images import JudgedImage
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import ImageSource, Placement, PreparedImage, PrepareImageRequest
 
 # An OVF file item's CIM resource type for a disk drive (DMTF CIM_ResourceAllocationSettingData).
@@ -69,85 +73,164 @@ class VSphereImages:
             lambda instance: self._prepare(instance, request),
         )
 
-    def _prepare(self, instance: Any, request: PrepareImageRequest) -> PreparedImage:
+    def _prepare(
+        self, instance: Any, request: PrepareImageRequest
+    ) -> Result[PreparedImage, ProviderError]:
         source = request.source
         existing = self._vcenter.record(instance, request.target_name)
         if existing is not None:
-            self._marks.refuse_unfinished(existing, "an import of the image")
-            return PreparedImage(id=request.target_name)
+            return self._marks.refuse_unfinished(existing, "an import of the image").map(
+                lambda _: PreparedImage(id=request.target_name)
+            )
         if source.template_name:
             if self._vcenter.vm_named(instance, source.template_name) is None:
-                raise ExpectedError(
+                return Failure(
                     ProviderError.not_found(f"no template named {source.template_name!r}")
                 )
-            return PreparedImage(id=source.template_name)
+            return Success(PreparedImage(id=source.template_name))
         if source.content_library is not None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.unsupported(
                     f"{fields.PREPARE_CONTENT_LIBRARY}: importing from a content library is not "
                     "implemented for vSphere; give an ovaURL or a templateName"
                 )
             )
         if not source.url:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     fields.PREPARE_OVA_URL, "vSphere imports an OVA or OVF from a URL, not a path"
                 )
             )
-        self._import(instance, source, request)
-        return PreparedImage(id=request.target_name)
+        return (
+            import_location(instance, self._defaults, request.storage_hint)
+            .bind(lambda location: self._import(instance, source, request, location))
+            .bind(lambda vm: self._made_template(instance, vm))
+            .map(lambda _: PreparedImage(id=request.target_name))
+        )
 
-    def _import(self, instance: Any, source: ImageSource, request: PrepareImageRequest) -> None:
-        location = import_location(instance, self._defaults, request.storage_hint)
+    def _import(
+        self,
+        instance: Any,
+        source: ImageSource,
+        request: PrepareImageRequest,
+        location: Location,
+    ) -> Result[Any, ProviderError]:
+        """The VM the package makes, its disks judged before vCenter sees them; the package's
+        files are gone once it is made."""
         loopback = self._allow_loopback_urls
-        with fetched_package(
-            source.url,
-            checksum=source.checksum,
-            checksum_type=source.checksum_type,
-            allow_loopback=loopback,
-        ) as package:
-            spec = import_spec(
-                instance, package.descriptor, request.target_name, location, _refused_package
-            )
-            hrefs = [str(item.path) for item in spec.fileItem or ()]
-            fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
+
+        def judged(package: Package, spec: Any) -> Result[None, ProviderError]:
             for item in spec.fileItem or ():
                 if item.cimType == CIM_DISK_DRIVE:
-                    _judged_disk(self._judge, package, str(item.path), self._scratch_dir)
-            vm = import_vm(instance, package, spec, location, self._marks.building())
+                    match _judged_disk(self._judge, package, str(item.path), self._scratch_dir):
+                        case Failure() as failed:
+                            return failed
+            return Success(None)
+
+        def made(package: Package) -> Result[Any, ProviderError]:
+            return import_spec(
+                instance, package.descriptor, request.target_name, location, _refused_package
+            ).bind(
+                lambda spec: (
+                    fetch_referenced(
+                        package,
+                        source.url,
+                        [str(item.path) for item in spec.fileItem or ()],
+                        allow_loopback=loopback,
+                    )
+                    .bind(lambda _: judged(package, spec))
+                    .bind(
+                        # A tar damaged where a file lies fails while the lease reads it.
+                        lambda _: read_tar(
+                            lambda: import_vm(
+                                instance, package, spec, location, self._marks.building()
+                            )
+                        )
+                    )
+                )
+            )
+
+        with contextlib.ExitStack() as holds:
+            return fetched_package(
+                source.url,
+                checksum=source.checksum,
+                checksum_type=source.checksum_type,
+                allow_loopback=loopback,
+                holds=holds,
+            ).bind(made)
+
+    def _made_template(self, instance: Any, vm: Any) -> Result[None, ProviderError]:
+        """The imported VM unmarked and made a template, or destroyed again: the caller's
+        failure is the one told (so the cleanup's own is not)."""
         try:
-            self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
-            vm.MarkAsTemplate()
+            made = self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(
+                lambda _: vm.MarkAsTemplate()
+            )
         except BaseException:
-            with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-                wait(instance, vm.Destroy_Task())
+            _destroy(instance, vm)
             raise
+        match made:
+            case Failure():
+                _destroy(instance, vm)
+        return made
 
 
-def _judged_disk(judge: ImageJudge, package: Package, href: str, scratch_dir: str | None) -> None:
+def _destroy(instance: Any, vm: Any) -> None:
+    with contextlib.suppress(*EXPECTED_FAILURES):
+        wait(instance, vm.Destroy_Task())
+
+
+def _judged_disk(
+    judge: ImageJudge, package: Package, href: str, scratch_dir: str | None
+) -> Result[None, ProviderError]:
     """A disk of the package judged whole before vCenter sees it: vCenter takes only a vmdk,
     and one naming other extent files is refused by the judge, one cut short or garbled by
     qemu reading it whole (from a scratch copy: an OVA's disk lies inside its tar)."""
-    inspection = judge.inspect(package.size(href), fields.PREPARE_OVA_URL)
-    with scratch_file(scratch_dir) as copy:
-        with package.open(href) as reader:
-            while chunk := reader.read(JUDGED_CHUNK_BYTES):
-                inspection.feed(chunk)
-                copy.write(chunk)
-        judged = inspection.first_look().bind(lambda _: inspection.verdict())
-        if isinstance(judged, Success) and judged.unwrap().format != "vmdk":
-            judged = Failure(
-                ProviderError.invalid_spec(
-                    fields.PREPARE_OVA_URL, f"the image is {judged.unwrap().format}, not a vmdk"
-                )
+
+    def copied(size: int) -> Result[None, ProviderError]:
+        inspection = judge.inspect(size, fields.PREPARE_OVA_URL)
+        with scratch_file(scratch_dir) as copy:
+
+            def fed(opened: AbstractContextManager[IO[bytes]]) -> Result[None, ProviderError]:
+                with opened as reader:
+                    while chunk := reader.read(JUDGED_CHUNK_BYTES):
+                        inspection.feed(chunk)
+                        copy.write(chunk)
+                return Success(None)
+
+            return read_tar(lambda: package.open(href).bind(fed)).bind(
+                lambda _: _verdict(inspection, copy, href)
             )
-        checked = judged.bind(
-            lambda image: checked_vmdk(copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL)
+
+    return package.size(href).bind(copied)
+
+
+def _verdict(
+    inspection: ImageInspection, copy: IO[bytes], href: str
+) -> Result[None, ProviderError]:
+    """The judge's verdict on the whole disk, then qemu's reading of the copy; a refusal
+    names the package's disk."""
+    checked = (
+        inspection.first_look()
+        .bind(lambda _: inspection.verdict())
+        .bind(_a_vmdk)
+        .bind(lambda image: checked_vmdk(copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL))
+    )
+    return checked.alt(
+        lambda error: error.model_copy(
+            update={"message": f"{error.message} (the package's disk {href!r})"}
         )
-    if isinstance(checked, Failure):
-        error = checked.failure()
-        message = f"{error.message} (the package's disk {href!r})"
-        raise ExpectedError(error.model_copy(update={"message": message}))
+    )
+
+
+def _a_vmdk(image: JudgedImage) -> Result[JudgedImage, ProviderError]:
+    if image.format != "vmdk":
+        return Failure(
+            ProviderError.invalid_spec(
+                fields.PREPARE_OVA_URL, f"the image is {image.format}, not a vmdk"
+            )
+        )
+    return Success(image)
 
 
 def _refused_package(problems: str) -> ProviderError:

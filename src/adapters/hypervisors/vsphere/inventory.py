@@ -8,7 +8,7 @@ from typing import Any
 
 from returns.result import Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import run
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import About, InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
@@ -35,13 +35,13 @@ class VSphereInventory:
         if cached is not None and about is not None:
             return Success(self._description(cached, about))
 
-        def read(instance: Any) -> VMDescription | None:
+        def read(instance: Any) -> Result[VMDescription | None, ProviderError]:
             row = self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)
             if row is None:
-                return None
+                return Success(None)
             found = instance.content.about
-            return self._description(
-                vm_entry(row), About(str(found.apiType), str(found.instanceUuid))
+            return Success(
+                self._description(vm_entry(row), About(str(found.apiType), str(found.instanceUuid)))
             )
 
         return run(self._vcenter.session, f"describing VM {vm_id!r}", read)
@@ -49,9 +49,9 @@ class VSphereInventory:
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
         """Read from vCenter always: Reconfigure checks the VM's state as it is right now."""
 
-        def read(instance: Any) -> VMInfo | None:
+        def read(instance: Any) -> Result[VMInfo | None, ProviderError]:
             row = self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)
-            return None if row is None else vm_info(row)
+            return Success(None if row is None else vm_info(row))
 
         return run(self._vcenter.session, f"reading VM {vm_id!r}", read)
 
@@ -63,11 +63,11 @@ class VSphereInventory:
         if cached is not None:
             return Success([entry.info() for entry in cached])
 
-        def read(instance: Any) -> list[VMInfo]:
+        def read(instance: Any) -> Result[list[VMInfo], ProviderError]:
             rows = retrieve_all_vms(instance, VM_PROPERTIES)
             for row in rows:
                 self._vcenter.remember_moref(row)
-            return [vm_info(row) for row in rows]
+            return Success([vm_info(row) for row in rows])
 
         return run(self._vcenter.session, "listing VMs", read)
 

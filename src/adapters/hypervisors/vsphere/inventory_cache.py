@@ -23,16 +23,14 @@ import threading
 from dataclasses import dataclass
 from itertools import count
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES
+from returns.result import Failure, Success
+
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID, VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import VMEntry, vm_entry
-from pyrigaud.domain.errors import ExpectedError
 
 logger = logging.getLogger(__name__)
-
-# What a read of vCenter can fail with and still be an expected failure.
-READ_FAILURES: tuple[type[BaseException], ...] = (ExpectedError, *EXPECTED_FAILURES)
 
 
 @dataclass(frozen=True)
@@ -88,18 +86,19 @@ class InventoryCache:
         """Re-read one VM now, through the replica's session (after this replica changed it).
         A read that fails leaves the cache in doubt: cold until the feed has read it all."""
         begun = self.begin()
-        try:
-            row = self._vcenter.session.call(
-                lambda instance: self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)
-            )
-        except READ_FAILURES as error:
-            logger.warning("re-reading VM %r failed (%s); reading vCenter meanwhile", vm_id, error)
-            self.doubt()
-            return
-        if row is None:
-            self.forget(vm_id, begun)
-        else:
-            self.keep(vm_entry(row), begun)
+        read = run(
+            self._vcenter.session,
+            f"re-reading VM {vm_id!r}",
+            lambda instance: Success(self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)),
+        )
+        match read:
+            case Success(None):
+                self.forget(vm_id, begun)
+            case Success(row):
+                self.keep(vm_entry(row), begun)
+            case Failure(error):
+                logger.warning("%s; reading vCenter meanwhile", error)
+                self.doubt()
 
     # -- the feed ------------------------------------------------------------------------
 

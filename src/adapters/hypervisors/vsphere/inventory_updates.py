@@ -23,13 +23,11 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
+from returns.result import Failure, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, is_missing
-from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import (
-    READ_FAILURES,
-    About,
-    InventoryCache,
-)
+from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
+from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import About, InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve, view_filter
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection, VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import vm_entry
@@ -77,23 +75,26 @@ def _run(
         cache = cache_ref()
         if cache is None:
             break
-        try:
-            if feed is not None and cache.doubted:
+        if feed is not None and cache.doubted:
+            with contextlib.suppress(*EXPECTED_FAILURES):
                 _drop(feed, cache, on_resync)
-                feed = None
-            if feed is None:
-                cache.go_cold()
-                feed = _Feed.open(session)
-                feed.start(cache)
-            else:
-                feed.poll(cache)
-            failures = 0
-        except READ_FAILURES as error:
-            logger.warning("vSphere inventory updates broke (%s); resynchronising", error)
-            failures += 1
+            feed = None
+        try:
+            step = attempt(
+                "following vSphere inventory updates",
+                lambda: Success(_step(session, feed, cache, on_resync)),  # noqa: B023 (run now)
+            )
         except Exception:  # a bug: say so, and start over
             logger.exception("vSphere inventory updates failed")
             failures += 1
+        else:
+            match step:
+                case Success(stepped):
+                    feed = stepped
+                    failures = 0
+                case Failure(error):
+                    logger.warning("%s; resynchronising", error)
+                    failures += 1
         if failures:
             if feed is not None:
                 _drop(feed, cache, on_resync)
@@ -103,6 +104,27 @@ def _run(
         del cache
     if feed is not None:
         feed.close()
+
+
+def _step(
+    session: VSphereSession,
+    feed: _Feed | None,
+    cache: InventoryCache,
+    on_resync: Callable[[], None],
+) -> _Feed:
+    """One turn of the feed: a new one reads the whole view (dropped again if it cannot), a
+    running one polls once."""
+    if feed is not None:
+        feed.poll(cache)
+        return feed
+    cache.go_cold()
+    fresh = _Feed.open(session)
+    try:
+        fresh.start(cache)
+    except BaseException:
+        _drop(fresh, cache, on_resync)
+        raise
+    return fresh
 
 
 def _drop(feed: _Feed, cache: InventoryCache, on_resync: Callable[[], None]) -> None:

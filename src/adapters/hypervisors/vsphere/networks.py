@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.iterables import Fold
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import NetworkAttachment
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -67,10 +69,10 @@ def nic_changes(
     devices: Sequence[Any],
     attachments: Sequence[NetworkAttachment],
     named: AttachmentFields,
-) -> list[Any]:
+) -> Result[list[Any], ProviderError]:
     """Remove every existing NIC and add one per attachment (nothing when none are asked)."""
     if not attachments:
-        return []
+        return Success([])
     networks = {
         str(row.get("name")): row["_ref"] for row in retrieve_all(instance, vim.Network, ("name",))
     }
@@ -79,11 +81,14 @@ def nic_changes(
         for device in devices
         if isinstance(device, vim.vm.device.VirtualEthernetCard)
     ]
-    additions = [
-        _new_nic(instance, networks, attachment, index, named)
-        for index, attachment in enumerate(attachments)
-    ]
-    return removals + additions
+    additions: Result[tuple[Any, ...], ProviderError] = Fold.collect(
+        (
+            _new_nic(instance, networks, attachment, index, named)
+            for index, attachment in enumerate(attachments)
+        ),
+        Success(()),
+    )
+    return additions.map(lambda added: removals + list(added))
 
 
 def _new_nic(
@@ -92,18 +97,18 @@ def _new_nic(
     attachment: NetworkAttachment,
     index: int,
     named: AttachmentFields,
-) -> Any:
+) -> Result[Any, ProviderError]:
     given = [key for key in ("portgroup", "network_name", "name") if getattr(attachment, key)]
     source = given[0] if given else "portgroup"
     name = str(getattr(attachment, source))
     if name not in networks:
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(named.name(index, source), f"no network {name!r}")
         )
     model = NIC_MODELS.get(attachment.model.lower())
     if model is None:
         known = ", ".join(sorted(key for key in NIC_MODELS if key))
-        raise ExpectedError(
+        return Failure(
             ProviderError.invalid_spec(
                 named.name(index, "model"), f"one of {known}, got {attachment.model!r}"
             )
@@ -117,7 +122,7 @@ def _new_nic(
         nic.macAddress = attachment.mac_address
     else:
         nic.addressType = "generated"
-    return vim.vm.device.VirtualDeviceSpec(operation="add", device=nic)
+    return Success(vim.vm.device.VirtualDeviceSpec(operation="add", device=nic))
 
 
 def _backing(instance: Any, network: Any, name: str) -> Any:

@@ -15,19 +15,22 @@ from __future__ import annotations
 import contextlib
 import http.client
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     CHUNK_BYTES,
     LeaseProgress,
     abandon_lease,
     ready_lease_info,
-    receiving_from_lease,
+    receive_from_lease,
     transfer_failed,
 )
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.session import Connection
+from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -65,57 +68,102 @@ class ExportedDisk:
             yield chunk
 
 
-@contextlib.contextmanager
-def exported_disk(instance: Any, source: Any, disk_index: int) -> Iterator[ExportedDisk]:
+def export_disk(
+    connection: Connection, source: Any, disk_index: int, holds: contextlib.ExitStack
+) -> Result[ExportedDisk, ProviderError]:
     """The disk at `disk_index` among the VM's virtual disks (device order, 0 first) of
     `source`, a vim.VirtualMachine (powered off) or a vim.vm.Snapshot, being read through an
-    export lease. Leaving normally completes the lease; an exception aborts it, and that
-    exception is the one that propagates (vCenter faults other than those mapped here stay
-    faults, for the caller's `run` to map)."""
-    lease = _export_lease(source)
-    try:
-        info = ready_lease_info(lease, ProviderError.unavailable)
-        device = _disk_url(info, source, disk_index)
-        file_size = int(device.fileSize or 0) or None
-        with receiving_from_lease(instance._stub, device.url) as response:
-            length = response.getheader("Content-Length", "")
-            progress = LeaseProgress(lease, file_size or _size(length))
-            yield ExportedDisk(lease, response, _size(length) or file_size, progress)
-        progress.report(done=True)
-        lease.HttpNfcLeaseComplete()
-    except BaseException:
-        abandon_lease(lease)
-        raise
+    export lease that `holds` keep: closing them normally completes the lease, with an
+    exception (a stopped transfer, a Failure on the way) aborts it. vCenter's faults stay
+    faults, for the caller's edge to map."""
+    return _export_lease(source).bind(
+        lambda lease: _opened(
+            connection, holds.enter_context(_HeldLease(lease)), source, disk_index
+        )
+    )
 
 
-def _export_lease(source: Any) -> Any:
+def _opened(
+    connection: Connection, held: _HeldLease, source: Any, disk_index: int
+) -> Result[ExportedDisk, ProviderError]:
+    lease = held.lease
+    found = ready_lease_info(connection, lease, ProviderError.unavailable).bind(
+        lambda info: _disk_url(info, source, disk_index)
+    )
+    match found:
+        case Success(device):
+            pass
+        case Failure() as failed:
+            return failed
+    file_size = int(device.fileSize or 0) or None
+
+    def disk(response: http.client.HTTPResponse) -> ExportedDisk:
+        length = _size(response.getheader("Content-Length", ""))
+        held.progress = LeaseProgress(lease, file_size or length)
+        return ExportedDisk(lease, response, length or file_size, held.progress)
+
+    return receive_from_lease(connection._stub, device.url, held.holds).map(disk)
+
+
+class _HeldLease:
+    """An export lease while its disk is read: completed (the progress told done) when what
+    holds it closes normally, aborted otherwise; the GET's connection, in `holds`, closes
+    first."""
+
+    def __init__(self, lease: Any) -> None:
+        self.lease = lease
+        self.progress: LeaseProgress | None = None
+        self.holds = contextlib.ExitStack()
+
+    def __enter__(self) -> _HeldLease:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.holds.__exit__(kind, error, trace)
+        if kind is not None or self.progress is None:
+            abandon_lease(self.lease)
+            return
+        try:
+            self.progress.report(done=True)
+            self.lease.HttpNfcLeaseComplete()
+        except BaseException:
+            abandon_lease(self.lease)
+            raise
+
+
+def _export_lease(source: Any) -> Result[Any, ProviderError]:
     """The export lease of the snapshot or VM; a VM that is not powered off cannot be
     exported (vCenter would have to freeze a running disk): FAILED_PRECONDITION."""
     if isinstance(source, vim.vm.Snapshot):
-        return source.ExportSnapshot()
+        return Success(source.ExportSnapshot())
     try:
-        return source.ExportVm()
+        return Success(source.ExportVm())
     except vim.fault.InvalidPowerState as fault:
         state = POWER_STATES.get(str(fault.existingState), "not powered off")
-        raise ExpectedError(
+        return Failure(
             ProviderError.failed_precondition(
                 f"VM {source._moId!r} is {state}: power it off, or export from a snapshot "
                 "(snapshot_id)"
             )
-        ) from fault
+        )
 
 
-def _disk_url(info: Any, source: Any, disk_index: int) -> Any:
+def _disk_url(info: Any, source: Any, disk_index: int) -> Result[Any, ProviderError]:
     """The device URL of the disk at that index: vCenter lists the disks' URLs in device
     order."""
     disks = [url for url in info.deviceUrl or () if url.disk]
     if not 0 <= disk_index < len(disks):
-        raise ExpectedError(
+        return Failure(
             ProviderError.not_found(
                 f"disk {disk_index} of {source._moId!r} not found: it has {len(disks)} disk(s)"
             )
         )
-    return disks[disk_index]
+    return Success(disks[disk_index])
 
 
 def _size(header: str) -> int | None:

@@ -2,6 +2,9 @@
 until the lease is ready, move each disk's bytes over HTTP to or from the device URL with the
 session's cookie and TLS settings, tell the lease the progress (an idle lease expires), and
 complete or abort it.
+
+What vCenter says in words (a lease in error, an HTTP status) is a Failure; what the network
+raises while bytes move stays an exception (naming the transfer) for the package's edge.
 """
 
 from __future__ import annotations
@@ -9,15 +12,17 @@ from __future__ import annotations
 import contextlib
 import http.client
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, fault_message
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, fault_message
+from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -29,25 +34,28 @@ PROGRESS_EVERY_SECONDS = 5.0
 
 
 def ready_lease_info(
-    lease: Any, failed: Callable[[str], ProviderError] = ProviderError.internal
-) -> Any:
-    """The lease's info once it is ready (its device URLs); a lease in error is its fault, as
-    the `failed` kind of error."""
-    deadline = time.monotonic() + LEASE_READY_SECONDS
+    connection: Connection,
+    lease: Any,
+    failed: Callable[[str], ProviderError] = ProviderError.internal,
+) -> Result[Any, ProviderError]:
+    """The lease's info once it is ready (its device URLs), polled by the connection's clock;
+    a lease in error is its fault, as the `failed` kind of error."""
+    clock = connection.clock
+    deadline = clock.now() + LEASE_READY_SECONDS
     while True:
         state = lease.state
         if state == vim.HttpNfcLease.State.ready:
-            return lease.info
+            return Success(lease.info)
         if state == vim.HttpNfcLease.State.error:
-            raise ExpectedError(failed(fault_message(lease.error)))
-        if time.monotonic() > deadline:
-            raise ExpectedError(ProviderError.unavailable("the NFC lease never became ready"))
-        time.sleep(LEASE_POLL_SECONDS)
+            return Failure(failed(fault_message(lease.error)))
+        if clock.now() > deadline:
+            return Failure(ProviderError.unavailable("the NFC lease never became ready"))
+        clock.sleep(LEASE_POLL_SECONDS)
 
 
 def send_to_lease(
     stub: Any, url: str, *, create: bool, size: int, reader: Any, progress: LeaseProgress
-) -> None:
+) -> Result[None, ProviderError]:
     """PUT (a new file) or POST the bytes to the lease URL, over the session's TLS settings."""
     doing = "uploading a disk through the NFC lease"
     headers = {"Content-Type": "application/x-vnd.vmware-streamVmdk", "Content-Length": str(size)}
@@ -63,38 +71,37 @@ def send_to_lease(
             connection.close()
     except (OSError, http.client.HTTPException) as error:
         raise transfer_failed(doing, error) from error
-    _check_status(response, doing)
+    return _checked_status(response, doing).map(lambda _: None)
 
 
-@contextlib.contextmanager
-def receiving_from_lease(stub: Any, url: str) -> Iterator[http.client.HTTPResponse]:
+def receive_from_lease(
+    stub: Any, url: str, holds: contextlib.ExitStack
+) -> Result[http.client.HTTPResponse, ProviderError]:
     """GET the lease URL over the session's TLS settings: the response, its status checked
     and its body still to read (what fails while reading it is `transfer_failed`); the
-    connection is closed on exit."""
+    connection is closed when `holds` close."""
     doing = "downloading a disk through the NFC lease"
     try:
         connection = open_request(stub, "GET", url, {})
+        holds.callback(connection.close)
+        response = connection.getresponse()
     except (OSError, http.client.HTTPException) as error:
         raise transfer_failed(doing, error) from error
-    try:
-        try:
-            response = connection.getresponse()
-        except (OSError, http.client.HTTPException) as error:
-            raise transfer_failed(doing, error) from error
-        _check_status(response, doing)
-        yield response
-    finally:
-        connection.close()
+    return _checked_status(response, doing)
 
 
-def transfer_failed(doing: str, error: BaseException) -> ExpectedError:
-    """A transfer that broke off: vCenter or the network is to blame, so it may be retried."""
-    return ExpectedError(ProviderError.unavailable(f"{doing}: {error}"))
+def transfer_failed(doing: str, error: BaseException) -> ConnectionError:
+    """A transfer that broke off, named: vCenter or the network is to blame, so the edge
+    makes it UNAVAILABLE (it may be retried)."""
+    return ConnectionError(f"{doing}: {error}")
 
 
-def _check_status(response: http.client.HTTPResponse, doing: str) -> None:
+def _checked_status(
+    response: http.client.HTTPResponse, doing: str
+) -> Result[http.client.HTTPResponse, ProviderError]:
     if not 200 <= response.status < 300:
-        raise ExpectedError(ProviderError.unavailable(f"{doing}: HTTP {response.status}"))
+        return Failure(ProviderError.unavailable(f"{doing}: HTTP {response.status}"))
+    return Success(response)
 
 
 class LeaseProgress:
@@ -121,17 +128,17 @@ class LeaseProgress:
 def abandon_lease(lease: Any) -> None:
     """Abort the lease, if vCenter has not already ended it; the caller's failure is the one
     reported."""
-    with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+    with contextlib.suppress(*EXPECTED_FAILURES):
         lease.HttpNfcLeaseAbort()
 
 
-def abort_lease(instance: Any, lease: Any) -> None:
+def abort_lease(connection: Connection, lease: Any) -> None:
     """Abort an import lease and destroy the VM it made, if vCenter has not already; the
-    caller's failure is the one reported."""
+    caller's failure is the one reported (so this cleanup's own is not)."""
     entity = None
-    with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
+    with contextlib.suppress(*EXPECTED_FAILURES):
         entity = lease.info.entity if lease.info is not None else None
     abandon_lease(lease)
     if entity is not None:
-        with contextlib.suppress(ExpectedError, *EXPECTED_FAILURES):
-            wait(instance, entity.Destroy_Task())
+        with contextlib.suppress(*EXPECTED_FAILURES):
+            wait(connection, entity.Destroy_Task())

@@ -2,8 +2,9 @@
 OvfManager.CreateImportSpec (thin disks), ResourcePool.ImportVApp, then each disk's bytes sent
 to the lease's upload URL with progress reported to the lease, which keeps it alive.
 
-A failure aborts the lease (vCenter then removes the VM it was making) and destroys the VM if
-it is still there: an import leaves a whole VM or nothing.
+A failure (a Failure returned or a fault raised) aborts the lease (vCenter then removes the VM
+it was making) and destroys the VM if it is still there: an import leaves a whole VM or
+nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import IO, Any, Protocol
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     LeaseProgress,
@@ -21,7 +23,8 @@ from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     send_to_lease,
 )
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.session import Connection
+from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -30,9 +33,9 @@ vim: Any = untyped_vim
 class PackageFiles(Protocol):
     """The files an OVF descriptor references, by href: a fetched package, or one disk."""
 
-    def size(self, href: str) -> int: ...
+    def size(self, href: str) -> Result[int, ProviderError]: ...
 
-    def open(self, href: str) -> AbstractContextManager[IO[bytes]]: ...
+    def open(self, href: str) -> Result[AbstractContextManager[IO[bytes]], ProviderError]: ...
 
 
 def import_spec(
@@ -41,7 +44,7 @@ def import_spec(
     name: str,
     location: Location,
     refused: Callable[[str], ProviderError],
-) -> Any:
+) -> Result[Any, ProviderError]:
     """vCenter's import spec for the descriptor, thin disks (its fileItem list names the files
     to send); a descriptor vCenter cannot use is `refused(its problems)`."""
     params = vim.OvfManager.CreateImportSpecParams(entityName=name, diskProvisioning="thin")
@@ -55,17 +58,17 @@ def import_spec(
         problems = "; ".join(
             getattr(fault, "msg", "") or type(fault).__name__ for fault in result.error
         )
-        raise ExpectedError(refused(problems))
-    return result
+        return Failure(refused(problems))
+    return Success(result)
 
 
 def import_vm(
-    instance: Any,
+    connection: Connection,
     package: PackageFiles,
     spec: Any,
     location: Location,
     marks: Mapping[str, str],
-) -> Any:
+) -> Result[Any, ProviderError]:
     """The VM made from the package (powered off), its disks uploaded through the lease. It
     carries `marks` (extraConfig) from its first moment: the building mark lets the leftover
     sweep remove what a provider killed mid-import left."""
@@ -77,36 +80,65 @@ def import_vm(
     lease = location.pool.ImportVApp(
         spec=spec.importSpec, folder=location.folder, host=location.host
     )
+
+    def uploaded(info: Any) -> Result[Any, ProviderError]:
+        return _upload(connection, lease, info.deviceUrl or (), package, spec.fileItem or ()).map(
+            lambda _: info.entity
+        )
+
     try:
-        info = ready_lease_info(lease)
-        _upload(instance, lease, info.deviceUrl or (), package, spec.fileItem or ())
-        lease.HttpNfcLeaseComplete()
+        made = ready_lease_info(connection, lease).bind(uploaded)
+        match made:
+            case Success():
+                lease.HttpNfcLeaseComplete()
+            case Failure():
+                abort_lease(connection, lease)
     except BaseException:
-        abort_lease(instance, lease)
+        abort_lease(connection, lease)
         raise
-    return info.entity
+    return made
 
 
 def _upload(
-    instance: Any, lease: Any, urls: Sequence[Any], package: PackageFiles, items: Sequence[Any]
-) -> None:
+    connection: Connection,
+    lease: Any,
+    urls: Sequence[Any],
+    package: PackageFiles,
+    items: Sequence[Any],
+) -> Result[None, ProviderError]:
     """Each file item's bytes to the device URL of the same import key, in one stream each."""
     by_key = {str(url.importKey): url for url in urls}
-    total = sum(package.size(item.path) for item in items) or 1
-    progress = LeaseProgress(lease, total)
+    sizes: dict[str, int] = {}
+    for item in items:
+        match package.size(item.path):
+            case Success(size):
+                sizes[item.path] = size
+            case Failure() as failed:
+                return failed
+    progress = LeaseProgress(lease, sum(sizes.values()) or 1)
+
+    def send(device: Any, item: Any) -> Result[None, ProviderError]:
+        def sent(opened: AbstractContextManager[IO[bytes]]) -> Result[None, ProviderError]:
+            with opened as reader:
+                return send_to_lease(
+                    connection._stub,
+                    device.url,
+                    create=bool(item.create),
+                    size=sizes[item.path],
+                    reader=reader,
+                    progress=progress,
+                )
+
+        return package.open(item.path).bind(sent)
+
     for item in items:
         device = by_key.get(str(item.deviceId))
         if device is None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.internal(f"the import lease has no upload URL for {item.path!r}")
             )
-        with package.open(item.path) as reader:
-            send_to_lease(
-                instance._stub,
-                device.url,
-                create=bool(item.create),
-                size=package.size(item.path),
-                reader=reader,
-                progress=progress,
-            )
+        match send(device, item):
+            case Failure() as failed:
+                return failed
     progress.report(done=True)
+    return Success(None)

@@ -6,6 +6,10 @@ An OVA is a tar holding the descriptor and its disks; they are read from the tar
 exact member name, so nothing in it is ever written out under a name it chose. A bare `.ovf`
 names its disks by hrefs relative to its URL; they are fetched next to it under the same rules
 (the checksum covers the file the URL names, as upstream's provider does).
+
+What makes a package unusable (a bad download, a damaged tar, a descriptor or href that names
+nothing) is a Failure naming the request's field, told where the package is opened or a file
+of it read.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import contextlib
 import os
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 from urllib.parse import urljoin, urlsplit
+
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.downloads import (
     ChecksumMismatchError,
@@ -29,12 +36,14 @@ from pyrigaud.adapters.downloads import (
     open_download,
 )
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.image_urls import UnsafeImageURLError
 
 # Finder and AppleDouble litter that macOS leaves in tars; never a descriptor.
 IGNORED_PREFIXES = ("__MACOSX/", "._")
 MAX_DESCRIPTOR_BYTES = 16 * 1024**2
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -46,69 +55,97 @@ class Package:
     _directory: Path | None = None
     _members: dict[str, tarfile.TarInfo] = field(default_factory=dict)
 
-    def size(self, href: str) -> int:
+    def size(self, href: str) -> Result[int, ProviderError]:
         if self._tar is not None:
-            return self._member(href).size
-        return self._file(href).stat().st_size
+            return self._member(href).map(lambda member: member.size)
+        return self._file(href).map(lambda path: path.stat().st_size)
 
-    @contextlib.contextmanager
-    def open(self, href: str) -> Iterator[IO[bytes]]:
-        """The referenced file's bytes, read from the tar (OVA) or the fetched file (OVF)."""
-        if self._tar is not None:
-            reader = self._tar.extractfile(self._member(href))
+    def open(self, href: str) -> Result[AbstractContextManager[IO[bytes]], ProviderError]:
+        """The referenced file's bytes, read from the tar (OVA) or the fetched file (OVF); a
+        tar damaged where the file lies fails its reads, once they are under `read_tar`."""
+        tar = self._tar
+        if tar is None:
+            return self._file(href).map(lambda path: path.open("rb"))
+
+        def extracted(
+            member: tarfile.TarInfo,
+        ) -> Result[AbstractContextManager[IO[bytes]], ProviderError]:
+            reader = tar.extractfile(member)
             if reader is None:
-                raise _unusable(f"{href!r} in the OVA is not a regular file")
-            with reader:
-                yield reader
-            return
-        with self._file(href).open("rb") as reader:
-            yield reader
+                return Failure(_unusable(f"{href!r} in the OVA is not a regular file"))
+            return Success(reader)
 
-    def _member(self, href: str) -> tarfile.TarInfo:
+        return self._member(href).bind(extracted)
+
+    def _member(self, href: str) -> Result[tarfile.TarInfo, ProviderError]:
         member = self._members.get(href.removeprefix("./"))
         if member is None:
-            raise _unusable(f"the OVA holds no file {href!r} that its descriptor references")
-        return member
+            return Failure(
+                _unusable(f"the OVA holds no file {href!r} that its descriptor references")
+            )
+        return Success(member)
 
-    def _file(self, href: str) -> Path:
-        assert self._directory is not None
-        return self._directory / _local_name(href)
+    def _file(self, href: str) -> Result[Path, ProviderError]:
+        directory = self._directory
+        assert directory is not None
+        return _local_name(href).map(lambda name: directory / name)
 
 
-@contextlib.contextmanager
 def fetched_package(
     url: str,
     *,
     checksum: str,
     checksum_type: str,
     allow_loopback: bool,
-) -> Iterator[Package]:
-    """The package at `url`, downloaded and verified; the temporary files are deleted when
-    the block ends, whatever happens in it."""
-    with _spec_errors():
-        checksum_algorithm(checksum_type)
-    with tempfile.TemporaryDirectory(prefix="pyrigaud-ova-") as scratch:
-        directory = Path(scratch)
+    holds: contextlib.ExitStack,
+) -> Result[Package, ProviderError]:
+    """The package at `url`, downloaded and verified; its temporary files are deleted when
+    `holds` close."""
+
+    def fetch(_: object) -> Result[Package, ProviderError]:
+        directory = Path(holds.enter_context(tempfile.TemporaryDirectory(prefix="pyrigaud-ova-")))
         is_ovf = urlsplit(url).path.lower().endswith(".ovf")
         main = directory / ("package.ovf" if is_ovf else "package.ova")
-        with _spec_errors():
-            _download(url, main, checksum, checksum_type, allow_loopback)
+        downloaded = _spec_errors(
+            lambda: _download(url, main, checksum, checksum_type, allow_loopback)
+        )
         if is_ovf:
-            descriptor = _descriptor_text(main.read_bytes())
-            package = Package(descriptor=descriptor, _directory=directory)
-            yield package
-            return
-        with _opened_tar(main) as tar:
-            yield _tar_package(tar)
+            return downloaded.bind(lambda _: _descriptor_text(main.read_bytes())).map(
+                lambda descriptor: Package(descriptor=descriptor, _directory=directory)
+            )
+        return downloaded.bind(lambda _: read_tar(lambda: _tar_package(holds, main)))
+
+    return _spec_errors(lambda: checksum_algorithm(checksum_type)).bind(fetch)
 
 
-def fetch_referenced(package: Package, url: str, hrefs: list[str], *, allow_loopback: bool) -> None:
+def fetch_referenced(
+    package: Package, url: str, hrefs: list[str], *, allow_loopback: bool
+) -> Result[None, ProviderError]:
     """Fetch a bare OVF's referenced files next to it (nothing to do for an OVA)."""
     if package._directory is None:
-        return
+        return Success(None)
+
+    def fetch(href: str) -> Result[None, ProviderError]:
+        return package._file(href).bind(
+            lambda path: _spec_errors(
+                lambda: _download(urljoin(url, href), path, "", "", allow_loopback)
+            )
+        )
+
     for href in hrefs:
-        with _spec_errors():
-            _download(urljoin(url, href), package._file(href), "", "", allow_loopback)
+        match fetch(href):
+            case Failure() as failed:
+                return failed
+    return Success(None)
+
+
+def read_tar(action: Callable[[], Result[T, ProviderError]]) -> Result[T, ProviderError]:
+    """`action()`, reading the OVA: a tar damaged where it reads (the headers, a member's
+    data) makes the package unusable."""
+    try:
+        return action()
+    except tarfile.TarError as error:
+        return Failure(_unusable(f"the OVA is not a readable tar archive: {error}"))
 
 
 def _download(url: str, target: Path, checksum: str, checksum_type: str, loopback: bool) -> None:
@@ -122,17 +159,8 @@ def _download(url: str, target: Path, checksum: str, checksum_type: str, loopbac
             out.write(chunk)
 
 
-@contextlib.contextmanager
-def _opened_tar(path: Path) -> Iterator[tarfile.TarFile]:
-    """The OVA as a tar; a damaged one (here or while its members are read) is unusable."""
-    try:
-        with tarfile.open(path, mode="r:") as tar:
-            yield tar
-    except tarfile.TarError as error:
-        raise _unusable(f"the OVA is not a readable tar archive: {error}") from error
-
-
-def _tar_package(tar: tarfile.TarFile) -> Package:
+def _tar_package(holds: contextlib.ExitStack, path: Path) -> Result[Package, ProviderError]:
+    tar = holds.enter_context(tarfile.open(path, mode="r:"))  # noqa: SIM115 (the holds close it)
     members = {
         member.name.removeprefix("./"): member
         for member in tar.getmembers()
@@ -140,53 +168,47 @@ def _tar_package(tar: tarfile.TarFile) -> Package:
     }
     descriptors = [name for name in members if name.lower().endswith(".ovf")]
     if not descriptors:
-        raise _unusable("the OVA holds no .ovf descriptor")
+        return Failure(_unusable("the OVA holds no .ovf descriptor"))
     reader = tar.extractfile(members[descriptors[0]])
     assert reader is not None  # a regular file, checked above
     with reader:
         data = reader.read(MAX_DESCRIPTOR_BYTES + 1)
-    return Package(descriptor=_descriptor_text(data), _tar=tar, _members=members)
+    return _descriptor_text(data).map(
+        lambda descriptor: Package(descriptor=descriptor, _tar=tar, _members=members)
+    )
 
 
-def _descriptor_text(data: bytes) -> str:
+def _descriptor_text(data: bytes) -> Result[str, ProviderError]:
     if len(data) > MAX_DESCRIPTOR_BYTES:
-        raise _unusable("the OVF descriptor is larger than 16 MiB")
+        return Failure(_unusable("the OVF descriptor is larger than 16 MiB"))
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise _unusable("the OVF descriptor is not UTF-8 text") from error
+        return Success(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        return Failure(_unusable("the OVF descriptor is not UTF-8 text"))
 
 
-def _local_name(href: str) -> str:
+def _local_name(href: str) -> Result[str, ProviderError]:
     """A referenced file's name in the scratch directory: its last path segment only."""
     name = os.path.basename(urlsplit(href).path)
     if not name or name in {".", ".."}:
-        raise _unusable(f"the descriptor references {href!r}, which names no file")
-    return name
+        return Failure(_unusable(f"the descriptor references {href!r}, which names no file"))
+    return Success(name)
 
 
-def _unusable(problem: str) -> ExpectedError:
-    return ExpectedError(ProviderError.invalid_spec(fields.PREPARE_OVA_URL, problem))
+def _unusable(problem: str) -> ProviderError:
+    return ProviderError.invalid_spec(fields.PREPARE_OVA_URL, problem)
 
 
-@contextlib.contextmanager
-def _spec_errors() -> Iterator[None]:
-    """The download's failures as ProviderErrors naming the request's fields."""
+def _spec_errors(action: Callable[[], T]) -> Result[T, ProviderError]:
+    """`action()` (a download or its checksum's check), its failures as ProviderErrors naming
+    the request's fields."""
     try:
-        yield
+        return Success(action())
     except UnsafeImageURLError as error:
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.PREPARE_OVA_URL, str(error))
-        ) from None
+        return Failure(ProviderError.invalid_spec(fields.PREPARE_OVA_URL, str(error)))
     except UnknownChecksumTypeError as error:
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.PREPARE_CHECKSUM_TYPE, str(error))
-        ) from None
+        return Failure(ProviderError.invalid_spec(fields.PREPARE_CHECKSUM_TYPE, str(error)))
     except ChecksumMismatchError as error:
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.PREPARE_CHECKSUM, str(error))
-        ) from None
+        return Failure(ProviderError.invalid_spec(fields.PREPARE_CHECKSUM, str(error)))
     except DownloadError as error:
-        raise ExpectedError(
-            ProviderError.unavailable(f"downloading the OVF package: {error}")
-        ) from None
+        return Failure(ProviderError.unavailable(f"downloading the OVF package: {error}"))

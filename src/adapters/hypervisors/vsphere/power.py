@@ -9,7 +9,8 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, is_missing, run
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
 from pyrigaud.adapters.hypervisors.vsphere.tasks import TaskOperation, begin
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import SHUTDOWN_DEADLINE_KEY
@@ -29,7 +30,9 @@ class VSpherePowerControl:
         return run(
             self._vcenter.session,
             f"reading power of VM {vm_id!r}",
-            lambda instance: self._vcenter.power(instance, self._vcenter.vm(instance, vm_id)),
+            lambda instance: self._vcenter.vm(instance, vm_id).bind(
+                lambda vm: self._vcenter.power(instance, vm)
+            ),
         )
 
     def power_on(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
@@ -41,8 +44,7 @@ class VSpherePowerControl:
     def reboot(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         """The guest reboots itself (no Task: None), or the reset Task when it cannot."""
 
-        def start(instance: Any) -> Any:
-            vm = self._vcenter.vm(instance, vm_id)
+        def restart(vm: Any) -> Any:
             try:
                 vm.RebootGuest()
             except EXPECTED_FAILURES as error:
@@ -52,23 +54,37 @@ class VSpherePowerControl:
                 return vm.ResetVM_Task()
             return None
 
+        def start(instance: Any) -> Result[Any, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).map(restart)
+
         return begin(self._vcenter.session, TaskOperation(f"rebooting VM {vm_id!r}", vm_id, start))
 
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
-        def ask(instance: Any) -> None:
-            vm = self._vcenter.vm(instance, vm_id)
-            self._vcenter.set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: str(deadline)})
-            if self._vcenter.power(instance, vm) is PowerState.ON:
+        def shut_down(vm: Any, state: PowerState) -> None:
+            if state is PowerState.ON:
                 with contextlib.suppress(vim.fault.ToolsUnavailable):
                     # No VMware Tools to ask: the recorded deadline still forces the power-off.
                     vm.ShutdownGuest()
 
+        def asked(instance: Any, vm: Any) -> Result[None, ProviderError]:
+            return (
+                self._vcenter.set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: str(deadline)})
+                .bind(lambda _: self._vcenter.power(instance, vm))
+                .map(lambda state: shut_down(vm, state))
+            )
+
+        def ask(instance: Any) -> Result[None, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).bind(lambda vm: asked(instance, vm))
+
         return run(self._vcenter.session, f"shutting down VM {vm_id!r}", ask)
 
     def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
-        def read(instance: Any) -> int | None:
-            value = self._vcenter.extra_config(instance, vm_id).get(SHUTDOWN_DEADLINE_KEY, "")
+        def deadline_in(extra: dict[str, str]) -> int | None:
+            value = extra.get(SHUTDOWN_DEADLINE_KEY, "")
             return int(value) if value.isdigit() else None
+
+        def read(instance: Any) -> Result[int | None, ProviderError]:
+            return self._vcenter.extra_config(instance, vm_id).map(deadline_in)
 
         return run(self._vcenter.session, f"reading VM {vm_id!r}", read)
 
@@ -76,19 +92,23 @@ class VSpherePowerControl:
         return run(
             self._vcenter.session,
             f"updating VM {vm_id!r}",
-            lambda instance: self._vcenter.set_extra_config(
-                instance, self._vcenter.vm(instance, vm_id), {SHUTDOWN_DEADLINE_KEY: ""}
+            lambda instance: self._vcenter.vm(instance, vm_id).bind(
+                lambda vm: self._vcenter.set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: ""})
             ),
         )
 
     def _change(self, vm_id: str, target: PowerState) -> Result[TaskRef | None, ProviderError]:
         """The power Task, or None when the VM is already in the state asked for."""
 
-        def start(instance: Any) -> Any:
-            vm = self._vcenter.vm(instance, vm_id)
-            if self._vcenter.power(instance, vm) is target:
+        def started(vm: Any, state: PowerState) -> Any:
+            if state is target:
                 return None
             return vm.PowerOnVM_Task() if target is PowerState.ON else vm.PowerOffVM_Task()
+
+        def start(instance: Any) -> Result[Any, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).bind(
+                lambda vm: self._vcenter.power(instance, vm).map(lambda state: started(vm, state))
+            )
 
         operation = TaskOperation(f"powering VM {vm_id!r} {target.value}", vm_id, start)
         return begin(self._vcenter.session, operation)

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
     class_devices,
@@ -23,7 +24,6 @@ from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker, CloneO
 from pyrigaud.adapters.hypervisors.vsphere.customization import guest_customization
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks
 from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker, destroy_keeping_foreign_disks
-from pyrigaud.adapters.hypervisors.vsphere.errors import run
 from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
 from pyrigaud.adapters.hypervisors.vsphere.tasks import TaskOperation, begin, wait
@@ -36,7 +36,7 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
 )
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
 from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskRef
@@ -64,17 +64,17 @@ class VSphereVMLifecycle:
         return run(
             self._vcenter.session,
             f"finding VM {name!r}",
-            lambda instance: self._vcenter.record(instance, name),
+            lambda instance: Success(self._vcenter.record(instance, name)),
         )
 
     def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
         """One listing of every VM's extraConfig: the simulator cannot select one key of it
         (`config.extraConfig["key"]`), and this runs at start-up and periodically only."""
 
-        def read(instance: Any) -> list[VMRecord]:
+        def read(instance: Any) -> Result[list[VMRecord], ProviderError]:
             rows = retrieve_all_vms(instance, RECORD_PROPERTIES)
             records = [vm_record(row) for row in rows]
-            return [record for record in records if record.building_since is not None]
+            return Success([record for record in records if record.building_since is not None])
 
         return run(self._vcenter.session, "finding unfinished VMs", read)
 
@@ -107,70 +107,91 @@ class VSphereVMLifecycle:
                 )
             )
 
-        def make(instance: Any) -> CreatedVM:
-            source = self._vcenter.vm_named(instance, image.template_name)
-            if source is None:
-                raise ExpectedError(
-                    ProviderError.invalid_spec(
-                        fields.IMAGE_TEMPLATE_NAME,
-                        f"no template or VM named {image.template_name!r}",
-                    )
-                )
-            version = hardware_version(request.vm_class)
-            guest = guest_customization(
-                request.networks, host_name="", domain="", time_zone="", named=CREATE_ATTACHMENTS
-            )
+        def configure(instance: Any, devices: list[Any]) -> Result[Any, ProviderError]:
+            growth = VMChanges(root_disk_gib=request.vm_class.disk_defaults.size_gib or None)
+            api_version = instance.content.about.apiVersion
 
-            def configure(devices: list[Any]) -> Any:
-                spec = class_config(
+            def filled(spec: Any, changes: list[Any]) -> Any:
+                spec.deviceChange = changes
+                return spec
+
+            return Result.do(
+                filled(spec, grown + added + nics + tpm)
+                for spec in class_config(
                     request.vm_class,
                     {OWNER_KEY: owner.provider},
                     request.user_data,
                     request.meta_data,
                 )
-                growth = VMChanges(root_disk_gib=request.vm_class.disk_defaults.size_gib or None)
-                spec.deviceChange = (
-                    disk_growth(devices, growth)
-                    + new_disks(devices, request.disks)
-                    + nic_changes(instance, devices, request.networks, CREATE_ATTACHMENTS)
-                    + class_devices(request.vm_class, devices, instance.content.about.apiVersion)
-                )
-                return spec
-
-            order = CloneOrder(
-                source=source,
-                name=request.name,
-                owner=owner,
-                placement=request.placement,
-                configure=configure,
-                version=version,
-                guest=guest,
+                for grown in disk_growth(devices, growth)
+                for added in new_disks(devices, request.disks)
+                for nics in nic_changes(instance, devices, request.networks, CREATE_ATTACHMENTS)
+                for tpm in class_devices(request.vm_class, devices, api_version)
             )
-            return self._clone_maker.clone(instance, order)
+
+        def make(instance: Any) -> Result[CreatedVM, ProviderError]:
+            source = self._vcenter.vm_named(instance, image.template_name)
+            if source is None:
+                return Failure(
+                    ProviderError.invalid_spec(
+                        fields.IMAGE_TEMPLATE_NAME,
+                        f"no template or VM named {image.template_name!r}",
+                    )
+                )
+            order = Result.do(
+                CloneOrder(
+                    source=source,
+                    name=request.name,
+                    owner=owner,
+                    placement=request.placement,
+                    configure=lambda devices: configure(instance, devices),
+                    version=version,
+                    guest=guest,
+                )
+                for version in hardware_version(request.vm_class)
+                for guest in guest_customization(
+                    request.networks,
+                    host_name="",
+                    domain="",
+                    time_zone="",
+                    named=CREATE_ATTACHMENTS,
+                )
+            )
+            return order.bind(lambda ordered: self._clone_maker.clone(instance, ordered))
 
         return run(self._vcenter.session, f"creating VM {request.name!r}", make)
 
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
-        def remove(instance: Any) -> None:
-            vm = self._vcenter.vm(instance, vm_id)
-            if self._vcenter.power(instance, vm) is PowerState.ON:
-                wait(instance, vm.PowerOffVM_Task())
-            destroy_keeping_foreign_disks(instance, self._vcenter, vm)
+        def powered_off(instance: Any, vm: Any, state: PowerState) -> Result[Any, ProviderError]:
+            if state is PowerState.ON:
+                return wait(instance, vm.PowerOffVM_Task())
+            return Success(None)
+
+        def remove(instance: Any) -> Result[None, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).bind(
+                lambda vm: (
+                    self._vcenter.power(instance, vm)
+                    .bind(lambda state: powered_off(instance, vm, state))
+                    .bind(lambda _: destroy_keeping_foreign_disks(instance, self._vcenter, vm))
+                )
+            )
 
         return run(self._vcenter.session, f"deleting VM {vm_id!r}", remove)
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[TaskRef | None, ProviderError]:
-        def start(instance: Any) -> Any:
-            row = self._vcenter.vm_row(instance, vm_id, RECONFIGURE_PROPERTIES)
-            if row is None:
-                raise ExpectedError(ProviderError.vm_not_found(vm_id))
-            _refuse_offline_only_changes(row, changes)
+        def reconfigured(row: dict[str, Any], growth: list[Any]) -> Any:
             spec = vim.vm.ConfigSpec(
-                numCPUs=changes.cpu,
-                memoryMB=changes.memory_mib,
-                deviceChange=disk_growth(list(row.get("config.hardware.device") or ()), changes),
+                numCPUs=changes.cpu, memoryMB=changes.memory_mib, deviceChange=growth
             )
             return row["_ref"].ReconfigVM_Task(spec)
+
+        def start(instance: Any) -> Result[Any, ProviderError]:
+            return Result.do(
+                reconfigured(row, growth)
+                for row in self._vcenter.found_row(instance, vm_id, RECONFIGURE_PROPERTIES)
+                for _ in _refuse_offline_only_changes(row, changes)
+                for growth in disk_growth(list(row.get("config.hardware.device") or ()), changes)
+            )
 
         operation = TaskOperation(f"reconfiguring VM {vm_id!r}", vm_id, start)
         return begin(self._vcenter.session, operation)
@@ -182,34 +203,30 @@ class VSphereVMLifecycle:
         operation = TaskOperation(
             f"upgrading VM {vm_id!r}",
             vm_id,
-            lambda instance: self._vcenter.vm(instance, vm_id).UpgradeVM_Task(version),
+            lambda instance: self._vcenter.vm(instance, vm_id).map(
+                lambda vm: vm.UpgradeVM_Task(version)
+            ),
         )
         return begin(self._vcenter.session, operation)
 
 
-def _refuse_offline_only_changes(row: Mapping[str, Any], changes: VMChanges) -> None:
+def _refuse_offline_only_changes(
+    row: Mapping[str, Any], changes: VMChanges
+) -> Result[None, ProviderError]:
     """A running VM takes CPU and memory changes only with hot-add enabled, and never shrinks."""
     if power_state(row) is PowerState.OFF:
-        return
+        return Success(None)
     cpu_now = int(row.get("config.hardware.numCPU") or 0)
     memory_now = int(row.get("config.hardware.memoryMB") or 0)
+    problem = ""
     if changes.cpu is not None and changes.cpu != cpu_now:
         if not row.get("config.cpuHotAddEnabled"):
-            raise ExpectedError(
-                ProviderError.failed_precondition("CPU hot-add disabled; power off to change CPUs")
-            )
-        if changes.cpu < cpu_now:
-            raise ExpectedError(
-                ProviderError.failed_precondition("CPUs cannot shrink while the VM runs")
-            )
-    if changes.memory_mib is not None and changes.memory_mib != memory_now:
+            problem = "CPU hot-add disabled; power off to change CPUs"
+        elif changes.cpu < cpu_now:
+            problem = "CPUs cannot shrink while the VM runs"
+    if not problem and changes.memory_mib is not None and changes.memory_mib != memory_now:
         if not row.get("config.memoryHotAddEnabled"):
-            raise ExpectedError(
-                ProviderError.failed_precondition(
-                    "memory hot-add disabled; power off to change memory"
-                )
-            )
-        if changes.memory_mib < memory_now:
-            raise ExpectedError(
-                ProviderError.failed_precondition("memory cannot shrink while the VM runs")
-            )
+            problem = "memory hot-add disabled; power off to change memory"
+        elif changes.memory_mib < memory_now:
+            problem = "memory cannot shrink while the VM runs"
+    return Failure(ProviderError.failed_precondition(problem)) if problem else Success(None)

@@ -9,8 +9,9 @@ from urllib.parse import urlsplit
 from pyVim import connect as untyped_connect
 from pyVmomi import vim, vmodl
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.reopening import Reopening
-from pyrigaud.application.ports import Credentials
+from pyrigaud.application.ports import Clock, Credentials
 
 # pyVim is untyped: call it dynamically.
 connect: Any = untyped_connect
@@ -40,11 +41,13 @@ class LoginError(ConnectionError):
 
 class Connection:
     """A logged-in service instance whose ServiceContent is read once, at login: pyVmomi
-    fetches `instance.content` anew (a round trip) on every access. Everything else is the
-    instance's own."""
+    fetches `instance.content` anew (a round trip) on every access. `clock` is what the waits
+    on its Tasks and leases poll by (a test's clock moves on instead of sleeping). Everything
+    else is the instance's own."""
 
-    def __init__(self, instance: Any) -> None:
+    def __init__(self, instance: Any, clock: Clock) -> None:
         self.instance = instance
+        self.clock = clock
         self.content = instance.RetrieveContent()
 
     def __getattr__(self, name: str) -> Any:
@@ -62,10 +65,14 @@ class VSphereSession:
         insecure: bool,
         on_relogin: Callable[[], None] = lambda: None,
         on_call: Callable[[], None] = lambda: None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         """`on_relogin` is told each time an expired session is replaced by a new login,
         `on_call` each call into vCenter (one round trip or more): what a cached answer saves
-        is counted there, never guessed."""
+        is counted there, never guessed. `clock` (the system's by default) is what waits on
+        vCenter's Tasks and leases poll by."""
+        self._clock = clock or SystemClock()
         self._on_relogin = on_relogin
         self._on_call = on_call
         parts = urlsplit(endpoint)
@@ -116,7 +123,7 @@ class VSphereSession:
     def _login(self) -> Connection:
         username, password = self._credentials()
         try:
-            return Connection(self._smart_connect(username, password))
+            return Connection(self._smart_connect(username, password), self._clock)
         except (vmodl.MethodFault, OSError):
             raise
         except Exception as error:  # pyVim's "is not a VIM server" is a bare Exception

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import run
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.tasks import TaskOperation, begin, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Snapshot, SnapshotRequest
 from pyrigaud.domain.tasks import TaskRef
 
@@ -21,20 +21,27 @@ class VSphereSnapshots:
         self._vcenter = vcenter
 
     def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
-        def take(instance: Any) -> Snapshot:
-            vm = self._vcenter.vm(instance, request.vm_id)
-            task = vm.CreateSnapshot_Task(
-                name=request.name,
-                description=request.description,
-                memory=request.include_memory,
-                quiesce=False,
-            )
-            snapshot = wait(instance, task)
-            return Snapshot(
-                id=str(snapshot._moId),
-                name=request.name,
-                description=request.description,
-                include_memory=request.include_memory,
+        def take(instance: Any) -> Result[Snapshot, ProviderError]:
+            def taken(vm: Any) -> Result[Any, ProviderError]:
+                task = vm.CreateSnapshot_Task(
+                    name=request.name,
+                    description=request.description,
+                    memory=request.include_memory,
+                    quiesce=False,
+                )
+                return wait(instance, task)
+
+            return (
+                self._vcenter.vm(instance, request.vm_id)
+                .bind(taken)
+                .map(
+                    lambda snapshot: Snapshot(
+                        id=str(snapshot._moId),
+                        name=request.name,
+                        description=request.description,
+                        include_memory=request.include_memory,
+                    )
+                )
             )
 
         return run(self._vcenter.session, f"snapshotting VM {request.vm_id!r}", take)
@@ -45,9 +52,9 @@ class VSphereSnapshots:
         operation = TaskOperation(
             f"deleting snapshot {snapshot_id!r}",
             vm_id,
-            lambda instance: find_snapshot(
-                self._vcenter, instance, vm_id, snapshot_id
-            ).RemoveSnapshot_Task(False),
+            lambda instance: find_snapshot(self._vcenter, instance, vm_id, snapshot_id).map(
+                lambda snapshot: snapshot.RemoveSnapshot_Task(False)
+            ),
         )
         return begin(self._vcenter.session, operation)
 
@@ -57,18 +64,19 @@ class VSphereSnapshots:
         operation = TaskOperation(
             f"reverting to snapshot {snapshot_id!r}",
             vm_id,
-            lambda instance: find_snapshot(
-                self._vcenter, instance, vm_id, snapshot_id
-            ).RevertToSnapshot_Task(),
+            lambda instance: find_snapshot(self._vcenter, instance, vm_id, snapshot_id).map(
+                lambda snapshot: snapshot.RevertToSnapshot_Task()
+            ),
         )
         return begin(self._vcenter.session, operation)
 
 
-def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> list[Any]:
+def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> Result[list[Any], ProviderError]:
     """Every snapshot of the VM (one round trip), flattened from the snapshot tree."""
-    row = vcenter.vm_row(instance, vm_id, ("snapshot",))
-    if row is None:
-        raise ExpectedError(ProviderError.vm_not_found(vm_id))
+    return vcenter.found_row(instance, vm_id, ("snapshot",)).map(_flattened)
+
+
+def _flattened(row: dict[str, Any]) -> list[Any]:
     info = row.get("snapshot")
     pending = list(info.rootSnapshotList) if info is not None else []
     trees = []
@@ -81,17 +89,25 @@ def snapshot_trees(vcenter: VCenter, instance: Any, vm_id: str) -> list[Any]:
     return trees
 
 
-def find_snapshot(vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+def find_snapshot(
+    vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str
+) -> Result[Any, ProviderError]:
     """The VM's snapshot named by MoRef value or name; NOT_FOUND otherwise."""
-    return find_snapshot_tree(vcenter, instance, vm_id, snapshot_id).snapshot
+    return find_snapshot_tree(vcenter, instance, vm_id, snapshot_id).map(lambda tree: tree.snapshot)
 
 
-def find_snapshot_tree(vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str) -> Any:
+def find_snapshot_tree(
+    vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str
+) -> Result[Any, ProviderError]:
     """The snapshot's node in the VM's snapshot tree (its `childSnapshotList` are the
     snapshots taken after it); NOT_FOUND otherwise."""
-    for tree in snapshot_trees(vcenter, instance, vm_id):
-        if snapshot_id in (tree.snapshot._moId, tree.name):
-            return tree
-    raise ExpectedError(
-        ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
-    )
+
+    def node(trees: list[Any]) -> Result[Any, ProviderError]:
+        for tree in trees:
+            if snapshot_id in (tree.snapshot._moId, tree.name):
+                return Success(tree)
+        return Failure(
+            ProviderError.not_found(f"snapshot {snapshot_id!r} of VM {vm_id!r} not found")
+        )
+
+    return snapshot_trees(vcenter, instance, vm_id).bind(node)

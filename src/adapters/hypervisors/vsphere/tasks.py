@@ -9,23 +9,22 @@ colons included, round-trips.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pyVmomi import vim as untyped_vim
-from returns.result import Result, Success
+from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import (
+from pyrigaud.adapters.hypervisors.vsphere.calls import run
+from pyrigaud.adapters.hypervisors.vsphere.faults import (
     EXPECTED_FAILURES,
     fault_message,
     is_missing,
-    run,
 )
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
-from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.adapters.hypervisors.vsphere.session import Connection, VSphereSession
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.tasks import TaskRef, TaskState, id_parts, self_describing_id
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -80,25 +79,27 @@ def progress(instance: Any, task: Any) -> Progress | None:
     return Progress(state=rows[0].get("info.state"), error=rows[0].get("info.error"))
 
 
-def wait(instance: Any, task: Any) -> Any:
-    """The task's result once it ends, reading only info.state/error/result (bounded wait)."""
-    deadline = time.monotonic() + TASK_DEADLINE_SECONDS
+def wait(connection: Connection, task: Any) -> Result[Any, ProviderError]:
+    """The task's result once it ends, reading only info.state/error/result, polling by the
+    connection's clock (bounded wait). A task that failed with a fault raises it, as the
+    call would have had it been synchronous: the caller may expect it (FileNotFound), and
+    the edge maps it with what the caller was doing."""
+    clock = connection.clock
+    deadline = clock.now() + TASK_DEADLINE_SECONDS
     delay = 0.05
     while True:
-        found = progress(instance, task)
+        found = progress(connection, task)
         if found is None:
-            raise ExpectedError(ProviderError.unavailable(f"vSphere task {task._moId} vanished"))
+            return Failure(ProviderError.unavailable(f"vSphere task {task._moId} vanished"))
         if found.succeeded:
-            return retrieve(instance, [task], ("info.result",))[0].get("info.result")
+            return Success(retrieve(connection, [task], ("info.result",))[0].get("info.result"))
         if found.failed:
-            raise (
-                found.error
-                if isinstance(found.error, BaseException)
-                else ExpectedError(ProviderError.internal(fault_message(found.error)))
-            )
-        if time.monotonic() > deadline:
-            raise ExpectedError(ProviderError.unavailable("vSphere task did not finish in time"))
-        time.sleep(delay)
+            if isinstance(found.error, BaseException):
+                raise found.error
+            return Failure(ProviderError.internal(fault_message(found.error)))
+        if clock.now() > deadline:
+            return Failure(ProviderError.unavailable("vSphere task did not finish in time"))
+        clock.sleep(delay)
         delay = min(delay * 2, 2.0)
 
 
@@ -108,7 +109,7 @@ class TaskOperation:
 
     doing: str  # for error messages: "reconfiguring VM 'vm-42'"
     vm_id: str
-    start: Callable[[Any], Any]
+    start: Callable[[Any], Result[Any, ProviderError]]
 
 
 def begin(
@@ -117,11 +118,14 @@ def begin(
     """Start the operation's Task and hand back its id at once; None when no Task was needed
     (already in the state asked for, or a guest reboot)."""
 
-    def start(instance: Any) -> TaskRef | None:
-        task = operation.start(instance)
-        if task is None:
-            return None
-        return VSphereTask(task=str(task._moId), vm_id=operation.vm_id).task_ref()
+    def start(instance: Any) -> Result[TaskRef | None, ProviderError]:
+        return operation.start(instance).map(
+            lambda task: (
+                None
+                if task is None
+                else VSphereTask(task=str(task._moId), vm_id=operation.vm_id).task_ref()
+            )
+        )
 
     return run(session, operation.doing, start)
 
@@ -143,21 +147,27 @@ class VSphereTaskTracker:
         if task is None:
             return None
 
-        def read(instance: Any) -> TaskState:
-            found = progress(instance, vim.Task(task.task, instance._stub))
-            if found is None:
-                return TaskState.failed(
-                    f"vSphere task {task.task!r} (VM {task.vm_id!r}) is unknown or expired; "
-                    "vCenter keeps finished tasks for a limited time only"
-                )
-            if found.succeeded:
-                return TaskState.succeeded()
-            if found.failed:
-                return TaskState.failed(fault_message(found.error))
-            return TaskState.running()
+        def read(instance: Any) -> Result[TaskState, ProviderError]:
+            return Success(_state(task, progress(instance, vim.Task(task.task, instance._stub))))
 
-        answer = run(self._session, f"reading vSphere task {task.task!r}", read)
-        state = answer.lash(lambda error: Success(TaskState(done=False, error=str(error)))).unwrap()
-        if state.done:
-            self._on_ended(task.vm_id)
+        match run(self._session, f"reading vSphere task {task.task!r}", read):
+            case Success(TaskState() as answered):
+                state = answered
+                if state.done:
+                    self._on_ended(task.vm_id)
+            case Failure(error):
+                state = TaskState(done=False, error=str(error))
         return state
+
+
+def _state(task: VSphereTask, found: Progress | None) -> TaskState:
+    if found is None:
+        return TaskState.failed(
+            f"vSphere task {task.task!r} (VM {task.vm_id!r}) is unknown or expired; "
+            "vCenter keeps finished tasks for a limited time only"
+        )
+    if found.succeeded:
+        return TaskState.succeeded()
+    if found.failed:
+        return TaskState.failed(fault_message(found.error))
+    return TaskState.running()

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.errors import EXPECTED_FAILURES, is_missing
+from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
 from pyrigaud.adapters.hypervisors.vsphere.properties import (
     extra_config,
     retrieve,
@@ -23,7 +24,7 @@ from pyrigaud.adapters.hypervisors.vsphere.properties import (
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import RECORD_PROPERTIES, power_state, vm_record
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import VMRecord
 from pyrigaud.domain.power import PowerState
 
@@ -39,19 +40,26 @@ INSTANCE_UUID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
 
 class VCenter:
     """The session and the VM lookups; every method taking `instance` runs inside a session
-    call (errors.run) and raises what it cannot answer (NOT_FOUND as an ExpectedError)."""
+    call (`calls.run`): what it cannot answer (NOT_FOUND) is a Failure, vCenter's faults fly
+    on to that edge."""
 
     def __init__(self, session: VSphereSession) -> None:
         self.session = session
         # instanceUuid -> MoRef: fixed for a VM's life, so a memo and not replica state.
         self._morefs: dict[str, str] = {}
 
-    def vm(self, instance: Any, vm_id: str) -> Any:
+    def vm(self, instance: Any, vm_id: str) -> Result[Any, ProviderError]:
         """The VM's MoRef, checked to exist (one round trip); NOT_FOUND otherwise."""
-        row = self.vm_row(instance, vm_id, ("name",))
+        return self.found_row(instance, vm_id, ("name",)).map(lambda row: row["_ref"])
+
+    def found_row(
+        self, instance: Any, vm_id: str, properties: tuple[str, ...]
+    ) -> Result[dict[str, Any], ProviderError]:
+        """The VM's properties (one round trip); NOT_FOUND when no VM has that id."""
+        row = self.vm_row(instance, vm_id, properties)
         if row is None:
-            raise ExpectedError(ProviderError.vm_not_found(vm_id))
-        return row["_ref"]
+            return Failure(ProviderError.vm_not_found(vm_id))
+        return Success(row)
 
     def vm_row(
         self, instance: Any, vm_id: str, properties: tuple[str, ...]
@@ -106,19 +114,16 @@ class VCenter:
         row = self.vm_row(instance, vm._moId, RECORD_PROPERTIES)
         return None if row is None else vm_record(row)
 
-    def extra_config(self, instance: Any, vm_id: str) -> dict[str, str]:
-        row = self.vm_row(instance, vm_id, ("config.extraConfig",))
-        if row is None:
-            raise ExpectedError(ProviderError.vm_not_found(vm_id))
-        return extra_config(row)
+    def extra_config(self, instance: Any, vm_id: str) -> Result[dict[str, str], ProviderError]:
+        return self.found_row(instance, vm_id, ("config.extraConfig",)).map(extra_config)
 
-    def set_extra_config(self, instance: Any, vm: Any, values: Mapping[str, str]) -> None:
+    def set_extra_config(
+        self, instance: Any, vm: Any, values: Mapping[str, str]
+    ) -> Result[None, ProviderError]:
         """Set (or, with "", clear) extraConfig keys, waiting for the reconfigure task."""
         options = [vim.option.OptionValue(key=key, value=value) for key, value in values.items()]
-        wait(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=options)))
+        task = vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=options))
+        return wait(instance, task).map(lambda _: None)
 
-    def power(self, instance: Any, vm: Any) -> PowerState:
-        row = self.vm_row(instance, vm._moId, ("runtime.powerState",))
-        if row is None:
-            raise ExpectedError(ProviderError.vm_not_found(vm._moId))
-        return power_state(row)
+    def power(self, instance: Any, vm: Any) -> Result[PowerState, ProviderError]:
+        return self.found_row(instance, vm._moId, ("runtime.powerState",)).map(power_state)

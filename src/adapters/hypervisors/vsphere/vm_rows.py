@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pyVmomi import vim as untyped_vim
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.addresses import routable_addresses
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, OwnerMark, VMInfo, VMRecord
 from pyrigaud.domain.power import PowerState
 
@@ -46,16 +47,17 @@ class ImportMarks:
         return building_marks(self.owner, self.clock.now())
 
     @staticmethod
-    def refuse_unfinished(record: VMRecord, doing: str) -> None:
+    def refuse_unfinished(record: VMRecord, doing: str) -> Result[None, ProviderError]:
         """UNAVAILABLE for a VM of the name whose import has not finished: in progress, or
         cut off (the leftover sweep removes it once the deadline passed); a retry then works."""
         if record.building_since is not None:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.unavailable(
                     f"{doing} {record.name!r} has not finished (a provider was importing it, "
                     "or was stopped part-way: the leftover sweep removes that); retry later"
                 )
             )
+        return Success(None)
 
 
 def vm_id(row: Mapping[str, Any]) -> str:
