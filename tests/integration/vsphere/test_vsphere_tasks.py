@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, VSphereTaskTracker
+from pyrigaud.adapters.hypervisors.vsphere.tasks import (
+    TASK_DEADLINE_SECONDS,
+    VSphereTask,
+    VSphereTaskTracker,
+    wait,
+)
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.use_cases.power_vm import PowerVM
 from pyrigaud.application.use_cases.reconfigure_vm import ReconfigureVM, UpgradeHardware
 from pyrigaud.application.use_cases.snapshots import DeleteSnapshot, RevertSnapshot
 from pyrigaud.application.use_cases.task_status import TaskStatus
-from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import (
     CreateRequest,
     OwnerMark,
@@ -27,7 +33,7 @@ from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
 from contract.harness import made
-from support import ManualClock, error_kind, ok
+from support import ManualClock, error_kind, error_of, ok
 from support.vsphere import TEMPLATE_VM, Simulator, running_simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-tasks")
@@ -200,6 +206,24 @@ def test_a_running_task_is_not_done_and_an_unknown_one_is_done_with_an_error() -
         assert gone.done
         assert "'task-999999'" in gone.error
         assert "unknown or expired" in gone.error
+
+
+def test_a_wait_on_a_task_polls_by_the_sessions_clock_and_gives_up_at_its_deadline() -> None:
+    """The held task never finishes: a manual clock moves through the whole deadline with no
+    real sleep, and the wait ends as UNAVAILABLE rather than hanging."""
+    clock = ManualClock()
+    with running_simulator("-held-task") as held:
+        session = VSphereSession(
+            held.endpoint, lambda: (held.username, held.password), insecure=True, clock=clock
+        )
+        started, began = clock.now(), time.monotonic()
+        waited = session.call(
+            lambda instance: wait(instance, vim.Task(held.held_task, instance._stub))
+        )
+        session.close()
+    assert error_of(waited) == ProviderError.unavailable("vSphere task did not finish in time")
+    assert clock.now() - started > TASK_DEADLINE_SECONDS
+    assert time.monotonic() - began < TASK_DEADLINE_SECONDS / 4
 
 
 def test_an_unreachable_vcenter_leaves_the_task_running_with_the_reason() -> None:
