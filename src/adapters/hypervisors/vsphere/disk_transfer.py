@@ -201,7 +201,7 @@ class VSphereDiskTransfer:
         closes; a Failure on the way aborts the lease, as an exception does."""
         holds = contextlib.ExitStack()
         try:
-            opened = export_disk(instance, source, index, holds).bind(
+            opened = export_disk(instance, source, index, holds).map(
                 lambda disk: self._converted(holds, disk, request, name)
             )
         except BaseException:
@@ -223,14 +223,15 @@ class VSphereDiskTransfer:
         disk: ExportedDisk,
         request: ExportRequest,
         name: str,
-    ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
+    ) -> tuple[Iterator[bytes], int | None]:
+        """The disk's chunks in the format asked for, and their size when known."""
         vmdk = disk.chunks()
         if request.format == "vmdk":
-            return Success((vmdk, disk.size_bytes))
+            return vmdk, disk.size_bytes
         if request.format == "raw":
             header, vmdk = peek_header(vmdk, HEADER_BYTES)
-            return Success((decode_stream_optimized(vmdk), stream_optimized_capacity(header)))
-        return Success(self._as_qcow2(holds, vmdk, request, name))
+            return decode_stream_optimized(vmdk), stream_optimized_capacity(header)
+        return self._as_qcow2(holds, vmdk, request, name)
 
     def _as_qcow2(
         self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], request: ExportRequest, name: str
