@@ -7,48 +7,47 @@ import threading
 import time
 
 import pytest
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.staging.deferred_aborts import MAX_PENDING, DeferredAborts
 from pyrigaud.adapters.staging.patience import LONGEST_PAUSE_SECONDS, Patience
-from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
 from support import ManualClock
 
-DOWN = ExpectedError(ProviderError.unavailable("the store did not answer"))
+DOWN = ProviderError.unavailable("the store did not answer")
 
 
 class Store:
     """Unavailable for `failures` tries (-1: always), then answers; notes when it was tried."""
 
-    def __init__(self, clock: ManualClock, failures: int, error: ExpectedError = DOWN) -> None:
+    def __init__(self, clock: ManualClock, failures: int, error: ProviderError = DOWN) -> None:
         self.clock = clock
         self.failures = failures
         self.error = error
         self.tried_at: list[float] = []
 
-    def call(self) -> str:
+    def call(self) -> Result[str, ProviderError]:
         self.tried_at.append(self.clock.now())
         if self.failures != 0:
             self.failures -= 1 if self.failures > 0 else 0
-            raise self.error
-        return "answer"
+            return Failure(self.error)
+        return Success("answer")
 
 
 def test_a_blip_shorter_than_the_budget_is_waited_out_with_growing_pauses() -> None:
     clock = ManualClock()
     store = Store(clock, failures=6)
-    assert Patience(clock, 30).retried("call", store.call) == "answer"
+    assert Patience(clock, 30).retried("call", store.call) == Success("answer")
     pauses = [b - a for a, b in zip(store.tried_at, store.tried_at[1:], strict=False)]
     assert pauses == sorted(pauses)
     assert max(pauses) == LONGEST_PAUSE_SECONDS
 
 
-def test_past_the_budget_the_last_error_is_raised_and_no_try_starts_after_it() -> None:
+def test_past_the_budget_the_last_error_is_answered_and_no_try_starts_after_it() -> None:
     clock = ManualClock()
     store = Store(clock, failures=-1)
-    with pytest.raises(ExpectedError) as raised:
-        Patience(clock, 5).retried("call", store.call)
-    assert raised.value.error.kind is ErrorKind.UNAVAILABLE
+    assert Patience(clock, 5).retried("call", store.call) == Failure(DOWN)
     assert store.tried_at[-1] - store.tried_at[0] == pytest.approx(5)
 
 
@@ -62,10 +61,12 @@ def test_past_the_budget_the_last_error_is_raised_and_no_try_starts_after_it() -
 )
 def test_a_refusal_is_not_tried_again(error: ProviderError) -> None:
     clock = ManualClock()
-    store = Store(clock, failures=-1, error=ExpectedError(error))
+    store = Store(clock, failures=-1, error=error)
     dropped: list[bool] = []
-    with pytest.raises(ExpectedError):
-        Patience(clock, 30).retried("call", store.call, after_failure=lambda: dropped.append(True))
+    tried = Patience(clock, 30).retried(
+        "call", store.call, after_failure=lambda: dropped.append(True)
+    )
+    assert tried == Failure(error)
     assert len(store.tried_at) == 1
     assert dropped == [True]  # the broken connection is dropped all the same
 
@@ -73,14 +74,12 @@ def test_a_refusal_is_not_tried_again(error: ProviderError) -> None:
 def test_no_budget_means_one_try_and_a_stop_ends_the_retries() -> None:
     clock = ManualClock()
     once = Store(clock, failures=-1)
-    with pytest.raises(ExpectedError):
-        Patience(clock, 0).retried("call", once.call)
+    assert Patience(clock, 0).retried("call", once.call) == Failure(DOWN)
     assert len(once.tried_at) == 1
     stopped = threading.Event()
     stopped.set()
     store = Store(clock, failures=-1)
-    with pytest.raises(ExpectedError):
-        Patience(clock, 30).retried("call", store.call, stop=stopped)
+    assert Patience(clock, 30).retried("call", store.call, stop=stopped) == Failure(DOWN)
     assert len(store.tried_at) == 1
 
 
@@ -96,8 +95,8 @@ def test_a_deferred_abort_is_tried_with_backoff_until_the_store_answers() -> Non
     store = Store(clock, failures=4)
     aborts = DeferredAborts(clock)
 
-    def abort() -> None:
-        store.call()
+    def abort() -> Result[None, ProviderError]:
+        return store.call().map(lambda _: None)
 
     aborts.defer("an upload", abort)
     _settled(aborts)
@@ -111,9 +110,9 @@ def test_deferred_aborts_are_bounded_and_given_up_to_the_sweep() -> None:
     hold = threading.Event()
     never = Store(clock, failures=-1)
 
-    def blocked() -> None:
+    def blocked() -> Result[None, ProviderError]:
         hold.wait(10)
-        never.call()
+        return never.call().map(lambda _: None)
 
     aborts = DeferredAborts(clock)
     for _ in range(MAX_PENDING + 5):

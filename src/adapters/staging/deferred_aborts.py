@@ -16,8 +16,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from returns.result import Failure, Result, Success
+
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 MAX_PENDING = 64
 FIRST_PAUSE_SECONDS = 1.0
@@ -30,7 +32,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class _Pending:
     what: str
-    abort: Callable[[], None]  # raises ExpectedError
+    abort: Callable[[], Result[None, ProviderError]]
     given_at: float
     due_at: float
     pause: float = FIRST_PAUSE_SECONDS
@@ -49,20 +51,22 @@ class DeferredAborts:
         with self._lock:
             return len(self._pending)
 
-    def abort_or_defer(self, what: str, abort: Callable[[], None], *, store_gone: bool) -> None:
+    def abort_or_defer(
+        self, what: str, abort: Callable[[], Result[None, ProviderError]], *, store_gone: bool
+    ) -> Result[None, ProviderError]:
         """`abort` now; deferred when the store is known to be gone (the RPC answers without
         waiting for it) or does not answer now. Any other failure is the caller's."""
         if store_gone:
             self.defer(what, abort)
-            return
-        try:
-            abort()
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                raise
-            self.defer(what, abort)
+            return Success(None)
+        match abort():
+            case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
+                self.defer(what, abort)
+                return Success(None)
+            case answer:
+                return answer
 
-    def defer(self, what: str, abort: Callable[[], None]) -> None:
+    def defer(self, what: str, abort: Callable[[], Result[None, ProviderError]]) -> None:
         """Try `abort` (of `what`, for the logs) in the background until the store answers."""
         now = self._clock.now()
         with self._lock:
@@ -100,24 +104,23 @@ class DeferredAborts:
     def _tried(self, pending: _Pending) -> bool:
         """One try of a due abort; whether it is settled (done, or left to the sweep)."""
         try:
-            pending.abort()
-        except ExpectedError as error:
-            now = self._clock.now()
-            if (
-                error.error.kind is ErrorKind.UNAVAILABLE
-                and now - pending.given_at < GIVE_UP_SECONDS
-            ):
-                pending.due_at = now + pending.pause
-                pending.pause = min(2 * pending.pause, LONGEST_PAUSE_SECONDS)
-                return False
-            logger.warning(
-                "could not abort %s (left to the leftover sweep): %s",
-                pending.what,
-                error.error.message,
-            )
-            return True
+            tried = pending.abort()
         except Exception:  # a bug must not end the thread other aborts wait on
             logger.exception("aborting %s failed", pending.what)
             return True
-        logger.info("aborted %s, deferred while its store did not answer", pending.what)
+        match tried:
+            case Success(_):
+                logger.info("aborted %s, deferred while its store did not answer", pending.what)
+                return True
+            case Failure(error):
+                now = self._clock.now()
+                if error.kind is ErrorKind.UNAVAILABLE and now - pending.given_at < GIVE_UP_SECONDS:
+                    pending.due_at = now + pending.pause
+                    pending.pause = min(2 * pending.pause, LONGEST_PAUSE_SECONDS)
+                    return False
+                logger.warning(
+                    "could not abort %s (left to the leftover sweep): %s",
+                    pending.what,
+                    error.message,
+                )
         return True

@@ -15,26 +15,24 @@ the server answers again (`DeferredAborts`), or by the leftover sweep.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import functools
 import os
 import secrets
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.libnfs import Handle, LibnfsMissingError, NfsError, NfsSession
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
-from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
@@ -57,100 +55,116 @@ class NfsStaging:
     )
 
     def open_read(self, location: StagedLocation) -> Result[NfsReader, ProviderError]:
-        def opened() -> NfsReader:
-            patience = Patience(self.clock, self.retry_seconds)
-            identity: list[tuple[int, int]] = []  # the file's, from its first opening
+        patience = Patience(self.clock, self.retry_seconds)
+        identity: list[tuple[int, int]] = []  # the file's, from its first opening
 
-            def reopened(session: NfsSession, path: str) -> Handle:
-                handle = session.open(path, os.O_RDONLY)
-                found = session.identity(handle)
+        def reopened(session: NfsSession, path: str) -> Result[Handle, ProviderError]:
+            def same_file(handle: Handle, found: tuple[int, int]) -> Result[Handle, ProviderError]:
                 if identity and found != identity[0]:
-                    session.close_file(handle)
-                    raise ExpectedError(
-                        ProviderError.failed_precondition(
-                            f"cannot read {location.url}: it was replaced while being read"
+                    return _nfs(location, "read", lambda: session.close_file(handle)).bind(
+                        lambda _: Failure(
+                            ProviderError.failed_precondition(
+                                f"cannot read {location.url}: it was replaced while being read"
+                            )
                         )
                     )
                 identity[:] = [found]
-                return handle
+                return Success(handle)
 
-            file = _OpenFile(location, _path(location.key), reopened)
-            try:
-                patience.retried(
-                    f"read {location.url}",
-                    lambda: file.use("read", lambda _session, _handle: None),
-                    after_failure=file.drop,
+            return _nfs(location, "read", lambda: session.open(path, os.O_RDONLY)).bind(
+                lambda handle: _nfs(location, "read", lambda: session.identity(handle)).bind(
+                    lambda found: same_file(handle, found)
                 )
-            except BaseException:
-                file.drop()
-                raise
-            return NfsReader(file, location, self.chunk_bytes, patience, identity[0][1])
+            )
 
-        return as_result(opened)
+        file = _OpenFile(location, _path(location.key), reopened)
+        return _first_use(file, patience, f"read {location.url}", "read", file.drop).map(
+            lambda _: NfsReader(file, location, self.chunk_bytes, patience, identity[0][1])
+        )
 
     def open_write(
         self, location: StagedLocation, size_bytes: int | None = None
     ) -> Result[NfsWriter, ProviderError]:
         del size_bytes  # a file needs no plan
         started = self.clock.now()
+        name = temporary_name(location.name, self.owner, started, secrets.token_hex(4))
+        temporary = _path(f"{location.parent}/{name}" if location.parent else name)
+        patience = Patience(self.clock, self.retry_seconds)
+        created: list[bool] = []
 
-        def opened() -> NfsWriter:
-            name = temporary_name(location.name, self.owner, started, secrets.token_hex(4))
-            temporary = _path(f"{location.parent}/{name}" if location.parent else name)
-            patience = Patience(self.clock, self.retry_seconds)
-            created: list[bool] = []
+        def create(session: NfsSession, path: str) -> Result[Handle, ProviderError]:
+            # The name is this writer's own: a create tried again after its answer was
+            # lost finds the file it made, empty, and makes it anew.
+            made = _nfs(
+                location, "write", lambda: session.create(path, FILE_MODE, exclusive=not created)
+            )
+            match made:
+                case Success(_):
+                    created.append(True)
+            return made
 
-            def create(session: NfsSession, path: str) -> Handle:
-                # The name is this writer's own: a create tried again after its answer was
-                # lost finds the file it made, empty, and makes it anew.
-                handle = session.create(path, FILE_MODE, exclusive=not created)
-                created.append(True)
-                return handle
+        def failed() -> None:
+            file.drop()
+            created.append(True)
 
-            def failed() -> None:
-                file.drop()
-                created.append(True)
+        file = _OpenFile(location, temporary, create)
 
-            file = _OpenFile(location, temporary, create)
-            try:
-                patience.retried(
-                    f"write {location.url}",
-                    lambda: file.use("write", lambda _session, _handle: None),
-                    after_failure=failed,
+        def opened(_: None) -> NfsWriter:
+            file.reopen_with(
+                lambda session, path: _nfs(
+                    location, "write", lambda: session.open(path, os.O_WRONLY)
                 )
-            except BaseException:
-                file.drop()
-                raise
-            file.reopen_with(lambda session, path: session.open(path, os.O_WRONLY))
+            )
             return NfsWriter(file, temporary, location, patience, self.aborts)
 
-        return as_result(opened)
+        return _first_use(file, patience, f"write {location.url}", "write", failed).map(opened)
 
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
         """This provider's abandoned temporaries in the location's folder on the export."""
+        deadline = self.clock.now() - older_than_seconds
 
-        def swept() -> int:
-            deadline = self.clock.now() - older_than_seconds
-            with _session(location) as session:
-                folder = _path(location.parent)
-                names = _nfs(location, "sweep", lambda: list(session.names(folder)))
-                removed = 0
-                for name in names:
-                    started = temporary_started_at(name, self.owner)
-                    if started is None or started > deadline:
-                        continue
-                    path = f"{folder.rstrip('/')}/{name}"
-                    try:
-                        _nfs(location, "sweep", functools.partial(session.unlink, path))
+        def swept(session: NfsSession) -> Result[int, ProviderError]:
+            folder = _path(location.parent)
+            match _nfs(location, "sweep", lambda: list(session.names(folder))):
+                case Failure(error):
+                    return Failure(error)
+                case Success(names):
+                    pass
+            removed = 0
+            for name in names:
+                started = temporary_started_at(name, self.owner)
+                if started is None or started > deadline:
+                    continue
+                path = f"{folder.rstrip('/')}/{name}"
+                match _nfs(location, "sweep", functools.partial(session.unlink, path)):
+                    case Success(_):
                         removed += 1
-                    except ExpectedError as error:
-                        if error.error.kind is not ErrorKind.NOT_FOUND:  # else: another's sweep
-                            raise
-                return removed
+                    case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
+                        return Failure(error)  # NOT_FOUND: another's sweep took it
+            return Success(removed)
 
-        return as_result(swept)
+        return _in_session(location, swept)
+
+
+def _first_use(
+    file: _OpenFile, patience: Patience, doing: str, action: str, after_failure: Callable[[], None]
+) -> Result[None, ProviderError]:
+    """The file mounted and opened (tried again within the budget); dropped when it is not."""
+    try:
+        used = patience.retried(
+            doing,
+            lambda: file.use(action, lambda _session, _handle: None),
+            after_failure=after_failure,
+        )
+    except BaseException:
+        file.drop()
+        raise
+    match used:
+        case Failure(_):
+            file.drop()
+    return used
 
 
 class _OpenFile:
@@ -162,42 +176,57 @@ class _OpenFile:
         self,
         location: StagedLocation,
         path: str,
-        opening: Callable[[NfsSession, str], Handle],
+        opening: Callable[[NfsSession, str], Result[Handle, ProviderError]],
     ) -> None:
         self._location = location
         self._path = path
         self._opening = opening
         self._open: tuple[NfsSession, Handle] | None = None
 
-    def reopen_with(self, opening: Callable[[NfsSession, str], Handle]) -> None:
+    def reopen_with(
+        self, opening: Callable[[NfsSession, str], Result[Handle, ProviderError]]
+    ) -> None:
         self._opening = opening
 
-    def use(self, action: str, call: Callable[[NfsSession, Handle], T]) -> T:
-        if self._open is None:
-            session = _mounted(self._location)
-            try:
-                handle = _nfs(self._location, action, lambda: self._opening(session, self._path))
-            except BaseException:
-                session.close()
-                raise
-            self._open = (session, handle)
-        session, handle = self._open
-        return _nfs(self._location, action, lambda: call(session, handle))
+    def use(self, action: str, call: Callable[[NfsSession, Handle], T]) -> Result[T, ProviderError]:
+        return self._opened().bind(
+            lambda opened: _nfs(self._location, action, lambda: call(*opened))
+        )
 
-    def close(self) -> None:
-        """Close the file (an error is raised: a write may be lost) and drop the mount."""
+    def _opened(self) -> Result[tuple[NfsSession, Handle], ProviderError]:
         if self._open is not None:
-            session, handle = self._open
-            self._open = None
-            try:
-                _nfs(self._location, "write", lambda: session.close_file(handle))
-            finally:
+            return Success(self._open)
+        return _mounted(self._location).bind(self._opened_on)
+
+    def _opened_on(self, session: NfsSession) -> Result[tuple[NfsSession, Handle], ProviderError]:
+        try:
+            opened = self._opening(session, self._path)
+        except BaseException:
+            session.close()
+            raise
+        match opened:
+            case Failure(error):
                 session.close()
+                return Failure(error)
+            case Success(handle):
+                self._open = (session, handle)
+        return Success((session, handle))
+
+    def close(self) -> Result[None, ProviderError]:
+        """Close the file (its failure is answered: a write may be lost) and drop the mount."""
+        if self._open is None:
+            return Success(None)
+        session, handle = self._open
+        self._open = None
+        try:
+            return _nfs(self._location, "write", lambda: session.close_file(handle))
+        finally:
+            session.close()
 
     def drop(self) -> None:
-        """Forget the file and its mount (broken, or done with); a later use mounts again."""
-        with contextlib.suppress(ExpectedError):
-            self.close()
+        """Forget the file and its mount (broken, or done with); a later use mounts again.
+        How the close went is of no interest: nothing written is kept from here."""
+        self.close()
 
 
 class NfsReader:
@@ -223,19 +252,18 @@ class NfsReader:
         self.size_bytes: int | None = size_bytes
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
-        def read() -> bytes:
-            if self._closed:
-                raise ExpectedError(ProviderError.internal(f"{self._location.url} is closed"))
-            chunk = self._patience.retried(
-                f"read {self._location.url} from byte {self._offset}",
-                lambda: self._file.use("read", self._read_at_offset),
-                after_failure=self._file.drop,
-            )
-            self._offset += len(chunk)
-            self._digest.add(chunk)
-            return chunk
+        if self._closed:
+            return Failure(ProviderError.internal(f"{self._location.url} is closed"))
+        return self._patience.retried(
+            f"read {self._location.url} from byte {self._offset}",
+            lambda: self._file.use("read", self._read_at_offset),
+            after_failure=self._file.drop,
+        ).map(self._delivering)
 
-        return as_result(read)
+    def _delivering(self, chunk: bytes) -> bytes:
+        self._offset += len(chunk)
+        self._digest.add(chunk)
+        return chunk
 
     def _read_at_offset(self, session: NfsSession, handle: Handle) -> bytes:
         count = session.read_into(handle, self._offset, self._buffer)
@@ -276,55 +304,72 @@ class NfsWriter(TemporaryWriter):
         self._held_bytes = 0
         self._store_gone = False
 
-    def _write(self, chunk: bytes) -> None:
+    def _write(self, chunk: bytes) -> Result[None, ProviderError]:
         chunk = bytes(chunk)  # held until COMMITted: a copy unless it is immutable already
         self._held.append(chunk)
         self._held_bytes += len(chunk)
-        self._patient(lambda: self._send_held(safe=self._held_bytes >= HELD_BYTES))
+        return self._patient(lambda: self._send_held(safe=self._held_bytes >= HELD_BYTES))
 
-    def _commit(self) -> None:
-        self._patient(lambda: self._send_held(safe=True))
-        self._patient(self._file.close)
+    def _commit(self) -> Result[None, ProviderError]:
         final = _path(self._location.key)
         renamed: list[bool] = []
 
-        def rename() -> None:
-            session = _mounted(self._location)
-            try:
-                _nfs(self._location, "write", lambda: session.rename(self._temporary, final))
-            except ExpectedError as error:
-                # A rename tried again after its answer was lost finds no temporary: done.
-                if not (renamed and error.error.kind is ErrorKind.NOT_FOUND):
-                    raise
-            finally:
-                session.close()
+        def rename() -> Result[None, ProviderError]:
+            return _in_session(
+                self._location,
+                lambda session: _nfs(
+                    self._location, "write", lambda: session.rename(self._temporary, final)
+                ).lash(
+                    # A rename tried again after its answer was lost finds no temporary: done.
+                    lambda error: (
+                        Success(None)
+                        if renamed and error.kind is ErrorKind.NOT_FOUND
+                        else Failure(error)
+                    )
+                ),
+            )
 
-        self._patient(rename, after_failure=lambda: renamed.append(True))
+        return (
+            self._patient(lambda: self._send_held(safe=True))
+            .bind(lambda _: self._patient(self._file.close))
+            .bind(lambda _: self._patient(rename, after_failure=lambda: renamed.append(True)))
+        )
 
-    def _abort(self) -> None:
+    def _abort(self) -> Result[None, ProviderError]:
         self._file.drop()
         self._held.clear()
 
-        def remove() -> None:
-            with _session(self._location) as session:
-                try:
-                    _nfs(self._location, "abort", lambda: session.unlink(self._temporary))
-                except ExpectedError as error:
-                    if error.error.kind is not ErrorKind.NOT_FOUND:  # else: swept already
-                        raise
+        def remove() -> Result[None, ProviderError]:
+            return _in_session(
+                self._location,
+                lambda session: _nfs(
+                    self._location, "abort", lambda: session.unlink(self._temporary)
+                ).lash(
+                    lambda error: (
+                        Success(None)  # swept already
+                        if error.kind is ErrorKind.NOT_FOUND
+                        else Failure(error)
+                    )
+                ),
+            )
 
-        self._aborts.abort_or_defer(
+        return self._aborts.abort_or_defer(
             f"the temporary of {self.url}", remove, store_gone=self._store_gone
         )
 
-    def _send_held(self, *, safe: bool) -> None:
+    def _send_held(self, *, safe: bool) -> Result[None, ProviderError]:
         """The held bytes not yet sent on this mount sent, and made safe if `safe`."""
-        self._file.use("write", self._sent_on)
-        if safe:
-            self._file.use("write", lambda session, handle: session.fsync(handle))
-            self._committed = self._sent
-            self._held.clear()
-            self._held_bytes = 0
+        sent = self._file.use("write", self._sent_on)
+        if not safe:
+            return sent
+        return sent.bind(
+            lambda _: self._file.use("write", lambda session, handle: session.fsync(handle))
+        ).map(lambda _: self._made_safe())
+
+    def _made_safe(self) -> None:
+        self._committed = self._sent
+        self._held.clear()
+        self._held_bytes = 0
 
     def _sent_on(self, session: NfsSession, handle: Handle) -> None:
         offset = self._committed
@@ -337,8 +382,10 @@ class NfsWriter(TemporaryWriter):
             offset = end
 
     def _patient(
-        self, step: Callable[[], None], after_failure: Callable[[], None] | None = None
-    ) -> None:
+        self,
+        step: Callable[[], Result[None, ProviderError]],
+        after_failure: Callable[[], None] | None = None,
+    ) -> Result[None, ProviderError]:
         """`step`, tried again within the budget; after a failure the mount is dropped and
         every held byte is sent again on the next."""
 
@@ -348,12 +395,11 @@ class NfsWriter(TemporaryWriter):
             if after_failure is not None:
                 after_failure()
 
-        try:
-            self._patience.retried(f"write {self.url}", step, after_failure=failed)
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.UNAVAILABLE:
+        tried = self._patience.retried(f"write {self.url}", step, after_failure=failed)
+        match tried:
+            case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
                 self._store_gone = True
-            raise
+        return tried
 
 
 def _path(key: str) -> str:
@@ -361,7 +407,7 @@ def _path(key: str) -> str:
     return f"/{key}"
 
 
-def _mounted(location: StagedLocation) -> NfsSession:
+def _mounted(location: StagedLocation) -> Result[NfsSession, ProviderError]:
     options = location.options
     return _nfs(
         location,
@@ -377,23 +423,31 @@ def _mounted(location: StagedLocation) -> NfsSession:
     )
 
 
-@contextmanager
-def _session(location: StagedLocation) -> Iterator[NfsSession]:
-    session = _mounted(location)
-    try:
-        yield session
-    finally:
-        session.close()
+def _in_session(
+    location: StagedLocation, work: Callable[[NfsSession], Result[T, ProviderError]]
+) -> Result[T, ProviderError]:
+    """`work` on a mount of its own, unmounted after."""
+
+    def worked(session: NfsSession) -> Result[T, ProviderError]:
+        try:
+            return work(session)
+        finally:
+            session.close()
+
+    return _mounted(location).bind(worked)
 
 
-def _nfs(location: StagedLocation, action: str, call: Callable[[], T], mounting: bool = False) -> T:
-    """`call`, with libnfs's failures turned into this provider's kinds."""
+def _nfs(
+    location: StagedLocation, action: str, call: Callable[[], T], mounting: bool = False
+) -> Result[T, ProviderError]:
+    """`call`, with libnfs's failures turned into this provider's kinds: the one place this
+    module's exceptions become values."""
     try:
-        return call()
+        return Success(call())
     except LibnfsMissingError as error:
-        raise ExpectedError(ProviderError.unsupported(f"nfs staging: {error}")) from None
+        return Failure(ProviderError.unsupported(f"nfs staging: {error}"))
     except NfsError as error:
-        raise ExpectedError(_refusal(location, action, error, mounting)) from None
+        return Failure(_refusal(location, action, error, mounting))
 
 
 def _refusal(

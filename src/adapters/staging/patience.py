@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from returns.result import Failure, Result, Success
+
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 STAGING_RETRY_SECONDS = 30.0  # PYRIGAUD_STAGING_RETRY_SECONDS
 FIRST_PAUSE_SECONDS = 0.25
@@ -40,11 +42,11 @@ class Patience:
     def retried(
         self,
         doing: str,
-        step: Callable[[], T],
+        step: Callable[[], Result[T, ProviderError]],
         *,
         stop: threading.Event | None = None,
         after_failure: Callable[[], None] = lambda: None,
-    ) -> T:
+    ) -> Result[T, ProviderError]:
         """`step`, tried again while it fails UNAVAILABLE and the budget lasts; `after_failure`
         runs after each failed try (to drop a broken connection); a set `stop` ends the
         retries at once (a sibling step gave up, the transfer is being aborted)."""
@@ -53,31 +55,28 @@ class Patience:
         tries = 0
         while True:
             tries += 1
-            try:
-                answer = step()
-            except ExpectedError as error:
-                after_failure()
-                if error.error.kind is not ErrorKind.UNAVAILABLE:
-                    raise
-                now = self.clock.now()
-                deadline = now + self.seconds if deadline is None else deadline
-                if now >= deadline or (stop is not None and stop.is_set()):
+            match step():
+                case Success(answer):
                     if tries > 1:
-                        logger.warning(
-                            "gave up after %d tries in %.1f s: %s",
-                            tries,
-                            self.seconds - (deadline - now),
-                            error.error.message,
-                        )
-                    raise
-                logger.info(
-                    "%s; trying again for up to %.1f s more",
-                    error.error.message,
-                    deadline - now,
-                )
-                self.clock.sleep(min(pause, deadline - now))
-                pause = min(2 * pause, LONGEST_PAUSE_SECONDS)
-                continue
-            if tries > 1:
-                logger.info("%s: went through at try %d", doing, tries)
-            return answer
+                        logger.info("%s: went through at try %d", doing, tries)
+                    return Success(answer)
+                case Failure(error):
+                    after_failure()
+                    if error.kind is not ErrorKind.UNAVAILABLE:
+                        return Failure(error)
+                    now = self.clock.now()
+                    deadline = now + self.seconds if deadline is None else deadline
+                    if now >= deadline or (stop is not None and stop.is_set()):
+                        if tries > 1:
+                            logger.warning(
+                                "gave up after %d tries in %.1f s: %s",
+                                tries,
+                                self.seconds - (deadline - now),
+                                error.message,
+                            )
+                        return Failure(error)
+                    logger.info(
+                        "%s; trying again for up to %.1f s more", error.message, deadline - now
+                    )
+                    self.clock.sleep(min(pause, deadline - now))
+                    pause = min(2 * pause, LONGEST_PAUSE_SECONDS)

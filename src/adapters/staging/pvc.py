@@ -14,12 +14,12 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.clocks import SystemClock
-from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter, as_result
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation, TransferBackend
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
@@ -37,19 +37,16 @@ class PvcStaging:
     chunk_bytes: int = CHUNK_BYTES
 
     def open_read(self, location: StagedLocation) -> Result[PvcReader, ProviderError]:
-        def opened() -> PvcReader:
-            path = self._file(location)
+        def opened(path: Path) -> Result[PvcReader, ProviderError]:
             try:
                 descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
-                raise ExpectedError(
-                    ProviderError.not_found(f"no staged object at {location.url}")
-                ) from None
+                return Failure(ProviderError.not_found(f"no staged object at {location.url}"))
             except OSError as error:
-                raise _failure(error, f"cannot open {location.url}") from None
-            return PvcReader(descriptor, location.url, self.chunk_bytes)
+                return Failure(_failure(error, f"cannot open {location.url}"))
+            return Success(PvcReader(descriptor, location.url, self.chunk_bytes))
 
-        return as_result(opened)
+        return self._file(location).bind(opened)
 
     def open_write(
         self, location: StagedLocation, size_bytes: int | None = None
@@ -57,31 +54,36 @@ class PvcStaging:
         del size_bytes  # a file needs no plan
         started = self.clock.now()
 
-        def opened() -> PvcWriter:
-            final = self._file(location)
+        def made_folders(final: Path) -> Result[Path, ProviderError]:
             try:
                 final.parent.mkdir(parents=True, exist_ok=True)
-                self._file(location)  # the folders made must still be inside the PVC
-                temporary = final.with_name(
-                    temporary_name(final.name, self.owner, started, secrets.token_hex(4))
-                )
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            except OSError as error:
+                return Failure(_failure(error, f"cannot write {location.url}"))
+            # The folders made must still be inside the PVC.
+            return self._file(location).map(lambda _: final)
+
+        def opened(final: Path) -> Result[PvcWriter, ProviderError]:
+            temporary = final.with_name(
+                temporary_name(final.name, self.owner, started, secrets.token_hex(4))
+            )
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            try:
                 descriptor = os.open(temporary, flags, FILE_MODE)
             except OSError as error:
-                raise _failure(error, f"cannot write {location.url}") from None
-            return PvcWriter(descriptor, temporary, final, location.url)
+                return Failure(_failure(error, f"cannot write {location.url}"))
+            return Success(PvcWriter(descriptor, temporary, final, location.url))
 
-        return as_result(opened)
+        return self._file(location).bind(made_folders).bind(opened)
 
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
         """This provider's abandoned temporaries anywhere on the location's PVC."""
+        deadline = self.clock.now() - older_than_seconds
 
-        def swept() -> int:
-            deadline = self.clock.now() - older_than_seconds
+        def swept(mount: Path) -> Result[int, ProviderError]:
             removed = 0
-            for folder, _, names in os.walk(self._mount(location)):
+            for folder, _, names in os.walk(mount):
                 for name in names:
                     started = temporary_started_at(name, self.owner)
                     if started is not None and started <= deadline:
@@ -91,64 +93,63 @@ class PvcStaging:
                         except FileNotFoundError:
                             pass  # another replica swept it first
                         except OSError as error:
-                            raise _failure(error, f"cannot sweep {location.url}") from None
-            return removed
+                            return Failure(_failure(error, f"cannot sweep {location.url}"))
+            return Success(removed)
 
-        return as_result(swept)
+        return self._mount(location).bind(swept)
 
     def sweep_mounted(self, older_than_seconds: float) -> Result[int, ProviderError]:
         """`sweep` on every PVC mounted under the root: what a periodic sweep can find with
         no request to name a location."""
+        try:
+            mounts = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
+        except FileNotFoundError:
+            return Success(0)  # no PVC mounted at all
+        except OSError as error:
+            return Failure(_failure(error, f"cannot list {self.root}"))
+        removed = 0
+        for name in mounts:
+            location = StagedLocation(
+                backend=TransferBackend.PVC,
+                field="sweep",
+                url=f"pvc://{name}/",
+                container=name,
+                key="sweep",
+            )
+            match self.sweep(location, older_than_seconds):
+                case Failure(error):
+                    return Failure(error)
+                case Success(count):
+                    removed += count
+        return Success(removed)
 
-        def swept() -> int:
-            try:
-                mounts = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
-            except FileNotFoundError:
-                return 0  # no PVC mounted at all
-            except OSError as error:
-                raise _failure(error, f"cannot list {self.root}") from None
-            removed = 0
-            for name in mounts:
-                location = StagedLocation(
-                    backend=TransferBackend.PVC,
-                    field="sweep",
-                    url=f"pvc://{name}/",
-                    container=name,
-                    key="sweep",
-                )
-                result = self.sweep(location, older_than_seconds)
-                if isinstance(result, Failure):
-                    raise ExpectedError(result.failure())
-                removed += result.unwrap()
-            return removed
-
-        return as_result(swept)
-
-    def _mount(self, location: StagedLocation) -> Path:
+    def _mount(self, location: StagedLocation) -> Result[Path, ProviderError]:
         mount = Path(self.root, location.container)
         if not mount.is_dir():
-            raise ExpectedError(
+            return Failure(
                 ProviderError.failed_precondition(
                     f"PVC {location.container!r} is not mounted at {mount}"
                 )
             )
-        return mount
+        return Success(mount)
 
-    def _file(self, location: StagedLocation) -> Path:
+    def _file(self, location: StagedLocation) -> Result[Path, ProviderError]:
         """The location's file, refused if a symbolic link takes it out of its PVC."""
-        mount = self._mount(location)
+        return self._mount(location).bind(lambda mount: self._inside(location, mount))
+
+    def _inside(self, location: StagedLocation, mount: Path) -> Result[Path, ProviderError]:
         real_mount = Path(os.path.realpath(mount))
         target = mount.joinpath(*location.key.split("/"))
         real_target = Path(os.path.realpath(target))
         if not real_mount.is_relative_to(os.path.realpath(self.root)) or not (
             real_target.is_relative_to(real_mount) and real_target != real_mount
         ):
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(location.field, "leaves its PVC through a symbolic link")
             )
         if real_target.is_dir():
-            raise ExpectedError(ProviderError.invalid_spec(location.field, "names a folder"))
-        return target
+            return Failure(ProviderError.invalid_spec(location.field, "names a folder"))
+        return Success(target)
 
 
 class PvcReader:
@@ -160,15 +161,12 @@ class PvcReader:
         self.size_bytes: int | None = os.fstat(descriptor).st_size
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
-        def read() -> bytes:
-            try:
-                chunk = os.read(self._descriptor, self._chunk_bytes)
-            except OSError as error:
-                raise _failure(error, f"cannot read {self._url}") from None
-            self._digest.add(chunk)
-            return chunk
-
-        return as_result(read)
+        try:
+            chunk = os.read(self._descriptor, self._chunk_bytes)
+        except OSError as error:
+            return Failure(_failure(error, f"cannot read {self._url}"))
+        self._digest.add(chunk)
+        return Success(chunk)
 
     def digest(self) -> StagedDigest:
         return self._digest.value()
@@ -186,13 +184,14 @@ class PvcWriter(TemporaryWriter):
         self._temporary = temporary
         self._final = final
 
-    def _write(self, chunk: bytes) -> None:
+    def _write(self, chunk: bytes) -> Result[None, ProviderError]:
         try:
             self._file.write(chunk)
         except OSError as error:
-            raise _failure(error, f"cannot write {self.url}") from None
+            return Failure(_failure(error, f"cannot write {self.url}"))
+        return Success(None)
 
-    def _commit(self) -> None:
+    def _commit(self) -> Result[None, ProviderError]:
         try:
             self._file.flush()
             os.fsync(self._file.fileno())
@@ -204,20 +203,24 @@ class PvcWriter(TemporaryWriter):
             finally:
                 os.close(folder)
         except OSError as error:
-            raise _failure(error, f"cannot write {self.url}") from None
+            return Failure(_failure(error, f"cannot write {self.url}"))
+        return Success(None)
 
-    def _abort(self) -> None:
+    def _abort(self) -> Result[None, ProviderError]:
         self._file.close()
         try:
             self._temporary.unlink(missing_ok=True)
         except OSError as error:
-            raise _failure(error, f"cannot remove the partial copy of {self.url}") from None
+            return Failure(_failure(error, f"cannot remove the partial copy of {self.url}"))
+        return Success(None)
 
 
-def _failure(error: OSError, what: str) -> ExpectedError:
+def _failure(error: OSError, what: str) -> ProviderError:
+    """An OSError as this provider's kind: the one place this module's exceptions become
+    values."""
     reason = os.strerror(error.errno) if error.errno else str(error)
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ExpectedError(ProviderError.resource_exhausted(f"{what}: {reason}"))
+        return ProviderError.resource_exhausted(f"{what}: {reason}")
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return ExpectedError(ProviderError.failed_precondition(f"{what}: {reason}"))
-    return ExpectedError(ProviderError.unavailable(f"{what}: {reason}"))
+        return ProviderError.failed_precondition(f"{what}: {reason}")
+    return ProviderError.unavailable(f"{what}: {reason}")

@@ -30,16 +30,16 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
 from pyrigaud.adapters.staging.s3_calls import calling, remove_marked_upload
 from pyrigaud.adapters.staging.s3_upload import MAX_OBJECT_BYTES, PART_BYTES, S3Writer, part_plan
-from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, as_result
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
@@ -68,34 +68,32 @@ class S3Staging:
     )
 
     def open_read(self, location: StagedLocation) -> Result[S3Reader, ProviderError]:
-        def opened() -> S3Reader:
-            client = self._client(location)
+        def opened(client: S3Client) -> Result[S3Reader, ProviderError]:
             patience = Patience(self.clock, self.retry_seconds)
-            answer = patience.retried(
+            return patience.retried(
                 f"read {location.url}",
                 lambda: calling(
                     location,
                     "read",
                     lambda: client.get_object(Bucket=location.container, Key=location.key),
                 ),
-            )
-            return S3Reader(client, answer, location, self.chunk_bytes, patience)
+            ).map(lambda answer: S3Reader(client, answer, location, self.chunk_bytes, patience))
 
-        return as_result(opened)
+        return self._client(location).bind(opened)
 
     def open_write(
         self, location: StagedLocation, size_bytes: int | None = None
     ) -> Result[S3Writer, ProviderError]:
-        def opened() -> S3Writer:
-            if size_bytes is not None and size_bytes > MAX_OBJECT_BYTES:
-                raise ExpectedError(
-                    ProviderError.resource_exhausted(
-                        f"{location.url}: {size_bytes} bytes is more than S3 stores in one object"
-                    )
+        if size_bytes is not None and size_bytes > MAX_OBJECT_BYTES:
+            return Failure(
+                ProviderError.resource_exhausted(
+                    f"{location.url}: {size_bytes} bytes is more than S3 stores in one object"
                 )
+            )
+
+        def opened(client: S3Client) -> S3Writer:
             # No HeadBucket first: it needs s3:ListBucket, which a writer does not otherwise
             # need; a refusal or a missing bucket shows at the first part or the commit.
-            client = self._client(location)
             marker = _sibling(
                 location,
                 temporary_name(location.name, self.owner, self.clock.now(), secrets.token_hex(4)),
@@ -109,7 +107,7 @@ class S3Staging:
                 aborts=self.aborts,
             )
 
-        return as_result(opened)
+        return self._client(location).map(opened)
 
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
@@ -117,24 +115,30 @@ class S3Staging:
         """Abort the uploads of this provider's stale markers in the location's folder and
         the folders below it (a staging place's prefix holds one folder per migration)."""
 
-        def swept() -> int:
-            client = self._client(location)
+        def swept(client: S3Client) -> Result[int, ProviderError]:
             deadline = self.clock.now() - older_than_seconds
             pages = client.get_paginator("list_objects_v2").paginate(
                 Bucket=location.container, Prefix=_sibling(location, "")
             )
+            match calling(location, "sweep", lambda: list(pages)):
+                case Failure(error):
+                    return Failure(error)
+                case Success(listed):
+                    pass
             removed = 0
-            for page in calling(location, "sweep", lambda: list(pages)):
+            for page in listed:
                 for entry in page.get("Contents", []):
                     started = temporary_started_at(entry["Key"].rsplit("/", 1)[-1], self.owner)
                     if started is not None and started <= deadline:
-                        remove_marked_upload(client, location, entry["Key"])
+                        match remove_marked_upload(client, location, entry["Key"]):
+                            case Failure(error):
+                                return Failure(error)
                         removed += 1
-            return removed
+            return Success(removed)
 
-        return as_result(swept)
+        return self._client(location).bind(swept)
 
-    def _client(self, location: StagedLocation) -> S3Client:
+    def _client(self, location: StagedLocation) -> Result[S3Client, ProviderError]:
         # Imported here, at the first S3 transfer: boto3 and its configuration take ~9 MiB a
         # provider that never stages to S3 should not hold.
         import boto3  # noqa: PLC0415
@@ -144,7 +148,7 @@ class S3Staging:
 
         credentials = location.credentials
         if credentials is None:  # parse_staged_location always sets them for s3
-            raise ExpectedError(ProviderError.invalid_spec("credentials", "required for s3"))
+            return Failure(ProviderError.invalid_spec("credentials", "required for s3"))
         options = location.options
         pinned = bool(location.address and options.endpoint)
         config = Config(
@@ -176,7 +180,7 @@ class S3Staging:
                 connect_seconds=self.connect_timeout_seconds,
                 read_seconds=self.read_timeout_seconds,
             )
-        return client
+        return Success(client)
 
 
 class S3Reader:
@@ -203,17 +207,16 @@ class S3Reader:
         self.size_bytes: int | None = answer["ContentLength"]
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
-        def read() -> bytes:
-            chunk = self._patience.retried(
-                f"read {self._location.url} from byte {self._delivered}",
-                lambda: calling(self._location, "read", self._next_chunk),
-                after_failure=self._drop_body,
-            )
-            self._delivered += len(chunk)
-            self._digest.add(chunk)
-            return chunk
+        return self._patience.retried(
+            f"read {self._location.url} from byte {self._delivered}",
+            lambda: calling(self._location, "read", self._next_chunk),
+            after_failure=self._drop_body,
+        ).map(self._delivering)
 
-        return as_result(read)
+    def _delivering(self, chunk: bytes) -> bytes:
+        self._delivered += len(chunk)
+        self._digest.add(chunk)
+        return chunk
 
     def _next_chunk(self) -> bytes:
         body = self._body

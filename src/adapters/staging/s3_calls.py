@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
+from returns.result import Failure, Result, Success
 
-from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.staging import StagedLocation
 
 if TYPE_CHECKING:
@@ -34,36 +35,42 @@ MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload", "NotFoun
 
 def remove_marked_upload(
     client: S3Client, location: StagedLocation, marker: str, upload_id: str | None = None
-) -> None:
+) -> Result[None, ProviderError]:
     """Abort the upload a marker names (read from it unless given), then delete the marker."""
-    if upload_id is None:
+    if upload_id is not None:
+        return abort_upload(client, location, location.key, upload_id).bind(
+            lambda _: delete_marker(client, location, marker)
+        )
 
-        def marker_note() -> bytes:
-            return client.get_object(Bucket=location.container, Key=marker)["Body"].read()
+    def marker_note() -> bytes:
+        return client.get_object(Bucket=location.container, Key=marker)["Body"].read()
 
-        try:
-            body = calling(location, "sweep", marker_note)
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.NOT_FOUND:
-                return  # swept by another replica
-            raise
-        note = json.loads(body)
-        abort_upload(client, location, str(note["key"]), str(note["upload_id"]))
-    else:
-        abort_upload(client, location, location.key, upload_id)
-    delete_marker(client, location, marker)
-
-
-def delete_marker(client: S3Client, location: StagedLocation, marker: str) -> None:
-    calling(
-        location,
-        "remove the marker of",
-        lambda: client.delete_object(Bucket=location.container, Key=marker),
+    match calling(location, "sweep", marker_note):
+        case Failure(error) if error.kind is ErrorKind.NOT_FOUND:
+            return Success(None)  # swept by another replica
+        case Failure(error):
+            return Failure(error)
+        case Success(body):
+            note = json.loads(body)
+    return abort_upload(client, location, str(note["key"]), str(note["upload_id"])).bind(
+        lambda _: delete_marker(client, location, marker)
     )
 
 
-def abort_upload(client: S3Client, location: StagedLocation, key: str, upload_id: str) -> None:
-    try:
+def delete_marker(
+    client: S3Client, location: StagedLocation, marker: str
+) -> Result[None, ProviderError]:
+    return calling(
+        location,
+        "remove the marker of",
+        lambda: client.delete_object(Bucket=location.container, Key=marker),
+    ).map(lambda _: None)
+
+
+def abort_upload(
+    client: S3Client, location: StagedLocation, key: str, upload_id: str
+) -> Result[None, ProviderError]:
+    return (
         calling(
             location,
             "abort an upload to",
@@ -71,41 +78,46 @@ def abort_upload(client: S3Client, location: StagedLocation, key: str, upload_id
                 Bucket=location.container, Key=key, UploadId=upload_id
             ),
         )
-    except ExpectedError as error:
-        if error.error.kind is not ErrorKind.NOT_FOUND:  # already gone: what abort wanted
-            raise
+        .map(lambda _: None)
+        .lash(_already_gone)  # what abort wanted
+    )
 
 
-def calling(location: StagedLocation, action: str, call: Callable[[], T]) -> T:
-    """`call`, with S3's answers turned into this provider's kinds (never echoing a secret)."""
+def _already_gone(error: ProviderError) -> Result[None, ProviderError]:
+    return Success(None) if error.kind is ErrorKind.NOT_FOUND else Failure(error)
+
+
+def calling(
+    location: StagedLocation, action: str, call: Callable[[], T]
+) -> Result[T, ProviderError]:
+    """`call`, with S3's answers turned into this provider's kinds (never echoing a secret):
+    the one place botocore's exceptions become values."""
     try:
-        return call()
+        return Success(call())
     except ClientError as error:
-        raise refusal(location, action, error) from None
+        return Failure(refusal(location, action, error))
     except BotoCoreError as error:
         where = location.options.endpoint or "AWS S3"
-        raise ExpectedError(
+        return Failure(
             ProviderError.unavailable(
                 f"cannot {action} {location.url}: {where} did not answer ({type(error).__name__})"
             )
-        ) from None
+        )
 
 
-def refusal(location: StagedLocation, action: str, error: ClientError) -> ExpectedError:
+def refusal(location: StagedLocation, action: str, error: ClientError) -> ProviderError:
     code = str(error.response.get("Error", {}).get("Code", ""))
     status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
     what = f"cannot {action} {location.url}"
     if code in DENIED_CODES or status == 403:
-        return ExpectedError(
-            ProviderError.permission_denied(
-                f"{what}: S3 refused the credentials ({code or status}); check the secret "
-                "named by credentialsSecretRef and its access to the bucket"
-            )
+        return ProviderError.permission_denied(
+            f"{what}: S3 refused the credentials ({code or status}); check the secret "
+            "named by credentialsSecretRef and its access to the bucket"
         )
     if code == "NoSuchBucket":
-        return ExpectedError(ProviderError.not_found(f"{what}: no bucket {location.container!r}"))
+        return ProviderError.not_found(f"{what}: no bucket {location.container!r}")
     if code in MISSING_CODES or status == 404:
-        return ExpectedError(ProviderError.not_found(f"{what}: no such object"))
+        return ProviderError.not_found(f"{what}: no such object")
     if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout"):
-        return ExpectedError(ProviderError.unavailable(f"{what}: S3 answered {code or status}"))
-    return ExpectedError(ProviderError.failed_precondition(f"{what}: S3 answered {code or status}"))
+        return ProviderError.unavailable(f"{what}: S3 answered {code or status}")
+    return ProviderError.failed_precondition(f"{what}: S3 answered {code or status}")

@@ -7,7 +7,7 @@ With a known size the part size is the smallest that fits the object in S3's 10,
 (never under PART_BYTES); with an unknown size it doubles every 1,000 parts, so any object S3
 accepts (5 TiB) fits. An object smaller than one part is one PutObject. Nothing appears under
 the final key before CompleteMultipartUpload, parts are completed in order, and any failure
-(a part's, on its thread, is raised by the next write or the commit) aborts the upload once
+(a part's, on its thread, is answered by the next write or the commit) aborts the upload once
 the parts in flight have ended; commit and abort stop the writer's threads. When the store is
 what failed, the abort is deferred (`DeferredAborts`): tried in the background until the store
 answers again, so the RPC answers at once and no upload waits for the sweep.
@@ -28,6 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from returns.result import Failure, Result, Success
+
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import Patience
 from pyrigaud.adapters.staging.s3_calls import (
@@ -37,12 +39,12 @@ from pyrigaud.adapters.staging.s3_calls import (
     remove_marked_upload,
 )
 from pyrigaud.adapters.staging.streams import TemporaryWriter
-from pyrigaud.domain.errors import ErrorKind, ExpectedError, ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.staging import StagedLocation
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, UploadPartOutputTypeDef
 
 MiB = 1024 * 1024
 T = TypeVar("T")
@@ -106,12 +108,16 @@ class S3Writer(TemporaryWriter):
         self._sent = 0  # parts handed to the upload threads
         self._upload_id: str | None = None
         self._uploads: ThreadPoolExecutor | None = None
-        self._in_flight: deque[tuple[Future[CompletedPartTypeDef], bytearray]] = deque()
+        self._in_flight: deque[
+            tuple[Future[Result[CompletedPartTypeDef, ProviderError]], bytearray]
+        ] = deque()
         self._parts: list[CompletedPartTypeDef] = []
         self._store_gone = False
 
-    def _write(self, chunk: bytes) -> None:
-        self._raise_failed_part()
+    def _write(self, chunk: bytes) -> Result[None, ProviderError]:
+        match self._failed_part():
+            case Failure(error):
+                return Failure(error)
         data = memoryview(chunk)
         while data:
             part = self._part_buffer()
@@ -120,47 +126,63 @@ class S3Writer(TemporaryWriter):
             self._filled += taken
             data = data[taken:]
             if self._filled == len(part):
-                self._send_filled()
+                match self._send_filled():
+                    case Failure(error):
+                        return Failure(error)
+        return Success(None)
 
-    def _commit(self) -> None:
+    def _commit(self) -> Result[None, ProviderError]:
         bucket, key = self._location.container, self._location.key
         if self._upload_id is None:
             body = _shrunk(self._filling, self._filled) if self._filling is not None else b""
-            self._patient(
+            return self._patient(
                 "write", lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body)
-            )
-            return
+            ).map(lambda _: None)
         if self._filled:
-            self._send_filled()
+            match self._send_filled():
+                case Failure(error):
+                    return Failure(error)
         while self._in_flight:
-            self._collect_oldest()
+            match self._collect_oldest():
+                case Failure(error):
+                    return Failure(error)
         self._stop_uploads()
         upload_id, parts = self._upload_id, self._parts
-        try:
+        return (
             self._patient(
                 "write",
                 lambda: self._client.complete_multipart_upload(
                     Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
                 ),
             )
-        except ExpectedError as error:
-            # A complete whose answer was lost, tried again, finds no upload: it is done.
-            if error.error.kind is not ErrorKind.NOT_FOUND or not self._stored_from_parts():
-                raise
-        marker = self._marker
-        try:
-            self._patient(
-                "remove the marker of", lambda: delete_marker(self._client, self._location, marker)
-            )
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                raise
-            self._aborts.defer(
-                f"the marker of {self.url}",
-                lambda: delete_marker(self._client, self._location, marker),
-            )
+            .map(lambda _: None)
+            .lash(self._completed_before)
+            .bind(lambda _: self._marker_removed())
+        )
 
-    def _abort(self) -> None:
+    def _completed_before(self, error: ProviderError) -> Result[None, ProviderError]:
+        """A complete whose answer was lost, tried again, finds no upload: it is done."""
+        if error.kind is not ErrorKind.NOT_FOUND:
+            return Failure(error)
+        return self._stored_from_parts().bind(
+            lambda stored: Success(None) if stored else Failure(error)
+        )
+
+    def _marker_removed(self) -> Result[None, ProviderError]:
+        """The committed upload's marker removed, or its removal deferred while S3 is gone."""
+        marker = self._marker
+
+        def delete() -> Result[None, ProviderError]:
+            return delete_marker(self._client, self._location, marker)
+
+        deleted = self._patient_step("remove the marker of", delete)
+        match deleted:
+            case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
+                self._aborts.defer(f"the marker of {self.url}", delete)
+                return Success(None)
+        return deleted
+
+    def _abort(self) -> Result[None, ProviderError]:
         # Parts still uploading end first: one that lands after the abort would stay stored.
         self._given_up.set()
         self._stop_uploads()
@@ -168,47 +190,44 @@ class S3Writer(TemporaryWriter):
         self._filling = self._spare = None
         upload_id = self._upload_id
         if upload_id is None:
-            return
-
-        def remove() -> None:
-            remove_marked_upload(self._client, self._location, self._marker, upload_id)
-
-        self._aborts.abort_or_defer(
-            f"the multipart upload of {self.url}", remove, store_gone=self._store_gone
+            return Success(None)
+        return self._aborts.abort_or_defer(
+            f"the multipart upload of {self.url}",
+            lambda: remove_marked_upload(self._client, self._location, self._marker, upload_id),
+            store_gone=self._store_gone,
         )
 
-    def _patient(self, action: str, call: Callable[[], T]) -> T:
-        """`call`, tried again within the budget while the store is unavailable; once one call
-        of this writer gives up, the others stop retrying and the abort is deferred."""
-        try:
-            return self._patience.retried(
-                f"{action} {self.url}",
-                lambda: calling(self._location, action, call),
-                stop=self._given_up,
-            )
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.UNAVAILABLE:
+    def _patient(self, action: str, call: Callable[[], T]) -> Result[T, ProviderError]:
+        """The S3 call `call`, through `_patient_step`."""
+        return self._patient_step(action, lambda: calling(self._location, action, call))
+
+    def _patient_step(
+        self, action: str, step: Callable[[], Result[T, ProviderError]]
+    ) -> Result[T, ProviderError]:
+        """`step`, tried again within the budget while the store is unavailable; once one
+        call of this writer gives up, the others stop retrying and the abort is deferred."""
+        tried = self._patience.retried(f"{action} {self.url}", step, stop=self._given_up)
+        match tried:
+            case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
                 self._store_gone = True
                 self._given_up.set()
-            raise
+        return tried
 
-    def _stored_from_parts(self) -> bool:
+    def _stored_from_parts(self) -> Result[bool, ProviderError]:
         """Whether the object under the key is the one these parts make (S3's multipart
         ETag: the MD5 of the parts' MD5s, and their count)."""
         digests = b"".join(bytes.fromhex(part["ETag"].strip('"')) for part in self._parts)
         made = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(self._parts)}"'
-        try:
-            head = self._patient(
+        return (
+            self._patient(
                 "write",
                 lambda: self._client.head_object(
                     Bucket=self._location.container, Key=self._location.key
                 ),
             )
-        except ExpectedError as error:
-            if error.error.kind is ErrorKind.NOT_FOUND:
-                return False
-            raise
-        return head["ETag"] == made
+            .map(lambda head: head["ETag"] == made)
+            .lash(_not_stored)
+        )
 
     def _part_buffer(self) -> bytearray:
         """The part being filled: the spare buffer when it has this part's size."""
@@ -219,49 +238,79 @@ class S3Writer(TemporaryWriter):
             self._filled = 0
         return self._filling
 
-    def _send_filled(self) -> None:
+    def _send_filled(self) -> Result[None, ProviderError]:
         """Hand the filled part to an upload thread, once fewer than PARTS_IN_FLIGHT are."""
         part, filled = self._filling, self._filled
         assert part is not None  # a part is only sent once filled
-        if self._upload_id is None:
-            self._upload_id = self._start_upload()
-            self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
+        match self._upload_started():
+            case Failure(error):
+                return Failure(error)
+            case Success(upload_id):
+                pass
         number = self._sent + 1
         if number > MAX_PARTS:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.resource_exhausted(f"{self.url}: more than {MAX_PARTS} parts")
             )
         if len(self._in_flight) == PARTS_IN_FLIGHT:
-            self._collect_oldest()
+            match self._collect_oldest():
+                case Failure(error):
+                    return Failure(error)
         body = _shrunk(part, filled)
         assert self._uploads is not None  # made with the upload
-        future = self._uploads.submit(self._sent_part, self._upload_id, number, body)
+        future = self._uploads.submit(self._sent_part, upload_id, number, body)
         self._in_flight.append((future, part))
         self._sent = number
         self._filling, self._filled = None, 0
+        return Success(None)
 
-    def _sent_part(self, upload_id: str, number: int, body: bytes) -> CompletedPartTypeDef:
+    def _upload_started(self) -> Result[str, ProviderError]:
+        """The upload's id, the upload started (and its threads made) at the first part."""
+        if self._upload_id is not None:
+            return Success(self._upload_id)
+        match self._start_upload():
+            case Failure(error):
+                return Failure(error)
+            case Success(upload_id):
+                self._upload_id = upload_id
+        self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
+        return Success(upload_id)
+
+    def _sent_part(
+        self, upload_id: str, number: int, body: bytes
+    ) -> Result[CompletedPartTypeDef, ProviderError]:
         """Upload one part (on an upload thread), resent whole from its buffer if need be."""
         bucket, key = self._location.container, self._location.key
-        answer = self._patient(
+
+        def completed(answer: UploadPartOutputTypeDef) -> CompletedPartTypeDef:
+            return {"ETag": answer["ETag"], "PartNumber": number}
+
+        return self._patient(
             f"write part {number} of",
             lambda: self._client.upload_part(
                 Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
             ),
-        )
-        return {"ETag": answer["ETag"], "PartNumber": number}
+        ).map(completed)
 
-    def _collect_oldest(self) -> None:
-        """Wait for the oldest part in flight: its failure is raised, its buffer is spare."""
+    def _collect_oldest(self) -> Result[None, ProviderError]:
+        """Wait for the oldest part in flight: its failure is answered, its buffer is spare."""
         future, part = self._in_flight.popleft()
-        self._parts.append(future.result())
+        match future.result():
+            case Failure(error):
+                return Failure(error)
+            case Success(completed):
+                self._parts.append(completed)
         self._spare = part
+        return Success(None)
 
-    def _raise_failed_part(self) -> None:
+    def _failed_part(self) -> Result[None, ProviderError]:
         """A part that failed in the background fails the next write."""
         for future, _ in self._in_flight:
-            if future.done() and future.exception() is not None:
-                future.result()
+            if future.done():
+                match future.result():
+                    case Failure(error):
+                        return Failure(error)
+        return Success(None)
 
     def _stop_uploads(self) -> None:
         """Wait for the upload threads to end; none is left behind."""
@@ -269,29 +318,37 @@ class S3Writer(TemporaryWriter):
             self._uploads.shutdown(wait=True, cancel_futures=True)
             self._uploads = None
 
-    def _start_upload(self) -> str:
+    def _start_upload(self) -> Result[str, ProviderError]:
         """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
         bucket, key = self._location.container, self._location.key
-        started = self._patient(
+        match self._patient(
             "write", lambda: self._client.create_multipart_upload(Bucket=bucket, Key=key)
-        )
-        upload_id = started["UploadId"]
+        ):
+            case Failure(error):
+                return Failure(error)
+            case Success(started):
+                upload_id = started["UploadId"]
         note = json.dumps({"key": key, "upload_id": upload_id}).encode()
-        try:
-            self._patient(
-                "write",
-                lambda: self._client.put_object(Bucket=bucket, Key=self._marker, Body=note),
-            )
-        except ExpectedError as error:
-            if error.error.kind is not ErrorKind.UNAVAILABLE:
-                abort_upload(self._client, self._location, key, upload_id)
-                raise
-            self._aborts.defer(
-                f"the multipart upload of {self.url}",
-                lambda: remove_marked_upload(self._client, self._location, self._marker, upload_id),
-            )
-            raise
-        return upload_id
+        marked = self._patient(
+            "write", lambda: self._client.put_object(Bucket=bucket, Key=self._marker, Body=note)
+        )
+        match marked:
+            case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
+                self._aborts.defer(
+                    f"the multipart upload of {self.url}",
+                    lambda: remove_marked_upload(
+                        self._client, self._location, self._marker, upload_id
+                    ),
+                )
+            case Failure(error):
+                return abort_upload(self._client, self._location, key, upload_id).bind(
+                    lambda _: Failure(error)
+                )
+        return marked.map(lambda _: upload_id)
+
+
+def _not_stored(error: ProviderError) -> Result[bool, ProviderError]:
+    return Success(False) if error.kind is ErrorKind.NOT_FOUND else Failure(error)
 
 
 def _shrunk(part: bytearray, filled: int) -> bytes:

@@ -1,27 +1,19 @@
-"""What every staging adapter shares: the running digest and a writer's one-way life."""
+"""What every staging adapter shares: the running digest and a writer's one-way life.
+
+Each step a store can fail returns a Result: the library's exceptions become a Failure once,
+where this package calls the library (`s3_calls.calling`, `nfs._nfs`, `pvc._failure`)."""
 
 from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedDigest
 
 CHUNK_BYTES = 4 * 1024 * 1024  # what one read returns at most: bounded, few calls per GiB
-T = TypeVar("T")
-
-
-def as_result(action: Callable[[], T]) -> Result[T, ProviderError]:
-    """Run `action`; an ExpectedError raised inside this room becomes a Failure at its edge."""
-    try:
-        return Success(action())
-    except ExpectedError as error:
-        return Failure(error.error)
 
 
 class RunningDigest:
@@ -51,20 +43,21 @@ class TemporaryWriter(ABC):
     def write(self, chunk: bytes) -> Result[None, ProviderError]:
         if self._finished:
             return Failure(ProviderError.internal(f"write to {self.url} after it was finished"))
-        result = as_result(lambda: self._write(chunk))
-        if isinstance(result, Failure):
-            self.abort()
-        else:
-            self._digest.add(chunk)
+        result = self._write(chunk)
+        match result:
+            case Success(_):
+                self._digest.add(chunk)
+            case Failure(_):
+                self.abort()
         return result
 
     def commit(self) -> Result[StagedDigest, ProviderError]:
         if self._finished:
             return Failure(ProviderError.internal(f"commit of {self.url} after it was finished"))
-        result = as_result(self._commit)
-        if isinstance(result, Failure):
-            self.abort()
-            return result
+        match self._commit():
+            case Failure(error):
+                self.abort()
+                return Failure(error)
         self._finished = True
         return Success(self._digest.value())
 
@@ -72,13 +65,13 @@ class TemporaryWriter(ABC):
         if self._finished:
             return Success(None)
         self._finished = True
-        return as_result(self._abort)
+        return self._abort()
 
     @abstractmethod
-    def _write(self, chunk: bytes) -> None: ...
+    def _write(self, chunk: bytes) -> Result[None, ProviderError]: ...
 
     @abstractmethod
-    def _commit(self) -> None: ...
+    def _commit(self) -> Result[None, ProviderError]: ...
 
     @abstractmethod
-    def _abort(self) -> None: ...
+    def _abort(self) -> Result[None, ProviderError]: ...
