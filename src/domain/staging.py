@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import Field, SecretStr
 from returns.result import Failure, Result, Success
 
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.values import Value
 
 
@@ -124,9 +124,40 @@ def parse_staged_location(
 ) -> Result[StagedLocation, ProviderError]:
     """The location `url` (the request's `field`) names on `backend`, or the first problem."""
     try:
-        return Success(_parse(field, url, backend, options, credentials))
-    except ExpectedError as error:
-        return Failure(error.error)
+        parts = urlsplit(url)
+    except ValueError:  # an unbalanced IPv6 bracket
+        return _invalid(field, f"must be {_SHAPES[backend]}")
+    if parts.scheme.lower() != backend.value:
+        return _invalid(
+            field, f"must be a {backend.value}:// URL for backend_type {backend.value!r}"
+        )
+    if "@" in parts.netloc:
+        return _invalid(field, "must not carry credentials")  # never echoed: it may hold some
+    if parts.fragment or (parts.query and backend is not TransferBackend.NFS):
+        return _invalid(field, f"must be {_SHAPES[backend]}")
+
+    def located(checked: StagingOptions) -> Result[StagedLocation, ProviderError]:
+        if backend is TransferBackend.PVC:
+            return _pvc(field, url, parts.netloc, parts.path, checked)
+        if backend is TransferBackend.S3:
+            return _s3(
+                field=field,
+                url=url,
+                first=parts.netloc,
+                rest=parts.path,
+                options=checked,
+                credentials=credentials,
+            )
+        return _nfs(
+            field=field,
+            url=url,
+            server=parts.netloc,
+            path=parts.path,
+            query=parts.query,
+            options=checked,
+        )
+
+    return _options(options, backend).bind(located)
 
 
 def parse_staging_place(
@@ -138,70 +169,30 @@ def parse_staging_place(
     below it (a sweep never lists the rest of a shared bucket); NFS: `<export>[/<path>]/`,
     where the manager's flat names of every migration lie. A PVC is no place to name: every
     mounted one is swept already."""
-    try:
-        checked = _options(options, backend)
-        if backend is TransferBackend.S3:
-            prefix = checked.prefix.strip("/")
-            folder = f"{prefix}/{MIGRATIONS_FOLDER}" if prefix else MIGRATIONS_FOLDER
-            url = f"s3://{checked.bucket}/{folder}/{_PLACE_NAME}"
-        elif backend is TransferBackend.NFS:
-            for key in ("server", "export"):
-                if not getattr(checked, key):
-                    raise _invalid(f"{OPTIONS}.{key}", "required for backend_type 'nfs'")
-            path = checked.path.strip("/")
-            url = f"nfs://{checked.server}{checked.export.rstrip('/')}/{path + '/' if path else ''}"
-            url += _PLACE_NAME
-        else:
-            raise _invalid("backend_type", "must be s3 or nfs (every mounted PVC is swept)")
-        return Success(_parse(OPTIONS, url, backend, options, credentials))
-    except ExpectedError as error:
-        return Failure(error.error)
+    return (
+        _options(options, backend)
+        .bind(lambda checked: _place_url(backend, checked))
+        .bind(lambda url: parse_staged_location(OPTIONS, url, backend, options, credentials))
+    )
+
+
+def _place_url(backend: TransferBackend, checked: StagingOptions) -> Result[str, ProviderError]:
+    if backend is TransferBackend.S3:
+        prefix = checked.prefix.strip("/")
+        folder = f"{prefix}/{MIGRATIONS_FOLDER}" if prefix else MIGRATIONS_FOLDER
+        return Success(f"s3://{checked.bucket}/{folder}/{_PLACE_NAME}")
+    if backend is TransferBackend.NFS:
+        for key in ("server", "export"):
+            if not getattr(checked, key):
+                return _invalid(f"{OPTIONS}.{key}", "required for backend_type 'nfs'")
+        path = checked.path.strip("/")
+        url = f"nfs://{checked.server}{checked.export.rstrip('/')}/{path + '/' if path else ''}"
+        return Success(url + _PLACE_NAME)
+    return _invalid("backend_type", "must be s3 or nfs (every mounted PVC is swept)")
 
 
 # A place's nominal object, read as "everything in its folder": a sweep looks only at the folder.
 _PLACE_NAME = "*"
-
-
-def _parse(
-    field: str,
-    url: str,
-    backend: TransferBackend,
-    options: Mapping[str, object],
-    credentials: Mapping[str, str],
-) -> StagedLocation:
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unbalanced IPv6 bracket
-        raise _invalid(field, f"must be {_SHAPES[backend]}") from None
-    if parts.scheme.lower() != backend.value:
-        raise _invalid(
-            field, f"must be a {backend.value}:// URL for backend_type {backend.value!r}"
-        )
-    if "@" in parts.netloc:
-        raise _invalid(field, "must not carry credentials")  # never echoed: it may hold some
-    if parts.fragment or (parts.query and backend is not TransferBackend.NFS):
-        raise _invalid(field, f"must be {_SHAPES[backend]}")
-    checked = _options(options, backend)
-    if backend is TransferBackend.PVC:
-        return _pvc(field, url, parts.netloc, parts.path, checked)
-    if backend is TransferBackend.S3:
-        return _s3(
-            field=field,
-            url=url,
-            first=parts.netloc,
-            rest=parts.path,
-            options=checked,
-            credentials=credentials,
-        )
-    return _nfs(
-        field=field,
-        url=url,
-        server=parts.netloc,
-        path=parts.path,
-        query=parts.query,
-        options=checked,
-    )
-
 
 _SHAPES = {
     TransferBackend.PVC: "pvc://<pvc>/<path>, without query or fragment",
@@ -210,16 +201,20 @@ _SHAPES = {
 }
 
 
-def _pvc(field: str, url: str, pvc: str, path: str, options: StagingOptions) -> StagedLocation:
+def _pvc(
+    field: str, url: str, pvc: str, path: str, options: StagingOptions
+) -> Result[StagedLocation, ProviderError]:
     if not PVC_NAME.fullmatch(pvc):
-        raise _invalid(field, "the part after pvc:// must be a PVC name")
-    return StagedLocation(
-        backend=TransferBackend.PVC,
-        field=field,
-        url=url,
-        container=pvc,
-        key=_relative_path(field, path.removeprefix("/")),
-        options=options,
+        return _invalid(field, "the part after pvc:// must be a PVC name")
+    return _relative_path(field, path.removeprefix("/")).map(
+        lambda key: StagedLocation(
+            backend=TransferBackend.PVC,
+            field=field,
+            url=url,
+            container=pvc,
+            key=key,
+            options=options,
+        )
     )
 
 
@@ -231,90 +226,104 @@ def _s3(
     rest: str,
     options: StagingOptions,
     credentials: Mapping[str, str],
-) -> StagedLocation:
+) -> Result[StagedLocation, ProviderError]:
     if not options.bucket:
-        raise _invalid(f"{OPTIONS}.bucket", "required for backend_type 's3'")
+        return _invalid(f"{OPTIONS}.bucket", "required for backend_type 's3'")
     if not BUCKET_NAME.fullmatch(options.bucket):
-        raise _invalid(f"{OPTIONS}.bucket", "must be an S3 bucket name")
+        return _invalid(f"{OPTIONS}.bucket", "must be an S3 bucket name")
     key = rest.removeprefix("/") if first == options.bucket else f"{first}{rest}"
     if not key or key.endswith("/") or len(key.encode()) > MAX_S3_KEY_BYTES:
-        raise _invalid(field, "must name an object key of 1 to 1024 bytes, not a folder")
-    return StagedLocation(
-        backend=TransferBackend.S3,
-        field=field,
-        url=url,
-        container=options.bucket,
-        key=key,
-        options=options,
-        credentials=_s3_credentials(credentials),
+        return _invalid(field, "must name an object key of 1 to 1024 bytes, not a folder")
+    return _s3_credentials(credentials).map(
+        lambda checked: StagedLocation(
+            backend=TransferBackend.S3,
+            field=field,
+            url=url,
+            container=options.bucket,
+            key=key,
+            options=options,
+            credentials=checked,
+        )
     )
 
 
-def _s3_credentials(credentials: Mapping[str, str]) -> StorageCredentials:
+def _s3_credentials(credentials: Mapping[str, str]) -> Result[StorageCredentials, ProviderError]:
     for key in ("accessKeyID", "secretAccessKey"):
         if not credentials.get(key):
-            raise _invalid(f"{CREDENTIALS}.{key}", "required for backend_type 's3'")
+            return _invalid(f"{CREDENTIALS}.{key}", "required for backend_type 's3'")
     token = credentials.get("sessionToken")
-    return StorageCredentials(
-        access_key_id=credentials["accessKeyID"],
-        secret_access_key=SecretStr(credentials["secretAccessKey"]),
-        session_token=SecretStr(token) if token else None,
+    return Success(
+        StorageCredentials(
+            access_key_id=credentials["accessKeyID"],
+            secret_access_key=SecretStr(credentials["secretAccessKey"]),
+            session_token=SecretStr(token) if token else None,
+        )
     )
 
 
 def _nfs(
     *, field: str, url: str, server: str, path: str, query: str, options: StagingOptions
-) -> StagedLocation:
+) -> Result[StagedLocation, ProviderError]:
     if not NFS_SERVER.fullmatch(server):
-        raise _invalid(field, "must name an NFS server (a host name or address, no port)")
+        return _invalid(field, "must name an NFS server (a host name or address, no port)")
     if options.server and options.server != server:
-        raise _invalid(f"{OPTIONS}.server", f"does not match the server of {field}")
+        return _invalid(f"{OPTIONS}.server", f"does not match the server of {field}")
     # Without the option, the file's folder is mounted, as libnfs does with a bare URL.
     export = options.export.rstrip("/") if options.export else path.rsplit("/", 1)[0]
     if not path.startswith(f"{export}/"):
-        raise _invalid(field, f"its path must start with {OPTIONS}.export followed by a file")
-    key = _relative_path(field, path.removeprefix(f"{export}/"))
-    uid, gid = _identity(field, query)
-    return StagedLocation(
-        backend=TransferBackend.NFS,
-        field=field,
-        url=url,
-        container=export or "/",
-        key=key,
-        options=options.model_copy(
-            update={
-                "server": server,
-                "uid": options.uid if uid is None else uid,
-                "gid": options.gid if gid is None else gid,
-            }
-        ),
+        return _invalid(field, f"its path must start with {OPTIONS}.export followed by a file")
+
+    def located(key: str, uid: int | None, gid: int | None) -> StagedLocation:
+        return StagedLocation(
+            backend=TransferBackend.NFS,
+            field=field,
+            url=url,
+            container=export or "/",
+            key=key,
+            options=options.model_copy(
+                update={
+                    "server": server,
+                    "uid": options.uid if uid is None else uid,
+                    "gid": options.gid if gid is None else gid,
+                }
+            ),
+        )
+
+    return _relative_path(field, path.removeprefix(f"{export}/")).bind(
+        lambda key: _identity(field, query).map(lambda ids: located(key, *ids))
     )
 
 
-def _identity(field: str, query: str) -> tuple[int | None, int | None]:
+def _identity(field: str, query: str) -> Result[tuple[int | None, int | None], ProviderError]:
     """The URL's uid and gid query values (the only keys it may carry)."""
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
-        raise _invalid(field, "its query must be gid=<n>&uid=<n>") from None
+        return _invalid(field, "its query must be gid=<n>&uid=<n>")
     found: dict[str, int] = {}
     for key, value in pairs:
         if key not in ("uid", "gid") or key in found:
-            raise _invalid(field, "its query may hold only one uid and one gid")
-        found[key] = _identifier(f"{field} {key}", value)
-    return found.get("uid"), found.get("gid")
+            return _invalid(field, "its query may hold only one uid and one gid")
+        match _identifier(f"{field} {key}", value):
+            case Failure(error):
+                return Failure(error)
+            case Success(identifier):
+                found[key] = identifier
+    return Success((found.get("uid"), found.get("gid")))
 
 
-def _relative_path(field: str, path: str) -> str:
+def _relative_path(field: str, path: str) -> Result[str, ProviderError]:
     segments = path.split("/")
     if any(segment in ("", ".", "..") or UNSAFE_CHARACTERS.search(segment) for segment in segments):
-        raise _invalid(
+        return _invalid(
             field, "its path must be relative, without '.', '..', empty parts or control characters"
         )
-    return path
+    return Success(path)
 
 
-def _options(options: Mapping[str, object], backend: TransferBackend) -> StagingOptions:
+def _options(
+    options: Mapping[str, object], backend: TransferBackend
+) -> Result[StagingOptions, ProviderError]:
     """The typed options; unknown keys are ignored, as Go's decoder does."""
     values: dict[str, object] = {}
     for key in STRING_OPTIONS:
@@ -322,54 +331,66 @@ def _options(options: Mapping[str, object], backend: TransferBackend) -> Staging
         if value is None:
             continue
         if not isinstance(value, str):
-            raise _invalid(f"{OPTIONS}.{key}", "must be a string")
+            return _invalid(f"{OPTIONS}.{key}", "must be a string")
         values[key] = value.strip()
     declared = options.get("backend")
     if isinstance(declared, str) and declared.strip() and declared.strip() != backend.value:
-        raise _invalid(f"{OPTIONS}.backend", f"does not match backend_type {backend.value!r}")
+        return _invalid(f"{OPTIONS}.backend", f"does not match backend_type {backend.value!r}")
     values["region"] = values.get("region") or DEFAULT_REGION
-    values["endpoint"] = _endpoint(str(values.get("endpoint", "")))
-    values["use_path_style"] = _flag(options.get("usePathStyle"))
+    match _endpoint(str(values.get("endpoint", ""))):
+        case Failure(error):
+            return Failure(error)
+        case Success(endpoint):
+            values["endpoint"] = endpoint
+    match _flag(options.get("usePathStyle")):
+        case Failure(error):
+            return Failure(error)
+        case Success(flag):
+            values["use_path_style"] = flag
     for key in ("uid", "gid"):
         if options.get(key) is not None:
-            values[key] = _identifier(f"{OPTIONS}.{key}", options[key])
+            match _identifier(f"{OPTIONS}.{key}", options[key]):
+                case Failure(error):
+                    return Failure(error)
+                case Success(identifier):
+                    values[key] = identifier
     export = str(values.get("export", ""))
     if export and not export.startswith("/"):
-        raise _invalid(f"{OPTIONS}.export", "must start with '/'")
-    return StagingOptions.model_validate(values)
+        return _invalid(f"{OPTIONS}.export", "must start with '/'")
+    return Success(StagingOptions.model_validate(values))
 
 
-def _endpoint(endpoint: str) -> str:
+def _endpoint(endpoint: str) -> Result[str, ProviderError]:
     """`http://` means plaintext, `https://` or a bare host[:port] means TLS, "" means AWS."""
     if not endpoint:
-        return ""
+        return Success("")
     field = f"{OPTIONS}.endpoint"
     scheme, _, rest = endpoint.rpartition("://")
     if scheme.lower() not in ("", "http", "https"):
-        raise _invalid(field, "must be http://, https:// or a bare host[:port]")
+        return _invalid(field, "must be http://, https:// or a bare host[:port]")
     host = rest.removesuffix("/")
     match = HOST_PORT.fullmatch(host)
     if match is None or (match.group(2) and not 0 < int(match.group(2)[1:]) < 65536):
-        raise _invalid(field, "must be a host[:port], optionally after http:// or https://")
-    return f"{scheme.lower() or 'https'}://{host}"
+        return _invalid(field, "must be a host[:port], optionally after http:// or https://")
+    return Success(f"{scheme.lower() or 'https'}://{host}")
 
 
-def _flag(value: object) -> bool:
+def _flag(value: object) -> Result[bool, ProviderError]:
     if value is None or isinstance(value, bool):
-        return bool(value)
+        return Success(bool(value))
     if isinstance(value, str) and value.strip().lower() in ("true", "false", ""):
-        return value.strip().lower() == "true"
-    raise _invalid(f"{OPTIONS}.usePathStyle", "must be true or false")
+        return Success(value.strip().lower() == "true")
+    return _invalid(f"{OPTIONS}.usePathStyle", "must be true or false")
 
 
-def _identifier(field: str, value: object) -> int:
+def _identifier(field: str, value: object) -> Result[int, ProviderError]:
     """A uid or gid: an integer (or its decimal text) in 0..4294967295."""
     if isinstance(value, str) and value.strip().isdecimal():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
-        raise _invalid(field, f"must be an integer from 0 to {MAX_ID}")
-    return value
+        return _invalid(field, f"must be an integer from 0 to {MAX_ID}")
+    return Success(value)
 
 
-def _invalid(field: str, problem: str) -> ExpectedError:
-    return ExpectedError(ProviderError.invalid_spec(field, problem))
+def _invalid(field: str, problem: str) -> Failure[ProviderError]:
+    return Failure(ProviderError.invalid_spec(field, problem))
