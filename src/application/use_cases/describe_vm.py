@@ -17,11 +17,11 @@ class DescribeVM:
     def __call__(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """None (exists=false) for any id that names no VM; an error means "could not tell"."""
         described = self._inventory.describe(vm_id)
-        if type(described) is Success:  # final: no isinstance through its ABC metaclass
-            found = described.unwrap()
-            reportable = _reportable_description(found)
-            # The port's own Success when nothing changed: no second container per call.
-            return described if reportable is found else Success(reportable)
+        match described:
+            case Success(found):
+                reportable = _reportable_description(found)
+                # The port's own Success when nothing changed: no second container per call.
+                return described if reportable is found else Success(reportable)
         return described
 
 

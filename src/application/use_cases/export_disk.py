@@ -84,10 +84,11 @@ class ExportDisk:
     def _export(
         self, request: ExportRequest, destination: StagedLocation, watched: Watched
     ) -> Result[ExportResult, ProviderError]:
-        opened = self._disks.read_disk(request)
-        if isinstance(opened, Failure):
-            return opened
-        stream = opened.unwrap()
+        match self._disks.read_disk(request):
+            case Failure(error):
+                return Failure(error)
+            case Success(stream):
+                pass
         if stream.left_behind:
             logger.warning(
                 "export of VM %r takes one disk: a VM made from it will not have its %s",
@@ -114,24 +115,28 @@ class ExportDisk:
     ) -> Result[StagedDigest, ProviderError]:
         """Every chunk of `stream` staged and committed; on any failure (a cancelled call
         too) the writer is aborted, so nothing stays staged under a temporary or the name."""
-        opened = self._staging.open_write(destination, stream.size_bytes)
-        if isinstance(opened, Failure):
-            return opened
-        writer = opened.unwrap()
+        match self._staging.open_write(destination, stream.size_bytes):
+            case Failure(error):
+                return Failure(error)
+            case Success(writer):
+                pass
         progress = TransferProgress(doing, destination)
         try:
             copied = _copy(stream.read_chunk, writer, progress, watched)
         except BaseException:
             writer.abort()
             raise
-        if isinstance(copied, Failure):
-            writer.abort()
-            return copied
+        match copied:
+            case Failure(error):
+                writer.abort()
+                return Failure(error)
         watched.phase = TransferPhase.COMMIT
-        committed = writer.commit()
-        if isinstance(committed, Success):
-            progress.finished(committed.unwrap())
-        return committed
+        match writer.commit():
+            case Failure(error):
+                return Failure(error)
+            case Success(digest):
+                progress.finished(digest)
+        return Success(digest)
 
 
 def _copy(
@@ -143,17 +148,18 @@ def _copy(
     """Every chunk `read` gives into `writer`, counted; the first failure stops it."""
     while True:
         watched.phase = TransferPhase.READ
-        read_chunk = read()
-        if isinstance(read_chunk, Failure):
-            return read_chunk
-        chunk = read_chunk.unwrap()
-        if not chunk:
-            return Success(None)
+        match read():
+            case Failure(error):
+                return Failure(error)
+            case Success(b""):
+                return Success(None)
+            case Success(chunk):
+                pass
         watched.phase = TransferPhase.WRITE
-        written = writer.write(chunk)
-        if isinstance(written, Failure):
-            return written
-        watched.moved(len(chunk))
-        counted = progress.add(len(chunk))
-        if isinstance(counted, Failure):
-            return counted
+        match (
+            writer.write(chunk)
+            .map(lambda _: watched.moved(len(chunk)))
+            .bind(lambda _: progress.add(len(chunk)))
+        ):
+            case Failure(error):
+                return Failure(error)

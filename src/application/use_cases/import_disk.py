@@ -35,7 +35,8 @@ from pyrigaud.application.use_cases.transfers import (
 )
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
-from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, LandedDisk, peek_header
+from pyrigaud.domain.chunks import Chunks
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage, LandedDisk, peek_header
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Capabilities, ImportRequest, ImportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
@@ -103,31 +104,35 @@ class ImportDisk:
                 source.name,
             )
             expected = None
-        found = _imported_stem(request.target_name, source, self._disks.disk_suffix).bind(
+        site: LandingSite
+        match _imported_stem(request.target_name, source, self._disks.disk_suffix).bind(
             lambda stem: self._disks.landing_site(stem, request.storage_hint)
-        )
-        if isinstance(found, Failure):
-            return found
-        site = found.unwrap()
+        ):
+            case Failure(error):
+                return Failure(error)
+            case Success(site):
+                pass
         sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
-        opened = self._staging.open_read(source)
-        if isinstance(opened, Failure):
-            return opened
-        reader = opened.unwrap()
+        match self._staging.open_read(source):
+            case Failure(error):
+                return Failure(error)
+            case Success(reader):
+                pass
         try:
-            earlier = site.earlier_record()
-            if isinstance(earlier, Failure):
-                return earlier
-            record = earlier.unwrap()
-            if record is not None:
-                watched.phase = TransferPhase.VERIFY
-                return _answer_again(record, reader, source, expected, site, watched=watched)
+            match site.earlier_record():
+                case Failure(error):
+                    return Failure(error)
+                case Success(bytes() as record):
+                    watched.phase = TransferPhase.VERIFY
+                    return _answer_again(record, reader, source, expected, site, watched=watched)
             landed = self._land(site, reader, source, expected, watched)
         finally:
             reader.close()
-        if isinstance(landed, Failure):
-            return landed
-        disk, digest = landed.unwrap()
+        match landed:
+            case Failure(error):
+                return Failure(error)
+            case Success(landed_disk):
+                disk, digest = landed_disk
         watched.phase = TransferPhase.COMMIT
         result = ImportResult(
             disk_id=site.disk_name,
@@ -147,16 +152,9 @@ class ImportDisk:
     ) -> Result[tuple[LandedDisk, StagedDigest], ProviderError]:
         """The staged bytes received by the hypervisor, checked, then made the disk; with the
         digest of the staged bytes."""
-        held = self._received(site, reader, source, expected, watched)
-        if isinstance(held, Failure):
-            return held
-        received, digest = held.unwrap()
-        watched.phase = TransferPhase.COMMIT
-        try:
-            landed = received.land()
-        finally:
-            received.discard()
-        return landed.map(lambda disk: (disk, digest))
+        return self._received(site, reader, source, expected, watched).bind(
+            lambda held: _made_disk(*held, watched)
+        )
 
     def _received(
         self,
@@ -170,34 +168,51 @@ class ImportDisk:
         checksum matches; nothing is held otherwise."""
         progress = TransferProgress(f"import of {source.name!r}", source)
         inspection = self._judge.inspect(reader.size_bytes, fields.SOURCE_URL)
-        chunks = _StagedChunks(reader, progress, watched, inspection.feed)
+        chunks = _staged_chunks(reader, progress, watched, inspection.feed)
         watched.phase = TransferPhase.READ
         _, rest = peek_header(chunks, JUDGED_PREFIX_BYTES)
-        cut_short = chunks.failed()
-        if cut_short is not None:
-            return Failure(cut_short)
-        watched.phase = TransferPhase.VERIFY
-        first_look = inspection.first_look()
-        if isinstance(first_look, Failure):
-            return first_look
+        match chunks.outcome().bind(lambda _: _judged(watched, inspection.first_look)):
+            case Failure(error):
+                return Failure(error)
+            case Success(image):
+                pass
         watched.phase = TransferPhase.WRITE
-        held = site.receive(rest, reader.size_bytes, first_look.unwrap())
-        if chunks.failed() is not None:
-            watched.phase = TransferPhase.READ
-        if isinstance(held, Failure):
-            return Failure(chunks.failed() or held.failure())
-        received = held.unwrap()
+        # The stream's own failure (a read, a cancelled call) is what happened when it cut the
+        # bytes short: it is answered before the landing site's.
+        held = site.receive(rest, reader.size_bytes, image)
+        match chunks.outcome():
+            case Failure(error):
+                watched.phase = TransferPhase.READ
+                match held:
+                    case Success(cut_short):
+                        cut_short.discard()
+                return Failure(error)
+        match held:
+            case Failure(error):
+                return Failure(error)
+            case Success(received):
+                pass
         digest = reader.digest()
-        if chunks.failed() is None:
-            watched.phase = TransferPhase.VERIFY
-        refusal = chunks.failed() or _failure_of(inspection.verdict())
-        if refusal is None and expected is not None and digest.sha256 != expected:
-            refusal = _checksum_mismatch(digest.sha256, expected)
-        if refusal is not None:
-            received.discard()
-            return Failure(refusal)
+        watched.phase = TransferPhase.VERIFY
+        checked = inspection.verdict().bind(lambda _: _checksum_matches(digest.sha256, expected))
+        match checked:
+            case Failure(error):
+                received.discard()
+                return Failure(error)
         progress.finished(digest)
         return Success((received, digest))
+
+
+def _made_disk(
+    received: ReceivedDisk, digest: StagedDigest, watched: Watched
+) -> Result[tuple[LandedDisk, StagedDigest], ProviderError]:
+    """The received bytes made the disk; whatever landing left over discarded."""
+    watched.phase = TransferPhase.COMMIT
+    try:
+        landed = received.land()
+    finally:
+        received.discard()
+    return landed.map(lambda disk: (disk, digest))
 
 
 def _imported_stem(
@@ -219,56 +234,52 @@ def _imported_stem(
     return Success(name)
 
 
-class _StagedChunks:
+def _staged_chunks(
+    reader: StagedReader,
+    progress: TransferProgress,
+    watched: Watched,
+    inspect: Callable[[bytes], None] = lambda _: None,
+) -> Chunks:
     """The staged object's chunks, counted and shown to `inspect`; the first failure (a
-    cancelled call too) ends them early and is kept (`failed`), for the import to answer
-    instead of the bytes."""
+    cancelled call too) ends them early and is their outcome."""
 
-    def __init__(
-        self,
-        reader: StagedReader,
-        progress: TransferProgress,
-        watched: Watched,
-        inspect: Callable[[bytes], None] = lambda _: None,
-    ) -> None:
-        self._reader = reader
-        self._progress = progress
-        self._watched = watched
-        self._inspect = inspect
-        self._failure: ProviderError | None = None
-
-    def failed(self) -> ProviderError | None:
-        """The failure that ended the chunks early, if one did (asked afresh each time: the
-        chunks run on after the first look)."""
-        return self._failure
-
-    def __iter__(self) -> Iterator[bytes]:
+    def read() -> Iterator[Result[bytes, ProviderError]]:
         while True:
-            read = self._reader.read_chunk().bind(
-                lambda chunk: self._progress.add(len(chunk)).map(lambda _: chunk)
+            counted = reader.read_chunk().bind(
+                lambda chunk: progress.add(len(chunk)).map(lambda _: chunk)
             )
-            if isinstance(read, Failure):
-                self._failure = read.failure()
-                return
-            chunk = read.unwrap()
-            if not chunk:
-                return
-            self._watched.moved(len(chunk))
-            self._inspect(chunk)
-            yield chunk
+            match counted:
+                case Success(b""):
+                    return
+                case Success(chunk):
+                    watched.moved(len(chunk))
+                    inspect(chunk)
+            yield counted
+
+    return Chunks(read())
+
+
+def _judged(
+    watched: Watched, first_look: Callable[[], Result[JudgedImage, ProviderError]]
+) -> Result[JudgedImage, ProviderError]:
+    watched.phase = TransferPhase.VERIFY
+    return first_look()
+
+
+def _checksum_matches(actual: str, expected: str | None) -> Result[None, ProviderError]:
+    if expected is not None and actual != expected:
+        return Failure(_checksum_mismatch(actual, expected))
+    return Success(None)
 
 
 def _drained(
     reader: StagedReader, progress: TransferProgress, watched: Watched
 ) -> Result[str, ProviderError]:
     """The SHA-256 of the whole staged object, read to its end."""
-    chunks = _StagedChunks(reader, progress, watched)
+    chunks = _staged_chunks(reader, progress, watched)
     for _ in chunks:
         pass
-    cut_short = chunks.failed()
-    if cut_short is not None:
-        return Failure(cut_short)
-    return Success(reader.digest().sha256)
+    return chunks.outcome().map(lambda _: reader.digest().sha256)
 
 
 def _answer_again(
@@ -286,17 +297,16 @@ def _answer_again(
     earlier = _earlier_result(record)
     if earlier is None:
         return Failure(_clash(site))
-    if expected is None:
-        progress = TransferProgress(f"checksum of {site.disk_name!r}", source)
-        drained = _drained(reader, progress, watched)
-        if isinstance(drained, Failure):
-            return drained
-        expected = drained.unwrap()
-    return Success(earlier) if earlier.checksum == expected else Failure(_clash(site))
-
-
-def _failure_of(result: Result[object, ProviderError]) -> ProviderError | None:
-    return result.failure() if isinstance(result, Failure) else None
+    staged: Result[str, ProviderError] = (
+        Success(expected)
+        if expected is not None
+        else (
+            _drained(reader, TransferProgress(f"checksum of {site.disk_name!r}", source), watched)
+        )
+    )
+    return staged.bind(
+        lambda sha256: Success(earlier) if earlier.checksum == sha256 else Failure(_clash(site))
+    )
 
 
 def _clash(site: LandingSite) -> ProviderError:

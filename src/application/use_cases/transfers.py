@@ -97,11 +97,11 @@ def sweep_dead_transfers(
 ) -> None:
     """Where a transfer goes, the staged temporaries of dead ones go first (the periodic sweep
     cannot reach a bucket or an NFS export it was never told about)."""
-    swept = staging.sweep(location, older_than_seconds)
-    if isinstance(swept, Failure):
-        logger.warning("could not sweep staged leftovers: %s", swept.failure())
-    elif swept.unwrap():
-        logger.info("removed %d abandoned staged temporaries", swept.unwrap())
+    match staging.sweep(location, older_than_seconds):
+        case Failure(error):
+            logger.warning("could not sweep staged leftovers: %s", error)
+        case Success(int() as removed) if removed:
+            logger.info("removed %d abandoned staged temporaries", removed)
 
 
 class Watched:
@@ -124,7 +124,11 @@ class Watched:
         failed_in: TransferPhase | None = self.phase
         try:
             result = transfer(self)
-            failed_in = self.phase if isinstance(result, Failure) else None
+            match result:
+                case Success(_):
+                    failed_in = None
+                case Failure(_):
+                    failed_in = self.phase
             return result
         finally:
             self._metrics.ended(
