@@ -11,6 +11,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeDisk,
     FakeHypervisor,
     FakeNic,
+    FakeVM,
 )
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain.errors import ProviderError
@@ -25,11 +26,20 @@ class FakeCloning:
         self, request: CloneRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
         """Made within the call: no task. A name in use is ALREADY_EXISTS, whoever holds it."""
-        return self.hypervisor.serve("clone", lambda: CreatedVM(id=self._clone(request, owner)))
+        return self.hypervisor.serve(
+            "clone",
+            lambda: (
+                self.hypervisor.vm(request.source_vm_id)
+                .bind(
+                    lambda source: self.hypervisor.require_free_name(request.target_name).map(
+                        lambda _: source
+                    )
+                )
+                .map(lambda source: CreatedVM(id=self._clone(source, request, owner)))
+            ),
+        )
 
-    def _clone(self, request: CloneRequest, owner: OwnerMark) -> str:
-        source = self.hypervisor.vm(request.source_vm_id)
-        self.hypervisor.require_free_name(request.target_name)
+    def _clone(self, source: FakeVM, request: CloneRequest, owner: OwnerMark) -> str:
         disks = [
             FakeDisk(
                 id=f"disk{index}",

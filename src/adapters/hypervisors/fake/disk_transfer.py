@@ -10,16 +10,17 @@ import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from returns.result import Result, Success
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     DISK_DIR,
     FakeDisk,
     FakeHypervisor,
     FakeImage,
+    FakeVM,
 )
 from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
 GIB = 1024**3
@@ -36,29 +37,32 @@ class FakeDiskTransfer:
         return DISK_SUFFIX
 
     def read_disk(self, request: ExportRequest) -> Result[_FakeDiskStream, ProviderError]:
-        def read() -> _FakeDiskStream:
-            disk = self._disk(request.vm_id, request.disk_id, request.snapshot_id)
+        def read(disk: FakeDisk) -> _FakeDiskStream:
             at = request.snapshot_id or "now"
             content = f"fake disk {disk.id} of {disk.size_gib} GiB at {at} as {request.format}\n"
             others = len(self.hypervisor.vms[request.vm_id].disks) > 1
             return _FakeDiskStream([content.encode()], (LeftBehind.OTHER_DISKS,) if others else ())
 
-        return self.hypervisor.serve("read_disk", read)
+        return self.hypervisor.serve(
+            "read_disk",
+            lambda: self._disk(request.vm_id, request.disk_id, request.snapshot_id).map(read),
+        )
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[_FakeSite, ProviderError]:
         del storage_hint  # the fake has one place for disks
-        return self.hypervisor.serve("landing_site", lambda: _FakeSite(self.hypervisor, stem))
+        return self.hypervisor.serve(
+            "landing_site", lambda: Success(_FakeSite(self.hypervisor, stem))
+        )
 
     def sweep_transfer_leftovers(
         self, older_than_seconds: float
     ) -> Result[tuple[str, ...], ProviderError]:
         """Landings are in memory: a dead transfer leaves nothing in the hypervisor."""
         del older_than_seconds
-        return self.hypervisor.serve("sweep_transfer_leftovers", tuple)
+        return self.hypervisor.serve("sweep_transfer_leftovers", lambda: Success(()))
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
-        def details() -> DiskDetails:
-            disk = self._disk(query.vm_id, query.disk_id, query.snapshot_id)
+        def details(disk: FakeDisk) -> DiskDetails:
             vm = self.hypervisor.vms[query.vm_id]
             return DiskDetails(
                 disk_id=disk.id,
@@ -72,21 +76,27 @@ class FakeDiskTransfer:
                 metadata={"vm": vm.name},
             )
 
-        return self.hypervisor.serve("disk_details", details)
+        return self.hypervisor.serve(
+            "disk_details",
+            lambda: self._disk(query.vm_id, query.disk_id, query.snapshot_id).map(details),
+        )
 
-    def _disk(self, vm_id: str, disk_id: str, snapshot_id: str) -> FakeDisk:
+    def _disk(self, vm_id: str, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
         """A copy of the VM's disk by id or path (the root disk when none is named)."""
-        vm = self.hypervisor.vm(vm_id)
-        if snapshot_id and snapshot_id not in vm.snapshots:
-            raise _not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}")
-        if not disk_id:
-            if not vm.disks:
-                raise _not_found(f"VM {vm.name!r} has no disks")
-            return copy.copy(vm.disks[0])
-        for disk in vm.disks:
-            if disk_id in (disk.id, disk.path):
-                return copy.copy(disk)
-        raise _not_found(f"VM {vm.name!r} has no disk {disk_id!r}")
+        return self.hypervisor.vm(vm_id).bind(lambda vm: _disk_of(vm, disk_id, snapshot_id))
+
+
+def _disk_of(vm: FakeVM, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
+    if snapshot_id and snapshot_id not in vm.snapshots:
+        return _not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}")
+    if not disk_id:
+        if not vm.disks:
+            return _not_found(f"VM {vm.name!r} has no disks")
+        return Success(copy.copy(vm.disks[0]))
+    for disk in vm.disks:
+        if disk_id in (disk.id, disk.path):
+            return Success(copy.copy(disk))
+    return _not_found(f"VM {vm.name!r} has no disk {disk_id!r}")
 
 
 @dataclass
@@ -121,7 +131,7 @@ class _FakeSite:
                 self.hypervisor.import_records.pop(self.disk_name, None)
             return self.hypervisor.import_records.get(self.disk_name)
 
-        return self.hypervisor.serve("earlier_record", earlier)
+        return self.hypervisor.serve("earlier_record", lambda: Success(earlier()))
 
     def receive(
         self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
@@ -130,8 +140,9 @@ class _FakeSite:
         return Success(_FakeReceived(self, b"".join(chunks)))
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
-        def keep() -> None:
+        def keep() -> Result[None, ProviderError]:
             self.hypervisor.import_records[self.disk_name] = record
+            return Success(None)
 
         del landed
         return self.hypervisor.serve("keep_record", keep)
@@ -146,10 +157,10 @@ class _FakeReceived:
         """The image a Create can name; one of that name holding other bytes is a clash."""
         hypervisor, site = self.site.hypervisor, self.site
 
-        def land() -> LandedDisk:
+        def land() -> Result[LandedDisk, ProviderError]:
             earlier = hypervisor.imported.setdefault(site.disk_name, self.content)
             if earlier != self.content:
-                raise ExpectedError(
+                return Failure(
                     ProviderError.already_exists(
                         f"target_name: {site.place} already has a disk {site.disk_name!r} "
                         "with other content; delete it or pick another target_name"
@@ -159,7 +170,7 @@ class _FakeReceived:
             hypervisor.images.setdefault(
                 site.path, FakeImage(id=site.disk_name, path=site.path, size_gib=IMPORTED_DISK_GIB)
             )
-            return LandedDisk(path=site.path, made_now=made_now)
+            return Success(LandedDisk(path=site.path, made_now=made_now))
 
         return hypervisor.serve("land", land)
 
@@ -167,5 +178,5 @@ class _FakeReceived:
         self.content = b""
 
 
-def _not_found(message: str) -> ExpectedError:
-    return ExpectedError(ProviderError.not_found(message))
+def _not_found(message: str) -> Failure[ProviderError]:
+    return Failure(ProviderError.not_found(message))

@@ -4,12 +4,12 @@ a hook on entry (one that raises plays a bug in the backend)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ProviderError
 
 _NO_FAULT: Result[None, ProviderError] = Success(None)
@@ -26,10 +26,11 @@ class FakeFaults:
 
     Operations are named by their port method (`describe`, `power_on`, `check`, ...), except
     that `start_create` and `start_clone` are `create` and `clone`, the names
-    PYRIGAUD_FAKE_LATENCY documents.
+    PYRIGAUD_FAKE_LATENCY documents. Latency is waited out on `clock`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, _Failure] = {}
         self._latency: dict[str, float] = {}
@@ -70,5 +71,5 @@ class FakeFaults:
         if hook is not None:
             hook()
         if delay:
-            time.sleep(delay)
+            self._clock.sleep(delay)
         return Failure(failure.error) if failure is not None else Success(None)

@@ -16,9 +16,9 @@ class FakeHealth:
 
     def check(self) -> HealthReport:
         """Unreachable only when a failure is injected for "check"."""
-        failure = self.hypervisor.faults.before("check")
-        if isinstance(failure, Failure):
-            return HealthReport(ok=False, message=failure.failure().message)
+        match self.hypervisor.faults.before("check"):
+            case Failure(error):
+                return HealthReport(ok=False, message=error.message)
         return HealthReport(ok=True, message="fake hypervisor reachable")
 
 

@@ -4,7 +4,8 @@ The ports are served by one module each over this state (`backend.fake_backend` 
 together). New VMs start powered off; guests get an address once running; a graceful shutdown
 completes after `guest_shutdown_seconds` unless the guest is made to ignore it. All state sits
 behind one lock, and injected latency is served outside it, so a slow Create never stalls
-Describe.
+Describe. Latency is wall time (the demo server's, the e2e tests' races), waited out on a clock
+of its own: a test's manual clock would make it vanish.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.faults import FakeFaults
 from pyrigaud.application.ports import Clock
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
     Capabilities,
     NetworkAttachment,
@@ -127,8 +129,9 @@ class FakeHypervisor:
         datastores: tuple[str, ...] = ("default",),
         guest_shutdown_seconds: float = 0.0,
         latency: Mapping[str, float] | None = None,
+        latency_clock: Clock | None = None,
     ) -> None:
-        self.faults = FakeFaults()
+        self.faults = FakeFaults(latency_clock or SystemClock())
         for operation, seconds in (latency or {}).items():
             self.faults.slow(operation, seconds)
         self.guest_honors_shutdown = True
@@ -175,23 +178,22 @@ class FakeHypervisor:
 
     # --- what the port modules share ----------------------------------------------------------
 
-    def serve(self, operation: str, work: Callable[[], T]) -> Result[T, ProviderError]:
+    def serve(
+        self, operation: str, work: Callable[[], Result[T, ProviderError]]
+    ) -> Result[T, ProviderError]:
         """Serve `operation`'s injected latency and failure outside the lock, then do `work`
-        under it; `work` raises ExpectedError for an expected failure."""
-        injected = self.faults.before(operation)
-        if type(injected) is Failure:  # final: no isinstance through its ABC metaclass per call
-            return Failure(injected.failure())
+        under it."""
+        match self.faults.before(operation):
+            case Failure(error):
+                return Failure(error)
         with self._lock:
-            try:
-                return Success(work())
-            except ExpectedError as expected:
-                return Failure(expected.error)
+            return work()
 
-    def vm(self, vm_id: str) -> FakeVM:
+    def vm(self, vm_id: str) -> Result[FakeVM, ProviderError]:
         found = self.vms.get(vm_id)
         if found is None:
-            raise ExpectedError(ProviderError.vm_not_found(vm_id))
-        return found
+            return Failure(ProviderError.vm_not_found(vm_id))
+        return Success(found)
 
     def new_vm(
         self,
@@ -217,10 +219,11 @@ class FakeHypervisor:
         self.ids_by_name[name] = vm.id
         return vm
 
-    def require_free_name(self, name: str) -> None:
+    def require_free_name(self, name: str) -> Result[None, ProviderError]:
         """A hypervisor refuses a second VM of one name, whoever made the first."""
         if name in self.ids_by_name:
-            raise ExpectedError(ProviderError.already_exists(f"a VM named {name!r} already exists"))
+            return Failure(ProviderError.already_exists(f"a VM named {name!r} already exists"))
+        return Success(None)
 
     def next_serial(self) -> int:
         return next(self._serials)
@@ -262,15 +265,13 @@ class FakeHypervisor:
         vm.shutdown_requested_at = None
 
 
-def not_on_this_host(field: str, name: str) -> ExpectedError:
+def not_on_this_host(field: str, name: str) -> Failure[ProviderError]:
     """A request naming an image the fake host does not have."""
-    return ExpectedError(
-        ProviderError.invalid_spec(field, f"{name!r} does not exist on this hypervisor")
-    )
+    return Failure(ProviderError.invalid_spec(field, f"{name!r} does not exist on this hypervisor"))
 
 
-def no_templates(field: str) -> ExpectedError:
+def no_templates(field: str) -> Failure[ProviderError]:
     """A request naming a template: the fake host keeps images by path only."""
-    return ExpectedError(
+    return Failure(
         ProviderError.invalid_spec(field, "the fake hypervisor has no templates; give a path")
     )

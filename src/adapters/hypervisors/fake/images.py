@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeHypervisor,
@@ -13,7 +13,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     not_on_this_host,
 )
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import PreparedImage, PrepareImageRequest
 
 IMAGE_DIR = "/var/lib/fake/images"
@@ -27,27 +27,28 @@ class FakeImages:
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
         return self.hypervisor.serve("prepare_image", lambda: self._prepare(request))
 
-    def _prepare(self, request: PrepareImageRequest) -> PreparedImage:
+    def _prepare(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
         path = f"{IMAGE_DIR}/{request.target_name}.qcow2"
         prepared = self.hypervisor.images.get(path)
-        if prepared is None:
-            prepared = FakeImage(
-                id=request.target_name, path=path, size_gib=self._source_size(request)
-            )
-            self.hypervisor.images[path] = prepared
-        return PreparedImage(id=prepared.id, path=prepared.path)
+        if prepared is not None:
+            return Success(PreparedImage(id=prepared.id, path=prepared.path))
 
-    def _source_size(self, request: PrepareImageRequest) -> int:
+        def made(size_gib: int) -> PreparedImage:
+            image = FakeImage(id=request.target_name, path=path, size_gib=size_gib)
+            self.hypervisor.images[path] = image
+            return PreparedImage(id=image.id, path=image.path)
+
+        return self._source_size(request).map(made)
+
+    def _source_size(self, request: PrepareImageRequest) -> Result[int, ProviderError]:
         source = request.source
         if source.template_name:
-            raise no_templates(fields.PREPARE_TEMPLATE_NAME)
+            return no_templates(fields.PREPARE_TEMPLATE_NAME)
         if source.path:
             base = self.hypervisor.images.get(source.path)
             if base is None:
-                raise not_on_this_host(fields.PREPARE_PATH, source.path)
-            return base.size_gib
+                return not_on_this_host(fields.PREPARE_PATH, source.path)
+            return Success(base.size_gib)
         if source.url.startswith(("http://", "https://")):
-            return DOWNLOADED_IMAGE_GIB
-        raise ExpectedError(
-            ProviderError.invalid_spec(fields.PREPARE_URL, "must be an http(s) URL")
-        )
+            return Success(DOWNLOADED_IMAGE_GIB)
+        return Failure(ProviderError.invalid_spec(fields.PREPARE_URL, "must be an http(s) URL"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from returns.result import Result
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeVM
 from pyrigaud.domain.addresses import routable_addresses
@@ -32,18 +32,18 @@ class FakeInventory:
                 raw=_raw(vm),
             )
 
-        return self.hypervisor.serve("describe", describe)
+        return self.hypervisor.serve("describe", lambda: Success(describe()))
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
         def info() -> VMInfo | None:
             vm = self.hypervisor.vms.get(vm_id)
             return None if vm is None else self._info(vm)
 
-        return self.hypervisor.serve("vm_info", info)
+        return self.hypervisor.serve("vm_info", lambda: Success(info()))
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
         return self.hypervisor.serve(
-            "list_vms", lambda: [self._info(vm) for vm in self.hypervisor.vms.values()]
+            "list_vms", lambda: Success([self._info(vm) for vm in self.hypervisor.vms.values()])
         )
 
     def _info(self, vm: FakeVM) -> VMInfo:

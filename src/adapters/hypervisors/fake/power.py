@@ -17,11 +17,10 @@ class FakePowerControl:
     hypervisor: FakeHypervisor
 
     def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
-        def state() -> PowerState:
-            running = self.hypervisor.running(self.hypervisor.vm(vm_id))
-            return PowerState.ON if running else PowerState.OFF
+        def state(vm: FakeVM) -> PowerState:
+            return PowerState.ON if self.hypervisor.running(vm) else PowerState.OFF
 
-        return self.hypervisor.serve("power_state", state)
+        return self.hypervisor.serve("power_state", lambda: self.hypervisor.vm(vm_id).map(state))
 
     def power_on(self, vm_id: str) -> Result[None, ProviderError]:
         return self._change("power_on", vm_id, self.hypervisor.start)
@@ -46,7 +45,8 @@ class FakePowerControl:
 
     def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
         return self.hypervisor.serve(
-            "shutdown_deadline", lambda: self.hypervisor.vm(vm_id).shutdown_deadline
+            "shutdown_deadline",
+            lambda: self.hypervisor.vm(vm_id).map(lambda vm: vm.shutdown_deadline),
         )
 
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
@@ -58,4 +58,4 @@ class FakePowerControl:
     def _change(
         self, operation: str, vm_id: str, change: Callable[[FakeVM], None]
     ) -> Result[None, ProviderError]:
-        return self.hypervisor.serve(operation, lambda: change(self.hypervisor.vm(vm_id)))
+        return self.hypervisor.serve(operation, lambda: self.hypervisor.vm(vm_id).map(change))

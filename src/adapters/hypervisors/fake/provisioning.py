@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     DISK_DIR,
@@ -17,7 +17,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
 
 LATEST_HARDWARE_VERSION = 21
@@ -32,51 +32,67 @@ class FakeVMLifecycle:
             vm_id = self.hypervisor.ids_by_name.get(name)
             return None if vm_id is None else _record(self.hypervisor.vms[vm_id])
 
-        return self.hypervisor.serve("find_by_name", find)
+        return self.hypervisor.serve("find_by_name", lambda: Success(find()))
 
     def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
         return self.hypervisor.serve(
             "find_unfinished",
-            lambda: [
-                _record(vm) for vm in self.hypervisor.vms.values() if vm.building_since is not None
-            ],
+            lambda: Success(
+                [
+                    _record(vm)
+                    for vm in self.hypervisor.vms.values()
+                    if vm.building_since is not None
+                ]
+            ),
         )
 
     def start_create(
         self, request: CreateRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
         """Made within the call: no task. A name in use is ALREADY_EXISTS, whoever holds it."""
-        return self.hypervisor.serve("create", lambda: CreatedVM(id=self._create(request, owner)))
+        return self.hypervisor.serve(
+            "create",
+            lambda: (
+                self.hypervisor.require_free_name(request.name)
+                .bind(lambda _: self._placed_root_disk(request))
+                .map(lambda root_disk: CreatedVM(id=self._create(request, owner, root_disk)))
+            ),
+        )
 
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
-        def delete() -> None:
-            vm = self.hypervisor.vm(vm_id)
+        def delete(vm: FakeVM) -> None:
             del self.hypervisor.vms[vm.id]
             del self.hypervisor.ids_by_name[vm.name]
 
-        return self.hypervisor.serve("delete", delete)
+        return self.hypervisor.serve("delete", lambda: self.hypervisor.vm(vm_id).map(delete))
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
         return self.hypervisor.serve(
-            "reconfigure", lambda: self._reconfigure(self.hypervisor.vm(vm_id), changes)
+            "reconfigure",
+            lambda: self.hypervisor.vm(vm_id).map(lambda vm: self._reconfigure(vm, changes)),
         )
 
     def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
         return self.hypervisor.serve(
             "upgrade_hardware",
-            lambda: self._upgrade_hardware(self.hypervisor.vm(vm_id), target_version),
+            lambda: self.hypervisor.vm(vm_id).bind(
+                lambda vm: self._upgrade_hardware(vm, target_version)
+            ),
         )
 
-    def _create(self, request: CreateRequest, owner: OwnerMark) -> str:
-        self.hypervisor.require_free_name(request.name)
+    def _placed_root_disk(self, request: CreateRequest) -> Result[FakeDisk, ProviderError]:
+        """The new VM's root disk, once its datastore is one the host has."""
         datastore = request.placement.datastore or self.hypervisor.datastores[0]
         if datastore not in self.hypervisor.datastores:
-            raise ExpectedError(
+            return Failure(
                 ProviderError.invalid_spec(
                     fields.PLACEMENT_DATASTORE, f"no datastore named {datastore!r}"
                 )
             )
-        disks = [self._root_disk(request)] + [
+        return self._root_disk(request)
+
+    def _create(self, request: CreateRequest, owner: OwnerMark, root_disk: FakeDisk) -> str:
+        disks = [root_disk] + [
             _blank_disk(request.name, index, spec.size_gib)
             for index, spec in enumerate(request.disks, start=1)
         ]
@@ -94,25 +110,25 @@ class FakeVMLifecycle:
         vm.tags = request.tags
         return vm.id
 
-    def _root_disk(self, request: CreateRequest) -> FakeDisk:
+    def _root_disk(self, request: CreateRequest) -> Result[FakeDisk, ProviderError]:
         image = request.image
         wanted = request.vm_class.disk_defaults.size_gib
         path = f"{DISK_DIR}/{request.name}-disk0.qcow2"
         if image.is_blank:
-            return FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB)
+            return Success(
+                FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB)
+            )
         if image.template_name:
-            raise no_templates(fields.IMAGE_TEMPLATE_NAME)
+            return no_templates(fields.IMAGE_TEMPLATE_NAME)
         if image.path:
             base = self.hypervisor.images.get(image.path)
             if base is None:
-                raise not_on_this_host(fields.IMAGE_PATH, image.path)
+                return not_on_this_host(fields.IMAGE_PATH, image.path)
             size = max(wanted, base.size_gib)
-            return FakeDisk(id="disk0", path=path, size_gib=size, backing_file=base.path)
+            return Success(FakeDisk(id="disk0", path=path, size_gib=size, backing_file=base.path))
         if not image.url.startswith(("http://", "https://")):
-            raise ExpectedError(
-                ProviderError.invalid_spec(fields.IMAGE_URL, "must be an http(s) URL")
-            )
-        return FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB)
+            return Failure(ProviderError.invalid_spec(fields.IMAGE_URL, "must be an http(s) URL"))
+        return Success(FakeDisk(id="disk0", path=path, size_gib=wanted or DEFAULT_ROOT_DISK_GIB))
 
     def _reconfigure(self, vm: FakeVM, changes: VMChanges) -> None:
         running = self.hypervisor.running(vm)
@@ -130,19 +146,20 @@ class FakeVMLifecycle:
             elif spec.size_gib:
                 vm.disks.append(_blank_disk(vm.name, position, spec.size_gib))
 
-    def _upgrade_hardware(self, vm: FakeVM, target_version: int) -> None:
+    def _upgrade_hardware(self, vm: FakeVM, target_version: int) -> Result[None, ProviderError]:
         target = target_version or LATEST_HARDWARE_VERSION
         if self.hypervisor.running(vm):
-            raise _precondition("power the VM off to upgrade its hardware")
+            return _precondition("power the VM off to upgrade its hardware")
         if target > LATEST_HARDWARE_VERSION:
-            raise _precondition(
+            return _precondition(
                 f"the host supports hardware versions up to {LATEST_HARDWARE_VERSION}"
             )
         if target < vm.hardware_version:
-            raise _precondition(
+            return _precondition(
                 f"hardware version {vm.hardware_version} cannot go down to {target}"
             )
         vm.hardware_version = target
+        return Success(None)
 
 
 def _record(vm: FakeVM) -> VMRecord:
@@ -155,5 +172,5 @@ def _blank_disk(vm_name: str, index: int, size_gib: int) -> FakeDisk:
     )
 
 
-def _precondition(message: str) -> ExpectedError:
-    return ExpectedError(ProviderError.failed_precondition(message))
+def _precondition(message: str) -> Failure[ProviderError]:
+    return Failure(ProviderError.failed_precondition(message))

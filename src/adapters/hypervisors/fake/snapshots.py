@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from returns.result import Result
+from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeSnapshot
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeSnapshot, FakeVM
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Snapshot, SnapshotRequest
 
 
@@ -16,20 +16,28 @@ class FakeSnapshots:
     hypervisor: FakeHypervisor
 
     def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
-        return self.hypervisor.serve("create_snapshot", lambda: self._create(request))
+        return self.hypervisor.serve(
+            "create_snapshot",
+            lambda: self.hypervisor.vm(request.vm_id).map(lambda vm: self._create(vm, request)),
+        )
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def delete() -> None:
-            self._snapshot(vm_id, snapshot_id)
+        def delete(_: FakeSnapshot) -> None:
             del self.hypervisor.vms[vm_id].snapshots[snapshot_id]
 
-        return self.hypervisor.serve("delete_snapshot", delete)
+        return self.hypervisor.serve(
+            "delete_snapshot", lambda: self._snapshot(vm_id, snapshot_id).map(delete)
+        )
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self.hypervisor.serve("revert_snapshot", lambda: self._revert(vm_id, snapshot_id))
+        return self.hypervisor.serve(
+            "revert_snapshot",
+            lambda: self._snapshot(vm_id, snapshot_id).map(
+                lambda found: self._revert(vm_id, found)
+            ),
+        )
 
-    def _create(self, request: SnapshotRequest) -> Snapshot:
-        vm = self.hypervisor.vm(request.vm_id)
+    def _create(self, vm: FakeVM, request: SnapshotRequest) -> Snapshot:
         existing = vm.snapshots.get(request.name)
         if existing is not None:
             return existing.snapshot  # a retried request: the same snapshot
@@ -48,8 +56,7 @@ class FakeSnapshots:
         )
         return snapshot
 
-    def _revert(self, vm_id: str, snapshot_id: str) -> None:
-        found = self._snapshot(vm_id, snapshot_id)
+    def _revert(self, vm_id: str, found: FakeSnapshot) -> None:
         vm = self.hypervisor.vms[vm_id]
         vm.cpu, vm.memory_mib = found.cpu, found.memory_mib
         for disk, size in zip(vm.disks, found.disk_sizes, strict=False):
@@ -60,11 +67,12 @@ class FakeSnapshots:
         else:
             self.hypervisor.stop(vm)
 
-    def _snapshot(self, vm_id: str, snapshot_id: str) -> FakeSnapshot:
-        vm = self.hypervisor.vm(vm_id)
-        found = vm.snapshots.get(snapshot_id)
-        if found is None:
-            raise ExpectedError(
-                ProviderError.not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}")
-            )
-        return found
+    def _snapshot(self, vm_id: str, snapshot_id: str) -> Result[FakeSnapshot, ProviderError]:
+        return self.hypervisor.vm(vm_id).bind(lambda vm: _snapshot_of(vm, snapshot_id))
+
+
+def _snapshot_of(vm: FakeVM, snapshot_id: str) -> Result[FakeSnapshot, ProviderError]:
+    found = vm.snapshots.get(snapshot_id)
+    if found is None:
+        return Failure(ProviderError.not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}"))
+    return Success(found)
