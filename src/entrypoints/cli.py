@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from returns.result import Failure
+from returns.result import Failure, Success
 
 from pyrigaud.entrypoints.bootstrap import bootstrap
 from pyrigaud.entrypoints.logs import configure_logging
@@ -77,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
 def serve(settings: Settings) -> int:
     """Run the provider until SIGTERM or SIGINT, then drain and return 0; EXIT_START when it
     cannot start."""
-    built = bootstrap(settings)
-    if isinstance(built, Failure):
-        logger.error("refusing to start: %s", built.failure())
-        return EXIT_START
-    application = built.unwrap()
+    match bootstrap(settings):
+        case Failure(error):
+            logger.error("refusing to start: %s", error)
+            return EXIT_START
+        case Success(application):
+            pass
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:

@@ -63,9 +63,9 @@ class StagingPlaceSetting(BaseModel):
             raise ValueError("credentialsDir: required for s3, and only for s3")
         # Stand-in credentials: the real ones are read from the directory at each sweep.
         stand_in = {"accessKeyID": "-", "secretAccessKey": "-"} if needs_credentials else {}
-        checked = parse_staging_place(self.backend_type, self.storage_options, stand_in)
-        if isinstance(checked, Failure):  # named as this setting spells the options
-            raise ValueError(checked.failure().message.replace(OPTIONS, "storageOptions", 1))
+        match parse_staging_place(self.backend_type, self.storage_options, stand_in):
+            case Failure(error):  # named as this setting spells the options
+                raise ValueError(error.message.replace(OPTIONS, "storageOptions", 1))
         return self
 
 

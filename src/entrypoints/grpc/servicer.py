@@ -81,12 +81,14 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
         else:
             parse = cast(Callable[[_Request], Result[_Parsed, ProviderError]], self.parse)
             result = parse(request).bind(self.call)
-        if type(result) is Failure:  # final: no isinstance through its ABC metaclass per call
-            error: ProviderError = result.failure()
-            context.set_code(STATUS_BY_KIND[error.kind])
-            context.set_details(error.message)
-            return self.response()
-        return self.respond(result.unwrap())
+        match result:
+            case Failure(ProviderError() as error):
+                context.set_code(STATUS_BY_KIND[error.kind])
+                context.set_details(error.message)
+                return self.response()
+            case Success(answer):
+                pass
+        return self.respond(answer)
 
 
 AnyRpc = RpcSpec[Any, Any, Any, Any]
