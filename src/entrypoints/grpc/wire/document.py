@@ -1,47 +1,47 @@
 """A JSON payload read the way Go's decoder reads it into a struct, and the value checks.
 
 The manager marshals Go structs (keys match case-insensitively, unknown keys are ignored,
-`null` is accepted for every list and object, a missing key is the zero value). A bad value
-raises `ExpectedError` naming the field by its wire path (`image_json.URL`,
-`networks_json[1].NetworkName`); `parser` turns a raising parser into a Result-returning one,
-the only exit for bad input.
+`null` is accepted for every list and object, a missing key is the zero value). Every read
+and check answers a Result whose failure names the field by its wire path (`image_json.URL`,
+`networks_json[1].NetworkName`); the parsers compose them (`Result.do`, `bind`), so the first
+bad value is the answer.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable, Mapping
-from functools import wraps
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
 from pyrigaud.domain import bounds
 from pyrigaud.domain.bounds import describe_value
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.errors import ProviderError
 
-_P = ParamSpec("_P")
 _T = TypeVar("_T")
+_U = TypeVar("_U")
 
 INT32_MAX = 2**31 - 1
 
 
-def invalid(field: str, problem: str) -> ExpectedError:
-    return ExpectedError(ProviderError.invalid_spec(field, problem))
+def invalid(field: str, problem: str) -> Failure[ProviderError]:
+    return Failure(ProviderError.invalid_spec(field, problem))
 
 
-def parser(function: Callable[_P, _T]) -> Callable[_P, Result[_T, ProviderError]]:
-    """Make a raising parser a Result-returning one (the package's only exit for bad input)."""
-
-    @wraps(function)
-    def parse(*args: _P.args, **kwargs: _P.kwargs) -> Result[_T, ProviderError]:
-        try:
-            return Success(function(*args, **kwargs))
-        except ExpectedError as error:
-            return Failure(error.error)
-
-    return parse
+def each(
+    items: Iterable[_T], check: Callable[[_T], Result[_U, ProviderError]]
+) -> Result[tuple[_U, ...], ProviderError]:
+    """`check` of every item, in order; the first failure is the answer."""
+    checked: list[_U] = []
+    for item in items:
+        match check(item):
+            case Failure(error):
+                return Failure(error)
+            case Success(value):
+                checked.append(value)
+    return Success(tuple(checked))
 
 
 class Document:
@@ -58,145 +58,175 @@ class Document:
     def raw(self, key: str) -> object:
         return self._data.get(key.casefold())
 
-    def text(self, key: str, limit: int = bounds.MAX_STRING_LENGTH) -> str:
+    def text(self, key: str, limit: int = bounds.MAX_STRING_LENGTH) -> Result[str, ProviderError]:
         return as_text(self.raw(key), self.field(key), limit)
 
-    def integer(self, key: str, low: int = -INT32_MAX - 1, high: int = INT32_MAX) -> int:
+    def integer(
+        self, key: str, low: int = -INT32_MAX - 1, high: int = INT32_MAX
+    ) -> Result[int, ProviderError]:
         return as_int(self.raw(key), self.field(key), low, high)
 
-    def optional_integer(self, key: str, low: int, high: int) -> int | None:
+    def optional_integer(self, key: str, low: int, high: int) -> Result[int | None, ProviderError]:
         value = self.raw(key)
-        return None if value is None else as_int(value, self.field(key), low, high)
+        return Success(None) if value is None else as_int(value, self.field(key), low, high)
 
-    def boolean(self, key: str) -> bool:
+    def boolean(self, key: str) -> Result[bool, ProviderError]:
         value = self.raw(key)
         if value is None:
-            return False
+            return Success(False)
         if not isinstance(value, bool):
-            raise invalid(self.field(key), f"expected true or false, got {describe_value(value)}")
-        return value
+            return invalid(self.field(key), f"expected true or false, got {describe_value(value)}")
+        return Success(value)
 
-    def obj(self, key: str) -> Document | None:
+    def obj(self, key: str) -> Result[Document | None, ProviderError]:
         return as_document(self.raw(key), self.field(key))
 
-    def objects(self, key: str, most: int) -> list[Document]:
-        items = as_list(self.raw(key), self.field(key), most)
-        docs = [
-            as_document(item, f"{self.field(key)}[{index}]") for index, item in enumerate(items)
-        ]
-        return [doc if doc is not None else Document({}, "") for doc in docs]
-
-    def strings(self, key: str, most: int, limit: int = bounds.MAX_STRING_LENGTH) -> list[str]:
+    def objects(self, key: str, most: int) -> Result[tuple[Document, ...], ProviderError]:
         field = self.field(key)
-        items = as_list(self.raw(key), field, most)
-        return [as_text(item, f"{field}[{index}]", limit) for index, item in enumerate(items)]
+        return as_list(self.raw(key), field, most).bind(
+            lambda items: each(
+                enumerate(items),
+                lambda indexed: as_document(indexed[1], f"{field}[{indexed[0]}]").map(
+                    lambda doc: doc if doc is not None else Document({}, "")
+                ),
+            )
+        )
 
-    def string_map(self, key: str) -> dict[str, str]:
+    def strings(
+        self, key: str, most: int, limit: int = bounds.MAX_STRING_LENGTH
+    ) -> Result[tuple[str, ...], ProviderError]:
+        field = self.field(key)
+        return as_list(self.raw(key), field, most).bind(
+            lambda items: each(
+                enumerate(items),
+                lambda indexed: as_text(indexed[1], f"{field}[{indexed[0]}]", limit),
+            )
+        )
+
+    def string_map(self, key: str) -> Result[dict[str, str], ProviderError]:
         return _string_map(self.raw(key), self.field(key))
 
-    def as_string_map(self, field: str) -> dict[str, str]:
+    def as_string_map(self, field: str) -> Result[dict[str, str], ProviderError]:
         """This whole object (keys case-folded) as string values, errors naming `field`."""
         return _string_map(self._data, field)
 
 
-def _string_map(value: object, field: str) -> dict[str, str]:
+def _string_map(value: object, field: str) -> Result[dict[str, str], ProviderError]:
     if value is None:
-        return {}
+        return Success({})
     if not isinstance(value, dict):
-        raise invalid(field, f"expected an object, got {describe_value(value)}")
+        return invalid(field, f"expected an object, got {describe_value(value)}")
     result: dict[str, str] = {}
     for name, item in value.items():
-        _check_unicode(name, field)
-        if isinstance(item, bool):
-            result[name] = "true" if item else "false"
-        elif isinstance(item, int | float):
-            result[name] = str(item)
-        else:
-            result[name] = as_text(item, f"{field}[{describe_value(name)}]")
-    return result
+        match _checked_unicode(name, field):
+            case Failure(error):
+                return Failure(error)
+        match _map_value(item, name, field):
+            case Failure(error):
+                return Failure(error)
+            case Success(text):
+                result[name] = text
+    return Success(result)
 
 
-def _check_unicode(value: str, field: str) -> None:
+def _map_value(item: object, name: str, field: str) -> Result[str, ProviderError]:
+    if isinstance(item, bool):
+        return Success("true" if item else "false")
+    if isinstance(item, int | float):
+        return Success(str(item))
+    return as_text(item, f"{field}[{describe_value(name)}]")
+
+
+def _checked_unicode(value: str, field: str) -> Result[str, ProviderError]:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise invalid(field, "is not valid Unicode text") from None
+        return invalid(field, "is not valid Unicode text")
+    return Success(value)
 
 
-def as_text(value: object, field: str, limit: int = bounds.MAX_STRING_LENGTH) -> str:
+def as_text(
+    value: object, field: str, limit: int = bounds.MAX_STRING_LENGTH
+) -> Result[str, ProviderError]:
     if value is None:
-        return ""
+        return Success("")
     if not isinstance(value, str):
-        raise invalid(field, f"expected a string, got {describe_value(value)}")
-    _check_unicode(value, field)
-    if len(value) > limit:
-        raise invalid(field, f"must be at most {limit} characters")
-    return value
+        return invalid(field, f"expected a string, got {describe_value(value)}")
+    return _checked_unicode(value, field).bind(
+        lambda text: (
+            invalid(field, f"must be at most {limit} characters")
+            if len(text) > limit
+            else Success(text)
+        )
+    )
 
 
-def as_int(value: object, field: str, low: int, high: int) -> int:
+def as_int(value: object, field: str, low: int, high: int) -> Result[int, ProviderError]:
     if value is None:
         number = 0
     elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid(field, f"expected an integer, got {describe_value(value)}")
+        return invalid(field, f"expected an integer, got {describe_value(value)}")
     elif isinstance(value, float):
         if not value.is_integer():
-            raise invalid(field, f"expected an integer, got {describe_value(value)}")
+            return invalid(field, f"expected an integer, got {describe_value(value)}")
         number = int(value)
     else:
         number = value
     if not low <= number <= high:
-        raise invalid(field, f"must be between {low} and {high}, got {describe_value(number)}")
-    return number
+        return invalid(field, f"must be between {low} and {high}, got {describe_value(number)}")
+    return Success(number)
 
 
-def as_list(value: object, field: str, most: int) -> list[object]:
+def as_list(value: object, field: str, most: int) -> Result[list[object], ProviderError]:
     if value is None:
-        return []
+        return Success([])
     if not isinstance(value, list):
-        raise invalid(field, f"expected a list, got {describe_value(value)}")
+        return invalid(field, f"expected a list, got {describe_value(value)}")
     if len(value) > most:
-        raise invalid(field, f"at most {most} entries are supported, got {len(value)}")
-    return value
+        return invalid(field, f"at most {most} entries are supported, got {len(value)}")
+    return Success(value)
 
 
-def as_document(value: object, field: str) -> Document | None:
+def as_document(value: object, field: str) -> Result[Document | None, ProviderError]:
     if value is None:
-        return None
+        return Success(None)
     if not isinstance(value, dict):
-        raise invalid(field, f"expected an object, got {describe_value(value)}")
-    return Document(value, field)
+        return invalid(field, f"expected an object, got {describe_value(value)}")
+    return Success(Document(value, field))
 
 
-def load(text: str, field: str) -> Document:
+def load(text: str, field: str) -> Result[Document, ProviderError]:
     """Decode one *_json field; "" and "null" are an empty object, like Go's zero value."""
     if len(text) > bounds.MAX_JSON_PAYLOAD_BYTES:
-        raise invalid(field, f"must be at most {bounds.MAX_JSON_PAYLOAD_BYTES} bytes")
+        return invalid(field, f"must be at most {bounds.MAX_JSON_PAYLOAD_BYTES} bytes")
     if not text.strip():
-        return Document({}, field)
+        return Success(Document({}, field))
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as error:
-        raise invalid(field, f"is not valid JSON ({_short(error)})") from None
-    doc = as_document(value, field)
-    return doc if doc is not None else Document({}, field)
+        return invalid(field, f"is not valid JSON ({_short(error)})")
+    return as_document(value, field).map(
+        lambda doc: doc if doc is not None else Document({}, field)
+    )
 
 
-def load_list(text: str, field: str, most: int) -> list[Document]:
+def load_list(text: str, field: str, most: int) -> Result[tuple[Document, ...], ProviderError]:
     """A *_json field holding a list: "" and null are empty, like Go's nil slice."""
     wrapper = f'{{"items": {text}}}' if text.strip() else "{}"
     if len(text) > bounds.MAX_JSON_PAYLOAD_BYTES:
-        raise invalid(field, f"must be at most {bounds.MAX_JSON_PAYLOAD_BYTES} bytes")
+        return invalid(field, f"must be at most {bounds.MAX_JSON_PAYLOAD_BYTES} bytes")
     try:
         value = json.loads(wrapper)
     except (ValueError, RecursionError) as error:
-        raise invalid(field, f"is not valid JSON ({_short(error)})") from None
-    items = as_list(value.get("items"), field, most)
-    docs = [as_document(item, f"{field}[{index}]") for index, item in enumerate(items)]
-    return [
-        doc if doc is not None else Document({}, f"{field}[{index}]")
-        for index, doc in enumerate(docs)
-    ]
+        return invalid(field, f"is not valid JSON ({_short(error)})")
+    return as_list(value.get("items"), field, most).bind(
+        lambda items: each(
+            enumerate(items),
+            lambda indexed: as_document(indexed[1], f"{field}[{indexed[0]}]").map(
+                lambda doc: doc if doc is not None else Document({}, f"{field}[{indexed[0]}]")
+            ),
+        )
+    )
 
 
 def _short(error: Exception) -> str:
@@ -206,45 +236,45 @@ def _short(error: Exception) -> str:
 # --- value checks against the domain's bounds ------------------------------------------------
 
 
-def checked_name(value: str, field: str) -> str:
+def checked_name(value: str, field: str) -> Result[str, ProviderError]:
     problem = bounds.name_problem(value)
     if problem is not None:
-        raise invalid(field, problem)
-    return value
+        return invalid(field, problem)
+    return Success(value)
 
 
-def checked_cpu(value: int, field: str) -> int:
+def checked_cpu(value: int, field: str) -> Result[int, ProviderError]:
     if not bounds.MIN_CPU <= value <= bounds.MAX_CPU:
-        raise invalid(field, f"must be between {bounds.MIN_CPU} and {bounds.MAX_CPU}")
-    return value
+        return invalid(field, f"must be between {bounds.MIN_CPU} and {bounds.MAX_CPU}")
+    return Success(value)
 
 
-def checked_memory(value: int, field: str) -> int:
+def checked_memory(value: int, field: str) -> Result[int, ProviderError]:
     if not bounds.MIN_MEMORY_MIB <= value <= bounds.MAX_MEMORY_MIB:
-        raise invalid(
+        return invalid(
             field, f"must be between {bounds.MIN_MEMORY_MIB} and {bounds.MAX_MEMORY_MIB} MiB"
         )
-    return value
+    return Success(value)
 
 
-def disk_gib(doc: Document, key: str, low: int) -> int:
+def disk_gib(doc: Document, key: str, low: int) -> Result[int, ProviderError]:
     return doc.integer(key, low, bounds.MAX_DISK_GIB)
 
 
-def checked_cloud_init(data: bytes, field: str) -> bytes:
+def checked_cloud_init(data: bytes, field: str) -> Result[bytes, ProviderError]:
     if len(data) > bounds.MAX_CLOUD_INIT_BYTES:
-        raise invalid(field, f"must be at most {bounds.MAX_CLOUD_INIT_BYTES} bytes")
-    return data
+        return invalid(field, f"must be at most {bounds.MAX_CLOUD_INIT_BYTES} bytes")
+    return Success(data)
 
 
-def checked_ip(value: str, field: str, *, allow_prefix: bool = False) -> str:
+def checked_ip(value: str, field: str, *, allow_prefix: bool = False) -> Result[str, ProviderError]:
     if not value:
-        return ""
+        return Success("")
     try:
         if allow_prefix and "/" in value:
             ipaddress.ip_interface(value)
         else:
             ipaddress.ip_address(value)
     except ValueError:
-        raise invalid(field, f"{describe_value(value)} is not an IP address") from None
-    return value
+        return invalid(field, f"{describe_value(value)} is not an IP address")
+    return Success(value)

@@ -10,10 +10,10 @@ import re
 from collections.abc import Mapping
 from hashlib import sha256
 
-from returns.result import Failure
+from returns.result import Failure, Result, Success
 
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
     ContentLibraryItem,
     DiskQuery,
@@ -24,115 +24,142 @@ from pyrigaud.domain.models import (
     TransferBackend,
     TransferMode,
 )
-from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+from pyrigaud.domain.staging import parse_staged_location
 from pyrigaud.entrypoints.grpc.wire.document import (
     Document,
     as_text,
     checked_name,
+    each,
     invalid,
     load,
-    parser,
 )
 from pyrigaud.entrypoints.grpc.wire.vm_requests import vm_image
 
 _DISK_FORMATS = ("qcow2", "raw", "vmdk")
 
 
-@parser
 def parse_prepare_image(
     *, image_json: str, target_name: str, storage_hint: str
-) -> PrepareImageRequest:
+) -> Result[PrepareImageRequest, ProviderError]:
     """The CRD's `{"source": {"libvirt"|"vsphere"|"http": {...}}}`, or the flat VMImage shape.
 
     An empty target name is derived from the source, so repeating the call is idempotent.
     """
-    doc = load(image_json, fields.IMAGE)
-    source = _image_source(doc)
-    if not (source.path or source.url or source.template_name or source.content_library):
-        raise invalid(fields.IMAGE, "names no image source (path, url or templateName)")
-    name = target_name or _derived_imagechecked_name(source)
-    return PrepareImageRequest(
-        source=source,
-        target_name=checked_name(name, fields.TARGET_NAME),
-        storage_hint=as_text(storage_hint, fields.STORAGE_HINT, 1024),
+    return Result.do(
+        PrepareImageRequest(source=source, target_name=name, storage_hint=hint)
+        for source in load(image_json, fields.IMAGE).bind(_image_source).bind(_named_source)
+        for name in checked_name(target_name or _derived_image_name(source), fields.TARGET_NAME)
+        for hint in as_text(storage_hint, fields.STORAGE_HINT, 1024)
     )
 
 
-def _image_source(doc: Document) -> ImageSource:
-    wrapper = doc.obj("source")
-    if wrapper is None:
-        flat = vm_image(doc)
-        return ImageSource(
-            path=flat.path,
-            url=flat.url,
-            format=flat.format,
-            checksum=flat.checksum,
-            checksum_type=flat.checksum_type,
-            template_name=flat.template_name,
-        )
-    for origin in ("libvirt", "vsphere", "http"):
-        inner = wrapper.obj(origin)
-        if inner is None:
-            continue
-        library = inner.obj("contentLibrary")
-        return ImageSource(
-            origin=origin,
-            path=inner.text("path", 4096),
-            url=inner.text("url", 8192) or inner.text("ovaURL", 8192),
-            format=inner.text("format", 64),
-            checksum=inner.text("checksum", 256),
-            checksum_type=inner.text("checksumType", 64),
-            storage_pool=inner.text("storagePool", 256),
-            template_name=inner.text("templateName", 1024),
-            content_library=ContentLibraryItem(
-                library=library.text("library", 256),
-                item=library.text("item", 256),
-                version=library.text("version", 64),
+def _named_source(source: ImageSource) -> Result[ImageSource, ProviderError]:
+    if not (source.path or source.url or source.template_name or source.content_library):
+        return invalid(fields.IMAGE, "names no image source (path, url or templateName)")
+    return Success(source)
+
+
+def _image_source(doc: Document) -> Result[ImageSource, ProviderError]:
+    match doc.obj("source"):
+        case Failure(error):
+            return Failure(error)
+        case Success(None):
+            return vm_image(doc).map(
+                lambda flat: ImageSource(
+                    path=flat.path,
+                    url=flat.url,
+                    format=flat.format,
+                    checksum=flat.checksum,
+                    checksum_type=flat.checksum_type,
+                    template_name=flat.template_name,
+                )
             )
-            if library is not None
-            else None,
+        case Success(Document() as wrapper):
+            pass
+    for origin in ("libvirt", "vsphere", "http"):
+        match wrapper.obj(origin):
+            case Failure(error):
+                return Failure(error)
+            case Success(Document() as inner):
+                return _origin_source(origin, inner)
+    return invalid(fields.PREPARE_SOURCE, "must hold one of libvirt, vsphere or http")
+
+
+def _origin_source(origin: str, inner: Document) -> Result[ImageSource, ProviderError]:
+    return Result.do(
+        ImageSource(
+            origin=origin,
+            path=path,
+            url=url or ova_url,
+            format=image_format,
+            checksum=checksum,
+            checksum_type=checksum_type,
+            storage_pool=storage_pool,
+            template_name=template_name,
+            content_library=content_library,
         )
-    raise invalid(fields.PREPARE_SOURCE, "must hold one of libvirt, vsphere or http")
+        for library in inner.obj("contentLibrary")
+        for path in inner.text("path", 4096)
+        for url in inner.text("url", 8192)
+        for ova_url in (inner.text("ovaURL", 8192) if not url else Success(""))
+        for image_format in inner.text("format", 64)
+        for checksum in inner.text("checksum", 256)
+        for checksum_type in inner.text("checksumType", 64)
+        for storage_pool in inner.text("storagePool", 256)
+        for template_name in inner.text("templateName", 1024)
+        for content_library in _content_library(library)
+    )
 
 
-def _derived_imagechecked_name(source: ImageSource) -> str:
+def _content_library(library: Document | None) -> Result[ContentLibraryItem | None, ProviderError]:
+    if library is None:
+        return Success(None)
+    return Result.do(
+        ContentLibraryItem(library=name, item=item, version=version)
+        for name in library.text("library", 256)
+        for item in library.text("item", 256)
+        for version in library.text("version", 64)
+    )
+
+
+def _derived_image_name(source: ImageSource) -> str:
     basis = source.template_name or source.path or source.url
     stem = re.sub(r"[^A-Za-z0-9._-]", "-", basis.rstrip("/").rsplit("/", 1)[-1])[:48].strip(".-_")
     digest = sha256(basis.encode()).hexdigest()[:8]
     return f"{stem}-{digest}" if stem and stem[0].isalnum() else f"image-{digest}"
 
 
-def _backend(value: str, field: str) -> TransferBackend:
+def _backend(value: str, field: str) -> Result[TransferBackend, ProviderError]:
     try:
-        return TransferBackend(value.strip().lower() or TransferBackend.PVC)
+        return Success(TransferBackend(value.strip().lower() or TransferBackend.PVC))
     except ValueError:
-        raise invalid(field, "must be pvc, nfs or s3") from None
+        return invalid(field, "must be pvc, nfs or s3")
 
 
 # The manager sends "relay" for its "auto"; older managers sent "auto" or nothing.
 _RELAY_SPELLINGS = frozenset({"", "auto", "relay"})
 
 
-def _mode(value: str, field: str) -> TransferMode:
+def _mode(value: str, field: str) -> Result[TransferMode, ProviderError]:
     spelled = value.strip().lower()
     if spelled in _RELAY_SPELLINGS:
-        return TransferMode.RELAY
+        return Success(TransferMode.RELAY)
     try:
-        return TransferMode(spelled)
+        return Success(TransferMode(spelled))
     except ValueError:
-        raise invalid(field, "must be auto, relay or direct") from None
+        return invalid(field, "must be auto, relay or direct")
 
 
-def _format(value: str, field: str) -> str:
+def _format(value: str, field: str) -> Result[str, ProviderError]:
     disk_format = value.strip().lower() or "qcow2"
     if disk_format not in _DISK_FORMATS:
-        raise invalid(field, f"must be one of {', '.join(_DISK_FORMATS)}")
-    return disk_format
+        return invalid(field, f"must be one of {', '.join(_DISK_FORMATS)}")
+    return Success(disk_format)
 
 
-def _transfer_url(url: str, field: str) -> str:
+def _transfer_url(url: str, field: str) -> Result[str, ProviderError]:
     if not url:
-        raise invalid(field, "must not be empty")
+        return invalid(field, "must not be empty")
     return as_text(url, field, 8192)
 
 
@@ -152,32 +179,18 @@ _OPTION_KEYS = (
 )
 
 
-def _storage_options(text: str) -> dict[str, object]:
-    doc = load(text, fields.STORAGE_OPTIONS)
-    return {key: doc.raw(key) for key in _OPTION_KEYS if doc.raw(key) is not None}
+def _storage_options(text: str) -> Result[dict[str, object], ProviderError]:
+    return load(text, fields.STORAGE_OPTIONS).map(
+        lambda doc: {key: doc.raw(key) for key in _OPTION_KEYS if doc.raw(key) is not None}
+    )
 
 
-def _credentials(credentials: Mapping[str, str]) -> dict[str, str]:
-    for key in credentials:
-        as_text(key, fields.CREDENTIALS, 256)
-    return dict(credentials)
+def _credentials(credentials: Mapping[str, str]) -> Result[dict[str, str], ProviderError]:
+    return each(credentials, lambda key: as_text(key, fields.CREDENTIALS, 256)).map(
+        lambda _: dict(credentials)
+    )
 
 
-def _location(
-    field: str,
-    url: str,
-    backend: TransferBackend,
-    options: Mapping[str, object],
-    credentials: Mapping[str, str],
-) -> StagedLocation:
-    """The staged object, checked once here; errors name the wire field or key."""
-    result = parse_staged_location(field, url, backend, options, credentials)
-    if isinstance(result, Failure):
-        raise ExpectedError(result.failure())
-    return result.unwrap()
-
-
-@parser
 def parse_export(
     *,
     vm_id: str,
@@ -190,27 +203,34 @@ def parse_export(
     backend_type: str,
     transfer_mode: str,
     storage_options_json: str,
-) -> ExportRequest:
-    backend = _backend(backend_type, fields.BACKEND_TYPE)
-    url = _transfer_url(destination_url, fields.DESTINATION_URL)
-    options = _storage_options(storage_options_json)
-    checked_credentials = _credentials(credentials)
-    return ExportRequest(
-        vm_id=vm_id,
-        disk_id=disk_id,
-        snapshot_id=snapshot_id,
-        destination_url=url,
-        format=_format(disk_format, fields.DISK_FORMAT),
-        compress=compress,
-        credentials=checked_credentials,
-        backend=backend,
-        mode=_mode(transfer_mode, fields.TRANSFER_MODE),
-        storage_options=options,
-        destination=_location(fields.DESTINATION_URL, url, backend, options, checked_credentials),
+) -> Result[ExportRequest, ProviderError]:
+    """The staged location is checked once here; errors name the wire field or key."""
+    return Result.do(
+        ExportRequest(
+            vm_id=vm_id,
+            disk_id=disk_id,
+            snapshot_id=snapshot_id,
+            destination_url=url,
+            format=checked_format,
+            compress=compress,
+            credentials=checked_credentials,
+            backend=backend,
+            mode=mode,
+            storage_options=options,
+            destination=destination,
+        )
+        for backend in _backend(backend_type, fields.BACKEND_TYPE)
+        for url in _transfer_url(destination_url, fields.DESTINATION_URL)
+        for options in _storage_options(storage_options_json)
+        for checked_credentials in _credentials(credentials)
+        for checked_format in _format(disk_format, fields.DISK_FORMAT)
+        for mode in _mode(transfer_mode, fields.TRANSFER_MODE)
+        for destination in parse_staged_location(
+            fields.DESTINATION_URL, url, backend, options, checked_credentials
+        )
     )
 
 
-@parser
 def parse_import(
     *,
     source_url: str,
@@ -223,39 +243,56 @@ def parse_import(
     backend_type: str,
     transfer_mode: str,
     storage_options_json: str,
-) -> ImportRequest:
-    backend = _backend(backend_type, fields.BACKEND_TYPE)
-    url = _transfer_url(source_url, fields.SOURCE_URL)
-    options = _storage_options(storage_options_json)
-    checked_credentials = _credentials(credentials)
-    return ImportRequest(
-        source_url=url,
-        storage_hint=as_text(storage_hint, fields.STORAGE_HINT, 1024),
-        format=_format(disk_format, fields.DISK_FORMAT),
-        target_name=checked_name(target_name, fields.TARGET_NAME) if target_name else "",
-        verify_checksum=verify_checksum,
-        expected_checksum=_checksum(expected_checksum),
-        credentials=checked_credentials,
-        backend=backend,
-        mode=_mode(transfer_mode, fields.TRANSFER_MODE),
-        storage_options=options,
-        source=_location(fields.SOURCE_URL, url, backend, options, checked_credentials),
+) -> Result[ImportRequest, ProviderError]:
+    """The staged location is checked once here; errors name the wire field or key."""
+    return Result.do(
+        ImportRequest(
+            source_url=url,
+            storage_hint=hint,
+            format=checked_format,
+            target_name=checked_target,
+            verify_checksum=verify_checksum,
+            expected_checksum=checksum,
+            credentials=checked_credentials,
+            backend=backend,
+            mode=mode,
+            storage_options=options,
+            source=source,
+        )
+        for backend in _backend(backend_type, fields.BACKEND_TYPE)
+        for url in _transfer_url(source_url, fields.SOURCE_URL)
+        for options in _storage_options(storage_options_json)
+        for checked_credentials in _credentials(credentials)
+        for hint in as_text(storage_hint, fields.STORAGE_HINT, 1024)
+        for checked_format in _format(disk_format, fields.DISK_FORMAT)
+        for checked_target in (
+            checked_name(target_name, fields.TARGET_NAME) if target_name else Success("")
+        )
+        for checksum in _checksum(expected_checksum)
+        for mode in _mode(transfer_mode, fields.TRANSFER_MODE)
+        for source in parse_staged_location(
+            fields.SOURCE_URL, url, backend, options, checked_credentials
+        )
     )
 
 
 _SHA256 = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
 
 
-def _checksum(value: str) -> str:
+def _checksum(value: str) -> Result[str, ProviderError]:
     """Lowercase hex SHA-256, as ExportDisk answers it; "" when none was sent. A `sha256:`
     prefix (what earlier pyrigaud answered) is dropped."""
-    text = as_text(value, fields.EXPECTED_CHECKSUM, 256).strip().lower()
-    if not text:
-        return ""
-    match = _SHA256.fullmatch(text)
-    if match is None:
-        raise invalid(fields.EXPECTED_CHECKSUM, "must be 64 hex digits (a SHA-256)")
-    return match.group(1)
+
+    def checked(given: str) -> Result[str, ProviderError]:
+        text = given.strip().lower()
+        if not text:
+            return Success("")
+        found = _SHA256.fullmatch(text)
+        if found is None:
+            return invalid(fields.EXPECTED_CHECKSUM, "must be 64 hex digits (a SHA-256)")
+        return Success(found.group(1))
+
+    return as_text(value, fields.EXPECTED_CHECKSUM, 256).bind(checked)
 
 
 def disk_query(vm_id: str, disk_id: str, snapshot_id: str) -> DiskQuery:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from returns.result import Result, Success
+
 from pyrigaud.domain import bounds, fields
 from pyrigaud.domain.bounds import describe_value
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
@@ -41,155 +44,257 @@ from pyrigaud.entrypoints.grpc.wire.document import (
     checked_memory,
     checked_name,
     disk_gib,
+    each,
     invalid,
     load,
     load_list,
-    parser,
 )
 
 _FIRMWARE = {"": Firmware.BIOS, "bios": Firmware.BIOS, "uefi": Firmware.UEFI, "efi": Firmware.UEFI}
 _MAC = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}")
 
 
-def _vm_class(doc: Document) -> VMClass:
-    firmware = doc.text("Firmware").strip().casefold()
-    if firmware not in _FIRMWARE:
-        raise invalid(doc.field("Firmware"), "must be BIOS, UEFI or EFI")
-    disk_defaults = doc.obj("DiskDefaults")
-    performance = doc.obj("PerformanceProfile")
-    security = doc.obj("SecurityProfile")
-    limits = doc.obj("ResourceLimits")
-    return VMClass(
-        cpu=checked_cpu(doc.integer("CPU"), doc.field("CPU")),
-        memory_mib=checked_memory(doc.integer("MemoryMiB", 0, INT32_MAX), doc.field("MemoryMiB")),
-        firmware=_FIRMWARE[firmware],
-        disk_defaults=DiskDefaults(
-            type=disk_defaults.text("Type"), size_gib=disk_gib(disk_defaults, "SizeGiB", 0)
+def _firmware(doc: Document) -> Result[Firmware, ProviderError]:
+    def known(spelled: str) -> Result[Firmware, ProviderError]:
+        firmware = spelled.strip().casefold()
+        if firmware not in _FIRMWARE:
+            return invalid(doc.field("Firmware"), "must be BIOS, UEFI or EFI")
+        return Success(_FIRMWARE[firmware])
+
+    return doc.text("Firmware").bind(known)
+
+
+def _vm_class(doc: Document) -> Result[VMClass, ProviderError]:
+    return Result.do(
+        VMClass(
+            cpu=cpu,
+            memory_mib=memory_mib,
+            firmware=firmware,
+            disk_defaults=disk_defaults,
+            guest_tools_policy=guest_tools_policy,
+            extra_config=extra_config,
+            performance=performance,
+            security=security,
+            limits=limits,
         )
-        if disk_defaults
-        else DiskDefaults(),
-        guest_tools_policy=doc.text("GuestToolsPolicy"),
-        extra_config=doc.string_map("ExtraConfig"),
-        performance=_performance(performance) if performance else PerformanceProfile(),
-        security=_security(security) if security else SecurityProfile(),
-        limits=_limits(limits) if limits else ResourceLimits(),
+        for firmware in _firmware(doc)
+        for disk_defaults_doc in doc.obj("DiskDefaults")
+        for performance_doc in doc.obj("PerformanceProfile")
+        for security_doc in doc.obj("SecurityProfile")
+        for limits_doc in doc.obj("ResourceLimits")
+        for cpu in doc.integer("CPU").bind(lambda value: checked_cpu(value, doc.field("CPU")))
+        for memory_mib in doc.integer("MemoryMiB", 0, INT32_MAX).bind(
+            lambda value: checked_memory(value, doc.field("MemoryMiB"))
+        )
+        for disk_defaults in _disk_defaults(disk_defaults_doc)
+        for guest_tools_policy in doc.text("GuestToolsPolicy")
+        for extra_config in doc.string_map("ExtraConfig")
+        for performance in _performance(performance_doc)
+        for security in _security(security_doc)
+        for limits in _limits(limits_doc)
     )
 
 
-def _performance(doc: Document) -> PerformanceProfile:
-    return PerformanceProfile(
-        latency_sensitivity=doc.text("LatencySensitivity"),
-        cpu_hot_add=doc.boolean("CPUHotAddEnabled"),
-        memory_hot_add=doc.boolean("MemoryHotAddEnabled"),
-        virtualization_based_security=doc.boolean("VirtualizationBasedSecurity"),
-        nested_virtualization=doc.boolean("NestedVirtualization"),
-        hyper_threading_policy=doc.text("HyperThreadingPolicy"),
+def _disk_defaults(doc: Document | None) -> Result[DiskDefaults, ProviderError]:
+    if doc is None:
+        return Success(DiskDefaults())
+    return Result.do(
+        DiskDefaults(type=disk_type, size_gib=size_gib)
+        for disk_type in doc.text("Type")
+        for size_gib in disk_gib(doc, "SizeGiB", 0)
     )
 
 
-def _security(doc: Document) -> SecurityProfile:
-    return SecurityProfile(
-        secure_boot=doc.boolean("SecureBoot"),
-        tpm_enabled=doc.boolean("TPMEnabled"),
-        tpm_version=doc.text("TPMVersion"),
-        vtd_enabled=doc.boolean("VTDEnabled"),
-        encryption_enabled=doc.boolean("EncryptionEnabled"),
-        key_provider=doc.text("KeyProvider"),
-        require_encryption=doc.boolean("RequireEncryption"),
+def _performance(doc: Document | None) -> Result[PerformanceProfile, ProviderError]:
+    if doc is None:
+        return Success(PerformanceProfile())
+    return Result.do(
+        PerformanceProfile(
+            latency_sensitivity=latency_sensitivity,
+            cpu_hot_add=cpu_hot_add,
+            memory_hot_add=memory_hot_add,
+            virtualization_based_security=virtualization_based_security,
+            nested_virtualization=nested_virtualization,
+            hyper_threading_policy=hyper_threading_policy,
+        )
+        for latency_sensitivity in doc.text("LatencySensitivity")
+        for cpu_hot_add in doc.boolean("CPUHotAddEnabled")
+        for memory_hot_add in doc.boolean("MemoryHotAddEnabled")
+        for virtualization_based_security in doc.boolean("VirtualizationBasedSecurity")
+        for nested_virtualization in doc.boolean("NestedVirtualization")
+        for hyper_threading_policy in doc.text("HyperThreadingPolicy")
     )
 
 
-def _limits(doc: Document) -> ResourceLimits:
-    def limit(key: str) -> int | None:
+def _security(doc: Document | None) -> Result[SecurityProfile, ProviderError]:
+    if doc is None:
+        return Success(SecurityProfile())
+    return Result.do(
+        SecurityProfile(
+            secure_boot=secure_boot,
+            tpm_enabled=tpm_enabled,
+            tpm_version=tpm_version,
+            vtd_enabled=vtd_enabled,
+            encryption_enabled=encryption_enabled,
+            key_provider=key_provider,
+            require_encryption=require_encryption,
+        )
+        for secure_boot in doc.boolean("SecureBoot")
+        for tpm_enabled in doc.boolean("TPMEnabled")
+        for tpm_version in doc.text("TPMVersion")
+        for vtd_enabled in doc.boolean("VTDEnabled")
+        for encryption_enabled in doc.boolean("EncryptionEnabled")
+        for key_provider in doc.text("KeyProvider")
+        for require_encryption in doc.boolean("RequireEncryption")
+    )
+
+
+def _limits(doc: Document | None) -> Result[ResourceLimits, ProviderError]:
+    if doc is None:
+        return Success(ResourceLimits())
+
+    def limit(key: str) -> Result[int | None, ProviderError]:
         return doc.optional_integer(key, 0, INT32_MAX)
 
-    return ResourceLimits(
-        cpu_limit=limit("CPULimit"),
-        cpu_reservation=limit("CPUReservation"),
-        memory_limit_mib=limit("MemoryLimitMiB"),
-        memory_reservation_mib=limit("MemoryReservationMiB"),
-        cpu_shares=limit("CPUShares"),
+    return Result.do(
+        ResourceLimits(
+            cpu_limit=cpu_limit,
+            cpu_reservation=cpu_reservation,
+            memory_limit_mib=memory_limit_mib,
+            memory_reservation_mib=memory_reservation_mib,
+            cpu_shares=cpu_shares,
+        )
+        for cpu_limit in limit("CPULimit")
+        for cpu_reservation in limit("CPUReservation")
+        for memory_limit_mib in limit("MemoryLimitMiB")
+        for memory_reservation_mib in limit("MemoryReservationMiB")
+        for cpu_shares in limit("CPUShares")
     )
 
 
-def vm_image(doc: Document) -> VMImage:
-    return VMImage(
-        template_name=doc.text("TemplateName", 1024),
-        path=doc.text("Path", 4096),
-        url=doc.text("URL", 8192),
-        format=doc.text("Format", 64),
-        checksum=doc.text("Checksum", 256),
-        checksum_type=doc.text("ChecksumType", 64),
+def vm_image(doc: Document) -> Result[VMImage, ProviderError]:
+    return Result.do(
+        VMImage(
+            template_name=template_name,
+            path=path,
+            url=url,
+            format=image_format,
+            checksum=checksum,
+            checksum_type=checksum_type,
+        )
+        for template_name in doc.text("TemplateName", 1024)
+        for path in doc.text("Path", 4096)
+        for url in doc.text("URL", 8192)
+        for image_format in doc.text("Format", 64)
+        for checksum in doc.text("Checksum", 256)
+        for checksum_type in doc.text("ChecksumType", 64)
     )
 
 
-def _network(doc: Document) -> NetworkAttachment:
-    mac = doc.text("MacAddress", 64).strip()
-    if mac and _MAC.fullmatch(mac) is None:
-        raise invalid(doc.field("MacAddress"), f"{describe_value(mac)} is not a MAC address")
-    dns_raw = doc.raw("DNS")
-    dns = (
+def _mac(doc: Document) -> Result[str, ProviderError]:
+    def checked(text: str) -> Result[str, ProviderError]:
+        mac = text.strip()
+        if mac and _MAC.fullmatch(mac) is None:
+            return invalid(doc.field("MacAddress"), f"{describe_value(mac)} is not a MAC address")
+        return Success(mac.lower())
+
+    return doc.text("MacAddress", 64).bind(checked)
+
+
+def _dns(doc: Document) -> Result[tuple[str, ...], ProviderError]:
+    """A list of servers, or one comma-separated string of them."""
+    listed = (
         doc.strings("DNS", 16, 256)
-        if isinstance(dns_raw, list)
-        else [part.strip() for part in doc.text("DNS", 4096).split(",") if part.strip()]
+        if isinstance(doc.raw("DNS"), list)
+        else doc.text("DNS", 4096).map(
+            lambda text: tuple(part.strip() for part in text.split(",") if part.strip())
+        )
     )
-    for index, server in enumerate(dns):
-        checked_ip(server, f"{doc.field('DNS')}[{index}]")
-    return NetworkAttachment(
-        name=doc.text("Name", 256),
-        portgroup=doc.text("Portgroup", 256),
-        network_name=doc.text("NetworkName", 256),
-        bridge=doc.text("Bridge", 256),
-        vlan=doc.integer("VLAN", 0, bounds.MAX_VLAN),
-        model=doc.text("Model", 64),
-        mac_address=mac.lower(),
-        ip_policy=doc.text("IPPolicy", 64),
-        static_ip=checked_ip(
-            doc.text("StaticIP", 64).strip(), doc.field("StaticIP"), allow_prefix=True
-        ),
-        prefix=doc.integer("Prefix", 0, 128),
-        gateway=checked_ip(doc.text("Gateway", 64).strip(), doc.field("Gateway")),
-        dns=tuple(dns),
-        pci_slot_number=doc.optional_integer("PCISlotNumber", 0, bounds.MAX_PCI_SLOT),
+    return listed.bind(
+        lambda servers: each(
+            enumerate(servers),
+            lambda indexed: checked_ip(indexed[1], f"{doc.field('DNS')}[{indexed[0]}]"),
+        )
     )
 
 
-def _networks(text: str, field: str) -> tuple[NetworkAttachment, ...]:
-    return tuple(_network(doc) for doc in load_list(text, field, bounds.MAX_NICS))
-
-
-def _disk(doc: Document) -> DiskSpec:
-    return DiskSpec(
-        size_gib=disk_gib(doc, "SizeGiB", 1), type=doc.text("Type", 64), name=doc.text("Name", 256)
+def _network(doc: Document) -> Result[NetworkAttachment, ProviderError]:
+    return Result.do(
+        NetworkAttachment(
+            name=name,
+            portgroup=portgroup,
+            network_name=network_name,
+            bridge=bridge,
+            vlan=vlan,
+            model=model,
+            mac_address=mac,
+            ip_policy=ip_policy,
+            static_ip=static_ip,
+            prefix=prefix,
+            gateway=gateway,
+            dns=dns,
+            pci_slot_number=pci_slot_number,
+        )
+        for mac in _mac(doc)
+        for dns in _dns(doc)
+        for name in doc.text("Name", 256)
+        for portgroup in doc.text("Portgroup", 256)
+        for network_name in doc.text("NetworkName", 256)
+        for bridge in doc.text("Bridge", 256)
+        for vlan in doc.integer("VLAN", 0, bounds.MAX_VLAN)
+        for model in doc.text("Model", 64)
+        for ip_policy in doc.text("IPPolicy", 64)
+        for static_ip in doc.text("StaticIP", 64).bind(
+            lambda text: checked_ip(text.strip(), doc.field("StaticIP"), allow_prefix=True)
+        )
+        for prefix in doc.integer("Prefix", 0, 128)
+        for gateway in doc.text("Gateway", 64).bind(
+            lambda text: checked_ip(text.strip(), doc.field("Gateway"))
+        )
+        for pci_slot_number in doc.optional_integer("PCISlotNumber", 0, bounds.MAX_PCI_SLOT)
     )
 
 
-def _disks(text: str, field: str) -> tuple[DiskSpec, ...]:
-    return tuple(_disk(doc) for doc in load_list(text, field, bounds.MAX_DISKS))
+def _networks(text: str, field: str) -> Result[tuple[NetworkAttachment, ...], ProviderError]:
+    return load_list(text, field, bounds.MAX_NICS).bind(lambda docs: each(docs, _network))
 
 
-def _placement(doc: Document | None) -> Placement:
-    if doc is None:
-        return Placement()
-    return Placement(
-        datastore=doc.text("Datastore", 1024),
-        storage_pod=doc.text("StoragePod", 1024),
-        cluster=doc.text("Cluster", 1024),
-        folder=doc.text("Folder", 1024),
-        host=doc.text("Host", 1024),
+def _disk(doc: Document) -> Result[DiskSpec, ProviderError]:
+    return Result.do(
+        DiskSpec(size_gib=size_gib, type=disk_type, name=name)
+        for size_gib in disk_gib(doc, "SizeGiB", 1)
+        for disk_type in doc.text("Type", 64)
+        for name in doc.text("Name", 256)
     )
 
 
-def _tags(tags: Iterable[str]) -> tuple[str, ...]:
-    result = tuple(tags)
-    if len(result) > bounds.MAX_TAGS:
-        raise invalid(fields.TAGS, f"at most {bounds.MAX_TAGS} tags are supported")
-    for index, tag in enumerate(result):
-        as_text(tag, f"{fields.TAGS}[{index}]", bounds.MAX_TAG_LENGTH)
-    return result
+def _disks(text: str, field: str) -> Result[tuple[DiskSpec, ...], ProviderError]:
+    return load_list(text, field, bounds.MAX_DISKS).bind(lambda docs: each(docs, _disk))
 
 
-@parser
+def _placement(doc: Document) -> Result[Placement, ProviderError]:
+    return Result.do(
+        Placement(
+            datastore=datastore, storage_pod=storage_pod, cluster=cluster, folder=folder, host=host
+        )
+        for datastore in doc.text("Datastore", 1024)
+        for storage_pod in doc.text("StoragePod", 1024)
+        for cluster in doc.text("Cluster", 1024)
+        for folder in doc.text("Folder", 1024)
+        for host in doc.text("Host", 1024)
+    )
+
+
+def _tags(tags: Iterable[str]) -> Result[tuple[str, ...], ProviderError]:
+    given = tuple(tags)
+    if len(given) > bounds.MAX_TAGS:
+        return invalid(fields.TAGS, f"at most {bounds.MAX_TAGS} tags are supported")
+    return each(
+        enumerate(given),
+        lambda indexed: as_text(indexed[1], f"{fields.TAGS}[{indexed[0]}]", bounds.MAX_TAG_LENGTH),
+    )
+
+
 def parse_create(
     *,
     name: str,
@@ -201,144 +306,260 @@ def parse_create(
     user_data: bytes = b"",
     meta_data: bytes = b"",
     tags: Iterable[str] = (),
-) -> CreateRequest:
+) -> Result[CreateRequest, ProviderError]:
     """CreateRequest's payloads, as the manager sends them (Go field names)."""
-    return CreateRequest(
-        name=checked_name(name, fields.NAME),
-        vm_class=_vm_class(load(class_json, fields.CLASS)),
-        image=vm_image(load(image_json, fields.IMAGE)),
-        networks=_networks(networks_json, fields.NETWORKS),
-        disks=_disks(disks_json, fields.DISKS),
-        placement=_placement(load(placement_json, fields.PLACEMENT)),
-        user_data=checked_cloud_init(user_data, fields.USER_DATA),
-        meta_data=checked_cloud_init(meta_data, fields.META_DATA),
-        tags=_tags(tags),
+    return Result.do(
+        CreateRequest(
+            name=checked,
+            vm_class=vm_class,
+            image=image,
+            networks=networks,
+            disks=disks,
+            placement=placement,
+            user_data=checked_user_data,
+            meta_data=checked_meta_data,
+            tags=checked_tags,
+        )
+        for checked in checked_name(name, fields.NAME)
+        for vm_class in load(class_json, fields.CLASS).bind(_vm_class)
+        for image in load(image_json, fields.IMAGE).bind(vm_image)
+        for networks in _networks(networks_json, fields.NETWORKS)
+        for disks in _disks(disks_json, fields.DISKS)
+        for placement in load(placement_json, fields.PLACEMENT).bind(_placement)
+        for checked_user_data in checked_cloud_init(user_data, fields.USER_DATA)
+        for checked_meta_data in checked_cloud_init(meta_data, fields.META_DATA)
+        for checked_tags in _tags(tags)
     )
 
 
 # --- Reconfigure ----------------------------------------------------------------------------
 
 
-@parser
-def parse_reconfigure(desired_json: str) -> VMChanges:
+def parse_reconfigure(desired_json: str) -> Result[VMChanges, ProviderError]:
     """The whole desired create request; a missing, null or zero value means "no change"."""
-    desired = load(desired_json, fields.DESIRED)
-    vm_class = desired.obj("Class")
-    cpu = memory = root_disk = None
-    if vm_class is not None:
-        cpu_value = vm_class.integer("CPU")
-        cpu = checked_cpu(cpu_value, vm_class.field("CPU")) if cpu_value else None
-        memory_value = vm_class.integer("MemoryMiB", 0, INT32_MAX)
-        memory = checked_memory(memory_value, vm_class.field("MemoryMiB")) if memory_value else None
-        disk_defaults = vm_class.obj("DiskDefaults")
-        if disk_defaults is not None:
-            root_disk = disk_gib(disk_defaults, "SizeGiB", 0) or None
-    disks = tuple(
-        DiskSpec(
-            size_gib=doc.integer("SizeGiB", 0, bounds.MAX_DISK_GIB),
-            type=doc.text("Type"),
-            name=doc.text("Name", 256),
+    return load(desired_json, fields.DESIRED).bind(
+        lambda desired: Result.do(
+            VMChanges(cpu=cpu, memory_mib=memory, root_disk_gib=root_disk, disks=disks)
+            for vm_class in desired.obj("Class")
+            for cpu in _changed_cpu(vm_class)
+            for memory in _changed_memory(vm_class)
+            for root_disk in _changed_root_disk(vm_class)
+            for disks in desired.objects("Disks", bounds.MAX_DISKS).bind(
+                lambda docs: each(docs, _desired_disk)
+            )
         )
-        for doc in desired.objects("Disks", bounds.MAX_DISKS)
     )
-    return VMChanges(cpu=cpu, memory_mib=memory, root_disk_gib=root_disk, disks=disks)
+
+
+def _changed_cpu(vm_class: Document | None) -> Result[int | None, ProviderError]:
+    if vm_class is None:
+        return Success(None)
+    return vm_class.integer("CPU").bind(
+        lambda value: checked_cpu(value, vm_class.field("CPU")) if value else Success(None)
+    )
+
+
+def _changed_memory(vm_class: Document | None) -> Result[int | None, ProviderError]:
+    if vm_class is None:
+        return Success(None)
+    return vm_class.integer("MemoryMiB", 0, INT32_MAX).bind(
+        lambda value: checked_memory(value, vm_class.field("MemoryMiB")) if value else Success(None)
+    )
+
+
+def _changed_root_disk(vm_class: Document | None) -> Result[int | None, ProviderError]:
+    if vm_class is None:
+        return Success(None)
+    return vm_class.obj("DiskDefaults").bind(
+        lambda defaults: (
+            Success(None)
+            if defaults is None
+            else disk_gib(defaults, "SizeGiB", 0).map(lambda size: size or None)
+        )
+    )
+
+
+def _desired_disk(doc: Document) -> Result[DiskSpec, ProviderError]:
+    return Result.do(
+        DiskSpec(size_gib=size_gib, type=disk_type, name=name)
+        for size_gib in doc.integer("SizeGiB", 0, bounds.MAX_DISK_GIB)
+        for disk_type in doc.text("Type")
+        for name in doc.text("Name", 256)
+    )
 
 
 # --- Power ----------------------------------------------------------------------------------
 
 
-@parser
-def parse_power_op(op: int, graceful_timeout_seconds: int) -> tuple[PowerOp, int]:
+def parse_power_op(
+    op: int, graceful_timeout_seconds: int
+) -> Result[tuple[PowerOp, int], ProviderError]:
     """The wire PowerOp (UNSPECIFIED and unknown values are invalid) and its timeout."""
     try:
         power_op = PowerOp(op)
     except ValueError:
-        raise invalid(fields.POWER_OP, "must be ON, OFF, REBOOT or SHUTDOWN_GRACEFUL") from None
+        return invalid(fields.POWER_OP, "must be ON, OFF, REBOOT or SHUTDOWN_GRACEFUL")
     if not 0 <= graceful_timeout_seconds <= MAX_GRACEFUL_TIMEOUT_SECONDS:
-        raise invalid(
+        return invalid(
             fields.GRACEFUL_TIMEOUT, f"must be between 0 and {MAX_GRACEFUL_TIMEOUT_SECONDS}"
         )
-    return power_op, graceful_timeout_seconds
+    return Success((power_op, graceful_timeout_seconds))
 
 
-@parser
-def parse_hardware_version(target_version: int) -> int:
+def parse_hardware_version(target_version: int) -> Result[int, ProviderError]:
     """0 means "the newest the host supports"."""
     if not 0 <= target_version <= bounds.MAX_HARDWARE_VERSION:
-        raise invalid(fields.TARGET_VERSION, f"must be between 0 and {bounds.MAX_HARDWARE_VERSION}")
-    return target_version
+        return invalid(
+            fields.TARGET_VERSION, f"must be between 0 and {bounds.MAX_HARDWARE_VERSION}"
+        )
+    return Success(target_version)
 
 
 # --- Snapshots ------------------------------------------------------------------------------
 
 
-@parser
 def parse_snapshot(
     *, vm_id: str, name_hint: str, description: str, include_memory: bool, default_name: str
-) -> SnapshotRequest:
+) -> Result[SnapshotRequest, ProviderError]:
     """An empty name hint gets `default_name` (the caller picks one, e.g. from the clock)."""
-    return SnapshotRequest(
-        vm_id=vm_id,
-        name=checked_name(name_hint or default_name, fields.NAME_HINT),
-        description=as_text(description, fields.DESCRIPTION, 4096),
-        include_memory=include_memory,
+    return Result.do(
+        SnapshotRequest(
+            vm_id=vm_id, name=name, description=checked_description, include_memory=include_memory
+        )
+        for name in checked_name(name_hint or default_name, fields.NAME_HINT)
+        for checked_description in as_text(description, fields.DESCRIPTION, 4096)
     )
 
 
 # --- Clone ----------------------------------------------------------------------------------
 
 
-def _customization(doc: Document) -> Customization:
-    networks = tuple(
+def _clone_network(item: Document) -> Result[NetworkAttachment, ProviderError]:
+    return Result.do(
         NetworkAttachment(
-            name=item.text("name", 256),
-            network_name=item.text("networkName", 256) or item.text("name", 256),
-            static_ip=checked_ip(
-                (item.text("ipAddress", 64) or item.text("staticIP", 64)).strip(),
-                item.field("ipAddress"),
-                allow_prefix=True,
-            ),
-            prefix=item.integer("prefix", 0, 128),
-            gateway=checked_ip(item.text("gateway", 64).strip(), item.field("gateway")),
-            dns=tuple(
-                checked_ip(server.strip(), item.field("dns"))
-                for server in item.strings("dns", 16, 64)
-            ),
+            name=name,
+            network_name=network_name or name,
+            static_ip=static_ip,
+            prefix=prefix,
+            gateway=gateway,
+            dns=dns,
         )
-        for item in doc.objects("networks", bounds.MAX_NICS)
-    )
-    user_data = b""
-    user_data_doc = doc.obj("userData")
-    if user_data_doc is not None:
-        cloud_init = user_data_doc.obj("cloudInit")
-        inline = (
-            cloud_init.text("inline", bounds.MAX_CLOUD_INIT_BYTES)
-            if cloud_init is not None
-            else user_data_doc.text("cloudInitData", bounds.MAX_CLOUD_INIT_BYTES)
+        for name in item.text("name", 256)
+        for network_name in item.text("networkName", 256)
+        for static_ip in item.text("ipAddress", 64)
+        .bind(lambda given: Success(given) if given else item.text("staticIP", 64))
+        .bind(lambda text: checked_ip(text.strip(), item.field("ipAddress"), allow_prefix=True))
+        for prefix in item.integer("prefix", 0, 128)
+        for gateway in item.text("gateway", 64).bind(
+            lambda text: checked_ip(text.strip(), item.field("gateway"))
         )
-        user_data = checked_cloud_init(inline.encode(), doc.field("userData"))
-    hostname = doc.text("hostname", 253)
-    if hostname:
-        checked_name(hostname, doc.field("hostname"))
-    domain = doc.text("domain", bounds.MAX_DNS_NAME_LENGTH)
-    if domain and not all(map(bounds.DNS_LABEL_PATTERN.fullmatch, domain.split("."))):
-        raise invalid(doc.field("domain"), f"{describe_value(domain)} is not a DNS name")
-    time_zone = doc.text("timeZone", 128)
-    if time_zone and not bounds.TIME_ZONE_PATTERN.fullmatch(time_zone):
-        raise invalid(
-            doc.field("timeZone"),
-            f"{describe_value(time_zone)} is not a zone name like Europe/Berlin",
+        for dns in item.strings("dns", 16, 64).bind(
+            lambda servers: each(
+                servers, lambda server: checked_ip(server.strip(), item.field("dns"))
+            )
         )
-    return Customization(
-        hostname=hostname,
-        domain=domain,
-        time_zone=time_zone,
-        networks=networks,
-        user_data=user_data,
     )
 
 
-@parser
+def _clone_user_data(doc: Document) -> Result[bytes, ProviderError]:
+    def inline(user_data_doc: Document | None) -> Result[bytes, ProviderError]:
+        if user_data_doc is None:
+            return Success(b"")
+        return (
+            user_data_doc.obj("cloudInit")
+            .bind(
+                lambda cloud_init: (
+                    cloud_init.text("inline", bounds.MAX_CLOUD_INIT_BYTES)
+                    if cloud_init is not None
+                    else user_data_doc.text("cloudInitData", bounds.MAX_CLOUD_INIT_BYTES)
+                )
+            )
+            .bind(lambda text: checked_cloud_init(text.encode(), doc.field("userData")))
+        )
+
+    return doc.obj("userData").bind(inline)
+
+
+def _hostname(doc: Document) -> Result[str, ProviderError]:
+    return doc.text("hostname", 253).bind(
+        lambda hostname: (
+            checked_name(hostname, doc.field("hostname")) if hostname else Success(hostname)
+        )
+    )
+
+
+def _domain(doc: Document) -> Result[str, ProviderError]:
+    def checked(domain: str) -> Result[str, ProviderError]:
+        if domain and not all(map(bounds.DNS_LABEL_PATTERN.fullmatch, domain.split("."))):
+            return invalid(doc.field("domain"), f"{describe_value(domain)} is not a DNS name")
+        return Success(domain)
+
+    return doc.text("domain", bounds.MAX_DNS_NAME_LENGTH).bind(checked)
+
+
+def _time_zone(doc: Document) -> Result[str, ProviderError]:
+    def checked(time_zone: str) -> Result[str, ProviderError]:
+        if time_zone and not bounds.TIME_ZONE_PATTERN.fullmatch(time_zone):
+            return invalid(
+                doc.field("timeZone"),
+                f"{describe_value(time_zone)} is not a zone name like Europe/Berlin",
+            )
+        return Success(time_zone)
+
+    return doc.text("timeZone", 128).bind(checked)
+
+
+def _customization(doc: Document) -> Result[Customization, ProviderError]:
+    return Result.do(
+        Customization(
+            hostname=hostname,
+            domain=domain,
+            time_zone=time_zone,
+            networks=networks,
+            user_data=user_data,
+        )
+        for networks in doc.objects("networks", bounds.MAX_NICS).bind(
+            lambda items: each(items, _clone_network)
+        )
+        for user_data in _clone_user_data(doc)
+        for hostname in _hostname(doc)
+        for domain in _domain(doc)
+        for time_zone in _time_zone(doc)
+    )
+
+
+def _clone_memory(vm_class: Document) -> Result[int | None, ProviderError]:
+    """Memory as a Kubernetes quantity ("8Gi") or a number of bytes, in MiB."""
+    memory_raw = vm_class.raw("memory")
+    if isinstance(memory_raw, str) and memory_raw.strip():
+        mib = quantity_to_mib(memory_raw)
+        if mib is None:
+            return invalid(
+                fields.CLONE_MEMORY, f"{describe_value(memory_raw)} is not a quantity like 8Gi"
+            )
+        return checked_memory(mib, fields.CLONE_MEMORY)
+    if memory_raw is not None and not isinstance(memory_raw, str):
+        return vm_class.integer("memory", 0, 2**63 - 1).bind(
+            lambda bytes_: (
+                checked_memory(-(-bytes_ // (1024 * 1024)), fields.CLONE_MEMORY)
+                if bytes_
+                else Success(None)
+            )
+        )
+    return Success(None)
+
+
+def _clone_cpu(value: int) -> Result[int | None, ProviderError]:
+    """0 means "as the source"."""
+    return checked_cpu(value, fields.CLONE_CPU) if value else Success(None)
+
+
+def _clone_customization(
+    customize: Document, *, given: bool
+) -> Result[Customization | None, ProviderError]:
+    return _customization(customize) if given else Success(None)
+
+
 def parse_clone(
     *,
     source_vm_id: str,
@@ -347,31 +568,26 @@ def parse_clone(
     class_json: str,
     placement_json: str,
     customize_json: str,
-) -> CloneRequest:
+) -> Result[CloneRequest, ProviderError]:
     """Clone sends CRD specs: camelCase keys, memory as a Kubernetes quantity ("8Gi")."""
-    vm_class = load(class_json, fields.CLASS)
-    cpu_value = vm_class.integer("cpu")
-    memory_raw = vm_class.raw("memory")
-    memory: int | None = None
-    if isinstance(memory_raw, str) and memory_raw.strip():
-        mib = quantity_to_mib(memory_raw)
-        if mib is None:
-            raise invalid(
-                fields.CLONE_MEMORY, f"{describe_value(memory_raw)} is not a quantity like 8Gi"
-            )
-        memory = checked_memory(mib, fields.CLONE_MEMORY)
-    elif memory_raw is not None and not isinstance(memory_raw, str):
-        bytes_ = vm_class.integer("memory", 0, 2**63 - 1)
-        memory = (
-            checked_memory(-(-bytes_ // (1024 * 1024)), fields.CLONE_MEMORY) if bytes_ else None
+    return Result.do(
+        CloneRequest(
+            source_vm_id=source_vm_id,
+            target_name=checked_target,
+            linked=linked,
+            cpu=cpu,
+            memory_mib=memory,
+            placement_policy=placement_policy,
+            customization=customization,
         )
-    customize = load(customize_json, fields.CUSTOMIZE)
-    return CloneRequest(
-        source_vm_id=source_vm_id,
-        target_name=checked_name(target_name, fields.TARGET_NAME),
-        linked=linked,
-        cpu=checked_cpu(cpu_value, fields.CLONE_CPU) if cpu_value else None,
-        memory_mib=memory,
-        placement_policy=load(placement_json, fields.PLACEMENT).text("name", 256),
-        customization=_customization(customize) if customize_json.strip() else None,
+        for vm_class in load(class_json, fields.CLASS)
+        for cpu_value in vm_class.integer("cpu")
+        for memory in _clone_memory(vm_class)
+        for customize in load(customize_json, fields.CUSTOMIZE)
+        for checked_target in checked_name(target_name, fields.TARGET_NAME)
+        for cpu in _clone_cpu(cpu_value)
+        for placement_policy in load(placement_json, fields.PLACEMENT).bind(
+            lambda placement: placement.text("name", 256)
+        )
+        for customization in _clone_customization(customize, given=bool(customize_json.strip()))
     )
