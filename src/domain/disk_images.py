@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from enum import StrEnum
 
+from pyrigaud.domain.chunks import Chunks, successes
 from pyrigaud.domain.values import Value
 
 # The header a converter reads first (a qcow2's, a sparse vmdk's).
@@ -43,15 +44,15 @@ class LandedDisk(Value):
     made_now: bool = True
 
 
-def peek_header(
-    chunks: Iterable[bytes], count: int = HEADER_BYTES
-) -> tuple[bytes, Iterator[bytes]]:
+def peek_header(chunks: Iterable[bytes], count: int = HEADER_BYTES) -> tuple[bytes, Chunks[bytes]]:
     """The image's first `count` bytes (all of a shorter one) and the whole image, still to
-    read: its format is judged before a byte is stored."""
+    read (ending as `chunks` ends: its outcome is theirs): its format is judged before a
+    byte is stored."""
     stream = iter(chunks)
     taken: list[bytes] = []
     size = 0
     while size < count and (chunk := next(stream, b"")):
         taken.append(chunk)
         size += len(chunk)
-    return b"".join(taken)[:count], itertools.chain(taken, stream)
+    whole = Chunks(successes(itertools.chain(taken, stream)), after=chunks)
+    return b"".join(taken)[:count], whole

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.chunks import Chunks
+from pyrigaud.domain.errors import ProviderError
 
 MAX_CHUNK_BYTES = 4 * 1024 * 1024  # no chunk a codec yields is larger: memory stays bounded
 SECTOR_BYTES = 512
@@ -17,13 +20,20 @@ def round_up(value: int, unit: int) -> int:
 
 def nonzero_blocks(
     raw_chunks: Iterable[bytes], capacity_bytes: int, block_bytes: int
-) -> Iterator[tuple[int, bytes]]:
+) -> Chunks[tuple[int, bytes]]:
     """(index, block) for every block of the raw disk that holds a non-zero byte, in order.
 
-    The chunks may have any sizes but must total exactly `capacity_bytes`; the last block is
-    padded with zeros. All-zero blocks are found by comparing with one preallocated zero block
-    (a memcmp), never byte by byte in Python.
+    The chunks may have any sizes but must total exactly `capacity_bytes` (else the blocks'
+    outcome is FAILED_PRECONDITION); the last block is padded with zeros. All-zero blocks are
+    found by comparing with one preallocated zero block (a memcmp), never byte by byte in
+    Python.
     """
+    return Chunks(_nonzero_blocks(raw_chunks, capacity_bytes, block_bytes), after=raw_chunks)
+
+
+def _nonzero_blocks(
+    raw_chunks: Iterable[bytes], capacity_bytes: int, block_bytes: int
+) -> Iterator[Result[tuple[int, bytes], ProviderError]]:
     zero_block = bytes(block_bytes)
     pending = bytearray()
     received = 0
@@ -31,7 +41,8 @@ def nonzero_blocks(
     for chunk in raw_chunks:
         received += len(chunk)
         if received > capacity_bytes:
-            raise _wrong_length(f"more than {capacity_bytes}", capacity_bytes)
+            yield _wrong_length(f"more than {capacity_bytes}", capacity_bytes)
+            return
         view = memoryview(chunk)
         if pending:
             taken = view[: block_bytes - len(pending)]
@@ -40,26 +51,27 @@ def nonzero_blocks(
             if len(pending) < block_bytes:
                 continue
             if pending != zero_block:
-                yield index, bytes(pending)
+                yield Success((index, bytes(pending)))
             pending.clear()
             index += 1
         whole = len(view) - len(view) % block_bytes
         for start in range(0, whole, block_bytes):
             block = view[start : start + block_bytes].tobytes()
             if block != zero_block:
-                yield index, block
+                yield Success((index, block))
             index += 1
         pending += view[whole:]
     if received != capacity_bytes:
-        raise _wrong_length(str(received), capacity_bytes)
+        yield _wrong_length(str(received), capacity_bytes)
+        return
     if pending:
         pending += bytes(block_bytes - len(pending))
         if pending != zero_block:
-            yield index, bytes(pending)
+            yield Success((index, bytes(pending)))
 
 
-def _wrong_length(received: str, capacity_bytes: int) -> ExpectedError:
-    return ExpectedError(
+def _wrong_length(received: str, capacity_bytes: int) -> Failure[ProviderError]:
+    return Failure(
         ProviderError.failed_precondition(
             f"the raw disk stream gave {received} bytes, not its capacity of {capacity_bytes}"
         )

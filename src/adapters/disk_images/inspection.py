@@ -141,8 +141,9 @@ class ImageInspection:
         # What follows needs only the chosen format's inspector.
         self._inspectors = {name: self._inspectors[name]} if name != "raw" else {}
         judged = self._judged(name)
-        if isinstance(judged, Success):
-            self._chosen = judged.unwrap()
+        match judged:
+            case Success(chosen):
+                self._chosen = chosen
         return judged
 
     def verdict(self) -> Result[JudgedImage, ProviderError]:

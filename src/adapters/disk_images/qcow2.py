@@ -8,12 +8,15 @@ import struct
 from collections.abc import Iterable
 from typing import BinaryIO
 
+from returns.result import Failure, Result, Success
+
 from pyrigaud.adapters.disk_images.blocks import (
     MAX_CHUNK_BYTES,
     SECTOR_BYTES,
     nonzero_blocks,
     round_up,
 )
+from pyrigaud.domain.errors import ProviderError
 
 MAGIC = b"QFI\xfb"
 # magic, version, backing_file_offset, backing_file_size, cluster_bits, size, crypt_method,
@@ -31,9 +34,12 @@ _REFCOUNT_ORDER = 4  # 16-bit refcounts, QEMU's default
 _REFCOUNTS_PER_BLOCK = CLUSTER_BYTES * 8 >> _REFCOUNT_ORDER
 
 
-def write_qcow2(raw_chunks: Iterable[bytes], capacity_bytes: int, file: BinaryIO) -> int:
+def write_qcow2(
+    raw_chunks: Iterable[bytes], capacity_bytes: int, file: BinaryIO
+) -> Result[int, ProviderError]:
     """Write the raw disk (exactly `capacity_bytes`, any chunking) into the empty seekable
-    `file` as a qcow2 v3 image with 64 KiB clusters; return the file's size.
+    `file` as a qcow2 v3 image with 64 KiB clusters; return the file's size (the raw disk's
+    failure, or a wrong length, when the chunks end as they should not).
 
     Data clusters are written in order, each L2 table right after the data it maps (only one
     table is held), all-zero clusters stay unallocated; the L1 table, the refcounts and the
@@ -48,7 +54,8 @@ def write_qcow2(raw_chunks: Iterable[bytes], capacity_bytes: int, file: BinaryIO
     file.seek(next_cluster * CLUSTER_BYTES)
     l2: list[int] = []
     l2_index = 0
-    for cluster, data in nonzero_blocks(raw_chunks, capacity_bytes, CLUSTER_BYTES):
+    blocks = nonzero_blocks(raw_chunks, capacity_bytes, CLUSTER_BYTES)
+    for cluster, data in blocks:
         if cluster // _L2_ENTRIES != l2_index:
             l1[l2_index] = _write_l2(file, l2, next_cluster)
             next_cluster += 1
@@ -57,6 +64,9 @@ def write_qcow2(raw_chunks: Iterable[bytes], capacity_bytes: int, file: BinaryIO
         l2.append(next_cluster * CLUSTER_BYTES | _COPIED)
         file.write(data)
         next_cluster += 1
+    match blocks.outcome():
+        case Failure(error):
+            return Failure(error)
     if l2:
         l1[l2_index] = _write_l2(file, l2, next_cluster)
         next_cluster += 1
@@ -69,7 +79,7 @@ def write_qcow2(raw_chunks: Iterable[bytes], capacity_bytes: int, file: BinaryIO
     file.write(_header(size, l1_size, table_offset, table_clusters))
     file.truncate(total * CLUSTER_BYTES)
     file.flush()
-    return total * CLUSTER_BYTES
+    return Success(total * CLUSTER_BYTES)
 
 
 def _write_l2(file: BinaryIO, entries: list[int], cluster: int) -> int:

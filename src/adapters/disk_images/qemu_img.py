@@ -91,11 +91,10 @@ def _watched(process: subprocess.Popen[bytes], doing: str, deadline: float) -> P
             return None
         except subprocess.TimeoutExpired:
             pass
-        gone = call_active(doing)
-        if isinstance(gone, Failure):
-            process.kill()
-            error: ProviderError = gone.failure()
-            return error
+        match call_active(doing):
+            case Failure(ProviderError() as error):
+                process.kill()
+                return error
         if time.monotonic() > deadline:
             process.kill()
             return ProviderError.unavailable(f"{doing}: qemu-img did not finish in time")

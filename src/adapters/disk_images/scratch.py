@@ -7,11 +7,12 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, BinaryIO
 
-from returns.result import Failure
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES
 from pyrigaud.application.transfer_progress import TransferProgress
-from pyrigaud.domain.errors import ExpectedError
+from pyrigaud.domain.chunks import Chunks
+from pyrigaud.domain.errors import ProviderError
 
 
 def open_scratch(directory: str | None) -> BinaryIO:
@@ -53,11 +54,16 @@ def file_chunks(file: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Iterator[bytes]:
-    """`chunks`, counted as they pass; stopped once the call is gone (UNAVAILABLE, raised for
-    the adapter's edge: a conversion reads them deep inside)."""
-    for chunk in chunks:
-        match progress.add(len(chunk)):
-            case Failure(error):
-                raise ExpectedError(error)
-        yield chunk
+def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Chunks[bytes]:
+    """`chunks`, counted as they pass; cut short once the call is gone (UNAVAILABLE, their
+    outcome: a conversion reads them deep inside)."""
+
+    def each() -> Iterator[Result[bytes, ProviderError]]:
+        for chunk in chunks:
+            match progress.add(len(chunk)):
+                case Failure(error):
+                    yield Failure(error)
+                    return
+            yield Success(chunk)
+
+    return Chunks(each(), after=chunks)

@@ -12,6 +12,8 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 
+from returns.result import Failure, Result, Success
+
 from pyrigaud.adapters.disk_images.blocks import (
     MAX_CHUNK_BYTES,
     SECTOR_BYTES,
@@ -21,7 +23,8 @@ from pyrigaud.adapters.disk_images.blocks import (
     zero_chunks,
 )
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ExpectedError, ProviderError
+from pyrigaud.domain.chunks import Chunks, successes
+from pyrigaud.domain.errors import ProviderError
 
 GRAIN_BYTES = 65536
 GRAIN_SECTORS = GRAIN_BYTES // SECTOR_BYTES
@@ -59,10 +62,17 @@ _THREADS = min(4, os.cpu_count() or 1)
 _IN_FLIGHT = 16 * _THREADS  # grains handed to the deflate threads and not yet written
 
 
-def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) -> Iterator[bytes]:
+def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) -> Chunks[bytes]:
     """The raw disk (exactly `capacity_bytes`, any chunking) as a streamOptimized VMDK, never
     seeking back: the leading header says the grain directory is at the end, the footer says
-    where. All-zero grains are left out; the last partial grain is padded with zeros."""
+    where. All-zero grains are left out; the last partial grain is padded with zeros. Raw
+    chunks that end as they should not end the VMDK early, with their failure."""
+    return Chunks(_encoded(raw_chunks, capacity_bytes))
+
+
+def _encoded(
+    raw_chunks: Iterable[bytes], capacity_bytes: int
+) -> Iterator[Result[bytes, ProviderError]]:
     sectors = round_up(capacity_bytes, SECTOR_BYTES) // SECTOR_BYTES
     out = _Output()
     descriptor = _descriptor(sectors)
@@ -73,7 +83,8 @@ def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) ->
     directory = [0] * tables  # 4 bytes per 32 MiB of disk
     table: list[int] = []
     table_index = 0
-    for grain, compressed in _deflated_grains(raw_chunks, capacity_bytes):
+    blocks = nonzero_blocks(raw_chunks, capacity_bytes, GRAIN_BYTES)
+    for grain, compressed in _deflated_grains(blocks):
         while grain // ENTRIES_PER_TABLE > table_index:
             directory[table_index] = _write_table(out, table)
             table, table_index = [], table_index + 1
@@ -82,7 +93,11 @@ def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) ->
         out.add(_GRAIN_MARKER.pack(grain * GRAIN_SECTORS, len(compressed)))
         out.add(compressed)
         out.pad_to_sector()
-        yield from out.flushed()
+        yield from successes(out.flushed())
+    match blocks.outcome():
+        case Failure(error):
+            yield Failure(error)
+            return
     if tables:
         directory[table_index] = _write_table(out, table)
     directory_bytes = struct.pack(f"<{tables}I", *directory)
@@ -93,12 +108,10 @@ def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) ->
     out.add(_marker(1, MARKER_FOOTER))
     out.add(_header(sectors, len(descriptor) // SECTOR_BYTES, directory_sector))
     out.add(_marker(0, MARKER_EOS))
-    yield from out.flushed(final=True)
+    yield from successes(out.flushed(final=True))
 
 
-def _deflated_grains(
-    raw_chunks: Iterable[bytes], capacity_bytes: int
-) -> Iterator[tuple[int, bytes]]:
+def _deflated_grains(blocks: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
     """(grain, its deflated bytes) for every non-zero grain, in order. Deflate is the cost of
     an export and zlib lets go of the GIL, so grains are deflated on a few threads; at most
     _IN_FLIGHT grains (a few MiB) wait at once. Once a grain comes back at more than 90% of
@@ -114,7 +127,7 @@ def _deflated_grains(
         return grain, deflated
 
     with concurrent.futures.ThreadPoolExecutor(_THREADS, "vmdk-deflate") as pool:
-        for grain, data in nonzero_blocks(raw_chunks, capacity_bytes, GRAIN_BYTES):
+        for grain, data in blocks:
             pending.append((grain, pool.submit(_deflate, data, probe)))
             if len(pending) >= _IN_FLIGHT:
                 yield written()
@@ -139,23 +152,32 @@ def _deflate(data: bytes, probe: bool) -> bytes:
 
 def decode_stream_optimized(
     chunks: Iterable[bytes], *, field: str = fields.SOURCE_URL
-) -> Iterator[bytes]:
+) -> Chunks[bytes]:
     """The raw disk (exactly its capacity, chunks <= 4 MiB) of a streamOptimized VMDK in any
     chunking, read sequentially. Grains must come in increasing order; grain tables, the grain
-    directory and the footer are passed over; the end-of-stream marker ends the disk."""
+    directory and the footer are passed over; the end-of-stream marker ends the disk. A VMDK
+    that breaks these rules ends the disk early, INVALID_SPEC naming `field`."""
+    return Chunks(_decoded(chunks, field), after=chunks)
+
+
+def _decoded(chunks: Iterable[bytes], field: str) -> Iterator[Result[bytes, ProviderError]]:
     reader = ChunkReader(chunks)
     header = reader.read(SECTOR_BYTES)
     if header is None or not is_stream_optimized(header):
-        raise _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
+        yield _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
+        return
     (_, _, _, capacity, grain_sectors, _, _, _, _, _, overhead, _, _, algorithm) = (
         _HEADER.unpack_from(header)
     )
     if algorithm != COMPRESS_DEFLATE:
-        raise _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
+        yield _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
+        return
     if not 1 <= grain_sectors <= _LARGEST_GRAIN_SECTORS:
-        raise _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
+        yield _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
+        return
     if overhead < 1 or not reader.skip((overhead - 1) * SECTOR_BYTES):
-        raise _invalid(field, "the vmdk ends inside its header")
+        yield _invalid(field, "the vmdk ends inside its header")
+        return
     capacity_bytes = capacity * SECTOR_BYTES
     grain_bytes = grain_sectors * SECTOR_BYTES
     emitted = 0  # bytes of the disk yielded so far
@@ -163,45 +185,59 @@ def decode_stream_optimized(
     while True:
         marker = reader.read(_GRAIN_MARKER.size)
         if marker is None:
-            raise _invalid(field, "the vmdk ends before its end-of-stream marker")
+            yield _invalid(field, "the vmdk ends before its end-of-stream marker")
+            return
         lba, size = _GRAIN_MARKER.unpack(marker)
         if size == 0:
             kind = reader.read(SECTOR_BYTES - _GRAIN_MARKER.size)
             if kind is None:
-                raise _invalid(field, "the vmdk ends inside a marker")
+                yield _invalid(field, "the vmdk ends inside a marker")
+                return
             (marker_type,) = struct.unpack_from("<I", kind)
             if marker_type == MARKER_EOS:
                 break
             if marker_type not in (MARKER_GT, MARKER_GD, MARKER_FOOTER):
-                raise _invalid(field, f"the vmdk has a marker of unknown type {marker_type}")
+                yield _invalid(field, f"the vmdk has a marker of unknown type {marker_type}")
+                return
             if not reader.skip(lba * SECTOR_BYTES):
-                raise _invalid(field, "the vmdk ends inside its metadata")
+                yield _invalid(field, "the vmdk ends inside its metadata")
+                return
             continue
         start = lba * SECTOR_BYTES
         if start < next_free:
-            raise _invalid(
+            yield _invalid(
                 field,
                 f"the vmdk's grains are not in increasing order (sector {lba} comes after "
                 f"sector {next_free // SECTOR_BYTES - grain_sectors}); a stream must be sequential",
             )
+            return
         if start >= capacity_bytes:
-            raise _invalid(field, f"the vmdk has a grain at sector {lba}, beyond its capacity")
+            yield _invalid(field, f"the vmdk has a grain at sector {lba}, beyond its capacity")
+            return
         compressed = reader.read(size)
         if compressed is None or not reader.skip(-(_GRAIN_MARKER.size + size) % SECTOR_BYTES):
-            raise _invalid(field, "the vmdk ends inside a grain")
-        data = _inflated(compressed, grain_bytes, field)[: capacity_bytes - start]
-        yield from zero_chunks(start - emitted)
-        yield data
+            yield _invalid(field, "the vmdk ends inside a grain")
+            return
+        match _inflated(compressed, grain_bytes, field):
+            case Failure(error):
+                yield Failure(error)
+                return
+            case Success(inflated):
+                data = inflated[: capacity_bytes - start]
+        yield from successes(zero_chunks(start - emitted))
+        yield Success(data)
         emitted = start + len(data)
         next_free = start + grain_bytes
-    yield from zero_chunks(capacity_bytes - emitted)
+    yield from successes(zero_chunks(capacity_bytes - emitted))
 
 
-def stream_optimized_capacity(header: bytes, *, field: str = fields.SOURCE_URL) -> int:
+def stream_optimized_capacity(
+    header: bytes, *, field: str = fields.SOURCE_URL
+) -> Result[int, ProviderError]:
     """The disk's capacity in bytes, from a sparse VMDK's first sector."""
     if len(header) < _HEADER.size or not header.startswith(MAGIC):
-        raise _invalid(field, "not a sparse vmdk")
-    return int(_HEADER.unpack_from(header)[3]) * SECTOR_BYTES
+        return _invalid(field, "not a sparse vmdk")
+    return Success(int(_HEADER.unpack_from(header)[3]) * SECTOR_BYTES)
 
 
 def is_stream_optimized(header: bytes) -> bool:
@@ -270,20 +306,20 @@ def _write_table(out: _Output, table: list[int]) -> int:
     return sector
 
 
-def _inflated(compressed: bytes, grain_bytes: int, field: str) -> bytes:
+def _inflated(compressed: bytes, grain_bytes: int, field: str) -> Result[bytes, ProviderError]:
     """One grain's bytes; a grain inflating past its size is refused before it is held."""
     inflater = zlib.decompressobj()
     try:
         data = inflater.decompress(compressed, grain_bytes)
     except zlib.error as error:
-        raise _invalid(field, f"a vmdk grain does not inflate ({error})") from error
+        return _invalid(field, f"a vmdk grain does not inflate ({error})")
     if inflater.unconsumed_tail:
-        raise _invalid(field, "a vmdk grain inflates to more than its grain size")
-    return data
+        return _invalid(field, "a vmdk grain inflates to more than its grain size")
+    return Success(data)
 
 
-def _invalid(field: str, problem: str) -> ExpectedError:
-    return ExpectedError(ProviderError.invalid_spec(field, problem))
+def _invalid(field: str, problem: str) -> Failure[ProviderError]:
+    return Failure(ProviderError.invalid_spec(field, problem))
 
 
 class _Output:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.domain.chunks import outcome_of
 from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ProviderError
 
@@ -52,8 +53,9 @@ class ChunkStream:
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         read = self._edge(self._next)
-        if read == _END:
-            self._finished = True
+        if read == _END:  # or cut short: a codec's chunks end early at their failure
+            read = outcome_of(self._chunks).map(lambda _: b"")
+            self._finished = read == _END
         return read
 
     def close(self) -> None:

@@ -239,7 +239,7 @@ def _staged_chunks(
     progress: TransferProgress,
     watched: Watched,
     inspect: Callable[[bytes], None] = lambda _: None,
-) -> Chunks:
+) -> Chunks[bytes]:
     """The staged object's chunks, counted and shown to `inspect`; the first failure (a
     cancelled call too) ends them early and is their outcome."""
 

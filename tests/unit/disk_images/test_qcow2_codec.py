@@ -9,18 +9,26 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
-from pyrigaud.domain.errors import ErrorKind, ExpectedError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 from support.disk_image import MIB, chunked, file_chunks, qemu_img, qemu_info, sparse_disk
 
 GIB = 1024 * MIB
 
 
-def write_image(path: Path, chunks: Iterable[bytes], capacity: int) -> int:
+def written_image(path: Path, chunks: Iterable[bytes], capacity: int) -> Result[int, ProviderError]:
     with path.open("w+b") as file:
         return write_qcow2(chunks, capacity, file)
+
+
+def write_image(path: Path, chunks: Iterable[bytes], capacity: int) -> int:
+    match written_image(path, chunks, capacity):
+        case Success(size):
+            return int(size)
+    pytest.fail("the image was refused")
 
 
 def check_clean(path: Path) -> None:
@@ -78,6 +86,9 @@ def test_a_disk_past_several_l2_tables_keeps_zero_clusters_unallocated(tmp_path:
 
 
 def test_input_shorter_than_capacity_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ExpectedError, match="gave 131071 bytes") as raised:
-        write_image(tmp_path / "short.qcow2", [b"\1" * 131071], 131072)
-    assert raised.value.error.kind is ErrorKind.FAILED_PRECONDITION
+    match written_image(tmp_path / "short.qcow2", [b"\1" * 131071], 131072):
+        case Failure(error):
+            assert error.kind is ErrorKind.FAILED_PRECONDITION
+            assert "gave 131071 bytes" in error.message
+        case written:
+            pytest.fail(f"a short disk was written: {written}")

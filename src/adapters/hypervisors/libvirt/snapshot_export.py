@@ -30,6 +30,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import VirStorageVol, volume_chunks
 from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
@@ -60,15 +61,48 @@ def snapshot_image(
         )
     overlay = files.enter_context(scratch_file(scratch_dir))
     volume = conn.storageVolLookupByPath(disk.path)
-    spool_sparse(counted(volume_chunks(conn, volume), progress), overlay)
+    spooled = _spooled(counted(volume_chunks(conn, volume), progress), overlay)
     image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
     descriptors = [overlay.fileno()]
     if backing is not None:
-        base = files.enter_context(scratch_file(scratch_dir))
-        spool_sparse(counted(volume_chunks(conn, backing), progress), base)
+        chain, base = backing, files.enter_context(scratch_file(scratch_dir))
+        spooled = spooled.bind(
+            lambda _: _spooled(counted(volume_chunks(conn, chain), progress), base)
+        )
         image["backing"] = {"driver": "raw", "file": _file(base)}
         descriptors.append(base.fileno())
     out = files.enter_context(scratch_file(scratch_dir))
+    return spooled.bind(
+        lambda _: _converted(
+            disk,
+            snapshot,
+            disk_format=disk_format,
+            image=image,
+            descriptors=descriptors,
+            out=out,
+            progress=progress,
+        )
+    ).map(lambda _: _rewound(out))
+
+
+def _spooled(read: Chunks[bytes], file: BinaryIO) -> Result[None, ProviderError]:
+    """`read` spooled into `file`, or the failure that cut it short (a cancelled call)."""
+    spool_sparse(read, file)
+    return read.outcome()
+
+
+def _converted(
+    disk: VolumeFacts,
+    snapshot: str,
+    *,
+    disk_format: str,
+    image: dict[str, object],
+    descriptors: list[int],
+    out: BinaryIO,
+    progress: TransferProgress,
+) -> Result[None, ProviderError]:
+    """qemu-img's conversion of snapshot `snapshot` of `image` (read through `descriptors`)
+    into `out`."""
     converted = run_qemu_img(
         [
             *("convert", "-l", f"snapshot.name={snapshot}", "-O", disk_format),
@@ -87,7 +121,7 @@ def snapshot_image(
             f"qemu-img cannot read snapshot {snapshot!r} of {disk.path!r}: {reason}"
         ),
     )
-    return converted.map(lambda _: _rewound(out))
+    return converted.map(lambda _: None)
 
 
 def _rewound(file: BinaryIO) -> BinaryIO:

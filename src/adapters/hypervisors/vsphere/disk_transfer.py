@@ -201,7 +201,7 @@ class VSphereDiskTransfer:
         closes; a Failure on the way aborts the lease, as an exception does."""
         holds = contextlib.ExitStack()
         try:
-            opened = export_disk(instance, source, index, holds).map(
+            opened = export_disk(instance, source, index, holds).bind(
                 lambda disk: self._converted(holds, disk, request, name)
             )
         except BaseException:
@@ -223,31 +223,40 @@ class VSphereDiskTransfer:
         disk: ExportedDisk,
         request: ExportRequest,
         name: str,
-    ) -> tuple[Iterator[bytes], int | None]:
+    ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
         """The disk's chunks in the format asked for, and their size when known."""
         vmdk = disk.chunks()
         if request.format == "vmdk":
-            return vmdk, disk.size_bytes
+            return Success((vmdk, disk.size_bytes))
         if request.format == "raw":
-            header, vmdk = peek_header(vmdk, HEADER_BYTES)
-            return decode_stream_optimized(vmdk), stream_optimized_capacity(header)
+            header, rest = peek_header(vmdk, HEADER_BYTES)
+            return stream_optimized_capacity(header).map(
+                lambda capacity: (decode_stream_optimized(rest), capacity)
+            )
         return self._as_qcow2(holds, vmdk, request, name)
 
     def _as_qcow2(
         self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], request: ExportRequest, name: str
-    ) -> tuple[Iterator[bytes], int]:
+    ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
         """qcow2's tables come before its data: the image is built in a scratch file first,
         the whole disk read off the lease meanwhile; its chunks and size."""
         assert request.destination is not None  # the use case reads only checked requests
         reading = TransferProgress(
             f"export of VM {name!r}, reading from vCenter", request.destination
         )
-        header, vmdk = peek_header(counted(vmdk, reading), HEADER_BYTES)
+        header, rest = peek_header(counted(vmdk, reading), HEADER_BYTES)
         scratch = holds.enter_context(scratch_file(self.scratch_dir))
-        capacity = stream_optimized_capacity(header)
-        size = write_qcow2(decode_stream_optimized(vmdk), capacity, scratch)
-        scratch.seek(0)
-        return file_chunks(scratch), size
+
+        def rewound(size: int) -> tuple[Iterator[bytes], int | None]:
+            scratch.seek(0)
+            return file_chunks(scratch), size
+
+        return (
+            rest.outcome()
+            .bind(lambda _: stream_optimized_capacity(header))
+            .bind(lambda capacity: write_qcow2(decode_stream_optimized(rest), capacity, scratch))
+            .map(rewound)
+        )
 
 
 class _DatastoreSite:
@@ -336,7 +345,7 @@ class _DatastoreSite:
         header, rest = peek_header(chunks, HEADER_BYTES)
         if image.format == "vmdk" and is_stream_optimized(header):
             spool(rest, vmdk)
-            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).map(
+            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).bind(
                 lambda _: stream_optimized_capacity(header)
             )
         if image.format == "raw":
@@ -346,18 +355,22 @@ class _DatastoreSite:
                         fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
                     )
                 )
-            spool(encode_stream_optimized(rest, size_bytes), vmdk)
-            return Success(size_bytes)
+            return _encoded(rest, size_bytes, vmdk)
         # A qcow2, a monolithicSparse vmdk: qemu reads them into a raw disk first.
         with scratch_file(self.transfer.scratch_dir) as staged:
             spool(rest, staged)
             with scratch_file(self.transfer.scratch_dir) as raw:
+                return _read_by_qemu(staged, image, raw).bind(
+                    lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
+                )
 
-                def encoded(capacity: int) -> int:
-                    spool(encode_stream_optimized(file_chunks(raw), capacity), vmdk)
-                    return capacity
 
-                return _read_by_qemu(staged, image, raw).map(encoded)
+def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[int, ProviderError]:
+    """The raw `disk` of `capacity` bytes written to `vmdk` as a streamOptimized vmdk; its
+    capacity, or why the encoding stopped (a disk of another size than said)."""
+    encoded = encode_stream_optimized(disk, capacity)
+    spool(encoded, vmdk)
+    return encoded.outcome().map(lambda _: capacity)
 
 
 def _read_by_qemu(
