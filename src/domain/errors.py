@@ -1,7 +1,9 @@
 """The closed set of expected failures.
 
-Every expected failure in pyrigaud is a `ProviderError` value of one `ErrorKind`; the gRPC
-entrypoint maps each kind to exactly one status code. Exceptions are for bugs only.
+Every expected failure in pyrigaud is a `ProviderError` value of one `ErrorKind`, carried in a
+`returns` Result from the adapter edge where a library's exception became it to the gRPC
+entrypoint, which maps each kind to exactly one status code (docs/architecture.md, "Error
+model"). Exceptions are for bugs only.
 """
 
 from __future__ import annotations
@@ -78,11 +80,10 @@ class ProviderError(BaseModel):
 
 
 class ExpectedError(Exception):
-    """A ProviderError raised inside one room and turned back into a value at its edge.
-
-    Deep adapter and parser code raises it rather than threading Results through every helper;
-    the room's public functions catch it and return `Failure(error)`. It never crosses a layer.
-    """
+    """Being retired: a ProviderError raised inside the libvirt and vSphere adapters and turned
+    back into a value at their edges, the old model the rest of the code base has left (a
+    value made an exception made a value). It goes once those packages return Results too;
+    nothing new raises or catches it (tests/unit/test_error_model.py)."""
 
     def __init__(self, error: ProviderError) -> None:
         super().__init__(str(error))
