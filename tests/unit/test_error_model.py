@@ -37,8 +37,8 @@ def _names(node: ast.expr) -> set[str]:
 def _offences(tree: ast.AST) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
         offence = _offence(node)
-        if offence is not None:
-            yield node.lineno, offence  # type: ignore[attr-defined]  # every offence is a statement or an expression
+        if offence is not None and isinstance(node, ast.expr | ast.alias):
+            yield node.lineno, offence
 
 
 def _offence(node: ast.AST) -> str | None:
