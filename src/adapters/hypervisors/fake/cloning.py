@@ -26,18 +26,15 @@ class FakeCloning:
         self, request: CloneRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
         """Made within the call: no task. A name in use is ALREADY_EXISTS, whoever holds it."""
-        return self.hypervisor.serve(
-            "clone",
-            lambda: (
-                self.hypervisor.vm(request.source_vm_id)
-                .bind(
-                    lambda source: self.hypervisor.require_free_name(request.target_name).map(
-                        lambda _: source
-                    )
-                )
-                .map(lambda source: CreatedVM(id=self._clone(source, request, owner)))
-            ),
-        )
+
+        def clone() -> Result[CreatedVM, ProviderError]:
+            return Result.do(
+                CreatedVM(id=self._clone(source, request, owner))
+                for source in self.hypervisor.vm(request.source_vm_id)
+                for _ in self.hypervisor.require_free_name(request.target_name)
+            )
+
+        return self.hypervisor.serve("clone", clone)
 
     def _clone(self, source: FakeVM, request: CloneRequest, owner: OwnerMark) -> str:
         disks = [

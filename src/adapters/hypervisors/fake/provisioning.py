@@ -50,14 +50,15 @@ class FakeVMLifecycle:
         self, request: CreateRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
         """Made within the call: no task. A name in use is ALREADY_EXISTS, whoever holds it."""
-        return self.hypervisor.serve(
-            "create",
-            lambda: (
-                self.hypervisor.require_free_name(request.name)
-                .bind(lambda _: self._placed_root_disk(request))
-                .map(lambda root_disk: CreatedVM(id=self._create(request, owner, root_disk)))
-            ),
-        )
+
+        def create() -> Result[CreatedVM, ProviderError]:
+            return Result.do(
+                CreatedVM(id=self._create(request, owner, root_disk))
+                for _ in self.hypervisor.require_free_name(request.name)
+                for root_disk in self._placed_root_disk(request)
+            )
+
+        return self.hypervisor.serve("create", create)
 
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
         def delete(vm: FakeVM) -> None:
