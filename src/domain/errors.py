@@ -77,14 +77,3 @@ class ProviderError(BaseModel):
     @classmethod
     def internal(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.INTERNAL, message=message)
-
-
-class ExpectedError(Exception):
-    """Being retired: a ProviderError raised inside the libvirt and vSphere adapters and turned
-    back into a value at their edges, the old model the rest of the code base has left (a
-    value made an exception made a value). It goes once those packages return Results too;
-    nothing new raises or catches it (tests/unit/test_error_model.py)."""
-
-    def __init__(self, error: ProviderError) -> None:
-        super().__init__(str(error))
-        self.error = error

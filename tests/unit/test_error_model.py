@@ -13,11 +13,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
-# Packages still on the old model, converted on their own branches; emptied once they are in.
-NOT_YET_CONVERTED = (
-    "src/adapters/hypervisors/libvirt",
-    "src/adapters/hypervisors/vsphere",
-)
 CONTAINERS = frozenset({"Success", "Failure"})
 ESCAPES = frozenset({"unwrap", "failure"})
 
@@ -67,18 +62,16 @@ def _offence(node: ast.AST) -> str | None:
     return None
 
 
-def _converted_sources() -> Iterator[Path]:
+def _sources() -> Iterator[Path]:
     for path in sorted(SRC.rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
-        if "/generated/" in relative or relative.startswith(NOT_YET_CONVERTED):
-            continue
-        yield path
+        if "/generated/" not in path.relative_to(ROOT).as_posix():
+            yield path
 
 
 def test_src_branches_on_results_only_with_match_and_never_raises_them() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {what}"
-        for path in _converted_sources()
+        for path in _sources()
         for line, what in _offences(ast.parse(path.read_text(), str(path)))
     ]
     assert not offenders, "\n".join(offenders)
@@ -104,9 +97,3 @@ match result:
         pass
 """
     assert list(_offences(ast.parse(allowed))) == []
-
-
-def test_the_folders_not_yet_converted_exist() -> None:
-    """A folder named here that is gone (or converted) must leave the list."""
-    for folder in NOT_YET_CONVERTED:
-        assert (ROOT / folder).is_dir(), folder
