@@ -68,6 +68,8 @@ class SshAccess:
         self._verify_host_key = verify_host_key
         self._directory: Path | None = None
         self._removal: Callable[[], object] = lambda: None
+        # Only `+ssh` runs a client; once found it is not looked for again on every call.
+        self._client_found = self._transport not in BINARY_SSH_TRANSPORTS
         if not verify_host_key and self.uses_ssh:
             _log.warning(
                 "SSH host-key verification is off for %s "
@@ -81,7 +83,8 @@ class SshAccess:
 
     def ready(self) -> Result[None, ProviderError]:
         """Whether this machine has what the transport runs: `+ssh` needs the ssh client."""
-        if self._transport in BINARY_SSH_TRANSPORTS and shutil.which("ssh") is None:
+        self._client_found = self._client_found or shutil.which("ssh") is not None
+        if not self._client_found:
             return Failure(
                 ProviderError.unavailable(
                     f"{display_uri(self.uri)} needs the ssh client, which is not installed"
