@@ -1,516 +1,750 @@
-"""ExportDisk / ImportDisk of a 2 GiB disk through each staging storage, on libvirt and on
-vSphere, against a plain copy.
+"""A VMMigration's disk moves on the manager's own path, beside the floors each must pass through.
 
-Usage (from the repository root, as root, with the project's venv; needs libvirtd + QEMU,
-moto, nfs-ganesha and Go for the vCenter simulator, as the tests do):
+Usage (from the repository root, as root, with the project's venv; needs libvirtd + QEMU, moto,
+nfs-ganesha and Go for the vCenter simulator, as the tests do):
 
-    .venv/bin/python bench/migration_bench.py              # 2 GiB, ~30 minutes (moto is slow)
-    .venv/bin/python bench/migration_bench.py --gib 0.25 --json out.json
-    .venv/bin/python bench/migration_bench.py --storages s3 --libvirt-only
+    .venv/bin/python bench/migration_bench.py                  # 2 GiB, the whole matrix
+    .venv/bin/python bench/migration_bench.py --gib 0.25 --storages pvc --states running
+    .venv/bin/python bench/migration_bench.py --s3-gib 0.5 --json out.json
 
-libvirt: a VM is created (pyrigaud's Create) from a raw volume of random bytes in a pool of its
-own, so its disk is a qcow2 overlay, as a migrated VM's is. Then, per storage -- a PVC folder,
-moto's S3 server and nfs-ganesha, all on loopback, started here the way the tests start them --
-the libvirt adapter (in this process, requests read by the wire parsers) exports the disk as
-qcow2 and imports it back with checksum verification, side by side with the floor: the same
-bytes copied to the same place by the plainest tool (`cp` for the PVC, boto3's own managed
-multipart upload/download for S3, libnfs's `nfs-cp` for NFS), from and to a file in the same
-pool. Export includes libvirt's flattening of the overlay; import includes staging in a
-temporary volume and libvirt's conversion into the final qcow2 volume. A libvirt row also shows
-the same bytes through one bare libvirt stream alone (a download of the exported qcow2's volume,
-an upload of it into a new volume, nothing staged): the least any transfer takes whose bytes
-travel through libvirt's streams, as they must to work over every transport.
+What runs is what the manager runs (docs/migration.md), over gRPC against two served
+`pyrigaud serve` processes, one per backend (libvirt on libvirtd + QEMU, vSphere on the
+simulator), each the source or the target as the direction says: a source VM, running (then a
+disk-only SnapshotCreate, and an ExportDisk at that snapshot) or powered off (an ExportDisk of
+the disk as it is); the ExportDisk to the staging URL the manager builds (a PVC folder, moto's
+S3 server, nfs-ganesha; all on loopback); an ImportDisk on the other backend with the export's
+checksum to verify; a Create from the imported Path. Two disks: random bytes, and a typical
+mostly-empty guest disk (MOSTLY_EMPTY_DATA: data at the start and a little spread over the
+rest, zeros between). A row's time runs from the RPC to its task's end, polled every 50 ms.
 
-vSphere (on the vCenter simulator launcher): per storage, the same random disk staged as raw is
-imported (converted in this process into a streamOptimized vmdk, sent through an NFC import
-lease), a VM is made around the first import, and its disk is exported as qcow2 and as vmdk
-(an NFC export lease's streamOptimized vmdk, converted in this process). A vSphere row's floor
-is the libvirt row's floor throughput on the same storage and direction, over the vSphere row's
-bytes (the floor copies are the same few GiB either way; moto's floor download alone takes
-minutes).
+Floors, measured in the same run on the same bytes (the staged file, fetched once the export
+is done): (a) one bare libvirt volume stream between the pool and this process (a download of
+a volume holding the staged bytes for an export, an upload of them into a new volume for an
+import); (b) one SHA-256 pass over them; (c) the plain copy to the staging store for an export
+(`cp` + fsync for the PVC, boto3's own managed multipart upload for S3, libnfs's `nfs-cp` for
+NFS) and from it for an import (the same tools the other way); (d) for vSphere one bare NFC
+lease stream (an export lease's GET of the source's disk, or an import lease's PUT of the
+staged disk as the streamOptimized vmdk vCenter takes, made beforehand by qemu-img). A row's
+ratio is the slowest of its floors' seconds over its own: 1.0 means as fast as the slowest
+thing it must do anyway. RSS growth is the serving provider process's peak resident set during
+the transfer (VmHWM, reset by writing 5 to /proc/<pid>/clear_refs before it) minus its resident
+set before; qemu-img's children are not counted.
 
-RSS growth is this process's peak resident set during the transfer minus the one before it.
-The targets (issue 11): >= 0.8x the floor's throughput, RSS growth < 64 MiB. The script
-reports, it does not assert.
+Targets (issue 27): ratio >= 0.8, RSS growth < 64 MiB. The script reports, it does not assert.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import libvirt
-from returns.result import Failure
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from pyrigaud.adapters.clocks import SystemClock
-from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
-from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.storage import (
-    PoolSettings,
-    delete_volume,
-    upload_volume,
-    volume_xml,
+from pyVmomi import vim
+
+from pyrigaud.adapters.hypervisors.vsphere.nfc_export import exported_disk
+from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
+    LeaseProgress,
+    ready_lease_info,
+    send_to_lease,
 )
-from pyrigaud.adapters.staging.registry import staging_by_backend
-from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass, VMImage
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from contract.harness import made
-from support import ok
-from support.staging import ganesha_nfs, moto_s3
-from support.transfer import IMAGE_JUDGE, DiskMoves, disk_moves, export_disk, import_disk
-from support.vsphere import backend_over, create_use_case, running_simulator
+from support.migration import NAMESPACE, PVC, Storage, manager_image_json
+from support.ova import OVF_TEMPLATE
+from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.replica import Replica
+from support.staging import (
+    NfsServer,
+    S3Server,
+    ganesha_nfs,
+    manager_nfs_options,
+    manager_s3_options,
+    moto_s3,
+)
+from support.vsphere import SIMULATOR_DATASTORE, Simulator, running_simulator, vm_ref
 
-URI = "qemu:///system"
 POOL = "pyrigaud-bench-migration"
 POOL_PATH = Path("/var/lib/pyrigaud-test/bench-migration")
-OWNER = "bench/migration"
+PREFIX = "pyrigaud-bench-"
 MiB = 1024**2
 CHUNK = 4 * MiB
-TARGET_FACTOR = 0.8
+STREAM_CHUNK = 1 * MiB
+POLL_SECONDS = 0.05
+CALL_SECONDS = 1800
+CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
+TARGET_RATIO = 0.8
 TARGET_RSS_MIB = 64
+# The mostly-empty guest disk: its first MiBs written (boot and root file system), then one MiB
+# every so often (files spread over the rest), zeros between: about a tenth of it holds data.
+MOSTLY_EMPTY_HEAD = 64 * MiB
+MOSTLY_EMPTY_EVERY = 16 * MiB
+
+
+@dataclass(frozen=True)
+class Case:
+    source: str  # "libvirt" or "vsphere"
+    staging: str  # "pvc", "s3" or "nfs"
+    disk: str  # "random" or "mostly-empty"
+    running: bool
+
+    @property
+    def target(self) -> str:
+        return "vsphere" if self.source == "libvirt" else "libvirt"
+
+    @property
+    def name(self) -> str:
+        state = "running" if self.running else "off"
+        return f"{PREFIX}{self.source[0]}2{self.target[0]}-{self.staging}-{self.disk}-{state}"
+
+    @property
+    def import_format(self) -> str:
+        """The staged format ImportDisk names, as the manager does (docs/migration.md)."""
+        return "vmdk" if self.staging == "s3" and self.source == "vsphere" else "qcow2"
+
+
+@dataclass
+class Floor:
+    name: str
+    seconds: float
+    bytes: int
 
 
 @dataclass
 class Row:
-    hypervisor: str
-    storage: str
-    direction: str  # "export" or "import"
-    disk_format: str  # what was staged
+    case: str
+    op: str  # "export" (on the source) or "import" (on the target)
+    provider: str
     seconds: float
-    floor_seconds: float
-    bytes: int
+    bytes: int  # the staged file's
     rss_growth_mib: float
-    synced_floor_seconds: float | None = None  # PVC: the floor, then its file fsynced
-    streams_seconds: float | None = None  # libvirt: the same bytes through its streams alone
+    floors: list[Floor] = field(default_factory=list)
+    others: dict[str, float] = field(default_factory=dict)  # seconds of the other calls
+
+    @property
+    def slowest(self) -> Floor:
+        return max(self.floors, key=lambda floor: floor.seconds)
 
     @property
     def ratio(self) -> float:
-        return self.floor_seconds / self.seconds
+        return self.slowest.seconds / self.seconds
 
 
-@dataclass(frozen=True)
-class Storage:
-    """One staging backend: what the manager sends, and the floor's copy to and from it."""
-
-    kind: str
-    url: Callable[[str], str]
-    options: dict[str, object]
-    credentials: dict[str, str]
-    upload: Callable[[Path, str], None]  # the floor: a local file to the staged name
-    download: Callable[[str, Path], None]  # the floor: the staged name to a local file
-    folder: Path | None = None  # PVC: where the staged names are files
+# --- the provider processes -------------------------------------------------------------------
 
 
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {key} for {pid}")
 
 
-def measured(action: Callable[[], object]) -> tuple[float, float, object]:
-    """Seconds, RSS growth (MiB, peak during minus before) and the action's value."""
-    before = rss_bytes()
-    peak = before
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.05):
-            peak = max(peak, rss_bytes())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+def with_rss_growth(pid: int, action: Callable[[], Any]) -> tuple[float, float, Any]:
+    """Seconds, the process's RSS growth in MiB (peak during minus before) and the value."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = status_kib(pid, "VmRSS")
     started = time.perf_counter()
-    try:
-        value = action()
-    finally:
-        took = time.perf_counter() - started
-        done.set()
-        sampler.join()
-    return took, max(peak, rss_bytes()) - before, value
+    value = action()
+    took = time.perf_counter() - started
+    return took, (status_kib(pid, "VmHWM") - before) / 1024, value
 
 
-def unwrapped(result: Any) -> Any:
-    if isinstance(result, Failure):
-        raise RuntimeError(f"failed: {result.failure()}")
-    return result.unwrap()
+def settled(stub: pb_grpc.ProviderStub, task: pb.TaskRef) -> None:
+    """The task (if any) polled until done, as the manager polls it (only more often)."""
+    if not task.id:
+        return
+    deadline = time.monotonic() + CALL_SECONDS
+    while time.monotonic() < deadline:
+        status = stub.TaskStatus(pb.TaskStatusRequest(task=task), timeout=30)
+        if status.done:
+            if status.error:
+                raise RuntimeError(f"task {task.id} failed: {status.error}")
+            return
+        time.sleep(POLL_SECONDS)
+    raise RuntimeError(f"task {task.id} not done in {CALL_SECONDS} s")
 
 
-def storages(stack: ExitStack, workdir: Path, root: Path, kinds: list[str]) -> list[Storage]:
-    """The storages of `kinds`, in the order they are measured; only their servers start."""
-    (root / "mig").mkdir(parents=True)
-    pvc = Storage(
-        kind="pvc",
-        url=lambda name: f"pvc://mig/vmmigrations/ns/bench/{name}",
-        options={},
-        credentials={},
-        upload=lambda source, name: _cp(
-            source, root / "mig" / "vmmigrations" / "ns" / "bench" / name
-        ),
-        download=lambda name, target: _cp(
-            root / "mig" / "vmmigrations" / "ns" / "bench" / name, target
-        ),
-        folder=root / "mig" / "vmmigrations" / "ns" / "bench",
-    )
-    found = [pvc]
-    if "s3" in kinds:
-        found.append(_s3(stack, workdir))
-    if "nfs" in kinds:  # first: its server registers with a shared rpcbind
-        found.insert(0, _nfs(stack, workdir))
-    return [place for place in found if place.kind in kinds]
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = action()
+    return time.perf_counter() - started, value
 
 
-def _s3(stack: ExitStack, workdir: Path) -> Storage:
-    (workdir / "moto").mkdir()
-    s3_server = stack.enter_context(moto_s3(workdir / "moto"))
-    client = s3_server.client()
-    return Storage(
-        kind="s3",
-        url=lambda name: f"s3://{s3_server.bucket}/vmmigrations/ns/bench/{name}",
-        options={
-            "backend": "s3",
-            "bucket": s3_server.bucket,
-            "endpoint": s3_server.endpoint,
-            "usePathStyle": True,
-        },
-        credentials={
-            "accessKeyID": s3_server.access_key_id,
-            "secretAccessKey": s3_server.secret_access_key,
-        },
-        upload=lambda source, name: client.upload_file(
-            str(source), s3_server.bucket, f"vmmigrations/ns/bench/{name}"
-        ),
-        download=lambda name, target: client.download_file(
-            s3_server.bucket, f"vmmigrations/ns/bench/{name}", str(target)
-        ),
-    )
+# --- the places and their floors --------------------------------------------------------------
 
 
-def _nfs(stack: ExitStack, workdir: Path) -> Storage:
-    (workdir / "ganesha").mkdir()
-    nfs_server = stack.enter_context(ganesha_nfs(workdir / "ganesha"))
-    base = f"nfs://{nfs_server.server}{nfs_server.export}"
-    return Storage(
-        kind="nfs",
-        url=lambda name: f"{base}/vmmigrations-ns-bench-{name}",
-        options={"backend": "nfs", "server": nfs_server.server, "export": str(nfs_server.export)},
-        credentials={},
-        upload=lambda source, name: _nfs_cp(str(source), f"{base}/vmmigrations-ns-bench-{name}"),
-        download=lambda name, target: _nfs_cp(f"{base}/vmmigrations-ns-bench-{name}", str(target)),
-    )
+@dataclass
+class Places:
+    """The servers a run started, and the shared PVC root (PYRIGAUD_MIGRATION_STORAGE_ROOT)."""
+
+    root: Path
+    conn: Any
+    simulator: Simulator
+    s3: S3Server | None = None
+    nfs: NfsServer | None = None
+
+    def storage(self, case: Case) -> Storage:
+        """The staging URL, options and credentials the manager derives for the migration."""
+        folder = f"vmmigrations/{NAMESPACE}/{case.name}"
+        if case.staging == "pvc":
+            return Storage("pvc", f"pvc://{PVC}/{folder}/export.qcow2")
+        if case.staging == "s3":
+            assert self.s3 is not None
+            options, credentials = manager_s3_options(self.s3)
+            return Storage(
+                "s3", f"s3://{self.s3.bucket}/{folder}/export.vmdk", options, credentials
+            )
+        assert self.nfs is not None
+        name = f"vmmigrations-{NAMESPACE}-{case.name}-export.qcow2"
+        return Storage(
+            "nfs", f"nfs://{self.nfs.server}{self.nfs.export}/{name}", manager_nfs_options(self.nfs)
+        )
+
+    def fetch(self, storage: Storage, target: Path) -> float:
+        """Floor (c) of an import: the staged file copied out by the plainest tool; seconds."""
+        if storage.backend_type == "pvc":
+            source = self.root / PVC / storage.url.removeprefix(f"pvc://{PVC}/")
+            return timed(lambda: _cp_synced(source, target))[0]
+        if storage.backend_type == "s3":
+            assert self.s3 is not None
+            bucket, key = storage.url.removeprefix("s3://").split("/", 1)
+            client = self.s3.client()
+            return timed(lambda: client.download_file(bucket, key, str(target)))[0]
+        return timed(lambda: _nfs_cp(storage.url, str(target)))[0]
+
+    def put(self, storage: Storage, source: Path) -> float:
+        """Floor (c) of an export: the same bytes written beside the staged file; seconds."""
+        if storage.backend_type == "pvc":
+            target = self.root / PVC / storage.url.removeprefix(f"pvc://{PVC}/")
+            floor = target.with_name("floor.qcow2")
+            took = timed(lambda: _cp_synced(source, floor))[0]
+            floor.unlink()
+            return took
+        if storage.backend_type == "s3":
+            assert self.s3 is not None
+            bucket, key = storage.url.removeprefix("s3://").split("/", 1)
+            client = self.s3.client()
+            took = timed(lambda: client.upload_file(str(source), bucket, f"{key}.floor"))[0]
+            client.delete_object(Bucket=bucket, Key=f"{key}.floor")
+            return took
+        took = timed(lambda: _nfs_cp(str(source), f"{storage.url}.floor"))[0]
+        self.staged_nfs_file(storage).with_suffix(".qcow2.floor").unlink()
+        return took
+
+    def remove_staged(self, storage: Storage) -> None:
+        if storage.backend_type == "pvc":
+            shutil.rmtree(self.root / PVC / "vmmigrations", ignore_errors=True)
+        elif storage.backend_type == "s3":
+            assert self.s3 is not None
+            bucket, key = storage.url.removeprefix("s3://").split("/", 1)
+            self.s3.client().delete_object(Bucket=bucket, Key=key)
+        else:
+            self.staged_nfs_file(storage).unlink(missing_ok=True)
+
+    def staged_nfs_file(self, storage: Storage) -> Path:
+        assert self.nfs is not None
+        return self.nfs.export / storage.url.rsplit("/", 1)[1]
 
 
-def _cp(source: Path, target: Path) -> None:
+def _cp_synced(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", str(source), str(target)], check=True)
+    descriptor = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _nfs_cp(source: str, target: str) -> None:
     subprocess.run(["nfs-cp", source, target], check=True, stdout=subprocess.DEVNULL)
 
 
-@contextmanager
-def bench_pool(conn: Any) -> Iterator[Any]:
-    POOL_PATH.mkdir(parents=True, exist_ok=True)
+def sha256_seconds(path: Path) -> float:
+    """Floor (b): one SHA-256 pass over the file."""
+
+    def digest() -> str:
+        hasher = hashlib.sha256()
+        with path.open("rb") as source:
+            while chunk := source.read(CHUNK):
+                hasher.update(chunk)
+        return hasher.hexdigest()
+
+    return timed(digest)[0]
+
+
+def libvirt_download_seconds(conn: Any, staged: Path) -> float:
+    """Floor (a) of an export: a volume holding the staged bytes read through one bare
+    libvirt download stream, the bytes dropped."""
+    held = POOL_PATH / f"{PREFIX}floor.img"
+    shutil.copyfile(staged, held)
+    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
+    volume = conn.storageVolLookupByPath(str(held))
+
+    def download() -> None:
+        stream = conn.newStream(0)
+        volume.download(stream, 0, 0, 0)
+        while stream.recv(STREAM_CHUNK):
+            pass
+        stream.finish()
+
     try:
-        pool = conn.storagePoolLookupByName(POOL)
-    except libvirt.libvirtError:
-        xml = (
-            f"<pool type='dir'><name>{POOL}</name><target><path>{POOL_PATH}</path></target></pool>"
-        )
-        pool = conn.storagePoolCreateXML(xml, 0)
-    try:
-        yield pool
+        return timed(download)[0]
     finally:
-        for volume in pool.listAllVolumes(0):
-            volume.delete(0)
-        pool.destroy()
-        shutil.rmtree(POOL_PATH, ignore_errors=True)
+        volume.delete(0)
+        pool.refresh(0)
 
 
-def run(gib: float, kinds: list[str], libvirt_only: bool) -> list[Row]:
-    size = int(gib * 1024**3) // CHUNK * CHUNK
-    conn = libvirt.open(URI)
-    workdir = Path(tempfile.mkdtemp(prefix="migration-bench-"))
-    with ExitStack() as stack:
-        stack.callback(conn.close)
-        stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-        pool = stack.enter_context(bench_pool(conn))
-        root = workdir / "migration-storage"
-        places = storages(stack, workdir, root, kinds)
-        base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
-        upload_volume(conn, base, (os.urandom(CHUNK) for _ in range(size // CHUNK)))
-        connection = LibvirtConnection(URI)
-        stack.callback(connection.close)
-        clock = SystemClock()
-        staging = staging_by_backend(OWNER, clock, str(root))
-        backend = build_libvirt_backend(
-            connection,
-            clock,
-            domain_type="qemu",
-            pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
-            allow_loopback_urls=False,
-            image_judge=IMAGE_JUDGE,
-            staging_backends=staging.backends,
-            transfer_owner=OWNER,
-        )
-        image = VMImage(path=str(base.path()), format="raw")
-        request = CreateRequest(
-            name="bench-migration", vm_class=VMClass(cpu=1, memory_mib=256), image=image
-        )
-        vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
-        vsphere = None
-        if not libvirt_only:
-            simulator = stack.enter_context(running_simulator())
-            vsphere = backend_over(simulator.session(), defaults=Placement(datastore="LocalDS_0"))
-        try:
-            return _compare(backend, connection, vsphere, staging, places, vm_id, Path(base.path()))
-        finally:
-            backend.lifecycle.delete(vm_id)
-
-
-def _compare(
-    backend: Any,
-    connection: Any,
-    vsphere: Any,
-    staging: Any,
-    places: list[Storage],
-    vm_id: str,
-    raw: Path,
-) -> list[Row]:
-    """Per storage, libvirt then vSphere: a storage's rows are measured close together (the
-    NFS server's registration with the shared rpcbind lasts only so long beside other tests).
-    Without `vsphere`, libvirt's rows alone."""
-    rows: list[Row] = []
-    floor_file = POOL_PATH / "bench-floor.qcow2"
-    vsphere_vm = ""
-    for place in places:
-        measured_rows = _one_storage(
-            disk_moves(backend, staging), connection, place, vm_id, floor_file
-        )
-        if vsphere is not None:
-            floors = {row.direction: row.bytes / row.floor_seconds for row in measured_rows}
-            more, vsphere_vm = _vsphere(vsphere, staging, place, raw, floors, vsphere_vm)
-            measured_rows += more
-        print(report(measured_rows), flush=True)  # as it goes: S3's floor on moto is slow
-        rows += measured_rows
-    return rows
-
-
-def _one_storage(
-    port: DiskMoves, connection: Any, place: Storage, vm_id: str, floor_file: Path
-) -> list[Row]:
-    """Export and import through `place`, each beside its floor and libvirt's streams alone."""
-    url = place.url("export.qcow2")
-    libvirt_row = functools.partial(Row, "libvirt", place.kind)
-    seconds, rss, exported = measured(lambda: _export(port, vm_id, place, url, "qcow2"))
-    if not floor_file.exists():  # the staged bytes, as a file in the pool
-        place.download("export.qcow2", floor_file)
-    floor, _, _ = measured(lambda: place.upload(floor_file, "floor.qcow2"))
-    synced = floor + _fsync_seconds(place.folder / "floor.qcow2") if place.folder else None
-    size = exported.estimated_size_bytes
-    streams = ok(connection.call(lambda conn: _download_alone(conn, floor_file)))
-    rows = [libvirt_row("export", "qcow2", seconds, floor, size, rss / MiB, synced, streams)]
-    seconds, rss, imported = measured(
-        lambda: _import(port, place, url, f"bench-{place.kind}", exported.checksum)
+def libvirt_upload_seconds(conn: Any, staged: Path) -> float:
+    """Floor (a) of an import: the staged bytes written into a new volume through one bare
+    libvirt upload stream."""
+    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
+    size = staged.stat().st_size
+    xml = (
+        f"<volume><name>{PREFIX}floor-in.img</name><capacity>{size}</capacity>"
+        "<target><format type='raw'/></target></volume>"
     )
-    landed = POOL_PATH / "bench-floor-in.qcow2"
-    floor, _, _ = measured(lambda: place.download("floor.qcow2", landed))
-    synced = floor + _fsync_seconds(landed) if place.folder else None
-    landed.unlink()
-    ok(connection.call(lambda conn: delete_volume(conn, imported.path)))
-    size = imported.actual_size_bytes
-    streams = ok(connection.call(lambda conn: _upload_alone(conn, floor_file)))
-    rows.append(libvirt_row("import", "qcow2", seconds, floor, size, rss / MiB, synced, streams))
-    return rows
+    volume = pool.createXML(xml, 0)
 
-
-STREAM_CHUNK_BYTES = 4 * MiB
-
-
-def _download_alone(conn: Any, path: Path) -> float:
-    """Seconds to read the file's volume through one bare libvirt download stream, dropping
-    the bytes: the least any export through libvirt's streams takes (pyrigaud's bytes must
-    take that path, whatever the transport)."""
-    pool = conn.storagePoolLookupByName(POOL)
-    pool.refresh(0)
-    volume = conn.storageVolLookupByPath(str(path))
-    started = time.perf_counter()
-    stream = conn.newStream(0)
-    volume.download(stream, 0, 0, 0)
-    while stream.recv(STREAM_CHUNK_BYTES):
-        pass
-    stream.finish()
-    return time.perf_counter() - started
-
-
-def _upload_alone(conn: Any, path: Path) -> float:
-    """Seconds to write the file's bytes into a new volume through one bare libvirt upload
-    stream: the least any import through libvirt's streams takes."""
-    pool = conn.storagePoolLookupByName(POOL)
-    size = path.stat().st_size
-    volume = pool.createXML(volume_xml("bench-streams-alone.raw", size, volume_format="raw"), 0)
-    try:
-        started = time.perf_counter()
+    def upload() -> None:
         stream = conn.newStream(0)
         volume.upload(stream, 0, size, 0)
-        with path.open("rb") as source:
-            while chunk := source.read(STREAM_CHUNK_BYTES):
+        with staged.open("rb") as source:
+            while chunk := source.read(STREAM_CHUNK):
                 stream.send(chunk)
         stream.finish()
-        return time.perf_counter() - started
+
+    try:
+        return timed(upload)[0]
     finally:
         volume.delete(0)
 
 
-def _fsync_seconds(path: Path) -> float:
-    """How long the fsync of a file the floor just wrote takes: pyrigaud's PVC writer fsyncs
-    before its rename, and the `cp` floor does not."""
+def nfc_export_seconds(places: Places, vm_id: str, running: bool) -> tuple[float, int]:
+    """Floor (d) of a vSphere export: the source's disk read through one bare NFC export
+    lease (at its snapshot when it runs), the bytes dropped; seconds and bytes."""
+    with vcenter(places.simulator) as instance:
+        vm = vm_ref(instance, vm_id)
+        source = vm.snapshot.currentSnapshot if running else vm
 
-    def fsync() -> None:
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        def read() -> int:
+            moved = 0
+            with exported_disk(instance, source, 0) as disk:
+                for chunk in disk.chunks():
+                    moved += len(chunk)
+            return moved
 
-    took, _, _ = measured(fsync)
-    return took
-
-
-def _vsphere(
-    backend: Any, staging: Any, place: Storage, raw: Path, floors: dict[str, float], vm_id: str
-) -> tuple[list[Row], str]:
-    """The raw disk imported through `place`, a VM around it unless `vm_id` names one already,
-    its disk exported as qcow2 and vmdk; floors from the libvirt rows' throughput. The rows
-    and the VM's id."""
-    port = disk_moves(backend, staging)
-
-    def row(direction: str, disk_format: str, took: tuple[float, float], size: int) -> Row:
-        seconds, rss = took
-        floor = size / floors[direction]
-        return Row("vsphere", place.kind, direction, disk_format, seconds, floor, size, rss / MiB)
-
-    place.upload(raw, "vsphere-in.raw")
-    url = place.url("vsphere-in.raw")
-    seconds, rss, imported = measured(lambda: _import(port, place, url, f"bench-{place.kind}", ""))
-    rows = [row("import", "raw", (seconds, rss), imported.actual_size_bytes)]
-    vm_id = vm_id or _vm_around(backend, imported.path)
-    for disk_format in ("qcow2", "vmdk"):
-        out = place.url(f"vsphere-out.{disk_format}")
-        seconds, rss, exported = measured(
-            lambda: _export(port, vm_id, place, out, disk_format)  # noqa: B023
-        )
-        rows.append(row("export", disk_format, (seconds, rss), exported.estimated_size_bytes))
-    return rows, vm_id
+        return timed(read)
 
 
-def _vm_around(backend: Any, disk_path: str) -> str:
-    request = CreateRequest(
-        name="bench-migration",
-        vm_class=VMClass(cpu=1, memory_mib=256),
-        image=VMImage(path=disk_path, format="vmdk"),
+@contextmanager
+def vcenter(simulator: Simulator) -> Iterator[Any]:
+    """A pyvmomi service instance over a session of the bench's own, for one floor (an idle
+    one's kept-alive connection may be gone by the next)."""
+    session = simulator.session()
+    try:
+        yield session.call(lambda instance: instance)
+    finally:
+        session.close()
+
+
+def nfc_import_seconds(places: Places, staged: Path, workdir: Path) -> tuple[float, int]:
+    """Floor (d) of a vSphere import: the staged disk, made a streamOptimized vmdk by qemu-img
+    beforehand, sent through one bare NFC import lease (the VM it makes is destroyed after);
+    seconds and the vmdk's bytes."""
+    vmdk = workdir / "floor.vmdk"
+    subprocess.run(
+        [
+            "qemu-img",
+            "convert",
+            "-O",
+            "vmdk",
+            "-o",
+            "subformat=streamOptimized",
+            str(staged),
+            str(vmdk),
+        ],
+        check=True,
     )
-    owner = OwnerMark(provider=OWNER)
-    return made(backend.tasks, create_use_case(backend, owner)(request))
+    capacity = json.loads(
+        subprocess.run(
+            ["qemu-img", "info", "--output=json", str(staged)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )["virtual-size"]
+    size = vmdk.stat().st_size
+    descriptor = OVF_TEMPLATE.format(disk="disk1.vmdk", size=size, capacity=capacity)
+    with vcenter(places.simulator) as instance:
+        return _nfc_import(instance, vmdk, descriptor, size)
 
 
-def _export(port: Any, vm_id: str, place: Storage, url: str, disk_format: str) -> Any:
-    return unwrapped(
-        export_disk(
-            port,
-            vm_id,
-            url,
-            backend=place.kind,
-            disk_format=disk_format,
-            options=place.options,
-            credentials=place.credentials,
-        )
+def _nfc_import(instance: Any, vmdk: Path, descriptor: str, size: int) -> tuple[float, int]:
+    datacenter = instance.content.rootFolder.childEntity[0]
+    cluster = datacenter.hostFolder.childEntity[0]
+    datastore = next(store for store in datacenter.datastore if store.name == SIMULATOR_DATASTORE)
+    spec = instance.content.ovfManager.CreateImportSpec(
+        ovfDescriptor=descriptor,
+        resourcePool=cluster.resourcePool,
+        datastore=datastore,
+        cisp=vim.OvfManager.CreateImportSpecParams(
+            entityName=f"{PREFIX}nfc-floor", diskProvisioning="thin"
+        ),
     )
 
+    def send() -> Any:
+        lease = cluster.resourcePool.ImportVApp(spec=spec.importSpec, folder=datacenter.vmFolder)
+        info = ready_lease_info(lease)
+        progress = LeaseProgress(lease, size)
+        with vmdk.open("rb") as reader:
+            send_to_lease(
+                instance._stub,
+                info.deviceUrl[0].url,
+                create=True,
+                size=size,
+                reader=reader,
+                progress=progress,
+            )
+        lease.HttpNfcLeaseComplete()
+        return info.entity
 
-def _import(port: Any, place: Storage, url: str, target_name: str, checksum: str) -> Any:
-    return unwrapped(
-        import_disk(
-            port,
-            url,
-            target_name=target_name,
-            backend=place.kind,
-            expected_checksum=checksum,
-            options=place.options,
-            credentials=place.credentials,
-        )
+    try:
+        took, made = timed(send)
+    finally:
+        vmdk.unlink()
+    task = made.Destroy_Task()
+    while task.info.state not in ("success", "error"):
+        time.sleep(POLL_SECONDS)
+    return took, size
+
+
+# --- the source disks and VMs -----------------------------------------------------------------
+
+
+def disk_file(workdir: Path, kind: str, size: int) -> Path:
+    """The disk's bytes as a raw file (sparse where it is zeros), made once per kind and size."""
+    path = workdir / f"{kind}-{size}.raw"
+    if path.exists():
+        return path
+    with path.open("wb") as out:
+        if kind == "random":
+            for _ in range(size // CHUNK):
+                out.write(os.urandom(CHUNK))
+        else:
+            out.write(os.urandom(MOSTLY_EMPTY_HEAD))
+            for offset in range(MOSTLY_EMPTY_HEAD, size, MOSTLY_EMPTY_EVERY):
+                out.seek(offset)
+                out.write(os.urandom(MiB))
+        out.truncate(size)
+    return path
+
+
+def create(stub: pb_grpc.ProviderStub, name: str, image_json: str) -> str:
+    made = stub.Create(
+        pb.CreateRequest(name=name, class_json=CLASS_JSON, image_json=image_json),
+        timeout=CALL_SECONDS,
     )
+    settled(stub, made.task)
+    return str(made.id)
+
+
+def libvirt_source(places: Places, stub: pb_grpc.ProviderStub, name: str, raw: Path) -> str:
+    """A VM growing from a raw base volume holding the disk, as the matrix test makes one."""
+    base = POOL_PATH / f"{name}-base.raw"
+    subprocess.run(["cp", "--sparse=always", str(raw), str(base)], check=True)
+    ensure_dir_pool(places.conn, POOL, POOL_PATH)
+    return create(stub, name, json.dumps({"Path": str(base), "Format": "raw"}))
+
+
+def vsphere_source(places: Places, stub: pb_grpc.ProviderStub, name: str, raw: Path) -> str:
+    """A VM made around a datastore disk holding the disk, landed by ImportDisk from the PVC."""
+    seed = places.root / PVC / "seeds" / f"{name}.raw"
+    seed.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "--sparse=always", str(raw), str(seed)], check=True)
+    landed = stub.ImportDisk(
+        pb.ImportDiskRequest(
+            source_url=f"pvc://{PVC}/seeds/{seed.name}",
+            format="raw",
+            target_name=f"{name}-disk",
+            backend_type="pvc",
+            transfer_mode="relay",
+        ),
+        timeout=CALL_SECONDS,
+    )
+    settled(stub, landed.task)
+    seed.unlink()
+    return create(stub, name, manager_image_json(landed.path, "vmdk"))
+
+
+# --- one migration ----------------------------------------------------------------------------
+
+
+def migrate(
+    case: Case, places: Places, providers: dict[str, Replica], raw: Path, workdir: Path
+) -> list[Row]:
+    """The manager's sequence for `case`, timed, then the floors on the staged bytes."""
+    source, target = providers[case.source], providers[case.target]
+    storage = places.storage(case)
+    made: list[tuple[pb_grpc.ProviderStub, str]] = []
+    snapshot = ""
+    staged = workdir / "staged"
+    try:
+        if case.source == "libvirt":
+            vm_id = libvirt_source(places, source.stub, f"{case.name}-src", raw)
+        else:
+            vm_id = vsphere_source(places, source.stub, f"{case.name}-src", raw)
+        made.append((source.stub, vm_id))
+        export_others: dict[str, float] = {}
+        op = pb.POWER_OP_ON if case.running else pb.POWER_OP_OFF
+        powered = source.stub.Power(pb.PowerRequest(id=vm_id, op=op), timeout=CALL_SECONDS)
+        settled(source.stub, powered.task)
+        if case.running:
+
+            def snapshot_create() -> str:
+                taken = source.stub.SnapshotCreate(
+                    pb.SnapshotCreateRequest(
+                        vm_id=vm_id, name_hint=f"{case.name}-migration", include_memory=False
+                    ),
+                    timeout=CALL_SECONDS,
+                )
+                settled(source.stub, taken.task)
+                return str(taken.snapshot_id)
+
+            export_others["SnapshotCreate"], snapshot = timed(snapshot_create)
+
+        def export() -> Any:
+            exported = source.stub.ExportDisk(
+                pb.ExportDiskRequest(
+                    vm_id=vm_id,
+                    snapshot_id=snapshot,
+                    destination_url=storage.url,
+                    format="qcow2",
+                    **storage.fields(),
+                ),
+                timeout=CALL_SECONDS,
+            )
+            settled(source.stub, exported.task)
+            return exported
+
+        export_seconds, export_rss, exported = with_rss_growth(source.pid, export)
+
+        def import_() -> Any:
+            imported = target.stub.ImportDisk(
+                pb.ImportDiskRequest(
+                    source_url=storage.url,
+                    format=case.import_format,
+                    target_name=f"{case.name}-dst-migrated",
+                    verify_checksum=True,
+                    expected_checksum=exported.checksum,
+                    **storage.fields(),
+                ),
+                timeout=CALL_SECONDS,
+            )
+            settled(target.stub, imported.task)
+            return imported
+
+        import_seconds, import_rss, imported = with_rss_growth(target.pid, import_)
+        if imported.checksum != exported.checksum:
+            raise RuntimeError(f"{case.name}: the import's checksum is not the export's")
+        label = "vmdk" if case.target == "vsphere" else "qcow2"
+        image_json = manager_image_json(imported.path, label)
+        create_seconds, migrated = timed(
+            lambda: create(target.stub, f"{case.name}-dst", image_json)
+        )
+        made.append((target.stub, migrated))
+
+        fetch = places.fetch(storage, staged)  # (c) of the import, and the bytes for the rest
+        size = staged.stat().st_size
+        sha = sha256_seconds(staged)
+        put = places.put(storage, staged)
+        export_floors = [Floor("sha256", sha, size), Floor(f"{case.staging} write", put, size)]
+        import_floors = [Floor("sha256", sha, size), Floor(f"{case.staging} read", fetch, size)]
+        if case.source == "libvirt":
+            down = libvirt_download_seconds(places.conn, staged)
+            export_floors.append(Floor("libvirt stream", down, size))
+            nfc, nfc_bytes = nfc_import_seconds(places, staged, workdir)
+            import_floors.append(Floor("NFC lease", nfc, nfc_bytes))
+        else:
+            nfc, nfc_bytes = nfc_export_seconds(places, vm_id, case.running)
+            export_floors.append(Floor("NFC lease", nfc, nfc_bytes))
+            up = libvirt_upload_seconds(places.conn, staged)
+            import_floors.append(Floor("libvirt stream", up, size))
+        return [
+            Row(
+                case.name,
+                "export",
+                case.source,
+                export_seconds,
+                size,
+                export_rss,
+                export_floors,
+                export_others,
+            ),
+            Row(
+                case.name,
+                "import",
+                case.target,
+                import_seconds,
+                size,
+                import_rss,
+                import_floors,
+                {"Create": create_seconds},
+            ),
+        ]
+    finally:
+        staged.unlink(missing_ok=True)
+        if snapshot:  # the manager's cleanup, after the floors (the NFC one reads it)
+            deleted = source.stub.SnapshotDelete(
+                pb.SnapshotDeleteRequest(vm_id=vm_id, snapshot_id=snapshot), timeout=CALL_SECONDS
+            )
+            settled(source.stub, deleted.task)
+        for stub, made_id in reversed(made):
+            deleted = stub.Delete(pb.DeleteRequest(id=made_id), timeout=CALL_SECONDS)
+            settled(stub, deleted.task)
+        places.remove_staged(storage)
+        remove_pool_leftovers(places.conn, POOL, POOL_PATH)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def started(workdir: Path, kinds: list[str]) -> Iterator[tuple[Places, dict[str, Replica]]]:
+    """The pool, the simulator, the staging servers of `kinds` and one provider per backend."""
+    with ExitStack() as stack:
+        conn = open_qemu()
+        stack.callback(conn.close)
+        remove_pool_leftovers(conn, POOL, POOL_PATH)
+        stack.callback(_remove_pool, conn)
+        simulator = stack.enter_context(running_simulator())
+        root = workdir / "migration-storage"
+        (root / PVC).mkdir(parents=True)
+        places = Places(root, conn, simulator)
+        if "nfs" in kinds:
+            (workdir / "ganesha").mkdir()
+            places.nfs = stack.enter_context(ganesha_nfs(workdir / "ganesha"))
+        if "s3" in kinds:
+            (workdir / "moto").mkdir()
+            places.s3 = stack.enter_context(moto_s3(workdir / "moto"))
+        common = {"PROVIDER_NAMESPACE": NAMESPACE, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}
+        libvirt_environ = {
+            "PROVIDER_TYPE": "libvirt",
+            "PROVIDER_ENDPOINT": QEMU_URI,
+            "LIBVIRT_DOMAIN_TYPE": "qemu",
+            "PROVIDER_DEFAULT_DATASTORE": POOL,
+            "PROVIDER_NAME": f"{PREFIX}libvirt",
+            **common,
+        }
+        vsphere_environ = simulator.serve_environ(
+            PROVIDER_DEFAULT_DATASTORE=SIMULATOR_DATASTORE,
+            PROVIDER_NAME=f"{PREFIX}vsphere",
+            **common,
+        )
+        ensure_dir_pool(conn, POOL, POOL_PATH)
+        providers: dict[str, Replica] = {}
+        for backend, environ in (("libvirt", libvirt_environ), ("vsphere", vsphere_environ)):
+            providers[backend] = Replica(environ, workdir / backend)
+            stack.callback(providers[backend].stop)
+        yield places, providers
+
+
+def _remove_pool(conn: Any) -> None:
+    remove_pool_leftovers(conn, POOL, POOL_PATH)
+    pool = conn.storagePoolLookupByName(POOL)
+    pool.destroy()
+    pool.undefine()
+    shutil.rmtree(POOL_PATH, ignore_errors=True)
+
+
+def run(arguments: argparse.Namespace) -> list[Row]:
+    cases = [
+        Case(source, staging, disk, state == "running")
+        for staging in arguments.storages  # NFS first: its rpcbind registration is the shortest
+        for disk in arguments.disks
+        for state in arguments.states
+        for source in arguments.sources
+    ]
+    workdir = Path(tempfile.mkdtemp(prefix=PREFIX))
+    rows: list[Row] = []
+    try:
+        with started(workdir, arguments.storages) as (places, providers):
+            for case in cases:
+                gib = arguments.s3_gib if case.staging == "s3" else arguments.gib
+                size = int(gib * 1024**3) // CHUNK * CHUNK
+                raw = disk_file(workdir, case.disk, size)
+                measured = migrate(case, places, providers, raw, workdir)
+                print(report(measured), flush=True)
+                rows += measured
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
 
 
 def report(rows: list[Row]) -> str:
     lines = [
-        "| hypervisor | storage | op | pyrigaud | floor | ratio | floor + fsync "
-        "| libvirt streams alone | RSS growth |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| migration | op | pyrigaud | floors: sha256, store, libvirt / NFC | ratio to slowest "
+        "| RSS growth | other calls |",
+        "|---|---|---:|---|---:|---:|---|",
     ]
     for row in rows:
-        mib_s = row.bytes / MiB / row.seconds
-        floor_mib_s = row.bytes / MiB / row.floor_seconds
-        met = row.ratio >= TARGET_FACTOR and row.rss_growth_mib < TARGET_RSS_MIB
-        synced = (
-            f"{row.synced_floor_seconds:.1f} s ({row.synced_floor_seconds / row.seconds:.2f}x)"
-            if row.synced_floor_seconds is not None
-            else "-"
-        )
-        streams = (
-            f"{row.streams_seconds:.1f} s ({row.streams_seconds / row.seconds:.2f}x)"
-            if row.streams_seconds is not None
-            else "-"
-        )
+        floors = ", ".join(f"{floor.bytes / MiB / floor.seconds:.0f}" for floor in row.floors)
+        met = row.ratio >= TARGET_RATIO and row.rss_growth_mib < TARGET_RSS_MIB
+        others = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in row.others.items())
         lines.append(
-            f"| {row.hypervisor} | {row.storage} | {row.direction} {row.disk_format} "
-            f"| {row.seconds:.1f} s ({mib_s:.0f} MiB/s) "
-            f"| {row.floor_seconds:.1f} s ({floor_mib_s:.0f} MiB/s) | {row.ratio:.2f}x"
-            f"{'' if met else ' (below target)'} | {synced} | {streams} "
-            f"| {row.rss_growth_mib:.1f} MiB |"
+            f"| {row.case.removeprefix(PREFIX)} | {row.op} ({row.provider}) "
+            f"| {row.seconds:.1f} s ({row.bytes / MiB / row.seconds:.0f} MiB/s) "
+            f"| {floors} MiB/s | {row.ratio:.2f}x ({row.slowest.name})"
+            f"{'' if met else ' below target'} | {row.rss_growth_mib:.1f} MiB | {others} |"
         )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gib", type=float, default=2)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--gib", type=float, default=2, help="the disk's size")
     parser.add_argument(
-        "--storages",
+        "--s3-gib", type=float, default=2, help="the disk's size through S3 (moto is slow)"
+    )
+    parser.add_argument(
+        "--storages", nargs="+", choices=("nfs", "pvc", "s3"), default=["nfs", "pvc", "s3"]
+    )
+    parser.add_argument(
+        "--disks", nargs="+", choices=("random", "mostly-empty"), default=["random", "mostly-empty"]
+    )
+    parser.add_argument(
+        "--states", nargs="+", choices=("running", "off"), default=["running", "off"]
+    )
+    parser.add_argument(
+        "--sources",
         nargs="+",
-        choices=("nfs", "pvc", "s3"),
-        default=["nfs", "pvc", "s3"],
-        help="measure only these storages (only their servers are started)",
+        choices=("libvirt", "vsphere"),
+        default=["libvirt", "vsphere"],
+        help="libvirt: libvirt -> vSphere",
     )
-    parser.add_argument(
-        "--libvirt-only",
-        action="store_true",
-        help="only libvirt's rows: no vCenter simulator",
-    )
+    parser.add_argument("--json", type=Path)
     arguments = parser.parse_args()
-    rows = run(arguments.gib, arguments.storages, arguments.libvirt_only)
+    rows = run(arguments)
     print("\nAll rows:")
     print(report(rows))
     if arguments.json:
-        arguments.json.write_text(json.dumps([asdict(row) for row in rows], indent=2))
+        arguments.json.write_text(
+            json.dumps([{**asdict(row), "ratio": row.ratio} for row in rows], indent=2)
+        )
     return 0
 
 
