@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -161,6 +162,42 @@ def with_rss_growth(pid: int, action: Callable[[], Any]) -> tuple[float, float, 
     value = action()
     took = time.perf_counter() - started
     return took, (status_kib(pid, "VmHWM") - before) / 1024, value
+
+
+@contextmanager
+def profiled(pid: int, output: Path | None) -> Iterator[None]:
+    """With `output`, py-spy samples the process (idle threads too: waiting on a stream is
+    where a transfer's time may go) while the block runs, and the stacks land in `output`
+    (py-spy's raw, collapsed format)."""
+    if output is None:
+        yield
+        return
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid)]
+    command += ["--idle", "--rate", "50", "--format", "raw", "--output", str(output)]
+    sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)  # attached
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(timeout=60)
+
+
+def transfer_stacks(output: Path, top: int = 12) -> str:
+    """Where the transfer's threads spent their samples, by innermost frame: the lines of
+    `output` whose stack passes through a use case (ExportDisk, ImportDisk) or an adapter's
+    disk transfer."""
+    leaves: dict[str, int] = {}
+    total = 0
+    for line in output.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if "use_cases" not in stack and "disk_transfer" not in stack:
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + int(count)
+        total += int(count)
+    ranked = sorted(leaves.items(), key=lambda item: -item[1])[:top]
+    return "\n".join(f"  {count * 100 / total:5.1f}%  {leaf}" for leaf, count in ranked)
 
 
 def settled(stub: pb_grpc.ProviderStub, task: pb.TaskRef) -> None:
@@ -495,9 +532,16 @@ def vsphere_source(places: Places, stub: pb_grpc.ProviderStub, name: str, raw: P
 
 
 def migrate(
-    case: Case, places: Places, providers: dict[str, Replica], raw: Path, workdir: Path
+    case: Case,
+    places: Places,
+    providers: dict[str, Replica],
+    raw: Path,
+    workdir: Path,
+    profiles: Path | None,
 ) -> list[Row]:
-    """The manager's sequence for `case`, timed, then the floors on the staged bytes."""
+    """The manager's sequence for `case`, timed, then the floors on the staged bytes; with
+    `profiles`, each transfer's py-spy stacks land there (and its figures include py-spy's
+    cost)."""
     source, target = providers[case.source], providers[case.target]
     storage = places.storage(case)
     made: list[tuple[pb_grpc.ProviderStub, str]] = []
@@ -541,7 +585,8 @@ def migrate(
             settled(source.stub, exported.task)
             return exported
 
-        export_seconds, export_rss, exported = with_rss_growth(source.pid, export)
+        with profiled(source.pid, profiles and profiles / f"{case.name}-export.txt"):
+            export_seconds, export_rss, exported = with_rss_growth(source.pid, export)
 
         def import_() -> Any:
             imported = target.stub.ImportDisk(
@@ -558,7 +603,8 @@ def migrate(
             settled(target.stub, imported.task)
             return imported
 
-        import_seconds, import_rss, imported = with_rss_growth(target.pid, import_)
+        with profiled(target.pid, profiles and profiles / f"{case.name}-import.txt"):
+            import_seconds, import_rss, imported = with_rss_growth(target.pid, import_)
         if imported.checksum != exported.checksum:
             raise RuntimeError(f"{case.name}: the import's checksum is not the export's")
         label = "vmdk" if case.target == "vsphere" else "qcow2"
@@ -687,31 +733,49 @@ def run(arguments: argparse.Namespace) -> list[Row]:
                 gib = arguments.s3_gib if case.staging == "s3" else arguments.gib
                 size = int(gib * 1024**3) // CHUNK * CHUNK
                 raw = disk_file(workdir, case.disk, size)
-                measured = migrate(case, places, providers, raw, workdir)
+                measured = migrate(case, places, providers, raw, workdir, arguments.profile)
                 print(report(measured), flush=True)
+                if arguments.profile:
+                    for op in ("export", "import"):
+                        stacks = transfer_stacks(arguments.profile / f"{case.name}-{op}.txt")
+                        print(f"{case.name} {op}, samples by innermost frame:\n{stacks}")
                 rows += measured
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
 
 
+FLOOR_COLUMNS = ("libvirt stream", "sha256", "store", "NFC lease")
+
+
 def report(rows: list[Row]) -> str:
+    """The rows as a Markdown table: each floor's throughput on its own bytes, the ratio to
+    the slowest (named) and the RSS growth, then the other calls' seconds."""
     lines = [
-        "| migration | op | pyrigaud | floors: sha256, store, libvirt / NFC | ratio to slowest "
-        "| RSS growth | other calls |",
-        "|---|---|---:|---|---:|---:|---|",
+        "| migration | op | pyrigaud | (a) libvirt stream | (b) SHA-256 | (c) store "
+        "| (d) NFC lease | ratio to the slowest floor | RSS growth | other calls |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
-        floors = ", ".join(f"{floor.bytes / MiB / floor.seconds:.0f}" for floor in row.floors)
+        by_column = {_column(floor.name): floor for floor in row.floors}
+        cells = [
+            f"{floor.bytes / MiB / floor.seconds:.0f} MiB/s" if floor else "-"
+            for floor in (by_column.get(column) for column in FLOOR_COLUMNS)
+        ]
         met = row.ratio >= TARGET_RATIO and row.rss_growth_mib < TARGET_RSS_MIB
         others = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in row.others.items())
         lines.append(
             f"| {row.case.removeprefix(PREFIX)} | {row.op} ({row.provider}) "
             f"| {row.seconds:.1f} s ({row.bytes / MiB / row.seconds:.0f} MiB/s) "
-            f"| {floors} MiB/s | {row.ratio:.2f}x ({row.slowest.name})"
+            f"| {' | '.join(cells)} | {row.ratio:.2f}x ({row.slowest.name})"
             f"{'' if met else ' below target'} | {row.rss_growth_mib:.1f} MiB | {others} |"
         )
     return "\n".join(lines)
+
+
+def _column(floor_name: str) -> str:
+    """A floor's column: the store's copy (to it or from it) or the floor's own name."""
+    return "store" if floor_name.endswith((" write", " read")) else floor_name
 
 
 def main() -> int:
@@ -737,7 +801,12 @@ def main() -> int:
         help="libvirt: libvirt -> vSphere",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--profile", type=Path, help="a folder for py-spy's stacks of each transfer"
+    )
     arguments = parser.parse_args()
+    if arguments.profile:
+        arguments.profile.mkdir(parents=True, exist_ok=True)
     rows = run(arguments)
     print("\nAll rows:")
     print(report(rows))
