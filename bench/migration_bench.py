@@ -670,8 +670,11 @@ def migrate(
 
 
 @contextmanager
-def started(workdir: Path, kinds: list[str]) -> Iterator[tuple[Places, dict[str, Replica]]]:
-    """The pool, the simulator, the staging servers of `kinds` and one provider per backend."""
+def started(
+    workdir: Path, kinds: list[str], code: Path | None
+) -> Iterator[tuple[Places, dict[str, Replica]]]:
+    """The pool, the simulator, the staging servers of `kinds` and one provider per backend,
+    running the installed pyrigaud or, with `code`, the package found there first."""
     with ExitStack() as stack:
         conn = open_qemu()
         stack.callback(conn.close)
@@ -688,6 +691,8 @@ def started(workdir: Path, kinds: list[str]) -> Iterator[tuple[Places, dict[str,
             (workdir / "moto").mkdir()
             places.s3 = stack.enter_context(moto_s3(workdir / "moto"))
         common = {"PROVIDER_NAMESPACE": NAMESPACE, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}
+        if code is not None:
+            common["PYTHONPATH"] = str(code)
         libvirt_environ = {
             "PROVIDER_TYPE": "libvirt",
             "PROVIDER_ENDPOINT": QEMU_URI,
@@ -728,7 +733,7 @@ def run(arguments: argparse.Namespace) -> list[Row]:
     workdir = Path(tempfile.mkdtemp(prefix=PREFIX))
     rows: list[Row] = []
     try:
-        with started(workdir, arguments.storages) as (places, providers):
+        with started(workdir, arguments.storages, arguments.code) as (places, providers):
             for case in cases:
                 gib = arguments.s3_gib if case.staging == "s3" else arguments.gib
                 size = int(gib * 1024**3) // CHUNK * CHUNK
@@ -802,7 +807,15 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
-        "--profile", type=Path, help="a folder for py-spy's stacks of each transfer"
+        "--code",
+        type=Path,
+        help="a folder holding a `pyrigaud` package (e.g. a link to a changed src/) the "
+        "providers run instead of the installed one: a change measured against it",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="a folder for py-spy's stacks of each transfer (py-spy installed in the venv)",
     )
     arguments = parser.parse_args()
     if arguments.profile:
