@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from pyVmomi import vim
 
-from pyrigaud.adapters.hypervisors.vsphere.nfc_export import exported_disk
+from pyrigaud.adapters.hypervisors.vsphere.nfc_export import export_disk
 from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     LeaseProgress,
     ready_lease_info,
@@ -64,6 +64,7 @@ from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
+from support import ok
 from support.migration import NAMESPACE, PVC, Storage, manager_image_json
 from support.ova import OVF_TEMPLATE
 from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
@@ -380,8 +381,8 @@ def nfc_export_seconds(places: Places, vm_id: str, running: bool) -> tuple[float
 
         def read() -> int:
             moved = 0
-            with exported_disk(instance, source, 0) as disk:
-                for chunk in disk.chunks():
+            with ExitStack() as holds:
+                for chunk in ok(export_disk(instance, source, 0, holds)).chunks():
                     moved += len(chunk)
             return moved
 
@@ -446,16 +447,18 @@ def _nfc_import(instance: Any, vmdk: Path, descriptor: str, size: int) -> tuple[
 
     def send() -> Any:
         lease = cluster.resourcePool.ImportVApp(spec=spec.importSpec, folder=datacenter.vmFolder)
-        info = ready_lease_info(lease)
+        info = ok(ready_lease_info(instance, lease))
         progress = LeaseProgress(lease, size)
         with vmdk.open("rb") as reader:
-            send_to_lease(
-                instance._stub,
-                info.deviceUrl[0].url,
-                create=True,
-                size=size,
-                reader=reader,
-                progress=progress,
+            ok(
+                send_to_lease(
+                    instance._stub,
+                    info.deviceUrl[0].url,
+                    create=True,
+                    size=size,
+                    reader=reader,
+                    progress=progress,
+                )
             )
         lease.HttpNfcLeaseComplete()
         return info.entity
