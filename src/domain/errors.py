@@ -26,15 +26,30 @@ class ErrorKind(StrEnum):
 
 
 class ProviderError(BaseModel):
-    """An expected failure: what kind it is and a message a user can act on."""
+    """An expected failure: what kind it is and a message a user can act on.
+
+    An error about one input keeps that input's domain path (`pyrigaud.domain.fields`) as
+    `field`, and its message is `"<field>: <problem>"`; `mentions` are further domain paths the
+    problem names. The gRPC edge writes them as the manager spells them
+    (`entrypoints/grpc/wire/field_names.py`), so the domain never speaks the wire's vocabulary.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     kind: ErrorKind
     message: str
+    field: str | None = None
+    mentions: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.message}"
+
+    @classmethod
+    def about(
+        cls, kind: ErrorKind, field: str, problem: str, mentions: tuple[str, ...] = ()
+    ) -> ProviderError:
+        """A failure of `kind` about the input at `field`; the message starts with it."""
+        return cls(kind=kind, message=f"{field}: {problem}", field=field, mentions=mentions)
 
     @classmethod
     def not_found(cls, message: str) -> ProviderError:
@@ -45,13 +60,16 @@ class ProviderError(BaseModel):
         return cls.not_found(f"VM {vm_id!r} not found")
 
     @classmethod
-    def invalid_spec(cls, field: str, problem: str) -> ProviderError:
+    def invalid_spec(
+        cls, field: str, problem: str, mentions: tuple[str, ...] = ()
+    ) -> ProviderError:
         """Bad input; the message always starts with the offending field."""
-        return cls(kind=ErrorKind.INVALID_SPEC, message=f"{field}: {problem}")
+        return cls.about(ErrorKind.INVALID_SPEC, field, problem, mentions)
 
     @classmethod
-    def failed_precondition(cls, message: str) -> ProviderError:
-        return cls(kind=ErrorKind.FAILED_PRECONDITION, message=message)
+    def failed_precondition(cls, message: str, field: str | None = None) -> ProviderError:
+        """With `field`, `message` is the problem with the input there."""
+        return cls._of(ErrorKind.FAILED_PRECONDITION, message, field)
 
     @classmethod
     def already_exists(cls, message: str) -> ProviderError:
@@ -63,8 +81,9 @@ class ProviderError(BaseModel):
         return cls(kind=ErrorKind.PERMISSION_DENIED, message=message)
 
     @classmethod
-    def unsupported(cls, message: str) -> ProviderError:
-        return cls(kind=ErrorKind.UNSUPPORTED, message=message)
+    def unsupported(cls, message: str, field: str | None = None) -> ProviderError:
+        """With `field`, `message` is the problem with the input there."""
+        return cls._of(ErrorKind.UNSUPPORTED, message, field)
 
     @classmethod
     def resource_exhausted(cls, message: str) -> ProviderError:
@@ -77,3 +96,7 @@ class ProviderError(BaseModel):
     @classmethod
     def internal(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.INTERNAL, message=message)
+
+    @classmethod
+    def _of(cls, kind: ErrorKind, message: str, field: str | None) -> ProviderError:
+        return cls(kind=kind, message=message) if field is None else cls.about(kind, field, message)

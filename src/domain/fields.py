@@ -1,104 +1,85 @@
-"""The manager's name for each request field that a backend may refuse, in one place.
+"""The domain path of each request field a use case or a backend may refuse, in one place.
 
-Every backend names a bad field the way the manager sent it (`image_json.URL`,
-`networks_json[1].NetworkName`), so a user reads the same message whatever the hypervisor.
-Create and Clone send Go struct field names (capitalised); ImagePrepare sends camelCase keys.
+A path is what the domain's request models call the thing (`image.url` is
+`CreateRequest.image.url`, `networks[1].network_name` the second NIC's network), so the domain
+and the adapters never speak the manager's vocabulary. `ProviderError` keeps the path as its
+`field`; the gRPC edge writes it as the manager sent it (`image_json.URL`,
+`networks_json[1].NetworkName`), one table for every backend (`entrypoints/grpc/wire/
+field_names.py`). Every request has its own root, so a path names one field of one RPC.
 """
 
 from __future__ import annotations
 
-# Top-level request fields (the proto's names).
-NAME = "name"
-TARGET_NAME = "target_name"
-CLASS = "class_json"
-NETWORKS = "networks_json"
-DISKS = "disks_json"
-PLACEMENT = "placement_json"
-USER_DATA = "user_data"
-META_DATA = "meta_data"
-TAGS = "tags"
-DESIRED = "desired_json"
-POWER_OP = "op"
-GRACEFUL_TIMEOUT = "graceful_timeout_seconds"
-TARGET_VERSION = "target_version"
-NAME_HINT = "name_hint"
-DESCRIPTION = "description"
-CUSTOMIZE = "customize_json"
-BACKEND_TYPE = "backend_type"
-TRANSFER_MODE = "transfer_mode"
-DISK_FORMAT = "format"
-DESTINATION_URL = "destination_url"
-SNAPSHOT_ID = "snapshot_id"
+# Fields of several requests, named alike everywhere.
+TARGET_NAME = "target_name"  # Clone, ImagePrepare, ImportDisk
+STORAGE_HINT = "storage_hint"  # ImagePrepare, ImportDisk
+
+# ImportDisk and ExportDisk (ImportRequest, ExportRequest).
 SOURCE_URL = "source_url"
-EXPECTED_CHECKSUM = "expected_checksum"
-CREDENTIALS = "credentials"
-STORAGE_OPTIONS = "storage_options_json"
+DESTINATION_URL = "destination_url"
+TRANSFER_MODE = "mode"
+TRANSFER_BACKEND = "backend"
 
-# Clone's class_json (a CRD spec: camelCase keys, memory as a Kubernetes quantity).
-CLONE_CPU = "class_json.cpu"
-CLONE_MEMORY = "class_json.memory"
+# Create's image (CreateRequest.image, a VMImage).
+IMAGE = "image"
+IMAGE_TEMPLATE_NAME = "image.template_name"
+IMAGE_PATH = "image.path"
+IMAGE_URL = "image.url"
+IMAGE_FORMAT = "image.format"
+IMAGE_CHECKSUM = "image.checksum"
+IMAGE_CHECKSUM_TYPE = "image.checksum_type"
 
-# Create's image_json (Go's contracts.VMImage: every key present, capitalised).
-IMAGE = "image_json"
-IMAGE_TEMPLATE_NAME = "image_json.TemplateName"
-IMAGE_PATH = "image_json.Path"
-IMAGE_URL = "image_json.URL"
-IMAGE_FORMAT = "image_json.Format"
-IMAGE_CHECKSUM = "image_json.Checksum"
-IMAGE_CHECKSUM_TYPE = "image_json.ChecksumType"
+# Create's placement.
+PLACEMENT_DATASTORE = "placement.datastore"
+PLACEMENT_STORAGE_POD = "placement.storage_pod"
+PLACEMENT_CLUSTER = "placement.cluster"
+PLACEMENT_HOST = "placement.host"
+PLACEMENT_FOLDER = "placement.folder"
 
-# Create's placement_json.
-PLACEMENT_DATASTORE = "placement_json.Datastore"
-PLACEMENT_STORAGE_POD = "placement_json.StoragePod"
-PLACEMENT_CLUSTER = "placement_json.Cluster"
-PLACEMENT_HOST = "placement_json.Host"
-PLACEMENT_FOLDER = "placement_json.Folder"
+# Create's VM class.
+CLASS_SECURE_BOOT = "vm_class.security.secure_boot"
+CLASS_TPM_ENABLED = "vm_class.security.tpm_enabled"
+CLASS_TPM_VERSION = "vm_class.security.tpm_version"
 
-# ImagePrepare's image_json (camelCase keys) and its storage hint.
-PREPARE_TEMPLATE_NAME = "image_json.templateName"
-PREPARE_PATH = "image_json.path"
-PREPARE_URL = "image_json.url"
-PREPARE_FORMAT = "image_json.format"
-PREPARE_CHECKSUM = "image_json.checksum"
-PREPARE_CHECKSUM_TYPE = "image_json.checksumType"
-PREPARE_STORAGE_POOL = "image_json.storagePool"
-PREPARE_SOURCE = "image_json.source"
-STORAGE_HINT = "storage_hint"
+# Reconfigure's desired changes (a VMChanges).
+DESIRED_DISKS = "changes.disks"
 
-
-def network_name(index: int) -> str:
-    return f"networks_json[{index}].NetworkName"
-
-
-def disk_type(index: int) -> str:
-    return f"disks_json[{index}].Type"
-
-
-# Create's class_json (Go's contracts.VMClass) and Reconfigure's desired_json.
-CLASS_SECURE_BOOT = "class_json.SecurityProfile.SecureBoot"
-CLASS_TPM_ENABLED = "class_json.SecurityProfile.TPMEnabled"
-CLASS_TPM_VERSION = "class_json.SecurityProfile.TPMVersion"
-DESIRED_DISKS = "desired_json.Disks"
+# ImagePrepare's source (PrepareImageRequest.source, an ImageSource).
+PREPARE_TEMPLATE_NAME = "source.template_name"
+PREPARE_PATH = "source.path"
+PREPARE_URL = "source.url"
+PREPARE_OVA_URL = "source.ova_url"  # `source.url` when it names an OVA package (vSphere)
+PREPARE_FORMAT = "source.format"
+PREPARE_CHECKSUM = "source.checksum"
+PREPARE_CHECKSUM_TYPE = "source.checksum_type"
+PREPARE_STORAGE_POOL = "source.storage_pool"
+PREPARE_CONTENT_LIBRARY = "source.content_library"
 
 
 def class_extra_config(key: str) -> str:
-    return f'class_json.ExtraConfig["{key}"]'
+    return f'vm_class.extra_config["{key}"]'
 
 
-def network_field(index: int, key: str) -> str:
-    """A field of Create's networks_json[index], by its Go name (Portgroup, Model, StaticIP)."""
-    return f"networks_json[{index}].{key}"
+def disk_type(index: int) -> str:
+    """Create's disks[index].type."""
+    return f"disks[{index}].type"
+
+
+def network_name(index: int) -> str:
+    """Create's networks[index].network_name."""
+    return network_field(index, "network_name")
+
+
+def network_field(index: int, attribute: str) -> str:
+    """An attribute of Create's networks[index] (a NetworkAttachment)."""
+    return f"networks[{index}].{attribute}"
 
 
 def customize_network(index: int) -> str:
-    """Clone's customize_json.networks[index] as a whole."""
-    return f"customize_json.networks[{index}]"
+    """Clone's customization.networks[index] as a whole."""
+    return f"customization.networks[{index}]"
 
 
-def customize_network_field(index: int, key: str) -> str:
-    """A field of Clone's customize_json.networks[index], by its key (networkName, ipAddress)."""
-    return f"{customize_network(index)}.{key}"
-
-
-PREPARE_OVA_URL = "image_json.ovaURL"
-PREPARE_CONTENT_LIBRARY = "image_json.contentLibrary"
+def customize_network_field(index: int, attribute: str) -> str:
+    """An attribute of Clone's customization.networks[index] (a NetworkAttachment)."""
+    return f"{customize_network(index)}.{attribute}"

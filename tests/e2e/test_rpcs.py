@@ -85,6 +85,41 @@ def test_bad_create_input_is_invalid_argument_naming_the_field(
     assert raised.value.details().startswith(field)
 
 
+@pytest.mark.parametrize(
+    ("call", "request_", "details"),
+    [
+        (
+            "Create",
+            pb.CreateRequest(name="ok", class_json=CLASS_JSON, image_json='{"Path": "/nowhere"}'),
+            "image_json.Path: '/nowhere' does not exist on this hypervisor",
+        ),
+        (
+            "Create",
+            pb.CreateRequest(name="ok", class_json=CLASS_JSON, image_json='{"URL": "ftp://x/y"}'),
+            "image_json.URL: must be an http(s) URL",
+        ),
+        (
+            "ImagePrepare",
+            pb.ImagePrepareRequest(image_json='{"source": {"libvirt": {"path": "/nowhere"}}}'),
+            "image_json.path: '/nowhere' does not exist on this hypervisor",
+        ),
+        (
+            "ImagePrepare",
+            pb.ImagePrepareRequest(image_json='{"source": {"http": {"url": "ftp://x/y"}}}'),
+            "image_json.url: must be an http(s) URL",
+        ),
+    ],
+)
+def test_a_field_the_backend_refuses_is_named_as_the_manager_sent_it(
+    provider: RunningProvider, call: str, request_: object, details: str
+) -> None:
+    """The backend names the domain's path (image.url, source.url); the wire, each RPC's name."""
+    with pytest.raises(grpc.RpcError) as raised:
+        getattr(provider.stub, call)(request_, timeout=5)
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details() == details
+
+
 @pytest.mark.parametrize("vm_id", ["", "missing", "vm-42", "../..", "\u00e9\u0000"])
 def test_ids_that_name_nothing_are_missing_never_invalid(
     provider: RunningProvider, vm_id: str

@@ -12,6 +12,7 @@ from pyrigaud.domain.models import Firmware
 from pyrigaud.domain.power import PowerOp
 from pyrigaud.domain.quantity import quantity_to_mib
 from pyrigaud.entrypoints.grpc import wire as payloads
+from pyrigaud.entrypoints.grpc.wire.field_names import wire_name
 
 from support import error_kind, error_of, ok
 
@@ -356,7 +357,7 @@ def test_disk_transfer_requests_are_checked() -> None:
 
 
 def test_bad_fields_are_named_as_every_backend_names_them() -> None:
-    """The parsers and the backends take a field's wire name from one place (domain.fields)."""
+    """A field the parser refuses is named as a backend's refusal of it reads on the wire."""
     nic = {"NetworkName": 7}
     bad_image = create(image_json=json.dumps({"URL": 1}))
     bad_nic = create(networks_json=json.dumps([{}, nic]))
@@ -368,4 +369,4 @@ def test_bad_fields_are_named_as_every_backend_names_them() -> None:
         (bad_disk, fields.disk_type(0)),
         (bad_placement, fields.PLACEMENT_DATASTORE),
     ):
-        assert error_of(result).message.startswith(f"{field}: ")  # type: ignore[arg-type]
+        assert error_of(result).message.startswith(f"{wire_name(field)}: ")  # type: ignore[arg-type]

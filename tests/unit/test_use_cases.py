@@ -43,6 +43,7 @@ from pyrigaud.application.use_cases.snapshots import (
 )
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
@@ -67,6 +68,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.staging import StagedLocation, StagedSweep
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 import support.transfer as transfers
 from support import ManualClock, error_kind, error_of, ok
@@ -729,7 +731,11 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
         )
     )
     assert error_kind(direct) is ErrorKind.INVALID_SPEC
-    assert error_of(direct).message.startswith("transfer_mode:")
+    assert error_of(direct).field == fields.TRANSFER_MODE
+    assert for_the_manager(error_of(direct)) == (
+        f"transfer_mode: 'direct' cannot be used with backend_type {backend_type.value!r}; "
+        "use 'relay' (or 'auto')"
+    )
     importing = ImportDisk(
         served(backend.disk_transfer),
         staging,

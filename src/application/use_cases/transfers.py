@@ -55,8 +55,9 @@ def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode,
         return Failure(
             ProviderError.invalid_spec(
                 fields.TRANSFER_MODE,
-                f"'direct' cannot be used with backend_type {request.backend.value!r}; "
-                "use 'relay' (or 'auto')",
+                f"'direct' cannot be used with {fields.TRANSFER_BACKEND} "
+                f"{request.backend.value!r}; use 'relay' (or 'auto')",
+                mentions=(fields.TRANSFER_BACKEND,),
             )
         )
     logger.info("transfer_mode 'direct' through nfs is carried out as relay")

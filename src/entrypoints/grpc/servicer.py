@@ -1,7 +1,8 @@
 """provider.v1.Provider as a table: one spec per RPC (parse, use case, response builder).
 
 Each RPC reads its request through the wire parsers, asks one use case, and builds its response;
-a Failure becomes a status through the one status table, and an unexpected exception (a bug)
+a Failure becomes a status through the one status table (its fields named the manager's
+way), and an unexpected exception (a bug)
 becomes INTERNAL, logged, without crashing. What applies to every RPC (caller allow-list,
 mutation limits, metrics, the per-RPC log line) is done by the interceptors
 (`interceptors.py`), which read `mutation` from this table.
@@ -28,6 +29,7 @@ from pyrigaud.domain.tasks import TaskRef
 from pyrigaud.entrypoints.grpc import translate, wire
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.status import STATUS_BY_KIND
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 logger = logging.getLogger("pyrigaud.rpc")
 
@@ -84,7 +86,7 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
         match result:
             case Failure(ProviderError() as error):
                 context.set_code(STATUS_BY_KIND[error.kind])
-                context.set_details(error.message)
+                context.set_details(for_the_manager(error))
                 return self.response()
             case Success(answer):
                 pass

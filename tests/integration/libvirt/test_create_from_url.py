@@ -66,13 +66,13 @@ def test_a_url_create_is_unsupported_where_volumes_cannot_be_uploaded(
 @pytest.mark.parametrize(
     ("image", "field"),
     [
-        (VMImage(url="http://169.254.169.254/latest/meta-data/"), "image_json.URL"),
-        (VMImage(url="file:///etc/passwd"), "image_json.URL"),
+        (VMImage(url="http://169.254.169.254/latest/meta-data/"), "image.url"),
+        (VMImage(url="file:///etc/passwd"), "image.url"),
         (
             VMImage(url="{base}/disk.raw", checksum="ab", checksum_type="crc32"),
-            "image_json.ChecksumType",
+            "image.checksum_type",
         ),
-        (VMImage(url="{base}/disk.raw", format="vmdk"), "image_json.Format"),
+        (VMImage(url="{base}/disk.raw", format="vmdk"), "image.format"),
     ],
 )
 def test_a_url_spec_that_cannot_work_is_refused_before_any_traffic(

@@ -157,7 +157,7 @@ def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
         backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=wrong))
     )
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("image_json.checksum:")
+    assert error.message.startswith("source.checksum:")
     assert pool_volumes(connection) == set()
 
 
@@ -167,7 +167,7 @@ def test_a_qcow2_naming_a_backing_file_is_refused_before_anything_is_stored(
     backend, connection = host
     error = error_of(backend.images.prepare_image(from_url(f"{server.base}/backed.qcow2")))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("image_json.url:")
+    assert error.message.startswith("source.url:")
     assert "backing file" in error.message
     assert pool_volumes(connection) == set()
 
@@ -180,7 +180,7 @@ def test_an_image_that_is_not_the_format_the_spec_says_is_refused(
         backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", format="raw"))
     )
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert "image_json.format: the image is qcow2, not raw" in error.message
+    assert "source.format: the image is qcow2, not raw" in error.message
     assert pool_volumes(connection) == set()
 
 
@@ -192,7 +192,7 @@ def test_an_unknown_checksum_type_is_refused_before_any_request(
     error = error_of(backend.images.prepare_image(request))
     assert (error.kind, error.message.split(":")[0]) == (
         ErrorKind.INVALID_SPEC,
-        "image_json.checksumType",
+        "source.checksum_type",
     )
     assert server.requests == []
 
@@ -213,7 +213,7 @@ def test_loopback_is_refused_without_the_setting(tmp_path: Path, server: ImageSe
         for base in (server.base, server.base.replace("127.0.0.1", "localhost")):
             error = error_of(backend.images.prepare_image(from_url(f"{base}/image.qcow2")))
             assert error.kind is ErrorKind.INVALID_SPEC
-            assert error.message.startswith("image_json.url:")
+            assert error.message.startswith("source.url:")
             assert "loopback" in error.message
         assert server.requests == []
         assert pool_volumes(connection) == set()
@@ -230,7 +230,7 @@ def test_link_local_metadata_and_non_http_urls_are_refused_even_with_loopback_al
     backend, _ = host
     error = error_of(backend.images.prepare_image(from_url(url)))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("image_json.url:")
+    assert error.message.startswith("source.url:")
 
 
 def test_a_redirect_is_followed_and_its_target_checked_too(server: ImageServer) -> None:
@@ -291,7 +291,7 @@ def test_a_host_file_is_judged_like_a_download(host: Host, tmp_path: Path) -> No
     request = PrepareImageRequest(source=ImageSource(path=str(backed)), target_name="backed")
     error = error_of(backend.images.prepare_image(request))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("image_json.path:")
+    assert error.message.startswith("source.path:")
     assert "backing file" in error.message
     disguised = tmp_path / "disk.raw"
     disguised.write_bytes(IMAGE)
@@ -299,7 +299,7 @@ def test_a_host_file_is_judged_like_a_download(host: Host, tmp_path: Path) -> No
         source=ImageSource(path=str(disguised), format="raw"), target_name="disguised"
     )
     error = error_of(backend.images.prepare_image(request))
-    assert error.message == "image_json.format: the image is qcow2, not raw"
+    assert error.message == "source.format: the image is qcow2, not raw"
     assert pool_volumes(connection) == set()
 
 
@@ -323,15 +323,15 @@ def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -
 @pytest.mark.parametrize(
     ("source", "storage_hint", "field"),
     [
-        (ImageSource(path="/nowhere/disk.qcow2"), "", "image_json.path"),
-        (ImageSource(path="relative.qcow2"), "", "image_json.path"),
-        (ImageSource(template_name="ubuntu"), "", "image_json.templateName"),
-        (ImageSource(url="http://192.0.2.1/x.qcow2", format="vmdk"), "", "image_json.format"),
+        (ImageSource(path="/nowhere/disk.qcow2"), "", "source.path"),
+        (ImageSource(path="relative.qcow2"), "", "source.path"),
+        (ImageSource(template_name="ubuntu"), "", "source.template_name"),
+        (ImageSource(url="http://192.0.2.1/x.qcow2", format="vmdk"), "", "source.format"),
         (ImageSource(url="http://192.0.2.1/x.qcow2"), "nope", "storage_hint"),
         (
             ImageSource(url="http://192.0.2.1/x.qcow2", storage_pool="nope"),
             "",
-            "image_json.storagePool",
+            "source.storage_pool",
         ),
     ],
 )

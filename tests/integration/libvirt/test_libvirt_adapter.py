@@ -228,7 +228,7 @@ def test_a_missing_named_pool_is_an_invalid_placement(host: Any) -> None:
     result = create_vm(backend, request("nopool-vm", placement=Placement(datastore="fast")), OWNER)
     error = error_of(result)
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("placement_json.Datastore")
+    assert error.message.startswith("placement.datastore")
     assert pool_volumes(connection) == before
     assert "nopool-vm" not in domain_names(connection)
 
@@ -238,7 +238,7 @@ def test_a_missing_named_network_is_an_invalid_spec_naming_the_nic(host: Any) ->
     networks = (NetworkAttachment(network_name="lan"), NetworkAttachment(network_name="nope"))
     error = error_of(create_vm(backend, request("nonet-vm", networks=networks), OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("networks_json[1].NetworkName")
+    assert error.message.startswith("networks[1].network_name")
     assert "nonet-vm" not in domain_names(connection)
 
 

@@ -195,7 +195,7 @@ def test_a_wrong_checksum_is_an_invalid_spec_and_leaves_nothing(
     image = VMImage(url=images.url("/disk.raw"), checksum=sha256(b"another image"))
     error = error_of(create_vm(backend, request("url-bad-sum", image), OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("image_json.Checksum:")
+    assert error.message.startswith("image.checksum:")
     assert images.requests == ["/disk.raw"]
     assert_nothing_left(conn, "url-bad-sum")
 
@@ -203,9 +203,9 @@ def test_a_wrong_checksum_is_an_invalid_spec_and_leaves_nothing(
 @pytest.mark.parametrize(
     ("path", "image_format", "field", "reason"),
     [
-        ("/backed.qcow2", "", "image_json.URL", "backing file"),
-        ("/empty.raw", "", "image_json.URL", "empty"),
-        ("/disk.qcow2", "raw", "image_json.Format", "qcow2, not raw"),
+        ("/backed.qcow2", "", "image.url", "backing file"),
+        ("/empty.raw", "", "image.url", "empty"),
+        ("/disk.qcow2", "raw", "image.format", "qcow2, not raw"),
     ],
 )
 def test_an_image_that_cannot_be_a_disk_is_refused_before_anything_is_stored(
@@ -232,7 +232,7 @@ def test_link_local_and_metadata_urls_are_refused_before_any_traffic_or_domain(
 ) -> None:
     error = error_of(create_vm(backend, request("url-metadata", VMImage(url=url)), OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith("image_json.URL:")
+    assert error.message.startswith("image.url:")
     assert_nothing_left(conn, "url-metadata")
 
 

@@ -533,5 +533,5 @@ def test_every_network_attachment_replaces_the_template_nics(
     assert info.networks[0].mac == "00:50:56:aa:bb:01"
     wrong = (NetworkAttachment(portgroup="no-such-net"),)
     result = backend.lifecycle.start_create(request("vs-nonet", networks=wrong), OWNER)
-    assert error_of(result).message.startswith("networks_json[0].Portgroup:")
+    assert error_of(result).message.startswith("networks[0].portgroup:")
     assert ok(backend.lifecycle.find_by_name("vs-nonet")) is None

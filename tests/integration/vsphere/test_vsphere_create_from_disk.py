@@ -169,7 +169,7 @@ def test_a_path_that_names_no_datastore_disk_is_an_invalid_spec(
 ) -> None:
     result = backend.lifecycle.start_create(_disk_request("vs-disk-bad", path), OWNER)
     assert error_kind(result) is ErrorKind.INVALID_SPEC
-    assert error_of(result).message.startswith("image_json.Path:")
+    assert error_of(result).message.startswith("image.path:")
 
 
 def test_a_missing_disk_fails_the_create_task_and_leaves_no_vm(

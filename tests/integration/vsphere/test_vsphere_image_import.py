@@ -182,7 +182,7 @@ def test_a_checksum_mismatch_imports_nothing(
         assert images_backend.images is not None
         result = images_backend.images.prepare_image(request)
     assert error_kind(result) is ErrorKind.INVALID_SPEC
-    assert error_of(result).message.startswith("image_json.checksum:")
+    assert error_of(result).message.startswith("source.checksum:")
     assert not _named(instance, "vs-ova-bad-sum")
     assert not datastore_file_exists(simulator, instance, f"[{DATASTORE}] vs-ova-bad-sum/")
 
@@ -270,7 +270,7 @@ def test_the_url_rules_refuse_before_any_traffic(
             request.model_copy(update={"storage_hint": DATASTORE})
         )
     assert error_kind(result) is ErrorKind.INVALID_SPEC
-    assert error_of(result).message.startswith("image_json.ovaURL:")
+    assert error_of(result).message.startswith("source.ova_url:")
     assert problem in error_of(result).message
     assert server.requests == []
 
@@ -283,7 +283,7 @@ def test_an_unknown_checksum_type_is_refused_before_any_traffic(
         assert images_backend.images is not None
         result = images_backend.images.prepare_image(request)
     assert error_kind(result) is ErrorKind.INVALID_SPEC
-    assert error_of(result).message.startswith("image_json.checksumType:")
+    assert error_of(result).message.startswith("source.checksum_type:")
     assert server.requests == []
 
 
@@ -313,7 +313,7 @@ def test_a_content_library_is_unimplemented_and_named(images_backend: Backend) -
     prepare = PrepareImage(images_backend.images, images_backend.capabilities)  # type: ignore[arg-type]
     result = prepare(request)
     assert error_kind(result) is ErrorKind.UNSUPPORTED
-    assert "contentLibrary" in error_of(result).message
+    assert error_of(result).field == fields.PREPARE_CONTENT_LIBRARY
 
 
 def test_a_vm_is_created_from_the_prepared_template(

@@ -130,7 +130,7 @@ def check_firmware(
     ):
         return Failure(
             ProviderError.failed_precondition(
-                f"{fields.CLASS_SECURE_BOOT}: {where} has no secure-boot firmware"
+                f"{where} has no secure-boot firmware", fields.CLASS_SECURE_BOOT
             )
         )
     if tpm_version:
@@ -143,8 +143,8 @@ def check_firmware(
         ):
             return Failure(
                 ProviderError.failed_precondition(
-                    f"{fields.CLASS_TPM_ENABLED}: {where} cannot emulate a TPM {tpm_version} "
-                    "(it needs swtpm)"
+                    f"{where} cannot emulate a TPM {tpm_version} (it needs swtpm)",
+                    fields.CLASS_TPM_ENABLED,
                 )
             )
     return Success(None)

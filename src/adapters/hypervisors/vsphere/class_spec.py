@@ -76,8 +76,9 @@ def class_devices(
     if _version(api_version) < FIRST_TPM_API:
         return Failure(
             ProviderError.unsupported(
-                f"{fields.CLASS_TPM_ENABLED}: a virtual TPM needs vSphere 6.7 or later, and this "
-                f"endpoint speaks API {api_version}"
+                "a virtual TPM needs vSphere 6.7 or later, and this "
+                f"endpoint speaks API {api_version}",
+                fields.CLASS_TPM_ENABLED,
             )
         )
     tpm = vim.vm.device.VirtualTPM(key=-300)

@@ -91,8 +91,9 @@ class VSphereImages:
         if source.content_library is not None:
             return Failure(
                 ProviderError.unsupported(
-                    f"{fields.PREPARE_CONTENT_LIBRARY}: importing from a content library is not "
-                    "implemented for vSphere; give an ovaURL or a templateName"
+                    "importing from a content library is not "
+                    "implemented for vSphere; give an ovaURL or a templateName",
+                    fields.PREPARE_CONTENT_LIBRARY,
                 )
             )
         if not source.url:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,40 +28,17 @@ NIC_MODELS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class AttachmentFields:
-    """How the request names a network attachment's fields, so that an error names the field
-    as the manager sent it: Create's networks_json uses Go names, Clone's customize_json
-    camelCase keys."""
+    """Where the request holds its network attachments (Create's networks, Clone's
+    customization.networks), so that an error names the attachment's field."""
 
-    field: Callable[[int, str], str]  # (index, key) -> the wire name
-    keys: Mapping[str, str]  # NetworkAttachment attribute -> the key that carries it
+    field: Callable[[int, str], str]  # (index, NetworkAttachment attribute) -> the domain path
 
     def name(self, index: int, attribute: str) -> str:
-        return self.field(index, self.keys[attribute])
+        return self.field(index, attribute)
 
 
-CREATE_ATTACHMENTS = AttachmentFields(
-    fields.network_field,
-    {
-        "portgroup": "Portgroup",
-        "network_name": "NetworkName",
-        "name": "Name",
-        "model": "Model",
-        "static_ip": "StaticIP",
-        "prefix": "Prefix",
-    },
-)
-CLONE_ATTACHMENTS = AttachmentFields(
-    fields.customize_network_field,
-    {
-        # Clone's customization has neither a portgroup nor a model key: both stay empty.
-        "portgroup": "networkName",
-        "network_name": "networkName",
-        "name": "name",
-        "model": "model",
-        "static_ip": "ipAddress",
-        "prefix": "prefix",
-    },
-)
+CREATE_ATTACHMENTS = AttachmentFields(fields.network_field)
+CLONE_ATTACHMENTS = AttachmentFields(fields.customize_network_field)
 
 
 def nic_changes(

@@ -90,6 +90,7 @@ class VSphereVMLifecycle:
                 ProviderError.invalid_spec(
                     fields.IMAGE,
                     f"vSphere cannot make a blank root disk; set {fields.IMAGE_TEMPLATE_NAME}",
+                    mentions=(fields.IMAGE_TEMPLATE_NAME,),
                 )
             )
         if image.path and not image.template_name and not image.url:

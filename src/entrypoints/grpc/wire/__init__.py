@@ -2,7 +2,8 @@
 
 The manager sends Go-marshalled JSON in string fields; these parsers read it the way Go's
 decoder does, check it against the domain's bounds, and return `Result`s whose failures name
-the field with its wire name (`pyrigaud.domain.fields`).
+the field with its wire name (`field_names`), the name `field_names.for_the_manager` also gives
+the domain path of a field the domain or a backend refuses.
 """
 
 from pyrigaud.entrypoints.grpc.wire.storage_requests import (

@@ -18,7 +18,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.domain import bounds
 from pyrigaud.domain.bounds import describe_value
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -27,7 +27,8 @@ INT32_MAX = 2**31 - 1
 
 
 def invalid(field: str, problem: str) -> Failure[ProviderError]:
-    return Failure(ProviderError.invalid_spec(field, problem))
+    """Bad input named by its wire path: already the manager's name, so no domain path."""
+    return Failure(ProviderError(kind=ErrorKind.INVALID_SPEC, message=f"{field}: {problem}"))
 
 
 def each(

@@ -25,6 +25,7 @@ from pyrigaud.domain.models import (
     TransferMode,
 )
 from pyrigaud.domain.staging import parse_staged_location
+from pyrigaud.entrypoints.grpc.wire import field_names as names
 from pyrigaud.entrypoints.grpc.wire.document import (
     Document,
     as_text,
@@ -47,15 +48,15 @@ def parse_prepare_image(
     """
     return Result.do(
         PrepareImageRequest(source=source, target_name=name, storage_hint=hint)
-        for source in load(image_json, fields.IMAGE).bind(_image_source).bind(_named_source)
-        for name in checked_name(target_name or _derived_image_name(source), fields.TARGET_NAME)
-        for hint in as_text(storage_hint, fields.STORAGE_HINT, 1024)
+        for source in load(image_json, names.IMAGE).bind(_image_source).bind(_named_source)
+        for name in checked_name(target_name or _derived_image_name(source), names.TARGET_NAME)
+        for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
     )
 
 
 def _named_source(source: ImageSource) -> Result[ImageSource, ProviderError]:
     if not (source.path or source.url or source.template_name or source.content_library):
-        return invalid(fields.IMAGE, "names no image source (path, url or templateName)")
+        return invalid(names.IMAGE, "names no image source (path, url or templateName)")
     return Success(source)
 
 
@@ -82,7 +83,7 @@ def _image_source(doc: Document) -> Result[ImageSource, ProviderError]:
                 return Failure(error)
             case Success(Document() as inner):
                 return _origin_source(origin, inner)
-    return invalid(fields.PREPARE_SOURCE, "must hold one of libvirt, vsphere or http")
+    return invalid(names.PREPARE_SOURCE, "must hold one of libvirt, vsphere or http")
 
 
 def _origin_source(origin: str, inner: Document) -> Result[ImageSource, ProviderError]:
@@ -180,13 +181,13 @@ _OPTION_KEYS = (
 
 
 def _storage_options(text: str) -> Result[dict[str, object], ProviderError]:
-    return load(text, fields.STORAGE_OPTIONS).map(
+    return load(text, names.STORAGE_OPTIONS).map(
         lambda doc: {key: doc.raw(key) for key in _OPTION_KEYS if doc.raw(key) is not None}
     )
 
 
 def _credentials(credentials: Mapping[str, str]) -> Result[dict[str, str], ProviderError]:
-    return each(credentials, lambda key: as_text(key, fields.CREDENTIALS, 256)).map(
+    return each(credentials, lambda key: as_text(key, names.CREDENTIALS, 256)).map(
         lambda _: dict(credentials)
     )
 
@@ -219,12 +220,12 @@ def parse_export(
             storage_options=options,
             destination=destination,
         )
-        for backend in _backend(backend_type, fields.BACKEND_TYPE)
-        for url in _transfer_url(destination_url, fields.DESTINATION_URL)
+        for backend in _backend(backend_type, names.BACKEND_TYPE)
+        for url in _transfer_url(destination_url, names.DESTINATION_URL)
         for options in _storage_options(storage_options_json)
         for checked_credentials in _credentials(credentials)
-        for checked_format in _format(disk_format, fields.DISK_FORMAT)
-        for mode in _mode(transfer_mode, fields.TRANSFER_MODE)
+        for checked_format in _format(disk_format, names.DISK_FORMAT)
+        for mode in _mode(transfer_mode, names.TRANSFER_MODE)
         for destination in parse_staged_location(
             fields.DESTINATION_URL, url, backend, options, checked_credentials
         )
@@ -259,17 +260,17 @@ def parse_import(
             storage_options=options,
             source=source,
         )
-        for backend in _backend(backend_type, fields.BACKEND_TYPE)
-        for url in _transfer_url(source_url, fields.SOURCE_URL)
+        for backend in _backend(backend_type, names.BACKEND_TYPE)
+        for url in _transfer_url(source_url, names.SOURCE_URL)
         for options in _storage_options(storage_options_json)
         for checked_credentials in _credentials(credentials)
-        for hint in as_text(storage_hint, fields.STORAGE_HINT, 1024)
-        for checked_format in _format(disk_format, fields.DISK_FORMAT)
+        for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
+        for checked_format in _format(disk_format, names.DISK_FORMAT)
         for checked_target in (
-            checked_name(target_name, fields.TARGET_NAME) if target_name else Success("")
+            checked_name(target_name, names.TARGET_NAME) if target_name else Success("")
         )
         for checksum in _checksum(expected_checksum)
-        for mode in _mode(transfer_mode, fields.TRANSFER_MODE)
+        for mode in _mode(transfer_mode, names.TRANSFER_MODE)
         for source in parse_staged_location(
             fields.SOURCE_URL, url, backend, options, checked_credentials
         )
@@ -289,10 +290,10 @@ def _checksum(value: str) -> Result[str, ProviderError]:
             return Success("")
         found = _SHA256.fullmatch(text)
         if found is None:
-            return invalid(fields.EXPECTED_CHECKSUM, "must be 64 hex digits (a SHA-256)")
+            return invalid(names.EXPECTED_CHECKSUM, "must be 64 hex digits (a SHA-256)")
         return Success(found.group(1))
 
-    return as_text(value, fields.EXPECTED_CHECKSUM, 256).bind(checked)
+    return as_text(value, names.EXPECTED_CHECKSUM, 256).bind(checked)
 
 
 def disk_query(vm_id: str, disk_id: str, snapshot_id: str) -> DiskQuery:

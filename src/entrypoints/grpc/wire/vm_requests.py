@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from returns.result import Result, Success
 
-from pyrigaud.domain import bounds, fields
+from pyrigaud.domain import bounds
 from pyrigaud.domain.bounds import describe_value
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
@@ -34,6 +34,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import MAX_GRACEFUL_TIMEOUT_SECONDS, PowerOp
 from pyrigaud.domain.quantity import quantity_to_mib
+from pyrigaud.entrypoints.grpc.wire import field_names as names
 from pyrigaud.entrypoints.grpc.wire.document import (
     INT32_MAX,
     Document,
@@ -288,10 +289,10 @@ def _placement(doc: Document) -> Result[Placement, ProviderError]:
 def _tags(tags: Iterable[str]) -> Result[tuple[str, ...], ProviderError]:
     given = tuple(tags)
     if len(given) > bounds.MAX_TAGS:
-        return invalid(fields.TAGS, f"at most {bounds.MAX_TAGS} tags are supported")
+        return invalid(names.TAGS, f"at most {bounds.MAX_TAGS} tags are supported")
     return each(
         enumerate(given),
-        lambda indexed: as_text(indexed[1], f"{fields.TAGS}[{indexed[0]}]", bounds.MAX_TAG_LENGTH),
+        lambda indexed: as_text(indexed[1], f"{names.TAGS}[{indexed[0]}]", bounds.MAX_TAG_LENGTH),
     )
 
 
@@ -320,14 +321,14 @@ def parse_create(
             meta_data=checked_meta_data,
             tags=checked_tags,
         )
-        for checked in checked_name(name, fields.NAME)
-        for vm_class in load(class_json, fields.CLASS).bind(_vm_class)
-        for image in load(image_json, fields.IMAGE).bind(vm_image)
-        for networks in _networks(networks_json, fields.NETWORKS)
-        for disks in _disks(disks_json, fields.DISKS)
-        for placement in load(placement_json, fields.PLACEMENT).bind(_placement)
-        for checked_user_data in checked_cloud_init(user_data, fields.USER_DATA)
-        for checked_meta_data in checked_cloud_init(meta_data, fields.META_DATA)
+        for checked in checked_name(name, names.NAME)
+        for vm_class in load(class_json, names.CLASS).bind(_vm_class)
+        for image in load(image_json, names.IMAGE).bind(vm_image)
+        for networks in _networks(networks_json, names.NETWORKS)
+        for disks in _disks(disks_json, names.DISKS)
+        for placement in load(placement_json, names.PLACEMENT).bind(_placement)
+        for checked_user_data in checked_cloud_init(user_data, names.USER_DATA)
+        for checked_meta_data in checked_cloud_init(meta_data, names.META_DATA)
         for checked_tags in _tags(tags)
     )
 
@@ -337,7 +338,7 @@ def parse_create(
 
 def parse_reconfigure(desired_json: str) -> Result[VMChanges, ProviderError]:
     """The whole desired create request; a missing, null or zero value means "no change"."""
-    return load(desired_json, fields.DESIRED).bind(
+    return load(desired_json, names.DESIRED).bind(
         lambda desired: Result.do(
             VMChanges(cpu=cpu, memory_mib=memory, root_disk_gib=root_disk, disks=disks)
             for vm_class in desired.obj("Class")
@@ -398,10 +399,10 @@ def parse_power_op(
     try:
         power_op = PowerOp(op)
     except ValueError:
-        return invalid(fields.POWER_OP, "must be ON, OFF, REBOOT or SHUTDOWN_GRACEFUL")
+        return invalid(names.POWER_OP, "must be ON, OFF, REBOOT or SHUTDOWN_GRACEFUL")
     if not 0 <= graceful_timeout_seconds <= MAX_GRACEFUL_TIMEOUT_SECONDS:
         return invalid(
-            fields.GRACEFUL_TIMEOUT, f"must be between 0 and {MAX_GRACEFUL_TIMEOUT_SECONDS}"
+            names.GRACEFUL_TIMEOUT, f"must be between 0 and {MAX_GRACEFUL_TIMEOUT_SECONDS}"
         )
     return Success((power_op, graceful_timeout_seconds))
 
@@ -409,9 +410,7 @@ def parse_power_op(
 def parse_hardware_version(target_version: int) -> Result[int, ProviderError]:
     """0 means "the newest the host supports"."""
     if not 0 <= target_version <= bounds.MAX_HARDWARE_VERSION:
-        return invalid(
-            fields.TARGET_VERSION, f"must be between 0 and {bounds.MAX_HARDWARE_VERSION}"
-        )
+        return invalid(names.TARGET_VERSION, f"must be between 0 and {bounds.MAX_HARDWARE_VERSION}")
     return Success(target_version)
 
 
@@ -426,8 +425,8 @@ def parse_snapshot(
         SnapshotRequest(
             vm_id=vm_id, name=name, description=checked_description, include_memory=include_memory
         )
-        for name in checked_name(name_hint or default_name, fields.NAME_HINT)
-        for checked_description in as_text(description, fields.DESCRIPTION, 4096)
+        for name in checked_name(name_hint or default_name, names.NAME_HINT)
+        for checked_description in as_text(description, names.DESCRIPTION, 4096)
     )
 
 
@@ -535,13 +534,13 @@ def _clone_memory(vm_class: Document) -> Result[int | None, ProviderError]:
         mib = quantity_to_mib(memory_raw)
         if mib is None:
             return invalid(
-                fields.CLONE_MEMORY, f"{describe_value(memory_raw)} is not a quantity like 8Gi"
+                names.CLONE_MEMORY, f"{describe_value(memory_raw)} is not a quantity like 8Gi"
             )
-        return checked_memory(mib, fields.CLONE_MEMORY)
+        return checked_memory(mib, names.CLONE_MEMORY)
     if memory_raw is not None and not isinstance(memory_raw, str):
         return vm_class.integer("memory", 0, 2**63 - 1).bind(
             lambda bytes_: (
-                checked_memory(-(-bytes_ // (1024 * 1024)), fields.CLONE_MEMORY)
+                checked_memory(-(-bytes_ // (1024 * 1024)), names.CLONE_MEMORY)
                 if bytes_
                 else Success(None)
             )
@@ -551,7 +550,7 @@ def _clone_memory(vm_class: Document) -> Result[int | None, ProviderError]:
 
 def _clone_cpu(value: int) -> Result[int | None, ProviderError]:
     """0 means "as the source"."""
-    return checked_cpu(value, fields.CLONE_CPU) if value else Success(None)
+    return checked_cpu(value, names.CLONE_CPU) if value else Success(None)
 
 
 def _clone_customization(
@@ -580,13 +579,13 @@ def parse_clone(
             placement_policy=placement_policy,
             customization=customization,
         )
-        for vm_class in load(class_json, fields.CLASS)
+        for vm_class in load(class_json, names.CLASS)
         for cpu_value in vm_class.integer("cpu")
         for memory in _clone_memory(vm_class)
-        for customize in load(customize_json, fields.CUSTOMIZE)
-        for checked_target in checked_name(target_name, fields.TARGET_NAME)
+        for customize in load(customize_json, names.CUSTOMIZE)
+        for checked_target in checked_name(target_name, names.TARGET_NAME)
         for cpu in _clone_cpu(cpu_value)
-        for placement_policy in load(placement_json, fields.PLACEMENT).bind(
+        for placement_policy in load(placement_json, names.PLACEMENT).bind(
             lambda placement: placement.text("name", 256)
         )
         for customization in _clone_customization(customize, given=bool(customize_json.strip()))
