@@ -12,6 +12,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from pyrigaud.domain import fields
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.staging import StagedLocation
 
@@ -67,6 +69,15 @@ class VMClass(Value):
     performance: PerformanceProfile = PerformanceProfile()
     security: SecurityProfile = SecurityProfile()
     limits: ResourceLimits = ResourceLimits()
+
+    def refusal(self) -> ProviderError | None:
+        """Why no hypervisor can make a VM of this class, or None: secure boot is UEFI's.
+
+        What one hypervisor cannot do (a TPM version, a host without the firmware) is that
+        backend's to say."""
+        if self.security.secure_boot and self.firmware is not Firmware.UEFI:
+            return ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI")
+        return None
 
 
 class VMImage(Value):

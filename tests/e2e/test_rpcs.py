@@ -99,6 +99,14 @@ def test_bad_create_input_is_invalid_argument_naming_the_field(
             "image_json.URL: must be an http(s) URL",
         ),
         (
+            "Create",
+            pb.CreateRequest(
+                name="ok",
+                class_json='{"CPU": 1, "MemoryMiB": 256, "SecurityProfile": {"SecureBoot": true}}',
+            ),
+            "class_json.SecurityProfile.SecureBoot: needs firmware UEFI",
+        ),
+        (
             "ImagePrepare",
             pb.ImagePrepareRequest(image_json='{"source": {"libvirt": {"path": "/nowhere"}}}'),
             "image_json.path: '/nowhere' does not exist on this hypervisor",

@@ -53,11 +53,13 @@ from pyrigaud.domain.models import (
     DiskSpec,
     ExportRequest,
     ExportResult,
+    Firmware,
     ImageSource,
     ImportRequest,
     ImportResult,
     OwnerMark,
     PrepareImageRequest,
+    SecurityProfile,
     SnapshotRequest,
     TransferBackend,
     TransferMode,
@@ -139,6 +141,19 @@ def test_create_is_idempotent_by_name(backend: Backend) -> None:
     assert first.id == second.id
     assert first.task is None
     assert len(ok(backend.inventory.list_vms())) == 1
+
+
+def test_secure_boot_without_uefi_is_refused_before_any_backend(backend: Backend) -> None:
+    """One rule for every hypervisor, decided in the domain: the backend is never asked."""
+    bios = VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True))
+    error = error_of(create_vm(backend)(CreateRequest(name="bios-secure", vm_class=bios)))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.field == fields.CLASS_SECURE_BOOT
+    assert for_the_manager(error) == "class_json.SecurityProfile.SecureBoot: needs firmware UEFI"
+    assert ok(backend.lifecycle.find_by_name("bios-secure")) is None
+    uefi = bios.model_copy(update={"firmware": Firmware.UEFI})
+    assert uefi.refusal() is None
+    ok(create_vm(backend)(CreateRequest(name="uefi-secure", vm_class=uefi)))
 
 
 @pytest.mark.parametrize("foreign_owner", [None, OwnerMark(provider="other/provider")])

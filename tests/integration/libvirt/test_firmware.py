@@ -38,17 +38,6 @@ def create(backend: Backend, name: str, vm_class: VMClass) -> Result[str, Provid
     return create_vm(backend, CreateRequest(name=name, vm_class=vm_class), OWNER)
 
 
-def test_secure_boot_without_uefi_is_an_invalid_spec(
-    host: tuple[Backend, LibvirtConnection],
-) -> None:
-    backend, _ = host
-    vm_class = VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True))
-    error = error_of(create(backend, "bios-secure", vm_class))
-    assert error.kind is ErrorKind.INVALID_SPEC
-    assert fields.CLASS_SECURE_BOOT in error.message
-    assert ok(backend.lifecycle.find_by_name("bios-secure")) is None
-
-
 def test_an_unknown_tpm_version_is_an_invalid_spec(
     host: tuple[Backend, LibvirtConnection],
 ) -> None:

@@ -31,7 +31,6 @@ from pyrigaud.domain.models import (
     OwnerMark,
     PerformanceProfile,
     Placement,
-    SecurityProfile,
     SnapshotRequest,
     VMChanges,
     VMClass,
@@ -476,10 +475,6 @@ def test_the_class_and_cloud_init_data_are_applied_after_the_clone(
 @pytest.mark.parametrize(
     ("vm_class", "field"),
     [
-        (
-            VMClass(cpu=1, memory_mib=256, security=SecurityProfile(secure_boot=True)),
-            fields.CLASS_SECURE_BOOT,
-        ),
         (
             VMClass(cpu=1, memory_mib=256, extra_config={"vsphere.hardwareVersion": "new"}),
             fields.class_extra_config("vsphere.hardwareVersion"),

@@ -105,8 +105,6 @@ def check_firmware(
     security = vm_class.security
     uefi = vm_class.firmware is Firmware.UEFI
     tpm_version = tpm_version_of(vm_class)
-    if security.secure_boot and not uefi:
-        return Failure(ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI"))
     if tpm_version and tpm_version not in TPM_VERSIONS:
         return Failure(
             ProviderError.invalid_spec(

@@ -30,8 +30,6 @@ def class_config(
     vm_class: VMClass, owned_by: Mapping[str, str], user_data: bytes, meta_data: bytes
 ) -> Result[Any, ProviderError]:
     """The ConfigSpec for CPU, memory, firmware, hot-add, nesting and extraConfig."""
-    if vm_class.security.secure_boot and vm_class.firmware is not Firmware.UEFI:
-        return Failure(ProviderError.invalid_spec(fields.CLASS_SECURE_BOOT, "needs firmware UEFI"))
     if vm_class.security.tpm_enabled and vm_class.firmware is not Firmware.UEFI:
         return Failure(ProviderError.invalid_spec(fields.CLASS_TPM_ENABLED, "needs firmware UEFI"))
     if vm_class.security.tpm_enabled and vm_class.security.tpm_version not in TPM_VERSIONS:
