@@ -894,6 +894,29 @@ def test_verify_checksum_without_an_expected_one_imports_and_answers_the_checksu
     assert ok(imported).checksum == exported.checksum
 
 
+@pytest.mark.parametrize(
+    ("staged", "target_name", "details"),
+    [
+        ("x.qcow2", "..", "target_name: '..' must be letters, digits, '.', '_' or '-', "),
+        ("x.qcow2", "a/b.qcow2", "target_name: 'a/b.qcow2' must be letters, digits, "),
+        ("x.qcow2", "50%", "target_name: '50%' must be letters, digits, '.', '_' or '-', "),
+        ("-x.qcow2", "", "target_name: '-x' must be letters, digits, '.', '_' or '-', "),
+    ],
+)
+def test_the_imported_disks_name_is_checked_once_by_the_import(
+    backend: Backend, staging: StagingBackends, staged: str, target_name: str, details: str
+) -> None:
+    """Given or taken from the staged object, one check (no backend checks it again), its
+    message as the wire's parser used to give it; a derived name says where it came from."""
+    moves = disk_moves(backend, staging)
+    ok(transfers.export_disk(moves, create(backend), f"pvc://m/{staged}"))
+    refused = transfers.import_disk(moves, f"pvc://m/{staged}", target_name=target_name)
+    assert error_kind(refused) is ErrorKind.INVALID_SPEC
+    message = for_the_manager(error_of(refused))
+    assert message.startswith(details)
+    assert message.endswith("(it names the imported disk)") == (not target_name)
+
+
 def test_a_relay_export_as_the_manager_sends_it_works(
     backend: Backend, staging: StagingBackends
 ) -> None:

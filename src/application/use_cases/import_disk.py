@@ -219,18 +219,21 @@ def _imported_stem(
     target_name: str, source: StagedLocation, disk_suffix: str
 ) -> Result[str, ProviderError]:
     """The imported disk's name before the hypervisor's `disk_suffix`: `target_name` as given,
-    else the staged object's name without its format's suffix."""
+    else the staged object's name without its format's suffix. The one check of the name (the
+    wire takes it as it comes, and no backend checks it again)."""
+    if target_name:
+        # Without its suffix a good name stays one: its first character stays.
+        return _checked_name(target_name, "").map(lambda name: name.removesuffix(disk_suffix))
     stem = source.name
     for suffix in STAGED_SUFFIXES:
         stem = stem.removesuffix(suffix)
-    name = target_name.removesuffix(disk_suffix) if target_name else stem
+    return _checked_name(stem, " (it names the imported disk)")
+
+
+def _checked_name(name: str, why: str) -> Result[str, ProviderError]:
     problem = name_problem(name)
     if problem is not None:
-        return Failure(
-            ProviderError.invalid_spec(
-                fields.TARGET_NAME, f"{problem} (it names the imported disk)"
-            )
-        )
+        return Failure(ProviderError.invalid_spec(fields.TARGET_NAME, f"{problem}{why}"))
     return Success(name)
 
 

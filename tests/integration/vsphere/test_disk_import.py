@@ -215,16 +215,6 @@ def test_an_existing_folder_is_already_exists_and_left_alone(
     assert name not in _vm_names(instance)
 
 
-@pytest.mark.parametrize("name", ["", "..", "a/b", "50%"])
-def test_a_name_that_is_no_plain_folder_name_is_an_invalid_spec(
-    instance: Any, location: Location, vmdk: Path, name: str
-) -> None:
-    with vmdk.open("rb") as reader:
-        raised = error_of(_import(instance, reader, vmdk.stat().st_size, name, location))
-    assert raised.kind is ErrorKind.INVALID_SPEC
-    assert raised.message.startswith(f"{fields.TARGET_NAME}:")
-
-
 def test_small_datastore_files_round_trip(instance: Any, folders: list[str]) -> None:
     folder = f"[{DATASTORE}] vs-files"
     folders.append(folder)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,7 +40,6 @@ from pyrigaud.domain.models import ImageSource, PreparedImage, PrepareImageReque
 
 # A file on this host: its problems are named by the request's path.
 FILE_FIELDS = dataclasses.replace(PREPARE_FIELDS, url=fields.PREPARE_PATH)
-VOLUME_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 FILE_CHUNK_BYTES = 1024 * 1024
 
 
@@ -64,12 +62,6 @@ class LibvirtImages:
             return Failure(
                 ProviderError.invalid_spec(
                     fields.PREPARE_TEMPLATE_NAME, "libvirt has no templates; give a path or url"
-                )
-            )
-        if not VOLUME_NAME_PATTERN.fullmatch(request.target_name):
-            return Failure(
-                ProviderError.invalid_spec(
-                    "target_name", "must be letters, digits, '.', '_' or '-' (at most 200)"
                 )
             )
         origin = volume_facts(conn, source.path) if source.path else None

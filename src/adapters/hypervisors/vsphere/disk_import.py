@@ -15,7 +15,6 @@ made it meanwhile.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
-from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -43,8 +41,6 @@ RASD = "http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_ResourceAllocation
 VSSD = "http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_VirtualSystemSettingData"
 STREAM_OPTIMIZED = "http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized"
 DISK_HREF = "disk.vmdk"
-# What vCenter would escape or read as a path in a VM (and so folder) name.
-UNUSABLE_NAME = re.compile(r"[/\\%\x00-\x1f\x7f]")
 
 for prefix, namespace in (("ovf", OVF), ("rasd", RASD), ("vssd", VSSD)):
     ET.register_namespace(prefix, namespace)
@@ -64,12 +60,6 @@ def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue
     disk of `capacity_bytes` in `[ds] <name>/` on the location's datastore; its datastore
     path. ALREADY_EXISTS when that folder exists (it is left alone). The transient VM carries
     `marks` (the building mark lets the leftover sweep remove one a killed provider left)."""
-    if not name or name in {".", ".."} or UNUSABLE_NAME.search(name):
-        return Failure(
-            ProviderError.invalid_spec(
-                fields.TARGET_NAME, "must be a plain name (no '/', '\\', '%' or control chars)"
-            )
-        )
     disk = _OneDisk(vmdk, size_bytes)
     datastore = str(retrieve(connection, [location.datastore], ("name",))[0]["name"])
     folder = f"[{datastore}] {name}"

@@ -251,7 +251,7 @@ def parse_import(
             source_url=url,
             storage_hint=hint,
             format=checked_format,
-            target_name=checked_target,
+            target_name=target_name,  # checked by ImportDisk, which also names a disk without one
             verify_checksum=verify_checksum,
             expected_checksum=checksum,
             credentials=checked_credentials,
@@ -266,9 +266,6 @@ def parse_import(
         for checked_credentials in _credentials(credentials)
         for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
         for checked_format in _format(disk_format, names.DISK_FORMAT)
-        for checked_target in (
-            checked_name(target_name, names.TARGET_NAME) if target_name else Success("")
-        )
         for checksum in _checksum(expected_checksum)
         for mode in _mode(transfer_mode, names.TRANSFER_MODE)
         for source in parse_staged_location(
