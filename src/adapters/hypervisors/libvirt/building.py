@@ -13,7 +13,7 @@ import secrets
 from typing import Any
 
 import libvirt
-from returns.result import Failure, Result, Success
+from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainDefinition, render_domain
@@ -29,13 +29,6 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import NetworkAttachment
 
 QEMU_MAC_PREFIX = "52:54:00"
-
-
-def refuse_taken_name(conn: VirConnect, name: str) -> Result[None, ProviderError]:
-    """A VM already under `name` (whoever made it, finished or not) stops the making."""
-    if Guest.by_name(conn, name) is not None:
-        return Failure(_name_taken(name))
-    return Success(None)
 
 
 def begin_building(conn: VirConnect, building: DomainDefinition) -> Result[Guest, ProviderError]:

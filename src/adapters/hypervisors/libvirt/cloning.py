@@ -19,7 +19,6 @@ from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
     begin_building,
     random_mac,
-    refuse_taken_name,
     write_seed,
 )
 from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
@@ -84,9 +83,7 @@ class LibvirtCloning:
         self, conn: VirConnect, request: CloneRequest, owner: OwnerMark
     ) -> Result[str, ProviderError]:
         return Guest.by_id(conn, request.source_vm_id).bind(
-            lambda source: refuse_taken_name(conn, request.target_name).bind(
-                lambda _: self._clone_of(conn, source, request, owner)
-            )
+            lambda source: self._clone_of(conn, source, request, owner)
         )
 
     def _clone_of(

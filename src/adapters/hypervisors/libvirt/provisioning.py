@@ -19,7 +19,6 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
     begin_building,
-    refuse_taken_name,
     with_macs,
     write_seed,
 )
@@ -147,13 +146,9 @@ class LibvirtVMLifecycle:
         any point leaves one owner-marked, time-stamped domain that Delete removes whole.
         """
         host = self._host
-        match (
-            refuse_taken_name(conn, request.name)
-            .bind(lambda _: check_firmware(conn, request.vm_class, host.domain_type_of(conn)))
-            .bind(
-                lambda _: find_pool(
-                    conn, request.placement.datastore or host.pools.default_pool, host.pools
-                )
+        match check_firmware(conn, request.vm_class, host.domain_type_of(conn)).bind(
+            lambda _: find_pool(
+                conn, request.placement.datastore or host.pools.default_pool, host.pools
             )
         ):
             case Failure(error):
