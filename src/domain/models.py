@@ -306,18 +306,20 @@ class TransferMode(StrEnum):
 
 
 class ExportRequest(Value):
+    """`destination` is the request's destination_url, storage options and credentials, parsed
+    and checked once (by the wire parser): the only form a use case or a backend sees."""
+
     vm_id: str
     disk_id: str = ""
     snapshot_id: str = ""
-    destination_url: str
+    destination: StagedLocation = Field(repr=False)
     format: str = "qcow2"
     compress: bool = False
-    credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
-    backend: TransferBackend = TransferBackend.PVC
     mode: TransferMode = TransferMode.RELAY
-    storage_options: Mapping[str, object] = Field(default_factory=dict)
-    # destination_url with the options and credentials, checked once by the wire parser.
-    destination: StagedLocation | None = Field(default=None, repr=False)
+
+    @property
+    def backend(self) -> TransferBackend:
+        return self.destination.backend
 
 
 class ExportResult(Value):
@@ -327,18 +329,20 @@ class ExportResult(Value):
 
 
 class ImportRequest(Value):
-    source_url: str
+    """`source` is the request's source_url, storage options and credentials, parsed and
+    checked once (by the wire parser): the only form a use case or a backend sees."""
+
+    source: StagedLocation = Field(repr=False)
     storage_hint: str = ""
     format: str = "qcow2"
     target_name: str = ""
     verify_checksum: bool = False
     expected_checksum: str = ""
-    credentials: Mapping[str, str] = Field(default_factory=dict, repr=False)
-    backend: TransferBackend = TransferBackend.PVC
     mode: TransferMode = TransferMode.RELAY
-    storage_options: Mapping[str, object] = Field(default_factory=dict)
-    # source_url with the options and credentials, checked once by the wire parser.
-    source: StagedLocation | None = Field(default=None, repr=False)
+
+    @property
+    def backend(self) -> TransferBackend:
+        return self.source.backend
 
 
 class ImportResult(Value):

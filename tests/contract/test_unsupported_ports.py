@@ -8,6 +8,7 @@ from pyrigaud.adapters.staging.registry import staging_by_backend
 from pyrigaud.application.ports.transfer_metrics import UncountedTransfers
 from pyrigaud.application.provider import ProviderUseCases
 from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.fields import SOURCE_URL
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
     CloneRequest,
@@ -18,14 +19,13 @@ from pyrigaud.domain.models import (
     OwnerMark,
     PrepareImageRequest,
     SnapshotRequest,
-    TransferBackend,
 )
 from pyrigaud.entrypoints.container import provider_use_cases
 
 from contract.conftest import harness_of, lacked_ports
 from contract.test_health_contract import claimed_ports
 from support import error_kind
-from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE
+from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE, staged
 
 # Each optional port's RPCs, as the servicer calls them.
 CALLS_BY_PORT = {
@@ -41,11 +41,9 @@ CALLS_BY_PORT = {
         )
     ],
     "disk_transfer": [
-        lambda use: use.export_disk(
-            ExportRequest(vm_id="x", destination_url="pvc://p/x", backend=TransferBackend.PVC)
-        ),
+        lambda use: use.export_disk(ExportRequest(vm_id="x", destination=staged("pvc://p/x"))),
         lambda use: use.import_disk(
-            ImportRequest(source_url="pvc://p/x", target_name="x", backend=TransferBackend.PVC)
+            ImportRequest(source=staged("pvc://p/x", field=SOURCE_URL), target_name="x")
         ),
         lambda use: use.get_disk_info(DiskQuery(vm_id="x")),
     ],

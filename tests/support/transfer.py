@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from returns.result import Result
 
@@ -21,8 +22,16 @@ from pyrigaud.application.ports.staging import StagingStorage
 from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.use_cases.export_disk import ExportDisk
 from pyrigaud.application.use_cases.import_disk import ImportDisk
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import ExportRequest, ExportResult, ImportRequest, ImportResult
+from pyrigaud.domain.models import (
+    ExportRequest,
+    ExportResult,
+    ImportRequest,
+    ImportResult,
+    TransferBackend,
+)
+from pyrigaud.domain.staging import StagedLocation
 from pyrigaud.domain.staging_gate import StagingGate
 from pyrigaud.entrypoints.grpc.wire import parse_export, parse_import
 from pyrigaud.entrypoints.settings import load_settings
@@ -125,3 +134,14 @@ def import_disk(
         transfer_mode="relay",
         storage_options_json=json.dumps(options) if options else "",
     ).bind(moves.import_disk)
+
+
+def staged(
+    url: str, backend: TransferBackend = TransferBackend.PVC, field: str = fields.DESTINATION_URL
+) -> StagedLocation:
+    """A location as if the wire parser had checked `url` (its host the container, its path
+    the key), for a request made by hand that a use case refuses before staging anything."""
+    parts = urlsplit(url)
+    return StagedLocation(
+        backend=backend, field=field, url=url, container=parts.netloc, key=parts.path.lstrip("/")
+    )

@@ -32,6 +32,7 @@ from pyrigaud.entrypoints.grpc.servicer import RpcSpec, method_handlers
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
 
 from support import ManualClock, error_kind, error_of
+from support.transfer import staged
 
 
 def adapter_package(backend: Backend) -> str:
@@ -90,8 +91,8 @@ def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
         use.revert_snapshot("v", "s"),
         use.clone_vm(CloneRequest(source_vm_id="v", target_name="c")),
         use.prepare_image(PrepareImageRequest(source=ImageSource(path="/i"), target_name="i")),
-        use.export_disk(ExportRequest(vm_id="v", destination_url="pvc://p/x")),
-        use.import_disk(ImportRequest(source_url="pvc://p/x")),
+        use.export_disk(ExportRequest(vm_id="v", destination=staged("pvc://p/x"))),
+        use.import_disk(ImportRequest(source=staged("pvc://p/x"))),
         use.get_disk_info(DiskQuery(vm_id="v")),
     )
     assert [error_kind(result) for result in refused] == [ErrorKind.UNSUPPORTED] * len(refused)

@@ -74,7 +74,7 @@ from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 import support.transfer as transfers
 from support import ManualClock, error_kind, error_of, ok
-from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE, disk_moves
+from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE, disk_moves, staged
 
 OWNER = OwnerMark(provider="ns/provider")
 P = TypeVar("P")
@@ -676,7 +676,7 @@ def test_operations_the_backend_lacks_are_unsupported(
     assert error_kind(prepare) is ErrorKind.UNSUPPORTED
     export = ExportDisk(
         served(limited.disk_transfer), staging, capabilities, storage_gate=LOOPBACK_GATE
-    )(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))
+    )(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x")))
     assert error_kind(export) is ErrorKind.UNSUPPORTED
     upgrade = UpgradeHardware(limited.lifecycle, capabilities)(vm_id, 0)
     assert error_kind(upgrade) is ErrorKind.UNSUPPORTED
@@ -714,7 +714,7 @@ def test_export_refuses_unlisted_modes_and_compression(
     export = ExportDisk(
         served(backend.disk_transfer), staging, backend.capabilities, storage_gate=LOOPBACK_GATE
     )
-    compressed = export(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x", compress=True))
+    compressed = export(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x"), compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
     relay_only = ExportDisk(
         served(backend.disk_transfer),
@@ -727,7 +727,7 @@ def test_export_refuses_unlisted_modes_and_compression(
             )
         ),
     )
-    unlisted = relay_only(ExportRequest(vm_id=vm_id, destination_url="pvc://m/x"))
+    unlisted = relay_only(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x")))
     assert error_kind(unlisted) is ErrorKind.UNSUPPORTED
     assert "relay" in error_of(unlisted).message
 
@@ -742,7 +742,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     )
     direct = export(
         ExportRequest(
-            vm_id="any", destination_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT
+            vm_id="any", destination=staged("x://y/z", backend_type), mode=TransferMode.DIRECT
         )
     )
     assert error_kind(direct) is ErrorKind.INVALID_SPEC
@@ -759,7 +759,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
         storage_gate=LOOPBACK_GATE,
     )
     direct_import = importing(
-        ImportRequest(source_url="x://y/z", backend=backend_type, mode=TransferMode.DIRECT)
+        ImportRequest(source=staged("x://y/z", backend_type), mode=TransferMode.DIRECT)
     )
     assert error_kind(direct_import) is ErrorKind.INVALID_SPEC
 

@@ -21,11 +21,9 @@ from pyrigaud.application.use_cases.transfers import (
     UNCOUNTED,
     Watched,
     carried,
-    checked,
     claimed,
     sweep_dead_transfers,
 )
-from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Capabilities, ExportRequest, ExportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
@@ -72,8 +70,7 @@ class ExportDisk:
                     caps.supports_export_compression or not request.compress, "compressed export"
                 )
             )
-            .bind(lambda _: checked(request.destination, fields.DESTINATION_URL))
-            .bind(self._storage_gate.admitted)
+            .bind(lambda _: self._storage_gate.admitted(request.destination))
             .bind(
                 lambda destination: Watched(self._metrics, "export", destination).over(
                     lambda watched: self._export(request, destination, watched)

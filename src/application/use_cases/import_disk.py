@@ -29,7 +29,6 @@ from pyrigaud.application.use_cases.transfers import (
     UNCOUNTED,
     Watched,
     carried,
-    checked,
     claimed,
     sweep_dead_transfers,
 )
@@ -83,8 +82,7 @@ class ImportDisk:
                 backends=caps.supported_import_backends,
                 modes=caps.supported_transfer_modes,
             )
-            .bind(lambda _: checked(request.source, fields.SOURCE_URL))
-            .bind(self._storage_gate.admitted)
+            .bind(lambda _: self._storage_gate.admitted(request.source))
             .bind(
                 lambda source: Watched(self._metrics, "import", source).over(
                     lambda watched: self._import(request, source, watched)

@@ -86,13 +86,6 @@ def claimed(
     )
 
 
-def checked(location: StagedLocation | None, field: str) -> Result[StagedLocation, ProviderError]:
-    """The location the wire parser checked (it always fills it)."""
-    if location is None:
-        return Failure(ProviderError.invalid_spec(field, "was not checked"))
-    return Success(location)
-
-
 def sweep_dead_transfers(
     staging: StagingStorage, location: StagedLocation, older_than_seconds: float
 ) -> None:

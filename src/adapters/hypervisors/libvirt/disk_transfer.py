@@ -206,7 +206,6 @@ class LibvirtDiskTransfer:
         disk = volume_facts(conn, path)
         if disk is None:
             return Failure(ProviderError.not_found(f"no volume at {path!r}"))
-        assert request.destination is not None  # the use case reads only checked requests
         reading = TransferProgress(
             f"export of snapshot {request.snapshot_id!r}, reading the disk", request.destination
         )

@@ -240,7 +240,6 @@ class VSphereDiskTransfer:
     ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
         """qcow2's tables come before its data: the image is built in a scratch file first,
         the whole disk read off the lease meanwhile; its chunks and size."""
-        assert request.destination is not None  # the use case reads only checked requests
         reading = TransferProgress(
             f"export of VM {name!r}, reading from vCenter", request.destination
         )

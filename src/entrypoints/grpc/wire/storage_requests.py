@@ -211,13 +211,9 @@ def parse_export(
             vm_id=vm_id,
             disk_id=disk_id,
             snapshot_id=snapshot_id,
-            destination_url=url,
             format=checked_format,
             compress=compress,
-            credentials=checked_credentials,
-            backend=backend,
             mode=mode,
-            storage_options=options,
             destination=destination,
         )
         for backend in _backend(backend_type, names.BACKEND_TYPE)
@@ -248,16 +244,12 @@ def parse_import(
     """The staged location is checked once here; errors name the wire field or key."""
     return Result.do(
         ImportRequest(
-            source_url=url,
             storage_hint=hint,
             format=checked_format,
             target_name=target_name,  # checked by ImportDisk, which also names a disk without one
             verify_checksum=verify_checksum,
             expected_checksum=checksum,
-            credentials=checked_credentials,
-            backend=backend,
             mode=mode,
-            storage_options=options,
             source=source,
         )
         for backend in _backend(backend_type, names.BACKEND_TYPE)
