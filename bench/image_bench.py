@@ -37,6 +37,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -44,28 +45,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import libvirt
-from migration_bench import (
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from adapter_kit import (
     CHUNK,
     OWNER,
     POOL,
     POOL_PATH,
     URI,
     MiB,
+    PvcFolder,
     bench_pool,
     measured,
-    storages,
     unwrapped,
 )
-from migration_bench import _export as export_through
-from migration_bench import _import as import_through
-from migration_bench import _vm_around as vsphere_vm_around
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, upload_volume, volume_xml
 from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import (
     CreateRequest,
     DiskQuery,
@@ -76,8 +76,9 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from support.transfer import IMAGE_JUDGE, disk_moves, export_disk
-from support.vsphere import backend_over, running_simulator
+from contract.harness import made
+from support.transfer import IMAGE_JUDGE, disk_moves, export_disk, import_disk
+from support.vsphere import SIMULATOR_DATASTORE, backend_over, create_use_case, running_simulator
 
 
 @dataclass
@@ -105,15 +106,12 @@ def timed(action: Callable[[], object]) -> float:
 
 def run(gib: float) -> list[Row]:
     size = int(gib * 1024**3) // CHUNK * CHUNK
-    workdir = Path(tempfile.mkdtemp(prefix="image-bench-", dir="/var/tmp"))
-    conn = libvirt.open(URI)
+    workdir = Path(tempfile.mkdtemp(prefix="pyrigaud-bench-images-", dir="/var/tmp"))
     with ExitStack() as stack:
-        stack.callback(conn.close)
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-        pool = stack.enter_context(bench_pool(conn))
+        conn, pool = stack.enter_context(bench_pool())
         root = workdir / "migration-storage"
-        (place,) = storages(stack, workdir, root, ["pvc"])
-        assert place.folder is not None
+        place = PvcFolder(root)
         raw = workdir / "disk.raw"
         with raw.open("wb") as disk:
             for _ in range(size // CHUNK):
@@ -132,7 +130,7 @@ def run(gib: float) -> list[Row]:
 
 
 def _libvirt(
-    stack: ExitStack, conn: Any, pool: Any, place: Any, staging: Any, raw: Path, size: int
+    stack: ExitStack, conn: Any, pool: Any, place: PvcFolder, staging: Any, raw: Path, size: int
 ) -> list[Row]:
     connection = LibvirtConnection(URI)
     stack.callback(connection.close)
@@ -152,9 +150,10 @@ def _libvirt(
     rows = []
     for staged in ("qcow2", "vmdk"):
         url = place.url(f"in.{staged}")
-        seconds, rss, imported = measured(
-            lambda: import_through(moves, place, url, f"bench-in-{staged}", "")  # noqa: B023
+        staged_import = functools.partial(
+            import_disk, moves, url, target_name=f"bench-in-{staged}", disk_format=staged
         )
+        seconds, rss, imported = measured(lambda: unwrapped(staged_import()))  # noqa: B023
         floor_file = POOL_PATH / f"bench-floor-{staged}.qcow2"
         source = folder / f"in.{staged}"
         convert = ["convert", "-f", staged, "-O", "qcow2", source, floor_file]
@@ -165,11 +164,11 @@ def _libvirt(
     with raw.open("rb") as source:
         upload_volume(conn, base, iter(lambda: source.read(CHUNK), b""))
     request = CreateRequest(
-        name="bench-images",
+        name="pyrigaud-bench-images",
         vm_class=VMClass(cpu=1, memory_mib=256),
         image=VMImage(path=str(base.path()), format="raw"),
     )
-    vm_id = unwrapped(backend.lifecycle.start_create(request, OwnerMark(provider=OWNER))).id
+    vm_id = made(backend.tasks, backend.lifecycle.start_create(request, OwnerMark(provider=OWNER)))
     try:
         snapshot = unwrapped(
             backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="bench"))
@@ -190,9 +189,11 @@ def _libvirt(
     return rows
 
 
-def _vsphere(stack: ExitStack, place: Any, staging: Any) -> list[Row]:
-    simulator = stack.enter_context(running_simulator())
-    backend = backend_over(simulator.session(), defaults=Placement(datastore="LocalDS_0"))
+def _vsphere(stack: ExitStack, place: PvcFolder, staging: Any) -> list[Row]:
+    session = stack.enter_context(running_simulator()).session()
+    stack.callback(session.close)  # before the simulator stops: the inventory feed ends with it
+    placement = Placement(datastore=SIMULATOR_DATASTORE)
+    backend = backend_over(session, defaults=placement, owner=OWNER)
     moves = disk_moves(backend, staging)
     row = functools.partial(Row, "vsphere")
     folder = place.folder
@@ -208,16 +209,17 @@ def _vsphere(stack: ExitStack, place: Any, staging: Any) -> list[Row]:
     imported_path = ""
     for staged in ("qcow2", "vmdk"):
         url = place.url(f"in.{staged}")
-        seconds, rss, imported = measured(
-            lambda: import_through(moves, place, url, f"bench-in-{staged}", "")  # noqa: B023
+        staged_import = functools.partial(
+            import_disk, moves, url, target_name=f"bench-in-{staged}", disk_format=staged
         )
+        seconds, rss, imported = measured(lambda: unwrapped(staged_import()))  # noqa: B023
         imported_path = imported_path or imported.path
         floor = timed(floors[staged])
         rows.append(row(f"import {staged}", seconds, floor, imported.actual_size_bytes, rss / MiB))
-    vm_id = vsphere_vm_around(backend, imported_path)
-    export_through(moves, vm_id, place, place.url("out.vmdk"), "vmdk")
+    vm_id = _vsphere_vm_around(backend, imported_path)
+    unwrapped(export_disk(moves, vm_id, place.url("out.vmdk"), disk_format="vmdk"))
     seconds, rss, exported = measured(
-        lambda: export_through(moves, vm_id, place, place.url("out.qcow2"), "qcow2")
+        lambda: unwrapped(export_disk(moves, vm_id, place.url("out.qcow2"), disk_format="qcow2"))
     )
     floor = timed(
         lambda: qemu_img(
@@ -226,6 +228,16 @@ def _vsphere(stack: ExitStack, place: Any, staging: Any) -> list[Row]:
     )
     rows.append(row("export qcow2", seconds, floor, exported.estimated_size_bytes, rss / MiB))
     return rows
+
+
+def _vsphere_vm_around(backend: Backend, disk_path: str) -> str:
+    """A VM made (the provider's Create, its task awaited) around an imported vmdk."""
+    request = CreateRequest(
+        name="pyrigaud-bench-images",
+        vm_class=VMClass(cpu=1, memory_mib=256),
+        image=VMImage(path=disk_path, format="vmdk"),
+    )
+    return made(backend.tasks, create_use_case(backend, OwnerMark(provider=OWNER))(request))
 
 
 def _virtual_size(path: Path) -> int:
