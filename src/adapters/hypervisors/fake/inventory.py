@@ -18,12 +18,12 @@ class FakeInventory:
     hypervisor: FakeHypervisor
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
-        def describe() -> VMDescription | None:
+        def describe() -> Result[VMDescription | None, ProviderError]:
             vm = self.hypervisor.vms.get(vm_id)
             if vm is None:
-                return None
+                return Success(None)
             running = self.hypervisor.running(vm)
-            return VMDescription(
+            description = VMDescription(
                 power_state=PowerState.ON if running else PowerState.OFF,
                 ips=_guest_addresses(vm, running),
                 console_url=f"vnc://127.0.0.1:{5900 + int(vm.id[-4:], 16) % 1000}"
@@ -31,8 +31,9 @@ class FakeInventory:
                 else "",
                 raw=_raw(vm),
             )
+            return Success(description)
 
-        return self.hypervisor.serve("describe", lambda: Success(describe()))
+        return self.hypervisor.serve("describe", describe)
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
         def info() -> VMInfo | None:
