@@ -18,7 +18,7 @@ from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.staging import StagedLocation
 
 # Re-exported: every caller knows them from models.
-from pyrigaud.domain.staging import TransferBackend as TransferBackend  # noqa: PLC0414
+from pyrigaud.domain.staging import StagingType as StagingType  # noqa: PLC0414
 from pyrigaud.domain.values import Value as Value  # noqa: PLC0414
 
 
@@ -318,8 +318,8 @@ class ExportRequest(Value):
     mode: TransferMode = TransferMode.RELAY
 
     @property
-    def backend(self) -> TransferBackend:
-        return self.destination.backend
+    def staging_type(self) -> StagingType:
+        return self.destination.staging_type
 
 
 class ExportResult(Value):
@@ -341,8 +341,8 @@ class ImportRequest(Value):
     mode: TransferMode = TransferMode.RELAY
 
     @property
-    def backend(self) -> TransferBackend:
-        return self.source.backend
+    def staging_type(self) -> StagingType:
+        return self.source.staging_type
 
 
 class ImportResult(Value):

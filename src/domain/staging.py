@@ -27,8 +27,10 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.values import Value
 
 
-class TransferBackend(StrEnum):
-    """Where a migrating disk is staged (`backend_type`)."""
+class StagingType(StrEnum):
+    """Where a migrating disk is staged: the manager's `backend_type` (its VMMigration's
+    spec.storage.type). Called a type here so that "backend" names one thing only, the
+    hypervisor a provider serves."""
 
     PVC = "pvc"
     NFS = "nfs"
@@ -93,7 +95,7 @@ class StagedLocation(Value):
     `container` is the PVC name, the bucket or the NFS export; `key` is the object's path
     inside it (relative: no leading '/')."""
 
-    backend: TransferBackend
+    staging_type: StagingType
     field: str
     url: str
     container: str
@@ -118,28 +120,28 @@ class StagedLocation(Value):
 def parse_staged_location(
     field: str,
     url: str,
-    backend: TransferBackend,
+    staging_type: StagingType,
     options: Mapping[str, object],
     credentials: Mapping[str, str],
 ) -> Result[StagedLocation, ProviderError]:
-    """The location `url` (the request's `field`) names on `backend`, or the first problem."""
+    """The location `url` (the request's `field`) names on `staging_type`, or the first problem."""
     try:
         parts = urlsplit(url)
     except ValueError:  # an unbalanced IPv6 bracket
-        return _invalid(field, f"must be {_SHAPES[backend]}")
-    if parts.scheme.lower() != backend.value:
+        return _invalid(field, f"must be {_SHAPES[staging_type]}")
+    if parts.scheme.lower() != staging_type.value:
         return _invalid(
-            field, f"must be a {backend.value}:// URL for backend_type {backend.value!r}"
+            field, f"must be a {staging_type.value}:// URL for backend_type {staging_type.value!r}"
         )
     if "@" in parts.netloc:
         return _invalid(field, "must not carry credentials")  # never echoed: it may hold some
-    if parts.fragment or (parts.query and backend is not TransferBackend.NFS):
-        return _invalid(field, f"must be {_SHAPES[backend]}")
+    if parts.fragment or (parts.query and staging_type is not StagingType.NFS):
+        return _invalid(field, f"must be {_SHAPES[staging_type]}")
 
     def located(checked: StagingOptions) -> Result[StagedLocation, ProviderError]:
-        if backend is TransferBackend.PVC:
+        if staging_type is StagingType.PVC:
             return _pvc(field, url, parts.netloc, parts.path, checked)
-        if backend is TransferBackend.S3:
+        if staging_type is StagingType.S3:
             return _s3(
                 field=field,
                 url=url,
@@ -157,11 +159,11 @@ def parse_staged_location(
             options=checked,
         )
 
-    return _options(options, backend).bind(located)
+    return _options(options, staging_type).bind(located)
 
 
 def parse_staging_place(
-    backend: TransferBackend, options: Mapping[str, object], credentials: Mapping[str, str]
+    staging_type: StagingType, options: Mapping[str, object], credentials: Mapping[str, str]
 ) -> Result[StagedLocation, ProviderError]:
     """The folder where the manager stages every migration's objects for these storage options
     (its URL up to the migration's own part), as the location of an object in it: what a sweep
@@ -170,18 +172,18 @@ def parse_staging_place(
     where the manager's flat names of every migration lie. A PVC is no place to name: every
     mounted one is swept already."""
     return (
-        _options(options, backend)
-        .bind(lambda checked: _place_url(backend, checked))
-        .bind(lambda url: parse_staged_location(OPTIONS, url, backend, options, credentials))
+        _options(options, staging_type)
+        .bind(lambda checked: _place_url(staging_type, checked))
+        .bind(lambda url: parse_staged_location(OPTIONS, url, staging_type, options, credentials))
     )
 
 
-def _place_url(backend: TransferBackend, checked: StagingOptions) -> Result[str, ProviderError]:
-    if backend is TransferBackend.S3:
+def _place_url(staging_type: StagingType, checked: StagingOptions) -> Result[str, ProviderError]:
+    if staging_type is StagingType.S3:
         prefix = checked.prefix.strip("/")
         folder = f"{prefix}/{MIGRATIONS_FOLDER}" if prefix else MIGRATIONS_FOLDER
         return Success(f"s3://{checked.bucket}/{folder}/{_PLACE_NAME}")
-    if backend is TransferBackend.NFS:
+    if staging_type is StagingType.NFS:
         for key in ("server", "export"):
             if not getattr(checked, key):
                 return _invalid(f"{OPTIONS}.{key}", "required for backend_type 'nfs'")
@@ -195,9 +197,9 @@ def _place_url(backend: TransferBackend, checked: StagingOptions) -> Result[str,
 _PLACE_NAME = "*"
 
 _SHAPES = {
-    TransferBackend.PVC: "pvc://<pvc>/<path>, without query or fragment",
-    TransferBackend.S3: "s3://<bucket>/<key>, without query or fragment",
-    TransferBackend.NFS: "nfs://<server><export>/<file>[?gid=G&uid=U]",
+    StagingType.PVC: "pvc://<pvc>/<path>, without query or fragment",
+    StagingType.S3: "s3://<bucket>/<key>, without query or fragment",
+    StagingType.NFS: "nfs://<server><export>/<file>[?gid=G&uid=U]",
 }
 
 
@@ -208,7 +210,7 @@ def _pvc(
         return _invalid(field, "the part after pvc:// must be a PVC name")
     return _relative_path(field, path.removeprefix("/")).map(
         lambda key: StagedLocation(
-            backend=TransferBackend.PVC,
+            staging_type=StagingType.PVC,
             field=field,
             url=url,
             container=pvc,
@@ -236,7 +238,7 @@ def _s3(
         return _invalid(field, "must name an object key of 1 to 1024 bytes, not a folder")
     return _s3_credentials(credentials).map(
         lambda checked: StagedLocation(
-            backend=TransferBackend.S3,
+            staging_type=StagingType.S3,
             field=field,
             url=url,
             container=options.bucket,
@@ -275,7 +277,7 @@ def _nfs(
 
     def located(key: str, uid: int | None, gid: int | None) -> StagedLocation:
         return StagedLocation(
-            backend=TransferBackend.NFS,
+            staging_type=StagingType.NFS,
             field=field,
             url=url,
             container=export or "/",
@@ -322,7 +324,7 @@ def _relative_path(field: str, path: str) -> Result[str, ProviderError]:
 
 
 def _options(
-    options: Mapping[str, object], backend: TransferBackend
+    options: Mapping[str, object], staging_type: StagingType
 ) -> Result[StagingOptions, ProviderError]:
     """The typed options; unknown keys are ignored, as Go's decoder does."""
     values: dict[str, object] = {}
@@ -334,8 +336,8 @@ def _options(
             return _invalid(f"{OPTIONS}.{key}", "must be a string")
         values[key] = value.strip()
     declared = options.get("backend")
-    if isinstance(declared, str) and declared.strip() and declared.strip() != backend.value:
-        return _invalid(f"{OPTIONS}.backend", f"does not match backend_type {backend.value!r}")
+    if isinstance(declared, str) and declared.strip() and declared.strip() != staging_type.value:
+        return _invalid(f"{OPTIONS}.backend", f"does not match backend_type {staging_type.value!r}")
     values["region"] = values.get("region") or DEFAULT_REGION
     match _endpoint(str(values.get("endpoint", ""))):
         case Failure(error):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.ports.image_judge import ImageJudge
-from pyrigaud.application.ports.staging import StagingBackends
+from pyrigaud.application.ports.staging import StagingStores
 from pyrigaud.domain.models import Placement
 from pyrigaud.entrypoints.metrics import Metrics
 
@@ -30,7 +30,7 @@ class BackendServices:
     clock: Clock
     credentials: Callable[[], Credentials]
     metrics: Metrics
-    staging: StagingBackends  # where ExportDisk/ImportDisk stage disks (what to advertise)
+    staging: StagingStores  # where ExportDisk/ImportDisk stage disks (what to advertise)
     image_judge: ImageJudge  # judges every untrusted image before a byte is stored
 
 
@@ -76,7 +76,7 @@ def _libvirt(settings: Settings, services: BackendServices) -> Backend:
         pools=PoolSettings(default_pool=settings.default_datastore or "default"),
         allow_loopback_urls=settings.image_url_allow_loopback,
         image_judge=services.image_judge,
-        staging_backends=services.staging.backends,
+        staging_types=services.staging.types,
         transfer_owner=settings.owner_mark,
         scratch_dir=_scratch_dir(settings),
     )
@@ -106,7 +106,7 @@ def _vsphere(settings: Settings, services: BackendServices) -> Backend:
         allow_loopback_urls=settings.image_url_allow_loopback,
         on_resync=services.metrics.inventory_resyncs.labels("vsphere").inc,
         on_call=services.metrics.hypervisor_round_trips.labels("vsphere").inc,
-        staging_backends=services.staging.backends,
+        staging_types=services.staging.types,
         owner=settings.owner_mark,
         image_judge=services.image_judge,
         scratch_dir=_scratch_dir(settings),

@@ -24,13 +24,13 @@ from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
-from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
+from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.image_judge import ImageJudge
-from pyrigaud.application.ports.staging import StagingBackends, StagingStorage
+from pyrigaud.application.ports.staging import StagingStorage, StagingStores
 from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import TransferMetrics
 from pyrigaud.application.provider import ProviderUseCases, Unsupported
@@ -156,7 +156,7 @@ def kubernetes_credentials(secret: str, provider_namespace: str, metrics: Metric
     return kubernetes_secret_credentials(secret, provider_namespace, on_reload)
 
 
-def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingBackends:
+def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingStores:
     """Where ExportDisk/ImportDisk stage disks (the mounted PVCs, S3 and NFS as installed),
     and the places the leftover sweep visits besides the PVCs, their credentials read from
     their mounted Secret at each visit; its deferred aborts counted."""
@@ -170,7 +170,7 @@ def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingBac
         )
         for place in settings.staging_sweep_places
     ]
-    staging = staging_by_backend(
+    staging = staging_by_type(
         settings.owner_mark,
         clock,
         str(settings.migration_storage_root),

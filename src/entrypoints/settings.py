@@ -30,7 +30,7 @@ from returns.result import Failure
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
 from pyrigaud.domain.bounds import MAX_DISK_GIB
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.staging import OPTIONS, TransferBackend, parse_staging_place
+from pyrigaud.domain.staging import OPTIONS, StagingType, parse_staging_place
 from pyrigaud.domain.staging_gate import StagingGate
 from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
 
@@ -52,13 +52,13 @@ class StagingPlaceSetting(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    backend_type: TransferBackend = Field(alias="backendType")
+    backend_type: StagingType = Field(alias="backendType")
     storage_options: dict[str, object] = Field(default_factory=dict, alias="storageOptions")
     credentials_dir: Path | None = Field(None, alias="credentialsDir")
 
     @model_validator(mode="after")
     def _a_place_to_sweep(self) -> StagingPlaceSetting:
-        needs_credentials = self.backend_type is TransferBackend.S3
+        needs_credentials = self.backend_type is StagingType.S3
         if needs_credentials != (self.credentials_dir is not None):
             raise ValueError("credentialsDir: required for s3, and only for s3")
         # Stand-in credentials: the real ones are read from the directory at each sweep.

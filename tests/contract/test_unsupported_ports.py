@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.adapters.staging.registry import staging_by_type
 from pyrigaud.application.ports.transfer_metrics import UncountedTransfers
 from pyrigaud.application.provider import ProviderUseCases
 from pyrigaud.domain.errors import ErrorKind
@@ -61,7 +61,7 @@ def test_a_lacked_port_is_unsupported_and_unclaimed(
             harness.backend,
             harness.clock,
             harness.ownership(owner),
-            staging=staging_by_backend(owner.provider, harness.clock),
+            staging=staging_by_type(owner.provider, harness.clock),
             judge=IMAGE_JUDGE,
             leftovers=LeftoverPolicy(owner=owner),
             transfer_metrics=UncountedTransfers(),

@@ -85,7 +85,7 @@ def libvirt_test_backend(
         pools=pools or PoolSettings(),
         allow_loopback_urls=allow_loopback_urls,
         image_judge=IMAGE_JUDGE,
-        staging_backends=REACHABLE_STAGING,
+        staging_types=REACHABLE_STAGING,
         transfer_owner=owner,
         volume_writer=volume_writer,
     )

@@ -43,7 +43,7 @@ from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.application.ports.staging import StagingStorage
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location
 
 from support import ok
@@ -389,7 +389,7 @@ CHUNK_BYTES = 256 * 1024
 class StagingCase:
     """A backend's adapter, how to name an object on it, and what is really on the storage."""
 
-    backend: TransferBackend
+    backend: StagingType
     storage: StagingStorage
     locate: Callable[[str], StagedLocation]
     stored: Callable[[StagedLocation], bytes | None]  # read past the adapter
@@ -432,7 +432,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
 
     def locate(name: str) -> StagedLocation:
         url = f"pvc://mig-pvc/vmmigrations/ns/{migration}/{name}"
-        return ok(parse_staged_location("destination_url", url, TransferBackend.PVC, {}, {}))
+        return ok(parse_staged_location("destination_url", url, StagingType.PVC, {}, {}))
 
     def stored(location: StagedLocation) -> bytes | None:
         path = root / location.container / location.key
@@ -444,7 +444,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
     def adapter(owner: str) -> PvcStaging:
         return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES)
 
-    return StagingCase(TransferBackend.PVC, adapter(OWNER), locate, stored, leftovers, adapter)
+    return StagingCase(StagingType.PVC, adapter(OWNER), locate, stored, leftovers, adapter)
 
 
 def s3_case(server: S3Server, migration: str) -> StagingCase:
@@ -456,7 +456,7 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
             parse_staged_location(
                 "destination_url",
                 url,
-                TransferBackend.S3,
+                StagingType.S3,
                 s3_options(server),
                 s3_credentials(server),
             )
@@ -481,16 +481,14 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
     def adapter(owner: str) -> S3Staging:
         return S3Staging(owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES)
 
-    return StagingCase(TransferBackend.S3, adapter(OWNER), locate, stored, leftovers, adapter)
+    return StagingCase(StagingType.S3, adapter(OWNER), locate, stored, leftovers, adapter)
 
 
 def nfs_case(server: NfsServer, migration: str) -> StagingCase:
     def locate(name: str) -> StagedLocation:
         url = f"nfs://{server.server}{server.export}/vmmigrations-ns-{migration}-{name}"
         return ok(
-            parse_staged_location(
-                "destination_url", url, TransferBackend.NFS, nfs_options(server), {}
-            )
+            parse_staged_location("destination_url", url, StagingType.NFS, nfs_options(server), {})
         )
 
     def stored(location: StagedLocation) -> bytes | None:
@@ -507,7 +505,7 @@ def nfs_case(server: NfsServer, migration: str) -> StagingCase:
     def adapter(owner: str) -> NfsStaging:
         return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES)
 
-    return StagingCase(TransferBackend.NFS, adapter(OWNER), locate, stored, leftovers, adapter)
+    return StagingCase(StagingType.NFS, adapter(OWNER), locate, stored, leftovers, adapter)
 
 
 def manager_s3_options(server: S3Server, prefix: str = "") -> tuple[str, dict[str, str]]:

@@ -15,7 +15,7 @@ from returns.result import Result
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
-from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.adapters.staging.registry import staging_by_type
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.staging import StagingStorage
@@ -29,7 +29,7 @@ from pyrigaud.domain.models import (
     ExportResult,
     ImportRequest,
     ImportResult,
-    TransferBackend,
+    StagingType,
 )
 from pyrigaud.domain.staging import StagedLocation
 from pyrigaud.domain.staging_gate import StagingGate
@@ -46,7 +46,7 @@ LOOPBACK_GATE = ResolvingGate(StagingGate(allow_loopback=True))
 # their own budget).
 STAGING_RETRY_SECONDS = 1.0
 # Where this machine can stage disks (S3 needs boto3, NFS libnfs): what backends advertise.
-REACHABLE_STAGING = staging_by_backend(TRANSFER_OWNER, SystemClock()).backends
+REACHABLE_STAGING = staging_by_type(TRANSFER_OWNER, SystemClock()).types
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def disk_moves(
     disks = backend.disk_transfer
     assert disks is not None, "this backend has no disk transfer"
     if isinstance(staging, Path):
-        staging = staging_by_backend(
+        staging = staging_by_type(
             owner, SystemClock(), str(staging), retry_seconds=STAGING_RETRY_SECONDS
         )
     claimed = capabilities or backend.capabilities
@@ -137,11 +137,15 @@ def import_disk(
 
 
 def staged(
-    url: str, backend: TransferBackend = TransferBackend.PVC, field: str = fields.DESTINATION_URL
+    url: str, staging_type: StagingType = StagingType.PVC, field: str = fields.DESTINATION_URL
 ) -> StagedLocation:
     """A location as if the wire parser had checked `url` (its host the container, its path
     the key), for a request made by hand that a use case refuses before staging anything."""
     parts = urlsplit(url)
     return StagedLocation(
-        backend=backend, field=field, url=url, container=parts.netloc, key=parts.path.lstrip("/")
+        staging_type=staging_type,
+        field=field,
+        url=url,
+        container=parts.netloc,
+        key=parts.path.lstrip("/"),
     )

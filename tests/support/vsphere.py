@@ -73,7 +73,7 @@ def backend_over(
         defaults=defaults or Placement(),
         clock=clock or SystemClock(),
         on_resync=on_resync,
-        staging_backends=REACHABLE_STAGING,
+        staging_types=REACHABLE_STAGING,
         owner=owner,
         image_judge=IMAGE_JUDGE,
     )

@@ -345,7 +345,7 @@ def test_disk_transfer_requests_are_checked() -> None:
             destination_url="pvc://mig/vm.qcow2", disk_format="", backend_type="", **common
         )
     )  # type: ignore[arg-type]
-    assert (export.format, export.backend.value, export.mode.value) == ("qcow2", "pvc", "relay")
+    assert (export.format, export.staging_type, export.mode.value) == ("qcow2", "pvc", "relay")
     wrong_scheme = payloads.parse_export(
         destination_url="s3://b/k", disk_format="", backend_type="pvc", **common
     )  # type: ignore[arg-type]

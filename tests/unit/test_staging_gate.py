@@ -15,7 +15,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
-from pyrigaud.domain.staging import StagedLocation, TransferBackend, parse_staged_location
+from pyrigaud.domain.staging import StagedLocation, StagingType, parse_staged_location
 from pyrigaud.domain.staging_gate import StagingGate
 
 import support.transfer as transfers
@@ -65,8 +65,8 @@ def test_an_allow_list_keeps_every_other_address_out() -> None:
     assert gate.refusal("169.254.169.254") is not None  # never, list or not
 
 
-def _location(backend: TransferBackend, url: str, options: dict[str, object]) -> StagedLocation:
-    credentials = CREDENTIALS if backend is TransferBackend.S3 else {}
+def _location(backend: StagingType, url: str, options: dict[str, object]) -> StagedLocation:
+    credentials = CREDENTIALS if backend is StagingType.S3 else {}
     return ok(parse_staged_location("destination_url", url, backend, options, credentials))
 
 
@@ -74,19 +74,19 @@ def _location(backend: TransferBackend, url: str, options: dict[str, object]) ->
     ("backend", "url", "options", "field"),
     [
         (
-            TransferBackend.S3,
+            StagingType.S3,
             "s3://mig/x.qcow2",
             {"bucket": "mig", "endpoint": "http://169.254.169.254"},
             "storage_options_json.endpoint",
         ),
         (
-            TransferBackend.S3,
+            StagingType.S3,
             "s3://mig/x.qcow2",
             {"bucket": "mig", "endpoint": "https://localhost:9000"},
             "storage_options_json.endpoint",
         ),
         (
-            TransferBackend.NFS,
+            StagingType.NFS,
             "nfs://127.0.0.1/export/x.qcow2",
             {"server": "127.0.0.1", "export": "/export"},
             "storage_options_json.server",
@@ -94,7 +94,7 @@ def _location(backend: TransferBackend, url: str, options: dict[str, object]) ->
     ],
 )
 def test_a_refused_store_is_permission_denied_naming_the_option(
-    backend: TransferBackend, url: str, options: dict[str, object], field: str
+    backend: StagingType, url: str, options: dict[str, object], field: str
 ) -> None:
     refused = error_of(ResolvingGate(StagingGate()).admitted(_location(backend, url, options)))
     assert refused.kind is ErrorKind.PERMISSION_DENIED
@@ -105,10 +105,10 @@ def test_a_refused_store_is_permission_denied_naming_the_option(
 def test_an_admitted_store_is_pinned_to_the_address_that_was_checked() -> None:
     gate = ResolvingGate(StagingGate(allow_loopback=True))
     s3 = _location(
-        TransferBackend.S3, "s3://mig/x", {"bucket": "mig", "endpoint": "http://localhost:9000"}
+        StagingType.S3, "s3://mig/x", {"bucket": "mig", "endpoint": "http://localhost:9000"}
     )
     assert ok(gate.admitted(s3)).address == "127.0.0.1"  # IPv4 first, where a name has both
-    pvc = _location(TransferBackend.PVC, "pvc://mig/x", {})
+    pvc = _location(StagingType.PVC, "pvc://mig/x", {})
     assert ok(gate.admitted(pvc)) == pvc  # a mounted folder: nothing to reach
 
 

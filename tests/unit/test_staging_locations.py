@@ -6,7 +6,7 @@ import pytest
 from returns.result import Result
 
 from pyrigaud.domain.errors import ErrorKind, ProviderError
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location, parse_staging_place
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
@@ -45,7 +45,7 @@ def s3(
     return parse_staged_location(
         "destination_url",
         url,
-        TransferBackend.S3,
+        StagingType.S3,
         S3_OPTIONS if options is None else options,
         credentials,
     )
@@ -55,7 +55,7 @@ def nfs(
     url: str = NFS_URL, options: dict[str, object] | None = None
 ) -> Result[StagedLocation, ProviderError]:
     return parse_staged_location(
-        "source_url", url, TransferBackend.NFS, NFS_OPTIONS if options is None else options, {}
+        "source_url", url, StagingType.NFS, NFS_OPTIONS if options is None else options, {}
     )
 
 
@@ -66,7 +66,7 @@ def invalid_field(result: Result[StagedLocation, ProviderError]) -> str:
 
 
 def test_a_pvc_url_names_a_file_inside_its_pvc() -> None:
-    location = ok(parse_staged_location("destination_url", PVC_URL, TransferBackend.PVC, {}, {}))
+    location = ok(parse_staged_location("destination_url", PVC_URL, StagingType.PVC, {}, {}))
     assert (location.container, location.key) == ("mig-pvc", "vmmigrations/ns/m1/export.qcow2")
     assert (location.parent, location.name) == ("vmmigrations/ns/m1", "export.qcow2")
 
@@ -85,7 +85,7 @@ def test_a_pvc_url_names_a_file_inside_its_pvc() -> None:
     ],
 )
 def test_a_malformed_pvc_url_names_the_field(url: str) -> None:
-    result = parse_staged_location("destination_url", url, TransferBackend.PVC, {}, {})
+    result = parse_staged_location("destination_url", url, StagingType.PVC, {}, {})
     assert invalid_field(result) == "destination_url"
     assert "pw" not in error_of(result).message
 
@@ -217,22 +217,22 @@ def test_a_temporary_name_fits_a_file_system_name_whatever_the_final_name() -> N
 @pytest.mark.parametrize(
     ("backend", "options", "folder", "migration_url"),
     [
-        (TransferBackend.S3, S3_OPTIONS, ("mig", "lab/vmmigrations"), S3_URL),
+        (StagingType.S3, S3_OPTIONS, ("mig", "lab/vmmigrations"), S3_URL),
         (
-            TransferBackend.S3,
+            StagingType.S3,
             {**S3_OPTIONS, "prefix": "/a/b/"},
             ("mig", "a/b/vmmigrations"),
             "s3://mig/a/b/vmmigrations/ns/m1/export.vmdk",
         ),
         (
-            TransferBackend.S3,
+            StagingType.S3,
             {**S3_OPTIONS, "prefix": ""},
             ("mig", "vmmigrations"),
             "s3://mig/vmmigrations/ns/m1/export.vmdk",
         ),
-        (TransferBackend.NFS, NFS_OPTIONS, ("/export/migrations", "vr"), NFS_URL),
+        (StagingType.NFS, NFS_OPTIONS, ("/export/migrations", "vr"), NFS_URL),
         (
-            TransferBackend.NFS,
+            StagingType.NFS,
             {**NFS_OPTIONS, "path": ""},
             ("/export/migrations", ""),
             "nfs://10.0.0.5/export/migrations/vmmigrations-ns-m1-export.qcow2",
@@ -240,39 +240,39 @@ def test_a_temporary_name_fits_a_file_system_name_whatever_the_final_name() -> N
     ],
 )
 def test_a_staging_place_is_the_folder_the_manager_stages_every_migration_under(
-    backend: TransferBackend,
+    backend: StagingType,
     options: dict[str, object],
     folder: tuple[str, str],
     migration_url: str,
 ) -> None:
-    credentials = CREDENTIALS if backend is TransferBackend.S3 else {}
+    credentials = CREDENTIALS if backend is StagingType.S3 else {}
     place = ok(parse_staging_place(backend, options, credentials))
     assert (place.container, place.parent) == folder
     # What the manager stages for a migration lies in that folder (NFS) or below it (S3).
     staged = ok(parse_staged_location("source_url", migration_url, backend, options, credentials))
     assert staged.container == place.container
     below = staged.parent.startswith(f"{place.parent}/")
-    assert staged.parent == place.parent if backend is TransferBackend.NFS else below
+    assert staged.parent == place.parent if backend is StagingType.NFS else below
 
 
 @pytest.mark.parametrize(
     ("backend", "options", "credentials", "named"),
     [
         (
-            TransferBackend.S3,
+            StagingType.S3,
             {**S3_OPTIONS, "bucket": ""},
             CREDENTIALS,
             "storage_options_json.bucket",
         ),
-        (TransferBackend.S3, S3_OPTIONS, {}, "credentials.accessKeyID"),
-        (TransferBackend.NFS, {**NFS_OPTIONS, "server": ""}, {}, "storage_options_json.server"),
-        (TransferBackend.NFS, {**NFS_OPTIONS, "export": ""}, {}, "storage_options_json.export"),
-        (TransferBackend.NFS, {**NFS_OPTIONS, "path": "../up"}, {}, "storage_options_json"),
-        (TransferBackend.PVC, {}, {}, "backend_type"),
+        (StagingType.S3, S3_OPTIONS, {}, "credentials.accessKeyID"),
+        (StagingType.NFS, {**NFS_OPTIONS, "server": ""}, {}, "storage_options_json.server"),
+        (StagingType.NFS, {**NFS_OPTIONS, "export": ""}, {}, "storage_options_json.export"),
+        (StagingType.NFS, {**NFS_OPTIONS, "path": "../up"}, {}, "storage_options_json"),
+        (StagingType.PVC, {}, {}, "backend_type"),
     ],
 )
 def test_a_staging_place_that_cannot_be_swept_names_the_key(
-    backend: TransferBackend,
+    backend: StagingType,
     options: dict[str, object],
     credentials: dict[str, str],
     named: str,

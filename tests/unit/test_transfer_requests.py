@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.entrypoints.grpc.wire import parse_export, parse_import
 
 from support import error_of, ok
@@ -71,8 +71,8 @@ def test_the_managers_s3_export_carries_its_checked_location() -> None:
 
     location = request.destination
     assert location is not None
-    assert (location.backend, location.container, location.key) == (
-        TransferBackend.S3,
+    assert (location.staging_type, location.container, location.key) == (
+        StagingType.S3,
         "mig",
         "lab/vmmigrations/ns/m/export.vmdk",
     )

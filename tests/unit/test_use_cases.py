@@ -15,7 +15,7 @@ from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
-from pyrigaud.adapters.staging.registry import staging_by_backend
+from pyrigaud.adapters.staging.registry import staging_by_type
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import (
@@ -24,7 +24,7 @@ from pyrigaud.application.ownership import (
     OwnershipRule,
 )
 from pyrigaud.application.ports import VMLifecycle
-from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingBackends
+from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStores
 from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
@@ -61,7 +61,7 @@ from pyrigaud.domain.models import (
     PrepareImageRequest,
     SecurityProfile,
     SnapshotRequest,
-    TransferBackend,
+    StagingType,
     TransferMode,
     VMChanges,
     VMClass,
@@ -96,10 +96,10 @@ def backend(fake: FakeHypervisor) -> Backend:
 
 
 @pytest.fixture
-def staging(tmp_path: Path, clock: ManualClock) -> StagingBackends:
+def staging(tmp_path: Path, clock: ManualClock) -> StagingStores:
     """Staging on PVC `m`, mounted under a temporary root."""
     (tmp_path / "m").mkdir()
-    return staging_by_backend("tests/unit", clock, str(tmp_path))
+    return staging_by_type("tests/unit", clock, str(tmp_path))
 
 
 def served(port: P | None) -> P:
@@ -644,7 +644,7 @@ def test_snapshot_delete_and_revert_finish_within_the_call(backend: Backend) -> 
 
 
 def test_operations_the_backend_lacks_are_unsupported(
-    clock: ManualClock, staging: StagingBackends
+    clock: ManualClock, staging: StagingStores
 ) -> None:
     limited = fake_backend(
         FakeHypervisor(
@@ -700,7 +700,7 @@ def test_memory_snapshots_downgrade_to_disk_only_where_unsupported(clock: Manual
 
 
 def test_export_refuses_unlisted_modes_and_compression(
-    clock: ManualClock, staging: StagingBackends
+    clock: ManualClock, staging: StagingStores
 ) -> None:
     backend = fake_backend(
         FakeHypervisor(
@@ -732,9 +732,9 @@ def test_export_refuses_unlisted_modes_and_compression(
     assert "relay" in error_of(unlisted).message
 
 
-@pytest.mark.parametrize("backend_type", [TransferBackend.PVC, TransferBackend.S3])
+@pytest.mark.parametrize("backend_type", [StagingType.PVC, StagingType.S3])
 def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
-    backend: Backend, backend_type: TransferBackend, staging: StagingBackends
+    backend: Backend, backend_type: StagingType, staging: StagingStores
 ) -> None:
     """The manager's own rule: only NFS can be reached by the hypervisor itself."""
     export = ExportDisk(
@@ -830,7 +830,7 @@ class RecordedTransfers:
 
 
 def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
-    backend: Backend, staging: StagingBackends
+    backend: Backend, staging: StagingStores
 ) -> None:
     vm_id = create(backend)
     metrics = RecordedTransfers()
@@ -864,7 +864,7 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
 
 
 def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(
-    backend: Backend, staging: StagingBackends, caplog: pytest.LogCaptureFixture
+    backend: Backend, staging: StagingStores, caplog: pytest.LogCaptureFixture
 ) -> None:
     vm_id = create(backend, "two-disks", disks=(DiskSpec(size_gib=1),))
     metrics = RecordedTransfers()
@@ -883,7 +883,7 @@ def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(
 
 
 def test_verify_checksum_without_an_expected_one_imports_and_answers_the_checksum(
-    backend: Backend, staging: StagingBackends
+    backend: Backend, staging: StagingStores
 ) -> None:
     """What the manager sends after an upstream export that returned no checksum."""
     moves = disk_moves(backend, staging)
@@ -904,7 +904,7 @@ def test_verify_checksum_without_an_expected_one_imports_and_answers_the_checksu
     ],
 )
 def test_the_imported_disks_name_is_checked_once_by_the_import(
-    backend: Backend, staging: StagingBackends, staged: str, target_name: str, details: str
+    backend: Backend, staging: StagingStores, staged: str, target_name: str, details: str
 ) -> None:
     """Given or taken from the staged object, one check (no backend checks it again), its
     message as the wire's parser used to give it; a derived name says where it came from."""
@@ -918,7 +918,7 @@ def test_the_imported_disks_name_is_checked_once_by_the_import(
 
 
 def test_a_relay_export_as_the_manager_sends_it_works(
-    backend: Backend, staging: StagingBackends
+    backend: Backend, staging: StagingStores
 ) -> None:
     vm_id = create(backend)
     exported = transfers.export_disk(disk_moves(backend, staging), vm_id, "pvc://m/x.qcow2")
@@ -936,7 +936,7 @@ def test_clone_is_idempotent_by_target_name(fake: FakeHypervisor, backend: Backe
 
 
 def test_a_migration_on_the_fake_agrees_on_checksums_and_retries_answer_the_same(
-    backend: Backend, staging: StagingBackends
+    backend: Backend, staging: StagingStores
 ) -> None:
     """The manager's sequence through the wire parsers and the use cases, on the fake."""
     vm_id = create(backend)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from returns.result import Failure, Result, Success
 
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import OPTIONS, StagedLocation, TransferBackend
+from pyrigaud.domain.staging import OPTIONS, StagedLocation, StagingType
 from pyrigaud.domain.staging_gate import StagingGate
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -56,9 +56,9 @@ class ResolvingGate:
 def _reached(location: StagedLocation) -> tuple[str, str, int] | None:
     """The request field naming the host a location's connections go to, the host, its port."""
     options = location.options
-    if location.backend is TransferBackend.NFS:
+    if location.staging_type is StagingType.NFS:
         return f"{OPTIONS}.server", options.server.strip("[]"), NFS_PORT
-    if location.backend is TransferBackend.S3 and options.endpoint:
+    if location.staging_type is StagingType.S3 and options.endpoint:
         parts = urlsplit(options.endpoint)
         host = parts.hostname or ""
         return f"{OPTIONS}.endpoint", host, parts.port or DEFAULT_PORTS[parts.scheme]

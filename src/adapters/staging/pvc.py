@@ -20,7 +20,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation, TransferBackend
+from pyrigaud.domain.staging import StagedDigest, StagedLocation, StagingType
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 MIGRATION_STORAGE_ROOT = "/mnt/migration-storage"
@@ -110,7 +110,7 @@ class PvcStaging:
         removed = 0
         for name in mounts:
             location = StagedLocation(
-                backend=TransferBackend.PVC,
+                staging_type=StagingType.PVC,
                 field="sweep",
                 url=f"pvc://{name}/",
                 container=name,

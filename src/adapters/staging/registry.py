@@ -1,7 +1,7 @@
-"""One StagingStorage for every backend: each location goes to the adapter of its backend.
+"""One StagingStorage for every staging type: each location goes to the adapter of its type.
 
-`staging_by_backend` builds the set this machine can serve: S3 needs the `s3` extra (boto3),
-NFS needs libnfs (Debian 12's libnfs13 or Debian 13's libnfs14); a backend without them is
+`staging_by_type` builds the set this machine can serve: S3 needs the `s3` extra (boto3),
+NFS needs libnfs (Debian 12's libnfs13 or Debian 13's libnfs14); a type without them is
 left out, so it answers UNSUPPORTED and is not advertised. The sweep with no request in hand
 visits every mounted PVC and the staging places the operator named (S3 buckets and NFS exports
 are otherwise known only from requests).
@@ -22,27 +22,27 @@ from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT, PvcStaging
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staging_place
 
 
 @dataclass(frozen=True)
 class StagingPlace:
-    """A staging place the sweep visits with no request naming it: the manager's backend and
-    storage options for it, and its credentials, read at each visit (a mounted Secret may
-    have changed since)."""
+    """A staging place the sweep visits with no request naming it: the manager's staging type
+    (backend_type) and storage options for it, and its credentials, read at each visit (a
+    mounted Secret may have changed since)."""
 
-    backend: TransferBackend
+    staging_type: StagingType
     options: Mapping[str, object]
     credentials: Callable[[], Mapping[str, str]] = field(default=dict)
 
 
-class StagingByBackend:
-    """Dispatch by `location.backend`; a backend without an adapter here is UNSUPPORTED."""
+class StagingByType:
+    """Dispatch by `location.staging_type`; a type without an adapter here is UNSUPPORTED."""
 
     def __init__(
         self,
-        adapters: Mapping[TransferBackend, StagingStorage],
+        adapters: Mapping[StagingType, StagingStorage],
         pvc: PvcStaging | None = None,
         places: Sequence[StagingPlace] = (),
         aborts: DeferredAborts | None = None,
@@ -53,16 +53,16 @@ class StagingByBackend:
         self._aborts = aborts
 
     @property
-    def backends(self) -> tuple[TransferBackend, ...]:
+    def types(self) -> tuple[StagingType, ...]:
         """What this provider can stage to (what GetCapabilities should advertise)."""
-        return tuple(backend for backend in TransferBackend if backend in self._adapters)
+        return tuple(kind for kind in StagingType if kind in self._adapters)
 
     def deferred_aborts(self) -> int:
         """Aborts of failed transfers waiting for their store to answer again."""
         return self._aborts.pending() if self._aborts is not None else 0
 
     def open_read(self, location: StagedLocation) -> Result[StagedReader, ProviderError]:
-        adapter = self._adapters.get(location.backend)
+        adapter = self._adapters.get(location.staging_type)
         if adapter is None:
             return Failure(_unsupported(location))
         return adapter.open_read(location)
@@ -70,7 +70,7 @@ class StagingByBackend:
     def open_write(
         self, location: StagedLocation, size_bytes: int | None = None
     ) -> Result[StagedWriter, ProviderError]:
-        adapter = self._adapters.get(location.backend)
+        adapter = self._adapters.get(location.staging_type)
         if adapter is None:
             return Failure(_unsupported(location))
         return adapter.open_write(location, size_bytes)
@@ -78,7 +78,7 @@ class StagingByBackend:
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
-        adapter = self._adapters.get(location.backend)
+        adapter = self._adapters.get(location.staging_type)
         if adapter is None:
             return Failure(_unsupported(location))
         return adapter.sweep(location, older_than_seconds)
@@ -100,32 +100,32 @@ class StagingByBackend:
         if self._pvc is not None:
             yield self._pvc.sweep_mounted(older_than_seconds)
         for place in self._places:
-            yield parse_staging_place(place.backend, place.options, place.credentials()).bind(
+            yield parse_staging_place(place.staging_type, place.options, place.credentials()).bind(
                 lambda location: self.sweep(location, older_than_seconds)
             )
 
 
 def _unsupported(location: StagedLocation) -> ProviderError:
     return ProviderError.unsupported(
-        f"backend_type {location.backend.value!r}: this provider cannot stage disks there"
+        f"backend_type {location.staging_type.value!r}: this provider cannot stage disks there"
     )
 
 
-def staging_by_backend(
+def staging_by_type(
     owner: str,
     clock: Clock,
     pvc_root: str = MIGRATION_STORAGE_ROOT,
     places: Sequence[StagingPlace] = (),
     retry_seconds: float = STAGING_RETRY_SECONDS,
-) -> StagingByBackend:
+) -> StagingByType:
     """`retry_seconds`: how long S3 and NFS transfers wait out a store that stopped answering
     (per part, read or write)."""
     pvc = PvcStaging(root=pvc_root, owner=owner, clock=clock)
     aborts = DeferredAborts(clock)  # one thread and one bound for the whole provider
-    adapters: dict[TransferBackend, StagingStorage] = {TransferBackend.PVC: pvc}
+    adapters: dict[StagingType, StagingStorage] = {StagingType.PVC: pvc}
     try:
         library()
-        adapters[TransferBackend.NFS] = NfsStaging(
+        adapters[StagingType.NFS] = NfsStaging(
             owner=owner, clock=clock, retry_seconds=retry_seconds, aborts=aborts
         )
     except LibnfsMissingError:
@@ -133,8 +133,8 @@ def staging_by_backend(
     try:
         from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
     except ImportError:
-        return StagingByBackend(adapters, pvc, places, aborts)
-    adapters[TransferBackend.S3] = S3Staging(
+        return StagingByType(adapters, pvc, places, aborts)
+    adapters[StagingType.S3] = S3Staging(
         owner=owner, clock=clock, retry_seconds=retry_seconds, aborts=aborts
     )
-    return StagingByBackend(adapters, pvc, places, aborts)
+    return StagingByType(adapters, pvc, places, aborts)

@@ -15,7 +15,7 @@ from typing import Protocol
 from returns.result import Result
 
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation, StagedSweep, TransferBackend
+from pyrigaud.domain.staging import StagedDigest, StagedLocation, StagedSweep, StagingType
 
 
 class StagedReader(Protocol):
@@ -78,8 +78,8 @@ class StagedLeftovers(Protocol):
         ...
 
 
-class StagingBackends(StagingStorage, StagedLeftovers, Protocol):
-    """A StagingStorage that also says which backends it can reach (what to advertise)."""
+class StagingStores(StagingStorage, StagedLeftovers, Protocol):
+    """A StagingStorage that also says which staging types it can reach (what to advertise)."""
 
     @property
-    def backends(self) -> tuple[TransferBackend, ...]: ...
+    def types(self) -> tuple[StagingType, ...]: ...

@@ -21,7 +21,7 @@ from pyrigaud.application.use_cases.capabilities import require, require_listed
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.models import ExportRequest, ImportRequest, TransferBackend, TransferMode
+from pyrigaud.domain.models import ExportRequest, ImportRequest, StagingType, TransferMode
 from pyrigaud.domain.staging import StagedLocation
 
 # Staged temporaries older than this belong to dead transfers.
@@ -51,12 +51,12 @@ def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode,
     asked (its relay gate exempts NFS), is carried out as relay, as upstream's providers do."""
     if request.mode is not TransferMode.DIRECT:
         return Success(request.mode)
-    if request.backend in _RELAY_ONLY_BACKENDS:
+    if request.staging_type in _RELAY_ONLY_STAGING:
         return Failure(
             ProviderError.invalid_spec(
                 fields.TRANSFER_MODE,
                 f"'direct' cannot be used with {fields.TRANSFER_BACKEND} "
-                f"{request.backend.value!r}; use 'relay' (or 'auto')",
+                f"{request.staging_type.value!r}; use 'relay' (or 'auto')",
                 mentions=(fields.TRANSFER_BACKEND,),
             )
         )
@@ -64,7 +64,7 @@ def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode,
     return Success(TransferMode.RELAY)
 
 
-_RELAY_ONLY_BACKENDS = frozenset({TransferBackend.PVC, TransferBackend.S3})
+_RELAY_ONLY_STAGING = frozenset({StagingType.PVC, StagingType.S3})
 
 
 def claimed(
@@ -77,11 +77,11 @@ def claimed(
     modes: tuple[str, ...],
 ) -> Result[None, ProviderError]:
     """UNSUPPORTED unless the capabilities claim the disk `what` (export, import) with the
-    request's format, staging backend and mode: what GetCapabilities told the manager."""
+    request's format, staging type and mode: what GetCapabilities told the manager."""
     return (
         require(supported, f"disk {what}")
         .bind(lambda _: require_listed(request.format, formats, "format"))
-        .bind(lambda _: require_listed(request.backend.value, backends, f"{what} backend"))
+        .bind(lambda _: require_listed(request.staging_type.value, backends, f"{what} backend"))
         .bind(lambda _: require_listed(request.mode.value, modes, "transfer mode"))
     )
 
@@ -105,7 +105,7 @@ class Watched:
     def __init__(self, metrics: TransferMetrics, direction: str, location: StagedLocation) -> None:
         self._metrics = metrics
         self._direction = direction
-        self._storage = location.backend.value
+        self._storage = location.staging_type.value
         self._started = time.monotonic()
         self._bytes = 0
         self.phase = TransferPhase.OPEN

@@ -9,7 +9,7 @@ import pytest
 
 from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location
 
 from support import error_of, ok
@@ -31,7 +31,7 @@ def owned_folder(nfs_server: NfsServer, tmp_path: Path) -> Path:
 def locate(server: NfsServer, key: str, query: str = "", host: str | None = None) -> StagedLocation:
     url = f"nfs://{host or server.server}{server.export}/{key}{query}"
     options = nfs_options(server) | ({"server": host} if host else {})
-    return ok(parse_staged_location("destination_url", url, TransferBackend.NFS, options, {}))
+    return ok(parse_staged_location("destination_url", url, StagingType.NFS, options, {}))
 
 
 def test_files_are_written_as_the_urls_uid_and_gid(

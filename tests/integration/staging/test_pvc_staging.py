@@ -6,14 +6,14 @@ from pathlib import Path
 
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation, parse_staged_location
 
 from support import error_of, ok
 
 
 def locate(url: str) -> StagedLocation:
-    return ok(parse_staged_location("source_url", url, TransferBackend.PVC, {}, {}))
+    return ok(parse_staged_location("source_url", url, StagingType.PVC, {}, {}))
 
 
 def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
-from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_backend
+from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
 from pyrigaud.adapters.staging.s3 import S3Staging
-from pyrigaud.domain.models import TransferBackend
+from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staged_location
 
 from support import ok
@@ -38,7 +38,7 @@ def place_of(
 ) -> tuple[dict[str, object], dict[str, str]]:
     """The storage options a VMMigration names for this storage (S3: prefix `lab`, under which
     each migration has its folder), and the S3 credentials its Secret holds."""
-    if staging.backend is TransferBackend.S3:
+    if staging.backend is StagingType.S3:
         server = request.getfixturevalue("s3_server")
         secret = {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key}
         return s3_options(server), secret
@@ -66,8 +66,8 @@ def test_a_killed_transfer_in_a_migration_folder_is_swept_from_its_place(
     location = abandoned_transfer(remote_staging)
     options, secret = place_of(remote_staging, request)
     credentials = MountedSecretCredentials(mounted_secret(tmp_path / "secret", secret)).current
-    unreadable = StagingPlace(TransferBackend.S3, {"bucket": "elsewhere"}, dict)
-    staging = staging_by_backend(
+    unreadable = StagingPlace(StagingType.S3, {"bucket": "elsewhere"}, dict)
+    staging = staging_by_type(
         OWNER,
         clock=SystemClock(),
         pvc_root=str(tmp_path / "no-pvcs"),
@@ -132,7 +132,7 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
         parse_staged_location(
             "destination_url",
             f"s3://{s3_server.bucket}/lab/not-migrations/disk.qcow2",
-            TransferBackend.S3,
+            StagingType.S3,
             s3_options(s3_server),
             credentials,
         )
@@ -140,8 +140,8 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
     writer = ok(adapter.open_write(elsewhere))
     ok(writer.write(bytes(S3_PART_BYTES + 1)))  # a part sent: an upload in progress
     time.sleep(1.1)
-    place = StagingPlace(TransferBackend.S3, s3_options(s3_server), lambda: credentials)
-    staging = staging_by_backend(OWNER, SystemClock(), str(tmp_path / "no-pvcs"), [place])
+    place = StagingPlace(StagingType.S3, s3_options(s3_server), lambda: credentials)
+    staging = staging_by_type(OWNER, SystemClock(), str(tmp_path / "no-pvcs"), [place])
     try:
         assert staging.sweep_reachable(older_than_seconds=1.0) == StagedSweep()
         uploads = s3_server.client().list_multipart_uploads(Bucket=s3_server.bucket)

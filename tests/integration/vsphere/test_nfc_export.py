@@ -68,7 +68,7 @@ def imported_vm(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=True,
-        staging_backends=REACHABLE_STAGING,
+        staging_types=REACHABLE_STAGING,
         owner="tests/vsphere-nfc-export",
         image_judge=IMAGE_JUDGE,
     )

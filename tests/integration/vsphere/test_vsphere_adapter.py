@@ -367,7 +367,7 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
             insecure=True,
             defaults=Placement(),
             on_relogin=lambda: None,
-            staging_backends=REACHABLE_STAGING,
+            staging_types=REACHABLE_STAGING,
             owner=OWNER.provider,
             image_judge=IMAGE_JUDGE,
         )

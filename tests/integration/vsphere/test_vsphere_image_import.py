@@ -61,7 +61,7 @@ def images_backend(simulator: Simulator) -> Backend:
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=True,
-        staging_backends=REACHABLE_STAGING,
+        staging_types=REACHABLE_STAGING,
         owner=OWNER.provider,
         image_judge=IMAGE_JUDGE,
     )
@@ -256,7 +256,7 @@ def test_the_url_rules_refuse_before_any_traffic(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback,
-        staging_backends=REACHABLE_STAGING,
+        staging_types=REACHABLE_STAGING,
         owner=OWNER.provider,
         image_judge=IMAGE_JUDGE,
     )

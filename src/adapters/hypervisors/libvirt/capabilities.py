@@ -6,7 +6,7 @@ from returns.result import Failure, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
-from pyrigaud.domain.models import Capabilities, TransferBackend
+from pyrigaud.domain.models import Capabilities, StagingType
 
 TEST_DRIVER = "TEST"  # virConnectGetType of libvirt's test driver
 LIBVIRT_CAPABILITIES = Capabilities(
@@ -34,9 +34,9 @@ class LibvirtCapabilities:
     """What the backend can do on its host. Disk export and import need volume streams, which
     libvirt's test driver lacks (it answers them UNIMPLEMENTED): there they are not claimed."""
 
-    def __init__(self, host: LibvirtHost, staging_backends: tuple[TransferBackend, ...]) -> None:
-        """`staging_backends`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
-        names = tuple(backend.value for backend in staging_backends)
+    def __init__(self, host: LibvirtHost, staging_types: tuple[StagingType, ...]) -> None:
+        """`staging_types`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
+        names = tuple(backend.value for backend in staging_types)
         self._host = host
         self._streams: bool | None = None  # whether the driver has volume streams: not asked yet
         self._capabilities = LIBVIRT_CAPABILITIES.model_copy(

@@ -8,7 +8,7 @@ from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.devices import DISK_PROVISIONING
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.domain.models import Capabilities, HealthReport, TransferBackend
+from pyrigaud.domain.models import Capabilities, HealthReport, StagingType
 
 
 class VSphereHealth:
@@ -45,9 +45,9 @@ VSPHERE_CAPABILITIES = Capabilities(
 
 
 class VSphereCapabilities:
-    def __init__(self, staging_backends: tuple[TransferBackend, ...]) -> None:
-        """`staging_backends`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
-        names = tuple(backend.value for backend in staging_backends)
+    def __init__(self, staging_types: tuple[StagingType, ...]) -> None:
+        """`staging_types`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
+        names = tuple(backend.value for backend in staging_types)
         self._capabilities = VSPHERE_CAPABILITIES.model_copy(
             update={"supported_export_backends": names, "supported_import_backends": names}
         )

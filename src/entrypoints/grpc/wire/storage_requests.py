@@ -21,7 +21,7 @@ from pyrigaud.domain.models import (
     ImageSource,
     ImportRequest,
     PrepareImageRequest,
-    TransferBackend,
+    StagingType,
     TransferMode,
 )
 from pyrigaud.domain.staging import parse_staged_location
@@ -130,9 +130,9 @@ def _derived_image_name(source: ImageSource) -> str:
     return f"{stem}-{digest}" if stem and stem[0].isalnum() else f"image-{digest}"
 
 
-def _backend(value: str, field: str) -> Result[TransferBackend, ProviderError]:
+def _backend(value: str, field: str) -> Result[StagingType, ProviderError]:
     try:
-        return Success(TransferBackend(value.strip().lower() or TransferBackend.PVC))
+        return Success(StagingType(value.strip().lower() or StagingType.PVC))
     except ValueError:
         return invalid(field, "must be pvc, nfs or s3")
 
