@@ -9,8 +9,9 @@ import pytest
 
 from pyrigaud.client import payloads
 from pyrigaud.client.payloads import PayloadError, VMSpec
+from pyrigaud.entrypoints.grpc.wire.clone_requests import parse_clone
 from pyrigaud.entrypoints.grpc.wire.storage_requests import parse_prepare_image
-from pyrigaud.entrypoints.grpc.wire.vm_requests import parse_clone, parse_create, parse_reconfigure
+from pyrigaud.entrypoints.grpc.wire.vm_requests import parse_create, parse_reconfigure
 
 GO_CLASS_KEYS = {
     "CPU",

@@ -13,7 +13,7 @@ from pyrigaud.domain.models import NetworkAttachment
 from pyrigaud.entrypoints.grpc import wire
 from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager, wire_name
 
-# The attributes a clone's customization carries (vm_requests._customization), and the ones
+# The attributes a clone's customization carries (clone_requests._customization), and the ones
 # a backend names although Clone has no key for them.
 CLONE_NIC_ATTRIBUTES = ("name", "network_name", "static_ip", "prefix", "gateway", "dns")
 CLONE_NIC_NAMED_ANYWAY = ("portgroup", "model")

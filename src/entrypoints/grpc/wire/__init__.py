@@ -6,6 +6,7 @@ the field with its wire name (`field_names`), the name `field_names.for_the_mana
 the domain path of a field the domain or a backend refuses.
 """
 
+from pyrigaud.entrypoints.grpc.wire.clone_requests import parse_clone
 from pyrigaud.entrypoints.grpc.wire.storage_requests import (
     disk_query,
     parse_export,
@@ -13,7 +14,6 @@ from pyrigaud.entrypoints.grpc.wire.storage_requests import (
     parse_prepare_image,
 )
 from pyrigaud.entrypoints.grpc.wire.vm_requests import (
-    parse_clone,
     parse_create,
     parse_hardware_version,
     parse_power_op,
