@@ -13,24 +13,18 @@ overlays an image, or a requested format other than the disk's own, is first cop
 into a temporary standalone volume of that format in the same pool (flattened and converted on
 the libvirt host), streamed, then removed.
 
-Landing holds the bytes in a temporary volume of the target pool (format conversion needs a
-seekable file, and the pool has the room a pod's /tmp lacks) until their checksum is known, then
-has libvirt convert them into the final qcow2 volume (`createXMLFrom`: qcow2, raw or a sparse
-vmdk in, as judged by the bytes' header). A killed provider leaves at most a marked temporary the
-sweep removes; the final volume is made by libvirtd in one call, which a provider's death does
-not cut. A small volume beside it, `<disk>.pyrigaud-import.json`, keeps the import's record.
+Landing is `disk_landing.py`'s: the bytes held in a temporary volume of the target pool,
+then converted by libvirt into the final qcow2 volume, the import's record beside it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 import libvirt
@@ -41,19 +35,15 @@ from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
 from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_image
 from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
-    VirStoragePool,
-    delete_volume,
     find_pool,
-    find_volume,
     volume_facts,
     volume_xml,
-    write_new_volume,
 )
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
     TransferVolumes,
@@ -61,19 +51,16 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
     refusing_unsupported,
     volume_chunks,
 )
-from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, ReceivedDisk
+from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain import fields
-from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk, LeftBehind
+from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 
 EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
 DISK_SUFFIX = ".qcow2"
-MAX_RECORD_BYTES = 64 * 1024
-# How libvirt quotes a failed qemu-img run's own words ("... exit status 1: qemu-img: <why>").
-QEMU_IMG_SAYS = "qemu-img: "
 VirDomain = Any
 T = TypeVar("T")
 
@@ -107,7 +94,7 @@ class LibvirtDiskTransfer:
 
         def site(conn: VirConnect) -> Result[LandingSite, ProviderError]:
             return find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT).map(
-                lambda _: _PoolSite(self, pool, f"{stem}{DISK_SUFFIX}")
+                lambda _: PoolSite(self.host, self.volumes, pool, f"{stem}{DISK_SUFFIX}")
             )
 
         return self.host.run("import disk", site)
@@ -251,201 +238,6 @@ class _Read:
     chunks: Iterator[bytes]
     size: int | None
     left_behind: tuple[LeftBehind, ...] = ()
-
-
-@dataclass(frozen=True)
-class _PoolSite:
-    """An import into storage pool `pool`, as volume `disk_name`."""
-
-    transfer: LibvirtDiskTransfer
-    pool: str
-    disk_name: str
-
-    @property
-    def place(self) -> str:
-        return f"storage pool {self.pool!r}"
-
-    def earlier_record(self) -> Result[bytes | None, ProviderError]:
-        return self.run(lambda conn, pool: _earlier_record(conn, pool, self.disk_name))
-
-    def receive(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
-    ) -> Result[ReceivedDisk, ProviderError]:
-        """The bytes in a temporary raw placeholder of their exact size: the upload leaves
-        exactly them, and the pool's refresh reads their format and virtual size back."""
-
-        def received(conn: VirConnect, pool: VirStoragePool) -> Result[ReceivedDisk, ProviderError]:
-            volumes = self.transfer.volumes
-
-            def recognised(staged: str) -> Result[ReceivedDisk, ProviderError]:
-                landed = volume_facts(conn, staged)
-                if landed is None or landed.format != image.format:
-                    delete_volume(conn, staged)
-                    return Failure(
-                        ProviderError.unsupported(
-                            f"storage pool {self.pool!r} did not recognise the staged "
-                            f"{image.format} image: import into a directory pool"
-                        )
-                    )
-                return Success(_ReceivedVolume(self, staged))
-
-            return refusing_unsupported(
-                "upload",
-                lambda: write_new_volume(
-                    conn,
-                    pool,
-                    volume_xml(
-                        volumes.name("import", image.format), size_bytes or 0, volume_format="raw"
-                    ),
-                    chunks,
-                    self.transfer.host.write_volume,
-                ),
-            ).bind(recognised)
-
-        return self.run(received, once=True)
-
-    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
-        """The record in a small volume beside the disk; a disk this import made goes if its
-        record cannot be kept."""
-
-        def keep(conn: VirConnect, pool: VirStoragePool) -> Result[None, ProviderError]:
-            def kept() -> Result[None, ProviderError]:
-                write_new_volume(
-                    conn,
-                    pool,
-                    volume_xml(
-                        f"{self.disk_name}{IMPORT_RECORD_SUFFIX}", len(record), volume_format="raw"
-                    ),
-                    (record,),
-                    self.transfer.host.write_volume,
-                )
-                return Success(None)
-
-            def forget_the_disk() -> None:
-                if landed.made_now:
-                    delete_volume(conn, landed.path)
-
-            return undone_on_failure(kept, forget_the_disk)
-
-        return self.run(keep)
-
-    def run(
-        self,
-        action: Callable[[VirConnect, VirStoragePool], Result[T, ProviderError]],
-        *,
-        once: bool = False,
-    ) -> Result[T, ProviderError]:
-        """`action(conn, pool)` at the libvirt edge (`once`: never started over)."""
-        host = self.transfer.host
-        run = host.run_once if once else host.run
-        return run(
-            "import disk",
-            lambda conn: find_pool(conn, self.pool, host.pools, fields.STORAGE_HINT).bind(
-                lambda pool: action(conn, pool)
-            ),
-        )
-
-
-@dataclass(frozen=True)
-class _ReceivedVolume:
-    """The staged bytes in temporary volume `staged` of the site's pool."""
-
-    site: _PoolSite
-    staged: str
-
-    def land(self) -> Result[LandedDisk, ProviderError]:
-        def landed(conn: VirConnect, pool: VirStoragePool) -> Result[LandedDisk, ProviderError]:
-            existing = find_volume(pool, self.site.disk_name)
-            if existing is None:
-                return _converted(conn, pool, self.staged, self.site.disk_name).map(
-                    lambda path: LandedDisk(path=path)
-                )
-            # no record: its import was killed before it kept one
-            return self._earlier_import(conn, pool, existing).map(
-                lambda path: LandedDisk(path=path, made_now=False)
-            )
-
-        return self.site.run(landed)
-
-    def discard(self) -> None:
-        def remove(conn: VirConnect) -> Result[None, ProviderError]:
-            delete_volume(conn, self.staged)
-            return Success(None)
-
-        match self.site.transfer.host.run("remove a staged import", remove):
-            case Failure(error):
-                logger.warning("could not remove a staged import's volume: %s", error)
-
-    def _earlier_import(
-        self, conn: VirConnect, pool: VirStoragePool, existing: str
-    ) -> Result[str, ProviderError]:
-        """A disk of that name without a record (its import was killed before keeping one):
-        the staged bytes converted again give the same volume (the conversion is
-        deterministic) if they made it; other content is a name clash."""
-        clash = ProviderError.already_exists(
-            f"target_name: storage pool {self.site.pool!r} already has a volume "
-            f"{PurePosixPath(existing).name!r} with other content; delete it or pick another "
-            "target_name"
-        )
-        volumes = self.site.transfer.volumes
-
-        def compared(converted_again: str) -> Result[str, ProviderError]:
-            with volumes.temporary(conn, converted_again) as again:
-                same = caught(
-                    lambda: Success(_sha256_of(conn, existing) == _sha256_of(conn, again)),
-                    lambda _error: clash,  # a driver that cannot download: cannot tell
-                )
-            return same.bind(lambda equal: Success(existing) if equal else Failure(clash))
-
-        return _converted(conn, pool, self.staged, volumes.name("compare", "qcow2")).bind(compared)
-
-
-def _earlier_record(
-    conn: VirConnect, pool: VirStoragePool, name: str
-) -> Result[bytes | None, ProviderError]:
-    """The record of an earlier import into volume `name` that is still there; the record of
-    a volume deleted since is removed."""
-    record_path = find_volume(pool, f"{name}{IMPORT_RECORD_SUFFIX}")
-    if record_path is None:
-        return Success(None)
-    if find_volume(pool, name) is None:
-        delete_volume(conn, record_path)
-        return Success(None)
-    record = conn.storageVolLookupByPath(record_path)
-    if int(record.info()[1]) > MAX_RECORD_BYTES:
-        return Success(b"")  # not one of ours: a clash
-    return refusing_unsupported("download", lambda: list(volume_chunks(conn, record))).map(b"".join)
-
-
-def _converted(
-    conn: VirConnect, pool: VirStoragePool, staged: str, name: str
-) -> Result[str, ProviderError]:
-    """A qcow2 volume `name` holding the staged image's disk, made by libvirt in one call (its
-    qemu-img on the host converts). An image qemu-img refuses (corrupt by qemu's rules) is bad
-    input, named with qemu's reason; libvirt has removed what it began."""
-    origin = conn.storageVolLookupByPath(staged)
-    capacity = int(origin.info()[1])
-
-    def refused(error: libvirt.libvirtError) -> ProviderError | None:
-        message = str(error)
-        if QEMU_IMG_SAYS not in message:
-            return None
-        reason = message.rsplit(QEMU_IMG_SAYS, 1)[1].strip()
-        return ProviderError.invalid_spec(
-            fields.SOURCE_URL, f"qemu-img on the libvirt host refuses the staged image: {reason}"
-        )
-
-    return caught(
-        lambda: Success(str(pool.createXMLFrom(volume_xml(name, capacity), origin, 0).path())),
-        refused,
-    )
-
-
-def _sha256_of(conn: VirConnect, path: str) -> str:
-    digest = hashlib.sha256()
-    for chunk in volume_chunks(conn, conn.storageVolLookupByPath(path)):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _file_size(volume: VirStorageVol) -> int | None:
