@@ -28,6 +28,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_facts,
     volume_xml,
 )
+from pyrigaud.adapters.hypervisors.libvirt.volume_streams import ZEROS, volume_chunks
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -550,3 +551,57 @@ def test_an_export_at_a_snapshot_with_later_ones_says_they_stay_behind(
     with caplog.at_level(logging.WARNING):
         ok(site.export(vm_id, "last.qcow2", snapshot_id=second.id))
     assert "later_snapshots" not in caplog.text
+
+
+def _sparse_file(path: Path, size: int, data: dict[int, bytes]) -> bytes:
+    """A file of `size` bytes holding `data` at its offsets and holes elsewhere; its content."""
+    content = bytearray(size)
+    with path.open("wb") as file:
+        file.truncate(size)
+        for offset, chunk in data.items():
+            file.seek(offset)
+            file.write(chunk)
+            content[offset : offset + len(chunk)] = chunk
+    return bytes(content)
+
+
+def test_holes_in_a_volume_are_skipped_by_the_stream_yet_read_as_zeros(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    """A mostly empty raw base (data across the 8 MiB ranges downloads stream, holes
+    between, a size in no whole MiB): libvirt sends its holes as holes, not zeros, and every
+    export reads it byte for byte, at a snapshot too."""
+    site = pvc_site
+    size = 20 * 1024**2 + 4097
+    mib = 1024**2
+    content = _sparse_file(
+        POOL_PATH / "xfer-sparse-base.raw",
+        size,
+        {0: os.urandom(4096), 7 * mib + mib // 2: os.urandom(mib), size - 4097: os.urandom(4097)},
+    )
+    pool = site.conn.storagePoolLookupByName(POOL)
+    pool.refresh(0)
+    base = pool.storageVolLookupByName("xfer-sparse-base.raw")
+
+    chunks = list(volume_chunks(site.conn, base))
+    assert b"".join(chunks) == content
+    assert any(chunk is ZEROS for chunk in chunks), "the holes came as data"
+
+    source = site.vm("xfer-sparse", path=str(base.path()))
+    off = ok(site.export(source, "sparse.raw", "raw"))
+    # The VM's disk is an overlay qemu made a little larger: zeros after the base's end.
+    grown = content + bytes(-size % 1024)
+    assert site.staged.stored("sparse.raw") == grown
+    assert off.checksum == _sha256(grown)
+    assert site.backend.snapshots is not None
+    taken = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="mig")))
+    ok(site.export(source, "sparse-snap.qcow2", snapshot_id=taken.id))
+    staged = tmp_path / "sparse-snap.qcow2"
+    staged.write_bytes(site.staged.stored("sparse-snap.qcow2") or b"")
+    as_raw = tmp_path / "sparse-snap.raw"
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", str(staged), str(as_raw)],
+        check=True,
+        capture_output=True,
+    )
+    assert as_raw.read_bytes() == grown

@@ -29,6 +29,12 @@ from pyrigaud.domain.staging_names import transfer_volume_name, transfer_volume_
 
 CHUNK_BYTES = 1024 * 1024
 SEGMENT_BYTES = 8 * CHUNK_BYTES  # one download stream: what libvirt may queue (a stream: ~2 ms)
+ZEROS = bytes(CHUNK_BYTES)  # a hole's chunk (immutable: shared by every hole)
+AT_HOLE = -3  # what a read that stops at holes answers at one (virStreamRecvFlags)
+# What a daemon or pool that cannot stream sparsely answers the flag with.
+SPARSE_REFUSALS = frozenset(
+    {libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED}
+)
 VirStorageVol = Any
 T = TypeVar("T")
 
@@ -41,11 +47,18 @@ def volume_chunks(conn: VirConnect, volume: VirStorageVol) -> Iterator[bytes]:
     libvirt's client queues what the daemon sends on a stream without limit, so one stream
     over the whole volume would pile up in this process whatever the staging storage is slower
     by (hundreds of MiB toward S3 or NFS); a range per stream bounds that to one segment.
+
+    The streams are sparse where the pool can tell holes (a file's unallocated ranges): the
+    daemon neither reads nor sends them, and they come out here as zero chunks, so a mostly
+    empty disk costs what its data does. A daemon or pool that refuses sparse streams is
+    read densely.
     """
     offset = 0
+    sparse = True
     while True:
         received = 0
-        for chunk in _segment(conn, volume, offset):
+        segment, sparse = _opened_segment(conn, volume, offset, sparse=sparse)
+        for chunk in segment:
             received += len(chunk)
             yield chunk
         offset += received
@@ -53,12 +66,30 @@ def volume_chunks(conn: VirConnect, volume: VirStorageVol) -> Iterator[bytes]:
             return
 
 
-def _segment(conn: VirConnect, volume: VirStorageVol, offset: int) -> Iterator[bytes]:
+def _opened_segment(
+    conn: VirConnect, volume: VirStorageVol, offset: int, *, sparse: bool
+) -> tuple[Iterator[bytes], bool]:
+    """The download of one segment, and whether it is sparse (the flag is dropped for good
+    once refused)."""
+    if sparse:
+        stream = conn.newStream(0)
+        try:
+            volume.download(
+                stream, offset, SEGMENT_BYTES, libvirt.VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM
+            )
+        except libvirt.libvirtError as error:
+            if error_code(error) not in SPARSE_REFUSALS:
+                raise
+        else:
+            return _segment(stream, sparse=True), True
     stream = conn.newStream(0)
     volume.download(stream, offset, SEGMENT_BYTES, 0)
+    return _segment(stream, sparse=False), False
+
+
+def _segment(stream: Any, *, sparse: bool) -> Iterator[bytes]:
     try:
-        while chunk := _received(stream):
-            yield chunk
+        yield from _sparse_chunks(stream) if sparse else _dense_chunks(stream)
         stream.finish()
     except BaseException:
         with contextlib.suppress(libvirt.libvirtError):
@@ -66,12 +97,32 @@ def _segment(conn: VirConnect, volume: VirStorageVol, offset: int) -> Iterator[b
         raise
 
 
-def _received(stream: Any) -> bytes:
-    """The next chunk of a blocking stream; empty at its end."""
-    data = stream.recv(CHUNK_BYTES)
-    if isinstance(data, int):  # -2 (would block) only happens on non-blocking streams
-        raise libvirt.libvirtError(f"the libvirt stream answered {data} instead of data")
-    return bytes(data)
+def _dense_chunks(stream: Any) -> Iterator[bytes]:
+    while data := _data(stream.recv(CHUNK_BYTES)):
+        yield data
+
+
+def _sparse_chunks(stream: Any) -> Iterator[bytes]:
+    """The stream's data, and each hole as zero chunks of at most CHUNK_BYTES."""
+    while True:
+        received = stream.recvFlags(CHUNK_BYTES, libvirt.VIR_STREAM_RECV_STOP_AT_HOLE)
+        if received == AT_HOLE:
+            left = int(stream.recvHole(0))
+            while left > 0:
+                yield ZEROS if left >= CHUNK_BYTES else ZEROS[:left]
+                left -= CHUNK_BYTES
+            continue
+        data = _data(received)
+        if not data:
+            return
+        yield data
+
+
+def _data(received: bytes | int) -> bytes:
+    """What a blocking stream's read gave: its bytes, empty at its end."""
+    if isinstance(received, int):  # -2 (would block) only happens on non-blocking streams
+        raise libvirt.libvirtError(f"the libvirt stream answered {received} instead of data")
+    return bytes(received)
 
 
 def refusing_unsupported(direction: str, transfer: Callable[[], T]) -> Result[T, ProviderError]:
