@@ -605,3 +605,49 @@ def test_holes_in_a_volume_are_skipped_by_the_stream_yet_read_as_zeros(
         capture_output=True,
     )
     assert as_raw.read_bytes() == grown
+
+
+def test_a_snapshot_of_a_vm_grown_from_a_qcow2_image_exports_as_qemu_reads_the_chain(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    """A VM grown from a qcow2 image (a cloud image): the image is read as it is, not
+    flattened first, and the export is the chain at the snapshot as qemu reads it."""
+    site = pvc_site
+    raw = tmp_path / "image.raw"
+    raw.write_bytes(site.content)
+    image = POOL_PATH / "xfer-image.qcow2"
+    subprocess.run(
+        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(image)],
+        check=True,
+        capture_output=True,
+    )
+    site.conn.storagePoolLookupByName(POOL).refresh(0)
+    source = site.vm("xfer-from-qcow2", path=str(image), image_format="qcow2")
+    overlay = ok(site.backend.disk_transfer.disk_details(DiskQuery(vm_id=source))).path
+    _qemu_io(overlay, "write -P 0x5a 1M 64k")
+    assert site.backend.snapshots is not None
+    taken = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="mig")))
+    _qemu_io(overlay, "write -P 0x33 0 1M")  # after the snapshot: not in the export
+    pool_changed = POOL_PATH.stat().st_mtime_ns  # a volume made or removed changes it
+
+    ok(site.export(source, "from-qcow2.qcow2", snapshot_id=taken.id))
+    assert POOL_PATH.stat().st_mtime_ns == pool_changed, "the image was flattened into a copy"
+
+    expected = tmp_path / "expected.raw"
+    subprocess.run(
+        [
+            *("qemu-img", "convert", "-l", "snapshot.name=mig", "-O", "raw"),
+            *(overlay, str(expected)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    staged = tmp_path / "staged.qcow2"
+    staged.write_bytes(site.staged.stored("from-qcow2.qcow2") or b"")
+    as_raw = tmp_path / "staged.raw"
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", str(staged), str(as_raw)],
+        check=True,
+        capture_output=True,
+    )
+    assert _sha256_of_file(as_raw) == _sha256_of_file(expected)

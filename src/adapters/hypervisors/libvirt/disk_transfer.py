@@ -38,7 +38,10 @@ from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
-from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import snapshot_image
+from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import (
+    StandaloneVolume,
+    snapshot_image,
+)
 from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     find_pool,
@@ -61,6 +64,9 @@ from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
 EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
 DISK_SUFFIX = ".qcow2"
+# A backing image qemu-img in the pod reads as it is (anything else libvirt flattens first):
+# a VM grown from a qcow2 image costs its data, not a raw copy of its whole size.
+BACKING_FORMATS_READ_AS_THEY_ARE = ("raw", "qcow2")
 VirDomain = Any
 T = TypeVar("T")
 
@@ -170,8 +176,8 @@ class LibvirtDiskTransfer:
     ) -> Result[_Read, ProviderError]:
         """The disk's chunks as asked (at a snapshot, else now), what they hold kept by `holds`."""
         if not request.snapshot_id:
-            volume = holds.enter_context(self._standalone_volume(conn, path, request.format))
-            return Success(_Read(volume_chunks(conn, volume), _file_size(volume)))
+            volume = holds.enter_context(self._standalone_volume(conn, path, (request.format,)))
+            return Success(_Read(volume_chunks(conn, volume.volume), _file_size(volume.volume)))
 
         def at(snapshot: Any) -> Result[_Read, ProviderError]:
             later = (LeftBehind.LATER_SNAPSHOTS,) if snapshot.numChildren(0) else ()
@@ -197,7 +203,9 @@ class LibvirtDiskTransfer:
             f"export of snapshot {request.snapshot_id!r}, reading the disk", request.destination
         )
         backing = (
-            holds.enter_context(self._standalone_volume(conn, disk.backing_path, "raw"))
+            holds.enter_context(
+                self._standalone_volume(conn, disk.backing_path, BACKING_FORMATS_READ_AS_THEY_ARE)
+            )
             if disk.backing_path
             else None
         )
@@ -214,21 +222,22 @@ class LibvirtDiskTransfer:
 
     @contextlib.contextmanager
     def _standalone_volume(
-        self, conn: VirConnect, path: str, disk_format: str
-    ) -> Iterator[VirStorageVol]:
-        """The volume at `path` if it is standalone and of `disk_format`, else a temporary
-        copy that is (libvirt flattens and converts it on its host), removed afterwards."""
+        self, conn: VirConnect, path: str, formats: tuple[str, ...]
+    ) -> Iterator[StandaloneVolume]:
+        """The volume at `path` if it is standalone and of one of `formats`, else a temporary
+        copy of the first that is (libvirt flattens and converts it on its host), removed
+        afterwards."""
         volume = conn.storageVolLookupByPath(path)
         facts = volume_facts(conn, path)
-        if facts is not None and not facts.backing_path and facts.format == disk_format:
-            yield volume
+        if facts is not None and not facts.backing_path and facts.format in formats:
+            yield StandaloneVolume(volume, facts.format)
             return
         capacity = int(volume.info()[1])
         pool = volume.storagePoolLookupByVolume()
-        name = self.volumes.name("export", disk_format)
-        made = pool.createXMLFrom(volume_xml(name, capacity, volume_format=disk_format), volume, 0)
+        name = self.volumes.name("export", formats[0])
+        made = pool.createXMLFrom(volume_xml(name, capacity, volume_format=formats[0]), volume, 0)
         with self.volumes.temporary(conn, str(made.path())) as copy:
-            yield conn.storageVolLookupByPath(copy)
+            yield StandaloneVolume(conn.storageVolLookupByPath(copy), formats[0])
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,11 @@
 
 libvirt's snapshots here are internal to the disk's qcow2 file, and libvirt has no call that
 reads one without reverting the VM to it. So the qcow2 file's bytes (snapshots included) are
-downloaded through a volume stream into an anonymous scratch file in the pod, the clusters the
-overlay leaves to its backing chain into another, from a temporary flattened raw copy of that
-chain libvirt makes on its host (an image is never written after a VM grew from it, so its
-state now is its state at the snapshot); then `qemu-img convert -l snapshot.name=<snapshot>`
+downloaded through a volume stream into an anonymous scratch file in the pod, the image the
+overlay grew from into another: as it is when it stands alone as a raw or qcow2 volume, else a
+temporary flattened raw copy of the chain libvirt makes on its host (an image is never written
+after a VM grew from it, so its state now is its state at the snapshot); then
+`qemu-img convert -l snapshot.name=<snapshot>`
 in the pod, bounded (`disk_images/qemu_img.py`), writes the disk in the asked format into a
 third. What is staged is what qemu reads at that snapshot, whatever the base's size.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from returns.result import Failure, Result
@@ -45,14 +47,14 @@ def snapshot_image(
     snapshot: str,
     *,
     disk_format: str,
-    backing: VirStorageVol | None,
+    backing: StandaloneVolume | None,
     scratch_dir: str | None,
     progress: TransferProgress,
     files: contextlib.ExitStack,
 ) -> Result[BinaryIO, ProviderError]:
     """A scratch file, read from its start, holding `disk` (a qcow2 volume) as internal snapshot
-    `snapshot` has it, as a `disk_format` image; `backing` is the raw flattened backing chain
-    when the volume has one. The scratch files are `files`' to close."""
+    `snapshot` has it, as a `disk_format` image; `backing` is the image it grew from, if any,
+    standing alone. The scratch files are `files`' to close."""
     if disk.format != "qcow2":
         return Failure(
             ProviderError.failed_precondition(
@@ -65,11 +67,11 @@ def snapshot_image(
     image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
     descriptors = [overlay.fileno()]
     if backing is not None:
-        chain, base = backing, files.enter_context(scratch_file(scratch_dir))
+        chain, base = backing.volume, files.enter_context(scratch_file(scratch_dir))
         spooled = spooled.bind(
             lambda _: _spooled(counted(volume_chunks(conn, chain), progress), base)
         )
-        image["backing"] = {"driver": "raw", "file": _file(base)}
+        image["backing"] = _backing(backing.format, base)
         descriptors.append(base.fileno())
     out = files.enter_context(scratch_file(scratch_dir))
     return spooled.bind(
@@ -83,6 +85,22 @@ def snapshot_image(
             progress=progress,
         )
     ).map(lambda _: _rewound(out))
+
+
+@dataclass(frozen=True)
+class StandaloneVolume:
+    """A volume with no backing of its own, in `format`."""
+
+    volume: VirStorageVol
+    format: str
+
+
+def _backing(disk_format: str, base: BinaryIO) -> dict[str, object]:
+    """How qemu-img opens the spooled backing image: a qcow2 one may name no backing of its
+    own (it stood alone on the host; the pod has nothing else to open)."""
+    if disk_format == "qcow2":
+        return {"driver": "qcow2", "file": _file(base), "backing": None}
+    return {"driver": disk_format, "file": _file(base)}
 
 
 def _spooled(read: Chunks[bytes], file: BinaryIO) -> Result[None, ProviderError]:
