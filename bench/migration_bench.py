@@ -503,12 +503,21 @@ def create(stub: pb_grpc.ProviderStub, name: str, image_json: str) -> str:
     return str(made.id)
 
 
-def libvirt_source(places: Places, stub: pb_grpc.ProviderStub, name: str, raw: Path) -> str:
-    """A VM growing from a raw base volume holding the disk, as the matrix test makes one."""
-    base = POOL_PATH / f"{name}-base.raw"
-    subprocess.run(["cp", "--sparse=always", str(raw), str(base)], check=True)
+def libvirt_source(
+    places: Places, stub: pb_grpc.ProviderStub, name: str, raw: Path, base_format: str
+) -> str:
+    """A VM growing from a base volume holding the disk: raw, as the matrix test makes one,
+    or qcow2, as a cloud image is."""
+    base = POOL_PATH / f"{name}-base.{base_format}"
+    if base_format == "raw":
+        subprocess.run(["cp", "--sparse=always", str(raw), str(base)], check=True)
+    else:
+        subprocess.run(
+            ["qemu-img", "convert", "-f", "raw", "-O", base_format, str(raw), str(base)],
+            check=True,
+        )
     ensure_dir_pool(places.conn, POOL, POOL_PATH)
-    return create(stub, name, json.dumps({"Path": str(base), "Format": "raw"}))
+    return create(stub, name, json.dumps({"Path": str(base), "Format": base_format}))
 
 
 def vsphere_source(places: Places, stub: pb_grpc.ProviderStub, name: str, raw: Path) -> str:
@@ -541,6 +550,7 @@ def migrate(
     raw: Path,
     workdir: Path,
     profiles: Path | None,
+    base_format: str = "raw",
 ) -> list[Row]:
     """The manager's sequence for `case`, timed, then the floors on the staged bytes; with
     `profiles`, each transfer's py-spy stacks land there (and its figures include py-spy's
@@ -552,7 +562,7 @@ def migrate(
     staged = workdir / "staged"
     try:
         if case.source == "libvirt":
-            vm_id = libvirt_source(places, source.stub, f"{case.name}-src", raw)
+            vm_id = libvirt_source(places, source.stub, f"{case.name}-src", raw, base_format)
         else:
             vm_id = vsphere_source(places, source.stub, f"{case.name}-src", raw)
         made.append((source.stub, vm_id))
@@ -741,7 +751,9 @@ def run(arguments: argparse.Namespace) -> list[Row]:
                 gib = arguments.s3_gib if case.staging == "s3" else arguments.gib
                 size = int(gib * 1024**3) // CHUNK * CHUNK
                 raw = disk_file(workdir, case.disk, size)
-                measured = migrate(case, places, providers, raw, workdir, arguments.profile)
+                measured = migrate(
+                    case, places, providers, raw, workdir, arguments.profile, arguments.base_format
+                )
                 print(report(measured), flush=True)
                 if arguments.profile:
                     for op in ("export", "import"):
@@ -807,6 +819,12 @@ def main() -> int:
         choices=("libvirt", "vsphere"),
         default=["libvirt", "vsphere"],
         help="libvirt: libvirt -> vSphere",
+    )
+    parser.add_argument(
+        "--base-format",
+        choices=("raw", "qcow2"),
+        default="raw",
+        help="the libvirt source VM's base image (qcow2: as one grown from a cloud image)",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
