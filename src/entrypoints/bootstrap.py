@@ -1,7 +1,7 @@
 """`bootstrap(settings, **overrides)`: the whole provider, built from the container and ready to
 start, or why it cannot be. `pyrigaud serve` and the tests start providers only through here.
 
-An override replaces the container's provider of that name with a value (`backend=` a fake
+An override replaces the container's provider of that name with a value (`backend=` a test's
 backend, `clock=` a manual clock, `server_transport=` a test CA's TLS, `limiter=` ...), before
 anything is built, so every piece that depends on it gets it.
 """
@@ -80,9 +80,12 @@ def bootstrap(settings: Settings, **overrides: object) -> Result[Application, st
         return Success(Application(container))
     except ImportError as error:
         extra = BACKENDS[settings.provider_type].extra
+        extra_free = " or ".join(
+            f"PROVIDER_TYPE={name}" for name, plugin in BACKENDS.items() if plugin.extra is None
+        )
         return Failure(
             f"the {settings.provider_type} backend needs its extra: pip install "
-            f"'pyrigaud[{extra}]' ({error}); or run with PROVIDER_TYPE=fake"
+            f"'pyrigaud[{extra}]' ({error}); or run with {extra_free}"
         )
     except (TransportSecurityError, OSError) as error:
         return Failure(str(error))

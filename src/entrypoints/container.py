@@ -26,6 +26,7 @@ from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
 from pyrigaud.application.backend import Backend
+from pyrigaud.application.hypervisor_plugin import BackendServices
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
@@ -55,7 +56,7 @@ from pyrigaud.application.use_cases.task_status import TaskStatus
 from pyrigaud.application.use_cases.validate import ValidateProvider
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import OwnerMark
-from pyrigaud.entrypoints.backends import BackendServices, build_backend
+from pyrigaud.entrypoints.backends import build_backend
 from pyrigaud.entrypoints.grpc.interceptors import provider_layers
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter, rate_limit_of
 from pyrigaud.entrypoints.grpc.server import ProviderServer, ProviderService
@@ -63,7 +64,7 @@ from pyrigaud.entrypoints.grpc.servicer import provider_rpcs
 from pyrigaud.entrypoints.grpc.tls import TlsSettings, parse_allowed_sans, server_credentials
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
 from pyrigaud.entrypoints.instrumented import instrument_backend
-from pyrigaud.entrypoints.metrics import Metrics, PrometheusTransfers
+from pyrigaud.entrypoints.metrics import Metrics, PrometheusHypervisorCounters, PrometheusTransfers
 from pyrigaud.entrypoints.settings import Settings
 from pyrigaud.entrypoints.sweeper import LeftoverSweeper
 
@@ -230,7 +231,7 @@ class Container(containers.DeclarativeContainer):
         transfer_abandoned_after_seconds=settings.provided.transfer_abandoned_after_seconds,
     )
 
-    # The hypervisor adapters that log in (libvirt over SSH, vSphere) take their secrets here.
+    # The hypervisor adapters that log in (over SSH, to an API) take their secrets here.
     credentials = providers.Selector(
         settings.provided.credentials_source,
         files=providers.Singleton(
@@ -245,7 +246,7 @@ class Container(containers.DeclarativeContainer):
         env=providers.Singleton(EnvironmentCredentials),
     )
 
-    # The selected backend's ports (the registry imports only that backend's package), each
+    # The selected backend's ports (only its builder imports its hypervisor's library), each
     # port counted and timed (pyrigaud_hypervisor_calls_total and friends).
     staging = providers.Singleton(staging_of, settings, clock, metrics)
     image_judge = providers.Singleton(
@@ -258,9 +259,11 @@ class Container(containers.DeclarativeContainer):
             BackendServices,
             clock=clock,
             credentials=credentials.provider,
-            metrics=metrics,
             staging=staging,
             image_judge=image_judge,
+            counters=providers.Factory(
+                PrometheusHypervisorCounters, metrics, settings.provided.provider_type
+            ),
         ),
     )
     ports = providers.Singleton(instrument_backend, backend, metrics)

@@ -343,3 +343,24 @@ class PrometheusTransfers:
             self._metrics.transfer_failures.labels(*labels, failed_in.value).inc()
         elif size_bytes and seconds > 0:
             self._metrics.transfer_throughput.labels(*labels).observe(size_bytes / seconds)
+
+
+class PrometheusHypervisorCounters:
+    """The HypervisorCounters a builder takes, labelled with the hypervisor `backend`: a
+    series is made (at 0) when its callable is taken."""
+
+    def __init__(self, metrics: Metrics, backend: str) -> None:
+        self._metrics = metrics
+        self._backend = backend
+
+    @property
+    def on_reconnect(self) -> Callable[[], None]:
+        return self._metrics.session_reconnects.labels(self._backend).inc
+
+    @property
+    def on_resync(self) -> Callable[[], None]:
+        return self._metrics.inventory_resyncs.labels(self._backend).inc
+
+    @property
+    def on_round_trip(self) -> Callable[[], None]:
+        return self._metrics.hypervisor_round_trips.labels(self._backend).inc

@@ -3,6 +3,11 @@
 Each setting has one name, the environment variable's (docs/configuration.md). A TOML config file
 (`--config` or `PYRIGAUD_CONFIG`) uses the same names as keys, so nothing is spelled twice.
 
+`Settings` are the settings every hypervisor shares; each hypervisor's own are its plugin's
+model (`application/hypervisor_plugin.py`), validated from the same merged sources once
+PROVIDER_TYPE says which, and carried as `Settings.hypervisor`. A name any registered
+hypervisor knows is a known setting whatever the type, so one config file serves them all.
+
 The merge is `load_settings`' few lines rather than pydantic-settings (checked with 2.16.3):
 its environment source reads only `os.environ`, while `load_settings` takes the environment as
 an argument (the CLI passes `os.environ`, tests a dict), and its TOML source skips a missing
@@ -15,7 +20,7 @@ import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -28,17 +33,15 @@ from pydantic import (
 from returns.result import Failure
 
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
+from pyrigaud.application.hypervisor_plugin import SETTINGS_MODEL
+from pyrigaud.application.setting_values import Flag, one_of
 from pyrigaud.domain.bounds import MAX_DISK_GIB
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.staging import OPTIONS, StagingType, parse_staging_place
 from pyrigaud.domain.staging_gate import StagingGate
-from pyrigaud.entrypoints.backends import ALIASES, BACKENDS
+from pyrigaud.entrypoints.backends import BACKENDS, DEFAULT, backend_named
 
-LIBVIRT_DOMAIN_TYPES = ("auto", "kvm", "qemu", "test")
 CREDENTIAL_SOURCES = ("files", "kubernetes", "env")
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 class SettingsError(Exception):
@@ -70,40 +73,29 @@ class StagingPlaceSetting(BaseModel):
 
 
 class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = SETTINGS_MODEL
 
     port: int = Field(9443, alias="PYRIGAUD_PORT", ge=0, le=65535)  # 0: any free port
     health_port: int = Field(8080, alias="PYRIGAUD_HEALTH_PORT", ge=0, le=65535)
     listen_address: str = Field("", alias="PYRIGAUD_LISTEN_ADDRESS")  # "": all interfaces
-    provider_type: str = Field("libvirt", alias="PROVIDER_TYPE")  # on test:///default
+    provider_type: str = Field(DEFAULT, alias="PROVIDER_TYPE")
     provider_endpoint: str = Field("", alias="PROVIDER_ENDPOINT")
     provider_namespace: str = Field("", alias="PROVIDER_NAMESPACE")
     provider_name: str = Field("", alias="PROVIDER_NAME")
     tls_dir: Path = Field(Path("/etc/virtrigaud/tls"), alias="PYRIGAUD_TLS_DIR")
-    tls_enabled: bool = Field(False, alias="TLS_ENABLED")
-    insecure: bool = Field(False, alias="VIRTRIGAUD_PROVIDER_INSECURE")
+    tls_enabled: Flag = Field(False, alias="TLS_ENABLED")
+    insecure: Flag = Field(False, alias="VIRTRIGAUD_PROVIDER_INSECURE")
     allowed_sans: str = Field("", alias="VIRTRIGAUD_PROVIDER_ALLOWED_SANS")
     credentials_source: str = Field("files", alias="PYRIGAUD_CREDENTIALS")
     credentials_dir: Path = Field(
         Path("/etc/virtrigaud/credentials"), alias="PYRIGAUD_CREDENTIALS_DIR"
     )
     credentials_secret: str = Field("", alias="PYRIGAUD_CREDENTIALS_SECRET")
+    # Every hypervisor's: the datastore (storage pool) a placement that names none gets.
     default_datastore: str = Field("", alias="PROVIDER_DEFAULT_DATASTORE")
-    default_storage_pod: str = Field("", alias="PROVIDER_DEFAULT_STORAGE_POD")
-    default_cluster: str = Field("", alias="PROVIDER_DEFAULT_CLUSTER")
-    default_folder: str = Field("", alias="PROVIDER_DEFAULT_FOLDER")
-    tls_insecure_skip_verify: bool = Field(False, alias="TLS_INSECURE_SKIP_VERIFY")
-    libvirt_domain_type: str = Field("auto", alias="LIBVIRT_DOMAIN_TYPE")
-    libvirt_insecure_skip_host_key_verification: bool = Field(
-        False, alias="LIBVIRT_INSECURE_SKIP_HOST_KEY_VERIFICATION"
-    )
-    # Every libvirt call, reads included (PYRIGAUD_MAX_CONCURRENT_OPS bounds mutations only).
-    libvirt_max_concurrent_calls: int = Field(
-        64, alias="LIBVIRT_MAX_CONCURRENT_CALLS", ge=1, le=4096
-    )
-    image_url_allow_loopback: bool = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
+    image_url_allow_loopback: Flag = Field(False, alias="PYRIGAUD_IMAGE_URL_ALLOW_LOOPBACK")
     # Where a request may aim the staging stores' connections (S3 endpoints, NFS servers).
-    staging_allow_loopback: bool = Field(False, alias="PYRIGAUD_STAGING_ALLOW_LOOPBACK")
+    staging_allow_loopback: Flag = Field(False, alias="PYRIGAUD_STAGING_ALLOW_LOOPBACK")
     staging_allowed_hosts: str = Field("", alias="PYRIGAUD_STAGING_ALLOWED_HOSTS")
     # Where the manager mounts the PVCs that pvc://<pvc>/<path> URLs of ExportDisk/ImportDisk name.
     migration_storage_root: Path = Field(
@@ -111,8 +103,8 @@ class Settings(BaseModel):
     )
     # Where disk format conversions keep anonymous scratch files (unset: the temporary directory).
     transfer_scratch_dir: Path | None = Field(None, alias="PYRIGAUD_TRANSFER_SCRATCH_DIR")
-    # The largest virtual size a staged image may claim: 62 TiB, what a vSphere disk holds (a
-    # qcow2 on libvirt holds more; a larger disk is no VM's). Checked before anything is made.
+    # The largest virtual size a staged image may claim: 62 TiB, what a VMDK holds (a qcow2
+    # holds more; a larger disk is no VM's). Checked before anything is made.
     max_image_virtual_gib: int = Field(
         62 * 1024, alias="PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB", ge=1, le=MAX_DISK_GIB
     )
@@ -140,35 +132,16 @@ class Settings(BaseModel):
         (), alias="PYRIGAUD_STAGING_SWEEP_PLACES"
     )
     shutdown_grace_seconds: float = Field(15.0, alias="PYRIGAUD_SHUTDOWN_GRACE_SECONDS", ge=0)
-    fake_latency: str = Field("", alias="PYRIGAUD_FAKE_LATENCY")  # "create=2,describe=0.01"
     log_level: str = Field("info", alias="LOG_LEVEL")
     log_format: str = Field("text", alias="LOG_FORMAT")
+    # The selected hypervisor's own settings, its plugin's model, which `load_settings` fills
+    # once PROVIDER_TYPE is known (None: that model's defaults). No setting name of its own.
+    hypervisor: BaseModel | None = Field(None, exclude=True)
 
     @field_validator("provider_type")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        backend = _one_of(value, (*BACKENDS, *ALIASES), default="libvirt")
-        return ALIASES.get(backend, backend)
-
-    @field_validator(
-        "tls_enabled",
-        "insecure",
-        "image_url_allow_loopback",
-        "staging_allow_loopback",
-        "tls_insecure_skip_verify",
-        "libvirt_insecure_skip_host_key_verification",
-        mode="before",
-    )
-    @classmethod
-    def _boolean(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in _TRUE:
-                return True
-            if text in _FALSE:
-                return False
-            raise ValueError(f"must be true or false, got {value!r}")
-        return value
+        return backend_named(value)
 
     @field_validator("staging_sweep_places", mode="before")
     @classmethod
@@ -184,13 +157,7 @@ class Settings(BaseModel):
     @field_validator("credentials_source")
     @classmethod
     def _known_credentials_source(cls, value: str) -> str:
-        return _one_of(value, CREDENTIAL_SOURCES, default="files")
-
-    @model_validator(mode="after")
-    def _endpoint_for_vsphere(self) -> Settings:
-        if self.provider_type == "vsphere" and not self.provider_endpoint:
-            raise ValueError("PROVIDER_ENDPOINT (https://vcenter/sdk) is required for vsphere")
-        return self
+        return one_of(value, CREDENTIAL_SOURCES, default="files")
 
     @model_validator(mode="after")
     def _secret_named_for_kubernetes(self) -> Settings:
@@ -200,25 +167,15 @@ class Settings(BaseModel):
             )
         return self
 
-    @field_validator("libvirt_domain_type")
-    @classmethod
-    def _known_domain_type(cls, value: str) -> str:
-        return _one_of(value, LIBVIRT_DOMAIN_TYPES, default="auto")
-
-    @field_validator("fake_latency")
-    @classmethod
-    def _latency_pairs(cls, value: str) -> str:
-        fake_latencies(value)
-        return value
-
-    @property
-    def fake_latency_by_operation(self) -> dict[str, float]:
-        return fake_latencies(self.fake_latency)
-
     @property
     def endpoint(self) -> str:
-        """PROVIDER_ENDPOINT, else the backend's embedded default (libvirt: the test driver)."""
+        """PROVIDER_ENDPOINT, else the selected hypervisor's default."""
         return self.provider_endpoint or BACKENDS[self.provider_type].default_endpoint
+
+    @property
+    def scratch_dir(self) -> str | None:
+        """PYRIGAUD_TRANSFER_SCRATCH_DIR as the adapters take it (None: the temporary directory)."""
+        return str(self.transfer_scratch_dir) if self.transfer_scratch_dir else None
 
     @field_validator("staging_allowed_hosts")
     @classmethod
@@ -257,28 +214,17 @@ def _comma_list(value: str) -> tuple[str, ...]:
     return tuple(entry.strip() for entry in value.split(",") if entry.strip())
 
 
-def _one_of(value: str, choices: tuple[str, ...], *, default: str) -> str:
-    """A case-insensitive choice; empty means the default."""
-    choice = value.strip().lower() or default
-    if choice not in choices:
-        raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
-    return choice
+def setting_names(model: type[BaseModel]) -> set[str]:
+    """The settings a model reads: its fields' aliases, the environment variables' names."""
+    return {field.alias for field in model.model_fields.values() if field.alias}
 
 
-def fake_latencies(text: str) -> dict[str, float]:
-    """`operation=seconds,...` for the fake backend's latency injection (demos, load tests)."""
-    latencies: dict[str, float] = {}
-    for pair in filter(None, (part.strip() for part in text.split(","))):
-        operation, _, seconds = pair.partition("=")
-        try:
-            latencies[operation.strip()] = float(seconds)
-        except ValueError:
-            raise ValueError(f"expected operation=seconds, got {pair!r}") from None
-    return latencies
-
-
-def _names() -> set[str]:
-    return {str(field.alias) for field in Settings.model_fields.values()}
+def known_setting_names() -> set[str]:
+    """Every setting a config file or flag may name: the common ones and every registered
+    hypervisor's, whichever is selected."""
+    return setting_names(Settings).union(
+        *(setting_names(plugin.settings) for plugin in BACKENDS.values())
+    )
 
 
 def load_settings(
@@ -286,8 +232,10 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     config_file: Path | None = None,
 ) -> Settings:
-    """Merge the sources; `overrides` are command-line flags, keyed by setting name."""
-    names = _names()
+    """Merge the sources; `overrides` are command-line flags, keyed by setting name. The common
+    settings are checked first, then the selected hypervisor's own; another hypervisor's
+    settings are known but not read."""
+    names = known_setting_names()
     values: dict[str, Any] = {}
     path = config_file or (
         Path(environ["PYRIGAUD_CONFIG"]) if environ.get("PYRIGAUD_CONFIG") else None
@@ -303,8 +251,27 @@ def load_settings(
         values.update(document)
     values.update({name: value for name, value in environ.items() if name in names})
     values.update({name: value for name, value in (overrides or {}).items() if value is not None})
+    hypervisors_own = names - setting_names(Settings)
+    settings = _validated(
+        Settings, {name: value for name, value in values.items() if name not in hypervisors_own}
+    )
+    plugin = BACKENDS[settings.provider_type]
+    own = setting_names(plugin.settings)
+    hypervisor = _validated(
+        plugin.settings,
+        {name: value for name, value in values.items() if name in own},
+        context=settings,
+    )
+    return settings.model_copy(update={"hypervisor": hypervisor})
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validated(model: type[_Model], values: Mapping[str, Any], context: object = None) -> _Model:
+    """`model` from `values`, or SettingsError naming each setting that cannot run."""
     try:
-        return Settings.model_validate(values)
+        return model.model_validate(values, context=context)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pyrigaud.adapters.hypervisors.fake.plugin import FakeSettings
+from pyrigaud.adapters.hypervisors.libvirt.plugin import LibvirtSettings
+from pyrigaud.adapters.hypervisors.vsphere.plugin import VSphereSettings
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
 
 
@@ -47,7 +50,20 @@ def test_mock_is_an_alias_of_fake_and_ipv6_addresses_are_bracketed() -> None:
         ({"PYRIGAUD_PORT": "http"}, "PYRIGAUD_PORT"),
         ({"PYRIGAUD_PORT": "70000"}, "PYRIGAUD_PORT"),
         ({"TLS_ENABLED": "maybe"}, "TLS_ENABLED"),
-        ({"PYRIGAUD_FAKE_LATENCY": "create=slow"}, "PYRIGAUD_FAKE_LATENCY"),
+        (
+            {"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": "create=slow"},
+            "PYRIGAUD_FAKE_LATENCY",
+        ),
+        ({"LIBVIRT_DOMAIN_TYPE": "xen"}, "LIBVIRT_DOMAIN_TYPE"),
+        ({"LIBVIRT_MAX_CONCURRENT_CALLS": "0"}, "LIBVIRT_MAX_CONCURRENT_CALLS"),
+        (
+            {
+                "PROVIDER_TYPE": "vsphere",
+                "PROVIDER_ENDPOINT": "https://vc/sdk",
+                "TLS_INSECURE_SKIP_VERIFY": "?",
+            },
+            "TLS_INSECURE_SKIP_VERIFY",
+        ),
         ({"PYRIGAUD_STAGING_ALLOWED_HOSTS": "10.0.0.0/8, minio"}, "PYRIGAUD_STAGING_ALLOWED_HOSTS"),
         ({"PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB": "0"}, "PYRIGAUD_MAX_IMAGE_VIRTUAL_GIB"),
         ({"PYRIGAUD_STAGING_RETRY_SECONDS": "-1"}, "PYRIGAUD_STAGING_RETRY_SECONDS"),
@@ -56,6 +72,39 @@ def test_mock_is_an_alias_of_fake_and_ipv6_addresses_are_bracketed() -> None:
 def test_bad_settings_name_the_setting(environ: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
         load_settings(environ)
+
+
+def test_the_selected_hypervisors_own_settings_come_from_the_same_sources(tmp_path: Path) -> None:
+    config = tmp_path / "pyrigaud.toml"
+    config.write_text('PROVIDER_DEFAULT_CLUSTER = "from-file"\nTLS_INSECURE_SKIP_VERIFY = true\n')
+    vsphere = load_settings(
+        {
+            "PYRIGAUD_CONFIG": str(config),
+            "PROVIDER_TYPE": "vsphere",
+            "PROVIDER_ENDPOINT": "https://vc/sdk",
+            "PROVIDER_DEFAULT_FOLDER": "from-env",
+        },
+        {"PROVIDER_DEFAULT_CLUSTER": "from-flag"},
+    )
+    assert vsphere.hypervisor == VSphereSettings(
+        PROVIDER_DEFAULT_CLUSTER="from-flag",
+        PROVIDER_DEFAULT_FOLDER="from-env",
+        TLS_INSECURE_SKIP_VERIFY=True,
+    )
+    fake = load_settings({"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": "create=2"})
+    assert isinstance(fake.hypervisor, FakeSettings)
+    assert fake.hypervisor.latency_by_operation == {"create": 2.0}
+    libvirt = load_settings({"LIBVIRT_DOMAIN_TYPE": "QEMU"}).hypervisor
+    assert isinstance(libvirt, LibvirtSettings)
+    assert libvirt.domain_type == "qemu"
+
+
+def test_another_hypervisors_settings_are_known_but_not_read(tmp_path: Path) -> None:
+    """One config file serves every PROVIDER_TYPE: a name any hypervisor knows is accepted."""
+    config = tmp_path / "every.toml"
+    config.write_text('LIBVIRT_DOMAIN_TYPE = "xen"\nPROVIDER_DEFAULT_CLUSTER = "c"\n')
+    settings = load_settings({"PROVIDER_TYPE": "fake", "PYRIGAUD_CONFIG": str(config)})
+    assert settings.hypervisor == FakeSettings()
 
 
 def test_unknown_keys_in_the_config_file_are_refused(tmp_path: Path) -> None:
