@@ -50,6 +50,18 @@ def test_the_backend_is_chosen_by_provider_type() -> None:
     assert adapter_package(fake) == "fake"
 
 
+def test_a_hypervisor_shows_the_series_of_the_counters_it_takes_from_start_up() -> None:
+    """libvirt counts reconnects (at 0 before the first); the fake counts none."""
+    libvirt = Container(settings=load_settings({}))
+    libvirt.backend()
+    exposed = libvirt.metrics().exposition()[0].decode()
+    assert 'pyrigaud_session_reconnects_total{backend="libvirt"} 0.0' in exposed
+    assert 'pyrigaud_inventory_resyncs_total{backend="libvirt"}' not in exposed
+    fake = Container(settings=load_settings({"PROVIDER_TYPE": "fake"}))
+    fake.backend()
+    assert 'backend="fake"' not in fake.metrics().exposition()[0].decode()
+
+
 def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:
     files = Container(
         settings=load_settings({"PYRIGAUD_CREDENTIALS_DIR": str(tmp_path)})
