@@ -141,7 +141,7 @@ def _libvirt(
         pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
         allow_loopback_urls=False,
         image_judge=IMAGE_JUDGE,
-        staging_types=staging.backends,
+        staging_types=staging.types,
         transfer_owner=OWNER,
     )
     moves = disk_moves(backend, staging)

@@ -406,7 +406,7 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
         pools=PoolSettings(),
         allow_loopback_urls=False,
         image_judge=InspectingJudge(load_settings({}).max_image_virtual_bytes),
-        staging_types=staging_by_type("bench", SystemClock()).backends,
+        staging_types=staging_by_type("bench", SystemClock()).types,
         transfer_owner="bench",
     )
     backend.health.check()  # opens the connection (parses the host) outside the measurements

@@ -24,7 +24,7 @@ class TransferProgress:
 
     def __init__(self, doing: str, location: StagedLocation) -> None:
         self.doing = doing
-        self._where = f"{location.staging_type.value} {location.container}/{location.key}"
+        self._where = f"{location.staging_type} {location.container}/{location.key}"
         self._started = time.monotonic()
         self._done = 0
         logger.info("%s: started (%s)", doing, self._where)

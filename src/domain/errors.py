@@ -97,6 +97,10 @@ class ProviderError(BaseModel):
     def internal(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.INTERNAL, message=message)
 
+    def mentioning(self, *paths: str) -> ProviderError:
+        """This error, its message naming the domain paths `paths` too."""
+        return self.model_copy(update={"mentions": (*self.mentions, *paths)})
+
     @classmethod
     def _of(cls, kind: ErrorKind, message: str, field: str | None) -> ProviderError:
         return cls(kind=kind, message=message) if field is None else cls.about(kind, field, message)

@@ -18,7 +18,11 @@ STORAGE_HINT = "storage_hint"  # ImagePrepare, ImportDisk
 SOURCE_URL = "source_url"
 DESTINATION_URL = "destination_url"
 TRANSFER_MODE = "mode"
-TRANSFER_BACKEND = "backend"
+# Where the disk is staged (a StagedLocation's staging_type, its options and credentials). An
+# option or a credential is named by its key in the map the manager sent, as extra_config's are.
+STAGING_TYPE = "staging_type"
+STORAGE_OPTIONS = "storage_options"
+STAGING_CREDENTIALS = "credentials"
 
 # Create's image (CreateRequest.image, a VMImage).
 IMAGE = "image"
@@ -54,6 +58,16 @@ PREPARE_CHECKSUM = "source.checksum"
 PREPARE_CHECKSUM_TYPE = "source.checksum_type"
 PREPARE_STORAGE_POOL = "source.storage_pool"
 PREPARE_CONTENT_LIBRARY = "source.content_library"
+
+
+def storage_option(key: str) -> str:
+    """A transfer's storage option `key`."""
+    return f"{STORAGE_OPTIONS}.{key}"
+
+
+def staging_credential(key: str) -> str:
+    """A transfer's credential `key`."""
+    return f"{STAGING_CREDENTIALS}.{key}"
 
 
 def class_extra_config(key: str) -> str:

@@ -318,6 +318,11 @@ class ExportRequest(Value):
     mode: TransferMode = TransferMode.RELAY
 
     @property
+    def staged(self) -> StagedLocation:
+        """Where the disk is staged: the destination."""
+        return self.destination
+
+    @property
     def staging_type(self) -> StagingType:
         return self.destination.staging_type
 
@@ -339,6 +344,11 @@ class ImportRequest(Value):
     verify_checksum: bool = False
     expected_checksum: str = ""
     mode: TransferMode = TransferMode.RELAY
+
+    @property
+    def staged(self) -> StagedLocation:
+        """Where the disk is staged: the source."""
+        return self.source
 
     @property
     def staging_type(self) -> StagingType:

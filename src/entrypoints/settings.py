@@ -33,13 +33,21 @@ from pydantic import (
 from returns.result import Failure
 
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
+from pyrigaud.adapters.staging.registry import (
+    known_types,
+    parse_staging_place,
+    staging_rules,
+    types_taking_credentials,
+)
 from pyrigaud.application.hypervisor_plugin import SETTINGS_MODEL
 from pyrigaud.application.setting_values import Flag, one_of
 from pyrigaud.domain.bounds import MAX_DISK_GIB
 from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.staging import OPTIONS, StagingType, parse_staging_place
+from pyrigaud.domain.staging import StagingType
 from pyrigaud.domain.staging_gate import StagingGate
 from pyrigaud.entrypoints.backends import BACKENDS, DEFAULT, backend_named
+from pyrigaud.entrypoints.grpc.wire import field_names as names
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 CREDENTIAL_SOURCES = ("files", "kubernetes", "env")
 
@@ -59,16 +67,25 @@ class StagingPlaceSetting(BaseModel):
     storage_options: dict[str, object] = Field(default_factory=dict, alias="storageOptions")
     credentials_dir: Path | None = Field(None, alias="credentialsDir")
 
+    @field_validator("backend_type")
+    @classmethod
+    def _a_known_type(cls, value: StagingType) -> StagingType:
+        if staging_rules(value) is None:
+            raise ValueError(f"must be {known_types()}")
+        return value
+
     @model_validator(mode="after")
     def _a_place_to_sweep(self) -> StagingPlaceSetting:
-        needs_credentials = self.backend_type is StagingType.S3
+        rules = staging_rules(self.backend_type)
+        needs_credentials = rules is not None and rules.takes_credentials
         if needs_credentials != (self.credentials_dir is not None):
-            raise ValueError("credentialsDir: required for s3, and only for s3")
-        # Stand-in credentials: the real ones are read from the directory at each sweep.
-        stand_in = {"accessKeyID": "-", "secretAccessKey": "-"} if needs_credentials else {}
-        match parse_staging_place(self.backend_type, self.storage_options, stand_in):
-            case Failure(error):  # named as this setting spells the options
-                raise ValueError(error.message.replace(OPTIONS, "storageOptions", 1))
+            named = " and ".join(types_taking_credentials())
+            raise ValueError(f"credentialsDir: required for {named}, and only for {named}")
+        # No credentials yet: they are read from the directory at each sweep.
+        match parse_staging_place(self.backend_type, self.storage_options, None):
+            case Failure(error):  # named as the wire names them, the options as this setting
+                message = for_the_manager(error)
+                raise ValueError(message.replace(names.STORAGE_OPTIONS, "storageOptions", 1))
         return self
 
 

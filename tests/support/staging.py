@@ -40,11 +40,15 @@ import pytest
 from botocore.config import Config
 
 from pyrigaud.adapters.staging.nfs import NfsStaging
+from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc import PvcStaging
+from pyrigaud.adapters.staging.pvc_location import PVC
+from pyrigaud.adapters.staging.registry import parse_staged_location
 from pyrigaud.adapters.staging.s3 import S3Staging
+from pyrigaud.adapters.staging.s3_location import S3, S3Credentials
 from pyrigaud.application.ports.staging import StagingStorage
 from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+from pyrigaud.domain.staging import StagedLocation
 
 from support import ok
 
@@ -432,7 +436,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
 
     def locate(name: str) -> StagedLocation:
         url = f"pvc://mig-pvc/vmmigrations/ns/{migration}/{name}"
-        return ok(parse_staged_location("destination_url", url, StagingType.PVC, {}, {}))
+        return ok(parse_staged_location("destination_url", url, PVC, {}, {}))
 
     def stored(location: StagedLocation) -> bytes | None:
         path = root / location.container / location.key
@@ -444,7 +448,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
     def adapter(owner: str) -> PvcStaging:
         return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES)
 
-    return StagingCase(StagingType.PVC, adapter(OWNER), locate, stored, leftovers, adapter)
+    return StagingCase(PVC, adapter(OWNER), locate, stored, leftovers, adapter)
 
 
 def s3_case(server: S3Server, migration: str) -> StagingCase:
@@ -456,7 +460,7 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
             parse_staged_location(
                 "destination_url",
                 url,
-                StagingType.S3,
+                S3,
                 s3_options(server),
                 s3_credentials(server),
             )
@@ -481,15 +485,13 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
     def adapter(owner: str) -> S3Staging:
         return S3Staging(owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES)
 
-    return StagingCase(StagingType.S3, adapter(OWNER), locate, stored, leftovers, adapter)
+    return StagingCase(S3, adapter(OWNER), locate, stored, leftovers, adapter)
 
 
 def nfs_case(server: NfsServer, migration: str) -> StagingCase:
     def locate(name: str) -> StagedLocation:
         url = f"nfs://{server.server}{server.export}/vmmigrations-ns-{migration}-{name}"
-        return ok(
-            parse_staged_location("destination_url", url, StagingType.NFS, nfs_options(server), {})
-        )
+        return ok(parse_staged_location("destination_url", url, NFS, nfs_options(server), {}))
 
     def stored(location: StagedLocation) -> bytes | None:
         path = server.export / location.key
@@ -505,7 +507,7 @@ def nfs_case(server: NfsServer, migration: str) -> StagingCase:
     def adapter(owner: str) -> NfsStaging:
         return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES)
 
-    return StagingCase(StagingType.NFS, adapter(OWNER), locate, stored, leftovers, adapter)
+    return StagingCase(NFS, adapter(OWNER), locate, stored, leftovers, adapter)
 
 
 def manager_s3_options(server: S3Server, prefix: str = "") -> tuple[str, dict[str, str]]:
@@ -545,9 +547,15 @@ def describe_case(staging: StagingCase, location: StagedLocation) -> str:
                 for key in ("root", "owner", "chunk_bytes", "part_bytes")
                 if hasattr(adapter, key)
             },
-            "location": location.model_dump(mode="json", exclude={"credentials"}),
+            "location": location.model_dump(mode="json", exclude={"options", "credentials"}),
+            # The type's own options value, rebuilt as its class in the child.
+            "options": [
+                type(location.options).__module__,
+                type(location.options).__qualname__,
+                location.options.model_dump(mode="json"),
+            ],
             "credentials": None
-            if location.credentials is None
+            if not isinstance(location.credentials, S3Credentials)
             else {
                 "access_key_id": location.credentials.access_key_id,
                 "secret_access_key": location.credentials.secret_access_key.get_secret_value(),
@@ -579,15 +587,22 @@ def killed_writer(staging: StagingCase, location: StagedLocation) -> None:
 
 
 CRASHING_WRITER = """
-import json, sys, time
+import importlib, json, sys, time
 from pyrigaud.adapters.staging import nfs, pvc, s3
-from pyrigaud.domain.staging import StagedLocation, StorageCredentials
+from pyrigaud.adapters.staging.s3_location import S3Credentials
+from pyrigaud.domain.staging import StagedLocation
 
 described = json.load(sys.stdin)
 adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
 adapter = adapters[described["adapter"]](**described["settings"])
+module, name, options = described["options"]
+credentials = described["credentials"]
 location = StagedLocation.model_validate(
-    {**described["location"], "credentials": described["credentials"]}
+    {
+        **described["location"],
+        "options": getattr(importlib.import_module(module), name).model_validate(options),
+        "credentials": None if credentials is None else S3Credentials(**credentials),
+    }
 )
 writer = adapter.open_write(location).unwrap()
 for _ in range(11):

@@ -15,6 +15,7 @@ from returns.result import Result
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
+from pyrigaud.adapters.staging.pvc_location import PVC
 from pyrigaud.adapters.staging.registry import staging_by_type
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import CapabilitySource
@@ -137,7 +138,7 @@ def import_disk(
 
 
 def staged(
-    url: str, staging_type: StagingType = StagingType.PVC, field: str = fields.DESTINATION_URL
+    url: str, staging_type: StagingType = PVC, field: str = fields.DESTINATION_URL
 ) -> StagedLocation:
     """A location as if the wire parser had checked `url` (its host the container, its path
     the key), for a request made by hand that a use case refuses before staging anything."""

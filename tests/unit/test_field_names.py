@@ -27,6 +27,8 @@ PATHS_MADE_BY: dict[Callable[..., str], list[str]] = {
         fields.network_field(1, attribute) for attribute in NetworkAttachment.model_fields
     ],
     fields.customize_network: [fields.customize_network(2)],
+    fields.storage_option: [fields.storage_option("bucket"), fields.storage_option("usePathStyle")],
+    fields.staging_credential: [fields.staging_credential("secretAccessKey")],
     fields.customize_network_field: [
         fields.customize_network_field(2, attribute)
         for attribute in CLONE_NIC_ATTRIBUTES + CLONE_NIC_NAMED_ANYWAY
@@ -76,6 +78,11 @@ def test_every_domain_path_has_a_wire_name(path: str) -> None:
         (fields.DESIRED_DISKS, "desired_json.Disks"),
         (fields.TRANSFER_MODE, "transfer_mode"),
         (fields.SOURCE_URL, "source_url"),
+        (fields.STAGING_TYPE, "backend_type"),
+        (fields.STORAGE_OPTIONS, "storage_options_json"),
+        (fields.storage_option("bucket"), "storage_options_json.bucket"),
+        (fields.storage_option("usePathStyle"), "storage_options_json.usePathStyle"),
+        (fields.staging_credential("secretAccessKey"), "credentials.secretAccessKey"),
     ],
 )
 def test_paths_are_named_as_the_manager_sends_them(path: str, name: str) -> None:
@@ -102,8 +109,8 @@ def test_a_mentioned_path_is_renamed_too_and_only_as_a_whole() -> None:
     )
     mode = ProviderError.invalid_spec(
         fields.TRANSFER_MODE,
-        f"backends aside, {fields.TRANSFER_BACKEND} 's3' refuses it",
-        mentions=(fields.TRANSFER_BACKEND,),
+        f"backends aside, {fields.STAGING_TYPE} 's3' refuses it",
+        mentions=(fields.STAGING_TYPE,),
     )
     assert for_the_manager(mode) == "transfer_mode: backends aside, backend_type 's3' refuses it"
 

@@ -13,10 +13,15 @@ import pytest
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.staging.gate import ResolvingGate
+from pyrigaud.adapters.staging.nfs_location import NFS
+from pyrigaud.adapters.staging.pvc_location import PVC
+from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
-from pyrigaud.domain.staging import StagedLocation, StagingType, parse_staged_location
+from pyrigaud.domain.staging import StagedLocation, StagingType
 from pyrigaud.domain.staging_gate import StagingGate
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 import support.transfer as transfers
 from support import ManualClock, error_of, ok
@@ -66,7 +71,7 @@ def test_an_allow_list_keeps_every_other_address_out() -> None:
 
 
 def _location(backend: StagingType, url: str, options: dict[str, object]) -> StagedLocation:
-    credentials = CREDENTIALS if backend is StagingType.S3 else {}
+    credentials = CREDENTIALS if backend is S3 else {}
     return ok(parse_staged_location("destination_url", url, backend, options, credentials))
 
 
@@ -74,19 +79,19 @@ def _location(backend: StagingType, url: str, options: dict[str, object]) -> Sta
     ("backend", "url", "options", "field"),
     [
         (
-            StagingType.S3,
+            S3,
             "s3://mig/x.qcow2",
             {"bucket": "mig", "endpoint": "http://169.254.169.254"},
             "storage_options_json.endpoint",
         ),
         (
-            StagingType.S3,
+            S3,
             "s3://mig/x.qcow2",
             {"bucket": "mig", "endpoint": "https://localhost:9000"},
             "storage_options_json.endpoint",
         ),
         (
-            StagingType.NFS,
+            NFS,
             "nfs://127.0.0.1/export/x.qcow2",
             {"server": "127.0.0.1", "export": "/export"},
             "storage_options_json.server",
@@ -98,17 +103,15 @@ def test_a_refused_store_is_permission_denied_naming_the_option(
 ) -> None:
     refused = error_of(ResolvingGate(StagingGate()).admitted(_location(backend, url, options)))
     assert refused.kind is ErrorKind.PERMISSION_DENIED
-    assert refused.message.startswith(f"{field}: ")
+    assert for_the_manager(refused).startswith(f"{field}: ")
     assert "nothing was sent there" in refused.message
 
 
 def test_an_admitted_store_is_pinned_to_the_address_that_was_checked() -> None:
     gate = ResolvingGate(StagingGate(allow_loopback=True))
-    s3 = _location(
-        StagingType.S3, "s3://mig/x", {"bucket": "mig", "endpoint": "http://localhost:9000"}
-    )
+    s3 = _location(S3, "s3://mig/x", {"bucket": "mig", "endpoint": "http://localhost:9000"})
     assert ok(gate.admitted(s3)).address == "127.0.0.1"  # IPv4 first, where a name has both
-    pvc = _location(StagingType.PVC, "pvc://mig/x", {})
+    pvc = _location(PVC, "pvc://mig/x", {})
     assert ok(gate.admitted(pvc)) == pvc  # a mounted folder: nothing to reach
 
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 from returns.result import Result
 
+from pyrigaud.adapters.staging.nfs_location import NFS
+from pyrigaud.adapters.staging.pvc_location import PVC
+from pyrigaud.adapters.staging.registry import parse_staged_location, parse_staging_place
+from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation, parse_staged_location, parse_staging_place
+from pyrigaud.domain.staging import StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 from support import error_of, ok
 
@@ -45,7 +50,7 @@ def s3(
     return parse_staged_location(
         "destination_url",
         url,
-        StagingType.S3,
+        S3,
         S3_OPTIONS if options is None else options,
         credentials,
     )
@@ -55,18 +60,18 @@ def nfs(
     url: str = NFS_URL, options: dict[str, object] | None = None
 ) -> Result[StagedLocation, ProviderError]:
     return parse_staged_location(
-        "source_url", url, StagingType.NFS, NFS_OPTIONS if options is None else options, {}
+        "source_url", url, NFS, NFS_OPTIONS if options is None else options, {}
     )
 
 
 def invalid_field(result: Result[StagedLocation, ProviderError]) -> str:
     error = error_of(result)
     assert error.kind is ErrorKind.INVALID_SPEC, error
-    return error.message.split(":", 1)[0]
+    return for_the_manager(error).split(":", 1)[0]
 
 
 def test_a_pvc_url_names_a_file_inside_its_pvc() -> None:
-    location = ok(parse_staged_location("destination_url", PVC_URL, StagingType.PVC, {}, {}))
+    location = ok(parse_staged_location("destination_url", PVC_URL, PVC, {}, {}))
     assert (location.container, location.key) == ("mig-pvc", "vmmigrations/ns/m1/export.qcow2")
     assert (location.parent, location.name) == ("vmmigrations/ns/m1", "export.qcow2")
 
@@ -85,7 +90,7 @@ def test_a_pvc_url_names_a_file_inside_its_pvc() -> None:
     ],
 )
 def test_a_malformed_pvc_url_names_the_field(url: str) -> None:
-    result = parse_staged_location("destination_url", url, StagingType.PVC, {}, {})
+    result = parse_staged_location("destination_url", url, PVC, {}, {})
     assert invalid_field(result) == "destination_url"
     assert "pw" not in error_of(result).message
 
@@ -217,22 +222,22 @@ def test_a_temporary_name_fits_a_file_system_name_whatever_the_final_name() -> N
 @pytest.mark.parametrize(
     ("backend", "options", "folder", "migration_url"),
     [
-        (StagingType.S3, S3_OPTIONS, ("mig", "lab/vmmigrations"), S3_URL),
+        (S3, S3_OPTIONS, ("mig", "lab/vmmigrations"), S3_URL),
         (
-            StagingType.S3,
+            S3,
             {**S3_OPTIONS, "prefix": "/a/b/"},
             ("mig", "a/b/vmmigrations"),
             "s3://mig/a/b/vmmigrations/ns/m1/export.vmdk",
         ),
         (
-            StagingType.S3,
+            S3,
             {**S3_OPTIONS, "prefix": ""},
             ("mig", "vmmigrations"),
             "s3://mig/vmmigrations/ns/m1/export.vmdk",
         ),
-        (StagingType.NFS, NFS_OPTIONS, ("/export/migrations", "vr"), NFS_URL),
+        (NFS, NFS_OPTIONS, ("/export/migrations", "vr"), NFS_URL),
         (
-            StagingType.NFS,
+            NFS,
             {**NFS_OPTIONS, "path": ""},
             ("/export/migrations", ""),
             "nfs://10.0.0.5/export/migrations/vmmigrations-ns-m1-export.qcow2",
@@ -245,30 +250,30 @@ def test_a_staging_place_is_the_folder_the_manager_stages_every_migration_under(
     folder: tuple[str, str],
     migration_url: str,
 ) -> None:
-    credentials = CREDENTIALS if backend is StagingType.S3 else {}
+    credentials = CREDENTIALS if backend is S3 else {}
     place = ok(parse_staging_place(backend, options, credentials))
     assert (place.container, place.parent) == folder
     # What the manager stages for a migration lies in that folder (NFS) or below it (S3).
     staged = ok(parse_staged_location("source_url", migration_url, backend, options, credentials))
     assert staged.container == place.container
     below = staged.parent.startswith(f"{place.parent}/")
-    assert staged.parent == place.parent if backend is StagingType.NFS else below
+    assert staged.parent == place.parent if backend is NFS else below
 
 
 @pytest.mark.parametrize(
     ("backend", "options", "credentials", "named"),
     [
         (
-            StagingType.S3,
+            S3,
             {**S3_OPTIONS, "bucket": ""},
             CREDENTIALS,
             "storage_options_json.bucket",
         ),
-        (StagingType.S3, S3_OPTIONS, {}, "credentials.accessKeyID"),
-        (StagingType.NFS, {**NFS_OPTIONS, "server": ""}, {}, "storage_options_json.server"),
-        (StagingType.NFS, {**NFS_OPTIONS, "export": ""}, {}, "storage_options_json.export"),
-        (StagingType.NFS, {**NFS_OPTIONS, "path": "../up"}, {}, "storage_options_json"),
-        (StagingType.PVC, {}, {}, "backend_type"),
+        (S3, S3_OPTIONS, {}, "credentials.accessKeyID"),
+        (NFS, {**NFS_OPTIONS, "server": ""}, {}, "storage_options_json.server"),
+        (NFS, {**NFS_OPTIONS, "export": ""}, {}, "storage_options_json.export"),
+        (NFS, {**NFS_OPTIONS, "path": "../up"}, {}, "storage_options_json"),
+        (PVC, {}, {}, "backend_type"),
     ],
 )
 def test_a_staging_place_that_cannot_be_swept_names_the_key(
@@ -279,5 +284,5 @@ def test_a_staging_place_that_cannot_be_swept_names_the_key(
 ) -> None:
     error = error_of(parse_staging_place(backend, options, credentials))
     assert error.kind is ErrorKind.INVALID_SPEC
-    assert error.message.startswith(f"{named}")
+    assert for_the_manager(error).startswith(f"{named}")
     assert SECRET not in error.message

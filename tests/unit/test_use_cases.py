@@ -15,7 +15,9 @@ from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
+from pyrigaud.adapters.staging.pvc_location import PVC
 from pyrigaud.adapters.staging.registry import staging_by_type
+from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import (
@@ -732,7 +734,7 @@ def test_export_refuses_unlisted_modes_and_compression(
     assert "relay" in error_of(unlisted).message
 
 
-@pytest.mark.parametrize("backend_type", [StagingType.PVC, StagingType.S3])
+@pytest.mark.parametrize("backend_type", [PVC, S3])
 def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     backend: Backend, backend_type: StagingType, staging: StagingStores
 ) -> None:
@@ -748,7 +750,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     assert error_kind(direct) is ErrorKind.INVALID_SPEC
     assert error_of(direct).field == fields.TRANSFER_MODE
     assert for_the_manager(error_of(direct)) == (
-        f"transfer_mode: 'direct' cannot be used with backend_type {backend_type.value!r}; "
+        f"transfer_mode: 'direct' cannot be used with backend_type {backend_type!r}; "
         "use 'relay' (or 'auto')"
     )
     importing = ImportDisk(

@@ -3,7 +3,8 @@ domain's rule (`domain/staging_gate.py`), and the first one pinned on the locati
 store's connections go to the address that was checked (a DNS answer that changes between the
 check and the connection cannot move them).
 
-A PVC is a mounted folder: nothing to reach. S3 without an endpoint is AWS itself, reached by
+Which host a location's connections go to is its type's to say (`location.options.host()`):
+a PVC is a mounted folder, nothing to reach; S3 without an endpoint is AWS itself, reached by
 name as boto3 does (its host is AWS's, whatever the request says).
 """
 
@@ -11,16 +12,12 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from returns.result import Failure, Result, Success
 
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import OPTIONS, StagedLocation, StagingType
+from pyrigaud.domain.staging import StagedLocation
 from pyrigaud.domain.staging_gate import StagingGate
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
-NFS_PORT = 2049
 
 
 @dataclass(frozen=True)
@@ -28,14 +25,18 @@ class ResolvingGate:
     gate: StagingGate
 
     def admitted(self, location: StagedLocation) -> Result[StagedLocation, ProviderError]:
-        reached = _reached(location)
+        reached = location.options.host()
         if reached is None:
             return Success(location)
-        field, host, port = reached
+        field, host, port = reached.field, reached.host, reached.port
         try:
             answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as error:
-            return Failure(ProviderError.unavailable(f"{field}: cannot resolve {host!r}: {error}"))
+            return Failure(
+                ProviderError.unavailable(f"{field}: cannot resolve {host!r}: {error}").mentioning(
+                    field
+                )
+            )
         addresses = list(dict.fromkeys(str(answer[4][0]) for answer in answers))
         for address in addresses:
             refusal = self.gate.refusal(address)
@@ -44,22 +45,10 @@ class ResolvingGate:
                     ProviderError.permission_denied(
                         f"{field}: {host} is not a place this provider may reach ({refusal}); "
                         "nothing was sent there"
-                    )
+                    ).mentioning(field)
                 )
         # Every address was checked; the pin is one of them, IPv4 first: a pinned connection
         # cannot fall back to the next address as a resolver's caller would, and a store
         # named in both families listens on IPv4 more often than not.
         pinned = min(addresses, key=lambda address: ":" in address)
         return Success(location.model_copy(update={"address": pinned}))
-
-
-def _reached(location: StagedLocation) -> tuple[str, str, int] | None:
-    """The request field naming the host a location's connections go to, the host, its port."""
-    options = location.options
-    if location.staging_type is StagingType.NFS:
-        return f"{OPTIONS}.server", options.server.strip("[]"), NFS_PORT
-    if location.staging_type is StagingType.S3 and options.endpoint:
-        parts = urlsplit(options.endpoint)
-        host = parts.hostname or ""
-        return f"{OPTIONS}.endpoint", host, parts.port or DEFAULT_PORTS[parts.scheme]
-    return None

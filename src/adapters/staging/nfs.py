@@ -28,8 +28,16 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
-from pyrigaud.adapters.staging.libnfs import Handle, LibnfsMissingError, NfsError, NfsSession
+from pyrigaud.adapters.staging.libnfs import (
+    Handle,
+    LibnfsMissingError,
+    NfsError,
+    NfsSession,
+    library,
+)
+from pyrigaud.adapters.staging.nfs_location import nfs_options
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
+from pyrigaud.adapters.staging.rules import StoreContext
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ErrorKind, ProviderError
@@ -39,6 +47,21 @@ from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 FILE_MODE = 0o640
 HELD_BYTES = 16 * 1024 * 1024  # written but not yet COMMITted: resent after a reconnection
 T = TypeVar("T")
+
+
+def nfs_store(context: StoreContext) -> NfsStaging | None:
+    """The nfs type's store, where libnfs is installed (Debian 12's libnfs13 or 13's
+    libnfs14)."""
+    try:
+        library()
+    except LibnfsMissingError:
+        return None
+    return NfsStaging(
+        owner=context.owner,
+        clock=context.clock,
+        retry_seconds=context.retry_seconds,
+        aborts=context.aborts,
+    )
 
 
 @dataclass(frozen=True)
@@ -408,7 +431,7 @@ def _path(key: str) -> str:
 
 
 def _mounted(location: StagedLocation) -> Result[NfsSession, ProviderError]:
-    options = location.options
+    options = nfs_options(location)
     return _nfs(
         location,
         "reach",
@@ -454,7 +477,7 @@ def _refusal(
     location: StagedLocation, action: str, error: NfsError, mounting: bool
 ) -> ProviderError:
     what = f"cannot {action} {location.url}"
-    options = location.options
+    options = nfs_options(location)
     identity = f"uid {options.uid if options.uid is not None else os.getuid()}, gid " + str(
         options.gid if options.gid is not None else os.getgid()
     )

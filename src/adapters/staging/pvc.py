@@ -17,14 +17,21 @@ from pathlib import Path
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.pvc_location import PVC
+from pyrigaud.adapters.staging.rules import StoreContext
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation, StagingType
+from pyrigaud.domain.staging import StagedDigest, StagedLocation
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 MIGRATION_STORAGE_ROOT = "/mnt/migration-storage"
 FILE_MODE = 0o640
+
+
+def pvc_store(context: StoreContext) -> PvcStaging:
+    """The pvc type's store: every machine can serve it."""
+    return PvcStaging(root=context.pvc_root, owner=context.owner, clock=context.clock)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class PvcStaging:
         removed = 0
         for name in mounts:
             location = StagedLocation(
-                staging_type=StagingType.PVC,
+                staging_type=PVC,
                 field="sweep",
                 url=f"pvc://{name}/",
                 container=name,

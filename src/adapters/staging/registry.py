@@ -1,29 +1,110 @@
-"""One StagingStorage for every staging type: each location goes to the adapter of its type.
+"""Every staging type this provider knows, one line each, and one StagingStorage for them all.
 
-`staging_by_type` builds the set this machine can serve: S3 needs the `s3` extra (boto3),
-NFS needs libnfs (Debian 12's libnfs13 or Debian 13's libnfs14); a type without them is
-left out, so it answers UNSUPPORTED and is not advertised. The sweep with no request in hand
-visits every mounted PVC and the staging places the operator named (S3 buckets and NFS exports
-are otherwise known only from requests).
+`STAGING_KINDS` maps the manager's name of each type (its `backend_type`) to the type's rules
+(URL, options, credentials, sweep place: `<type>_location.py`) and its store's builder. It is
+the only list of types: the wire reads a request's location through it, the sweep's settings
+their places, and `staging_by_type` builds the stores this machine can serve (S3 needs the
+`s3` extra, NFS needs libnfs); a type without its store is left out, so it answers
+UNSUPPORTED and is not advertised. The sweep with no request in hand visits what each store
+finds by itself (every mounted PVC) and the staging places the operator named (S3 buckets and
+NFS exports are otherwise known only from requests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
-from pyrigaud.adapters.staging.libnfs import LibnfsMissingError, library
-from pyrigaud.adapters.staging.nfs import NfsStaging
+from pyrigaud.adapters.staging.nfs import nfs_store
+from pyrigaud.adapters.staging.nfs_location import NFS, NfsRules
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
-from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT, PvcStaging
+from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT, pvc_store
+from pyrigaud.adapters.staging.pvc_location import PVC, PvcRules
+from pyrigaud.adapters.staging.rules import (
+    StagingKind,
+    StagingRules,
+    StoreContext,
+    invalid,
+    parse_place,
+    parse_url,
+)
+from pyrigaud.adapters.staging.s3_location import S3, S3Rules, s3_store
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staging_place
+from pyrigaud.domain.staging import StagedLocation, StagedSweep, StagingType
+
+# In the order GetCapabilities lists them; a request that names no type means the first.
+STAGING_KINDS: Mapping[StagingType, StagingKind] = {
+    PVC: StagingKind(PvcRules(), pvc_store),
+    NFS: StagingKind(NfsRules(), nfs_store),
+    S3: StagingKind(S3Rules(), s3_store),
+}
+DEFAULT_STAGING_TYPE = next(iter(STAGING_KINDS))
+
+
+def staging_rules(name: str) -> StagingRules[Any] | None:
+    """The rules of the type the manager calls `name`, if this provider knows it."""
+    kind = STAGING_KINDS.get(StagingType(name))
+    return None if kind is None else kind.rules
+
+
+def known_types() -> str:
+    """The known types' names, for a refusal: `pvc, nfs or s3`."""
+    *first, last = STAGING_KINDS
+    return f"{', '.join(first)} or {last}" if first else last
+
+
+def types_taking_credentials() -> tuple[StagingType, ...]:
+    return tuple(name for name, kind in STAGING_KINDS.items() if kind.rules.takes_credentials)
+
+
+def parse_staged_location(
+    field: str,
+    url: str,
+    staging_type: StagingType,
+    options: Mapping[str, object],
+    credentials: Mapping[str, str] | None,
+) -> Result[StagedLocation, ProviderError]:
+    """The location `url` (the request's `field`) names on `staging_type`, or the first
+    problem; None `credentials` are read later, at each use."""
+    rules = staging_rules(staging_type)
+    if rules is None:
+        return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
+    return parse_url(field, url, rules, options, credentials)
+
+
+def parse_staging_place(
+    staging_type: StagingType,
+    options: Mapping[str, object],
+    credentials: Mapping[str, str] | None,
+) -> Result[StagedLocation, ProviderError]:
+    """The folder where the manager stages every migration's objects with these storage
+    options, as the location of an object in it: what a sweep of that place takes. A PVC is no
+    place to name: every mounted one is swept already."""
+    rules = staging_rules(staging_type)
+    if rules is None:
+        return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
+    if rules.no_place:
+        # Listed s3 first, as this refusal has always read.
+        placed = sorted(
+            (name for name, kind in STAGING_KINDS.items() if not kind.rules.no_place),
+            reverse=True,
+        )
+        return invalid(fields.STAGING_TYPE, f"must be {' or '.join(placed)} ({rules.no_place})")
+    return parse_place(rules, options, credentials)
+
+
+@runtime_checkable
+class SweptWithoutPlace(Protocol):
+    """A store that finds its objects with no request naming them (PVC: every mounted one)."""
+
+    def sweep_mounted(self, older_than_seconds: float) -> Result[int, ProviderError]: ...
 
 
 @dataclass(frozen=True)
@@ -38,24 +119,22 @@ class StagingPlace:
 
 
 class StagingByType:
-    """Dispatch by `location.staging_type`; a type without an adapter here is UNSUPPORTED."""
+    """Dispatch by `location.staging_type`; a type without a store here is UNSUPPORTED."""
 
     def __init__(
         self,
         adapters: Mapping[StagingType, StagingStorage],
-        pvc: PvcStaging | None = None,
         places: Sequence[StagingPlace] = (),
         aborts: DeferredAborts | None = None,
     ) -> None:
         self._adapters = dict(adapters)
-        self._pvc = pvc
         self._places = tuple(places)
         self._aborts = aborts
 
     @property
     def types(self) -> tuple[StagingType, ...]:
         """What this provider can stage to (what GetCapabilities should advertise)."""
-        return tuple(kind for kind in StagingType if kind in self._adapters)
+        return tuple(name for name in STAGING_KINDS if name in self._adapters)
 
     def deferred_aborts(self) -> int:
         """Aborts of failed transfers waiting for their store to answer again."""
@@ -84,9 +163,9 @@ class StagingByType:
         return adapter.sweep(location, older_than_seconds)
 
     def sweep_reachable(self, older_than_seconds: float) -> StagedSweep:
-        """The staged temporaries a sweep can find with no request naming a place: those on
-        every PVC mounted under the root and in each configured place. Elsewhere on S3 and
-        NFS, each transfer sweeps its own folder before it starts."""
+        """The staged temporaries a sweep can find with no request naming a place: those each
+        store finds by itself (every PVC mounted under the root) and in each configured place.
+        Elsewhere on S3 and NFS, each transfer sweeps its own folder before it starts."""
         removed, failures = 0, []
         for swept in self._sweep_each_place(older_than_seconds):
             match swept:
@@ -97,8 +176,9 @@ class StagingByType:
         return StagedSweep(removed=removed, failures=tuple(failures))
 
     def _sweep_each_place(self, older_than_seconds: float) -> Iterator[Result[int, ProviderError]]:
-        if self._pvc is not None:
-            yield self._pvc.sweep_mounted(older_than_seconds)
+        for adapter in self._adapters.values():
+            if isinstance(adapter, SweptWithoutPlace):
+                yield adapter.sweep_mounted(older_than_seconds)
         for place in self._places:
             yield parse_staging_place(place.staging_type, place.options, place.credentials()).bind(
                 lambda location: self.sweep(location, older_than_seconds)
@@ -107,8 +187,8 @@ class StagingByType:
 
 def _unsupported(location: StagedLocation) -> ProviderError:
     return ProviderError.unsupported(
-        f"backend_type {location.staging_type.value!r}: this provider cannot stage disks there"
-    )
+        f"{fields.STAGING_TYPE} {location.staging_type!r}: this provider cannot stage disks there"
+    ).mentioning(fields.STAGING_TYPE)
 
 
 def staging_by_type(
@@ -118,23 +198,10 @@ def staging_by_type(
     places: Sequence[StagingPlace] = (),
     retry_seconds: float = STAGING_RETRY_SECONDS,
 ) -> StagingByType:
-    """`retry_seconds`: how long S3 and NFS transfers wait out a store that stopped answering
-    (per part, read or write)."""
-    pvc = PvcStaging(root=pvc_root, owner=owner, clock=clock)
+    """Every type's store this machine can build. `retry_seconds`: how long S3 and NFS
+    transfers wait out a store that stopped answering (per part, read or write)."""
     aborts = DeferredAborts(clock)  # one thread and one bound for the whole provider
-    adapters: dict[StagingType, StagingStorage] = {StagingType.PVC: pvc}
-    try:
-        library()
-        adapters[StagingType.NFS] = NfsStaging(
-            owner=owner, clock=clock, retry_seconds=retry_seconds, aborts=aborts
-        )
-    except LibnfsMissingError:
-        pass
-    try:
-        from pyrigaud.adapters.staging.s3 import S3Staging  # noqa: PLC0415 - an optional extra
-    except ImportError:
-        return StagingByType(adapters, pvc, places, aborts)
-    adapters[StagingType.S3] = S3Staging(
-        owner=owner, clock=clock, retry_seconds=retry_seconds, aborts=aborts
-    )
-    return StagingByType(adapters, pvc, places, aborts)
+    context = StoreContext(owner, clock, retry_seconds, aborts, pvc_root)
+    adapters = {name: kind.store(context) for name, kind in STAGING_KINDS.items()}
+    served = {name: store for name, store in adapters.items() if store is not None}
+    return StagingByType(served, places, aborts)

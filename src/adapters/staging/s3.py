@@ -36,6 +36,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
 from pyrigaud.adapters.staging.s3_calls import calling, remove_marked_upload
+from pyrigaud.adapters.staging.s3_location import s3_terms
 from pyrigaud.adapters.staging.s3_upload import MAX_OBJECT_BYTES, PART_BYTES, S3Writer, part_plan
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest
 from pyrigaud.application.ports.clock import Clock
@@ -146,10 +147,7 @@ class S3Staging:
 
         from pyrigaud.adapters.staging.pinned_http import pin_to_address  # noqa: PLC0415
 
-        credentials = location.credentials
-        if credentials is None:  # parse_staged_location always sets them for s3
-            return Failure(ProviderError.invalid_spec("credentials", "required for s3"))
-        options = location.options
+        options, credentials = s3_terms(location)
         pinned = bool(location.address and options.endpoint)
         config = Config(
             region_name=options.region,

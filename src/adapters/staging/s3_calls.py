@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.staging.s3_location import s3_terms
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.staging import StagedLocation
 
@@ -97,7 +98,7 @@ def calling(
     except ClientError as error:
         return Failure(refusal(location, action, error))
     except BotoCoreError as error:
-        where = location.options.endpoint or "AWS S3"
+        where = s3_terms(location)[0].endpoint or "AWS S3"
         return Failure(
             ProviderError.unavailable(
                 f"cannot {action} {location.url}: {where} did not answer ({type(error).__name__})"

@@ -93,7 +93,7 @@ class ExportDisk:
                 ", ".join(what.value for what in stream.left_behind),
             )
         for what in stream.left_behind:
-            self._metrics.left_behind(destination.staging_type.value, what)
+            self._metrics.left_behind(destination.staging_type, what)
         try:
             sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
             staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}", watched)

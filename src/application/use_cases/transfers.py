@@ -21,7 +21,7 @@ from pyrigaud.application.use_cases.capabilities import require, require_listed
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.models import ExportRequest, ImportRequest, StagingType, TransferMode
+from pyrigaud.domain.models import ExportRequest, ImportRequest, TransferMode
 from pyrigaud.domain.staging import StagedLocation
 
 # Staged temporaries older than this belong to dead transfers.
@@ -46,25 +46,23 @@ def carried(
 
 def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode, ProviderError]:
     """How the transfer is carried out, by the manager's rules, before what this backend
-    supports: a direct transfer through pvc or s3 staging is bad input (only NFS can be reached
-    by the hypervisor itself), and a direct one through NFS, which the manager passes on as
-    asked (its relay gate exempts NFS), is carried out as relay, as upstream's providers do."""
+    supports: a direct transfer through a staging type the hypervisor cannot reach itself (its
+    options say: pvc and s3) is bad input, and a direct one through a type it can (NFS), which
+    the manager passes on as asked (its relay gate exempts NFS), is carried out as relay, as
+    upstream's providers do."""
     if request.mode is not TransferMode.DIRECT:
         return Success(request.mode)
-    if request.staging_type in _RELAY_ONLY_STAGING:
+    if not request.staged.options.reached_by_hypervisor:
         return Failure(
             ProviderError.invalid_spec(
                 fields.TRANSFER_MODE,
-                f"'direct' cannot be used with {fields.TRANSFER_BACKEND} "
-                f"{request.staging_type.value!r}; use 'relay' (or 'auto')",
-                mentions=(fields.TRANSFER_BACKEND,),
+                f"'direct' cannot be used with {fields.STAGING_TYPE} "
+                f"{request.staging_type!r}; use 'relay' (or 'auto')",
+                mentions=(fields.STAGING_TYPE,),
             )
         )
-    logger.info("transfer_mode 'direct' through nfs is carried out as relay")
+    logger.info("transfer_mode 'direct' through %s is carried out as relay", request.staging_type)
     return Success(TransferMode.RELAY)
-
-
-_RELAY_ONLY_STAGING = frozenset({StagingType.PVC, StagingType.S3})
 
 
 def claimed(
@@ -81,7 +79,7 @@ def claimed(
     return (
         require(supported, f"disk {what}")
         .bind(lambda _: require_listed(request.format, formats, "format"))
-        .bind(lambda _: require_listed(request.staging_type.value, backends, f"{what} backend"))
+        .bind(lambda _: require_listed(request.staging_type, backends, f"{what} backend"))
         .bind(lambda _: require_listed(request.mode.value, modes, "transfer mode"))
     )
 
@@ -105,7 +103,7 @@ class Watched:
     def __init__(self, metrics: TransferMetrics, direction: str, location: StagedLocation) -> None:
         self._metrics = metrics
         self._direction = direction
-        self._storage = location.staging_type.value
+        self._storage = location.staging_type
         self._started = time.monotonic()
         self._bytes = 0
         self.phase = TransferPhase.OPEN

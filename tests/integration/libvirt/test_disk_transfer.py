@@ -44,7 +44,7 @@ class _AsIfStreaming:
     """The capabilities of a libvirt host with volume streams, staging where this machine can."""
 
     def capabilities(self) -> Capabilities:
-        names = tuple(backend.value for backend in REACHABLE_STAGING)
+        names = tuple(REACHABLE_STAGING)
         return LIBVIRT_CAPABILITIES.model_copy(
             update={"supported_export_backends": names, "supported_import_backends": names}
         )

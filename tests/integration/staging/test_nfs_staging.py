@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from pyrigaud.adapters.staging.nfs import NfsStaging
+from pyrigaud.adapters.staging.nfs_location import NFS
+from pyrigaud.adapters.staging.registry import parse_staged_location
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+from pyrigaud.domain.staging import StagedLocation
 
 from support import error_of, ok
 from support.staging import NfsServer, nfs_options
@@ -31,7 +32,7 @@ def owned_folder(nfs_server: NfsServer, tmp_path: Path) -> Path:
 def locate(server: NfsServer, key: str, query: str = "", host: str | None = None) -> StagedLocation:
     url = f"nfs://{host or server.server}{server.export}/{key}{query}"
     options = nfs_options(server) | ({"server": host} if host else {})
-    return ok(parse_staged_location("destination_url", url, StagingType.NFS, options, {}))
+    return ok(parse_staged_location("destination_url", url, NFS, options, {}))
 
 
 def test_files_are_written_as_the_urls_uid_and_gid(

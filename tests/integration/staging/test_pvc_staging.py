@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyrigaud.adapters.staging.pvc import PvcStaging
+from pyrigaud.adapters.staging.pvc_location import PVC
+from pyrigaud.adapters.staging.registry import parse_staged_location
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation, parse_staged_location
+from pyrigaud.domain.staging import StagedLocation
 
 from support import error_of, ok
 
 
 def locate(url: str) -> StagedLocation:
-    return ok(parse_staged_location("source_url", url, StagingType.PVC, {}, {}))
+    return ok(parse_staged_location("source_url", url, PVC, {}, {}))
 
 
 def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(tmp_path: Path) -> None:

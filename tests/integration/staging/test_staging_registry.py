@@ -5,22 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc import PvcStaging
-from pyrigaud.adapters.staging.registry import StagingByType, staging_by_type
+from pyrigaud.adapters.staging.pvc_location import PVC
+from pyrigaud.adapters.staging.registry import StagingByType, parse_staged_location, staging_by_type
+from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import parse_staged_location
 
 from support import error_of, ok
 
 
 def test_every_backend_is_served_where_its_libraries_are_installed(tmp_path: Path) -> None:
     staging = staging_by_type("pyrigaud", SystemClock(), pvc_root=str(tmp_path))
-    assert staging.types == (StagingType.PVC, StagingType.NFS, StagingType.S3)
+    assert staging.types == (PVC, NFS, S3)
     (tmp_path / "mig").mkdir()
-    location = ok(
-        parse_staged_location("destination_url", "pvc://mig/x.raw", StagingType.PVC, {}, {})
-    )
+    location = ok(parse_staged_location("destination_url", "pvc://mig/x.raw", PVC, {}, {}))
     writer = ok(staging.open_write(location))
     ok(writer.write(b"raw"))
     ok(writer.commit())
@@ -28,12 +27,12 @@ def test_every_backend_is_served_where_its_libraries_are_installed(tmp_path: Pat
 
 
 def test_a_backend_without_an_adapter_is_unsupported(tmp_path: Path) -> None:
-    staging = StagingByType({StagingType.PVC: PvcStaging(root=str(tmp_path))})
+    staging = StagingByType({PVC: PvcStaging(root=str(tmp_path))})
     location = ok(
         parse_staged_location(
             "source_url",
             "nfs://127.0.0.1/export/x.qcow2",
-            StagingType.NFS,
+            NFS,
             {"export": "/export"},
             {},
         )

@@ -13,10 +13,10 @@ import pytest
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
-from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
+from pyrigaud.adapters.staging.registry import StagingPlace, parse_staged_location, staging_by_type
 from pyrigaud.adapters.staging.s3 import S3Staging
-from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation, StagedSweep, parse_staged_location
+from pyrigaud.adapters.staging.s3_location import S3
+from pyrigaud.domain.staging import StagedLocation, StagedSweep
 
 from support import ok
 from support.replica import Replica
@@ -38,7 +38,7 @@ def place_of(
 ) -> tuple[dict[str, object], dict[str, str]]:
     """The storage options a VMMigration names for this storage (S3: prefix `lab`, under which
     each migration has its folder), and the S3 credentials its Secret holds."""
-    if staging.backend is StagingType.S3:
+    if staging.backend is S3:
         server = request.getfixturevalue("s3_server")
         secret = {"accessKeyID": server.access_key_id, "secretAccessKey": server.secret_access_key}
         return s3_options(server), secret
@@ -66,7 +66,7 @@ def test_a_killed_transfer_in_a_migration_folder_is_swept_from_its_place(
     location = abandoned_transfer(remote_staging)
     options, secret = place_of(remote_staging, request)
     credentials = MountedSecretCredentials(mounted_secret(tmp_path / "secret", secret)).current
-    unreadable = StagingPlace(StagingType.S3, {"bucket": "elsewhere"}, dict)
+    unreadable = StagingPlace(S3, {"bucket": "elsewhere"}, dict)
     staging = staging_by_type(
         OWNER,
         clock=SystemClock(),
@@ -91,7 +91,7 @@ def test_a_provider_sweeps_its_configured_places_at_start_up(
     abandoned_transfer(remote_staging)
     options, secret = place_of(remote_staging, request)
     place: dict[str, object] = {
-        "backendType": remote_staging.backend.value,
+        "backendType": remote_staging.backend,
         "storageOptions": options,
     }
     if secret:
@@ -132,7 +132,7 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
         parse_staged_location(
             "destination_url",
             f"s3://{s3_server.bucket}/lab/not-migrations/disk.qcow2",
-            StagingType.S3,
+            S3,
             s3_options(s3_server),
             credentials,
         )
@@ -140,7 +140,7 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
     writer = ok(adapter.open_write(elsewhere))
     ok(writer.write(bytes(S3_PART_BYTES + 1)))  # a part sent: an upload in progress
     time.sleep(1.1)
-    place = StagingPlace(StagingType.S3, s3_options(s3_server), lambda: credentials)
+    place = StagingPlace(S3, s3_options(s3_server), lambda: credentials)
     staging = staging_by_type(OWNER, SystemClock(), str(tmp_path / "no-pvcs"), [place])
     try:
         assert staging.sweep_reachable(older_than_seconds=1.0) == StagedSweep()

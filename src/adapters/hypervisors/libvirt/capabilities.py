@@ -36,7 +36,7 @@ class LibvirtCapabilities:
 
     def __init__(self, host: LibvirtHost, staging_types: tuple[StagingType, ...]) -> None:
         """`staging_types`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
-        names = tuple(backend.value for backend in staging_types)
+        names = staging_types
         self._host = host
         self._streams: bool | None = None  # whether the driver has volume streams: not asked yet
         self._capabilities = LIBVIRT_CAPABILITIES.model_copy(

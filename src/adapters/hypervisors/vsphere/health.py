@@ -47,7 +47,7 @@ VSPHERE_CAPABILITIES = Capabilities(
 class VSphereCapabilities:
     def __init__(self, staging_types: tuple[StagingType, ...]) -> None:
         """`staging_types`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
-        names = tuple(backend.value for backend in staging_types)
+        names = staging_types
         self._capabilities = VSPHERE_CAPABILITIES.model_copy(
             update={"supported_export_backends": names, "supported_import_backends": names}
         )

@@ -79,6 +79,13 @@ _CLONE_NIC_KEYS = {
     "dns": "dns",
 }
 
+# Maps the manager sends whose keys a staging type reads: `<path>.<key>` is `<name>.<key>`, the
+# key as it was sent (each type reads its own keys; the table need not know them).
+_KEYED: Mapping[str, str] = {
+    fields.STORAGE_OPTIONS: STORAGE_OPTIONS,
+    fields.STAGING_CREDENTIALS: CREDENTIALS,
+}
+
 # Subscripts (`[1]`, `["key"]`) stand as `[]` in the table and are carried over as they are.
 _SUBSCRIPT = re.compile(r"\[[^\]]*\]")
 
@@ -88,7 +95,9 @@ _WIRE_NAMES: Mapping[str, str] = {
     fields.SOURCE_URL: SOURCE_URL,
     fields.DESTINATION_URL: DESTINATION_URL,
     fields.TRANSFER_MODE: TRANSFER_MODE,
-    fields.TRANSFER_BACKEND: BACKEND_TYPE,
+    fields.STAGING_TYPE: BACKEND_TYPE,
+    fields.STORAGE_OPTIONS: STORAGE_OPTIONS,
+    fields.STAGING_CREDENTIALS: CREDENTIALS,
     fields.IMAGE: IMAGE,
     fields.IMAGE_TEMPLATE_NAME: f"{IMAGE}.TemplateName",
     fields.IMAGE_PATH: f"{IMAGE}.Path",
@@ -132,7 +141,8 @@ def wire_name(path: str) -> str | None:
     """The manager's name for the field at domain path `path`, or None when it has none."""
     template = _WIRE_NAMES.get(_SUBSCRIPT.sub("[]", path))
     if template is None:
-        return None
+        head, _, key = path.partition(".")
+        return f"{_KEYED[head]}.{key}" if head in _KEYED and key else None
     first, *rest = template.split("[]")
     return first + "".join(map(str.__add__, _SUBSCRIPT.findall(path), rest))
 

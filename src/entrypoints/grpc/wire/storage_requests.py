@@ -1,7 +1,8 @@
 """ImagePrepare and disk-transfer (ExportDisk, ImportDisk, GetDiskInfo) payloads -> domain.
 
-ImagePrepare sends the CRD's camelCase image source; the transfers name a storage backend
-(pvc, nfs, s3), a transfer mode and free-form storage options.
+ImagePrepare sends the CRD's camelCase image source; the transfers name a staging type
+(`backend_type`: what `adapters/staging/registry.py` lists), a transfer mode and free-form
+storage options, which that type's rules read.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from hashlib import sha256
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.staging.registry import (
+    DEFAULT_STAGING_TYPE,
+    known_types,
+    parse_staged_location,
+    staging_rules,
+)
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
@@ -21,10 +28,9 @@ from pyrigaud.domain.models import (
     ImageSource,
     ImportRequest,
     PrepareImageRequest,
-    StagingType,
     TransferMode,
 )
-from pyrigaud.domain.staging import parse_staged_location
+from pyrigaud.domain.staging import StagingType
 from pyrigaud.entrypoints.grpc.wire import field_names as names
 from pyrigaud.entrypoints.grpc.wire.document import (
     Document,
@@ -131,10 +137,10 @@ def _derived_image_name(source: ImageSource) -> str:
 
 
 def _backend(value: str, field: str) -> Result[StagingType, ProviderError]:
-    try:
-        return Success(StagingType(value.strip().lower() or StagingType.PVC))
-    except ValueError:
-        return invalid(field, "must be pvc, nfs or s3")
+    named = StagingType(value.strip().lower() or DEFAULT_STAGING_TYPE)
+    if staging_rules(named) is None:
+        return invalid(field, f"must be {known_types()}")
+    return Success(named)
 
 
 # The manager sends "relay" for its "auto"; older managers sent "auto" or nothing.
