@@ -586,8 +586,9 @@ def killed_writer(staging: StagingCase, location: StagedLocation) -> None:
         child.wait(30)
 
 
-CRASHING_WRITER = """
-import importlib, json, sys, time
+# The start of a child process's script: the adapter and the location `describe_case` sent.
+ADAPTER_AND_LOCATION = """
+import importlib, json, sys
 from pyrigaud.adapters.staging import nfs, pvc, s3
 from pyrigaud.adapters.staging.s3_location import S3Credentials
 from pyrigaud.domain.staging import StagedLocation
@@ -604,9 +605,16 @@ location = StagedLocation.model_validate(
         "credentials": None if credentials is None else S3Credentials(**credentials),
     }
 )
+"""
+
+CRASHING_WRITER = (
+    ADAPTER_AND_LOCATION
+    + """
+import time
 writer = adapter.open_write(location).unwrap()
 for _ in range(11):
     writer.write(bytes(1024 * 1024)).unwrap()
 print("written", flush=True)
 time.sleep(600)
 """
+)

@@ -17,7 +17,14 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
 from support import error_of, ok
-from support.staging import CHUNK_BYTES, MiB, StagingCase, describe_case, killed_writer
+from support.staging import (
+    ADAPTER_AND_LOCATION,
+    CHUNK_BYTES,
+    MiB,
+    StagingCase,
+    describe_case,
+    killed_writer,
+)
 
 pytestmark = pytest.mark.slow
 STREAMED_MIB = 160
@@ -168,17 +175,11 @@ def test_another_providers_temporaries_are_not_ours_to_sweep(file_staging: Stagi
     assert file_staging.leftovers() == []
 
 
-MEMORY_PROBE = """
-import json, resource, sys
-from pyrigaud.adapters.staging import nfs, pvc, s3
-from pyrigaud.domain.staging import StagedLocation
-
-described, mebibytes = json.load(sys.stdin), int(sys.argv[1])
-adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
-adapter = adapters[described["adapter"]](**described["settings"])
-location = StagedLocation.model_validate(
-    {**described["location"], "credentials": described["credentials"]}
-)
+MEMORY_PROBE = (
+    ADAPTER_AND_LOCATION
+    + """
+import resource
+mebibytes = int(sys.argv[1])
 chunk = bytes(range(256)) * 4096
 
 def round_trip(count):
@@ -198,3 +199,4 @@ round_trip(mebibytes)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"growth_mib": (after - before) / 1024}))
 """
+)

@@ -17,6 +17,7 @@ from pyrigaud.adapters.staging.registry import StagingPlace, parse_staged_locati
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.staging import StagedLocation, StagedSweep
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 from support import ok
 from support.replica import Replica
@@ -80,7 +81,7 @@ def test_a_killed_transfer_in_a_migration_folder_is_swept_from_its_place(
     assert remote_staging.leftovers() == []
     assert remote_staging.stored(location) is None
     # A place the sweep cannot look through is reported, and the others are still swept.
-    assert [failure.message for failure in swept.failures] == [
+    assert [for_the_manager(failure) for failure in swept.failures] == [
         "credentials.accessKeyID: required for backend_type 's3'"
     ]
 
