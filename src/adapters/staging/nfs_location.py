@@ -53,6 +53,7 @@ class NfsOptions(StagingOptions):
 class NfsRules:
     staging_type = NFS
     shape = "nfs://<server><export>/<file>[?gid=G&uid=U]"
+    option_keys = (*TEXT_OPTIONS, *IDENTITIES)
     takes_query = True
     takes_credentials = False
     no_place = ""

@@ -22,6 +22,7 @@ PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a Kubernetes n
 class PvcRules:
     staging_type = PVC
     shape = "pvc://<pvc>/<path>, without query or fragment"
+    option_keys = ()
     takes_query = False
     takes_credentials = False
     no_place = "every mounted PVC is swept"

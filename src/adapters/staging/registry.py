@@ -25,6 +25,7 @@ from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
 from pyrigaud.adapters.staging.pvc import MIGRATION_STORAGE_ROOT, pvc_store
 from pyrigaud.adapters.staging.pvc_location import PVC, PvcRules
 from pyrigaud.adapters.staging.rules import (
+    DECLARED_TYPE,
     StagingKind,
     StagingRules,
     StoreContext,
@@ -58,6 +59,12 @@ def known_types() -> str:
     """The known types' names, for a refusal: `pvc, nfs or s3`."""
     *first, last = STAGING_KINDS
     return f"{', '.join(first)} or {last}" if first else last
+
+
+def option_keys() -> tuple[str, ...]:
+    """Every storage option key a type reads, and `backend`, which names the type itself."""
+    keys = (key for kind in STAGING_KINDS.values() for key in kind.rules.option_keys)
+    return tuple(dict.fromkeys((DECLARED_TYPE, *keys)))
 
 
 def types_taking_credentials() -> tuple[StagingType, ...]:

@@ -41,6 +41,11 @@ class StagingRules(Protocol[Options]):
         ...
 
     @property
+    def option_keys(self) -> tuple[str, ...]:
+        """The storage options' keys it reads, as the manager sends them."""
+        ...
+
+    @property
     def takes_query(self) -> bool:
         """Whether its URL may carry a query (read by `located`)."""
         ...
@@ -99,6 +104,9 @@ class StagingKind:
     store: Callable[[StoreContext], StagingStorage | None]
 
 
+# The options' key naming the type they are for, whatever the type.
+DECLARED_TYPE = "backend"
+
 # A place's nominal object, read as "everything in its folder": a sweep looks only at the folder.
 PLACE_NAME = "*"
 
@@ -153,10 +161,10 @@ def declared_type(
     options: Mapping[str, object], staging_type: StagingType
 ) -> Result[None, ProviderError]:
     """The options' own `backend` key, when set, must name the request's type."""
-    declared = options.get("backend")
+    declared = options.get(DECLARED_TYPE)
     if isinstance(declared, str) and declared.strip() and declared.strip() != staging_type:
         return invalid(
-            fields.storage_option("backend"),
+            fields.storage_option(DECLARED_TYPE),
             f"does not match {fields.STAGING_TYPE} {staging_type!r}",
             fields.STAGING_TYPE,
         )

@@ -82,6 +82,7 @@ class S3Credentials(StagingCredentials):
 class S3Rules:
     staging_type = S3
     shape = "s3://<bucket>/<key>, without query or fragment"
+    option_keys = (*TEXT_OPTIONS, PATH_STYLE)
     takes_query = False
     takes_credentials = True
     no_place = ""

@@ -61,7 +61,7 @@ def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode,
                 mentions=(fields.STAGING_TYPE,),
             )
         )
-    logger.info("transfer_mode 'direct' through %s is carried out as relay", request.staging_type)
+    logger.info("a direct transfer through %s is carried out as relay", request.staging_type)
     return Success(TransferMode.RELAY)
 
 

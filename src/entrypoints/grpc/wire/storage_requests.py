@@ -16,6 +16,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.staging.registry import (
     DEFAULT_STAGING_TYPE,
     known_types,
+    option_keys,
     parse_staged_location,
     staging_rules,
 )
@@ -170,25 +171,11 @@ def _transfer_url(url: str, field: str) -> Result[str, ProviderError]:
     return as_text(url, field, 8192)
 
 
-# The manager's StorageOptions keys (Go matches them case-insensitively).
-_OPTION_KEYS = (
-    "backend",
-    "bucket",
-    "endpoint",
-    "region",
-    "prefix",
-    "usePathStyle",
-    "server",
-    "export",
-    "path",
-    "uid",
-    "gid",
-)
-
-
 def _storage_options(text: str) -> Result[dict[str, object], ProviderError]:
+    """The manager's StorageOptions keys that some staging type reads (Go matches them
+    case-insensitively)."""
     return load(text, names.STORAGE_OPTIONS).map(
-        lambda doc: {key: doc.raw(key) for key in _OPTION_KEYS if doc.raw(key) is not None}
+        lambda doc: {key: doc.raw(key) for key in option_keys() if doc.raw(key) is not None}
     )
 
 
