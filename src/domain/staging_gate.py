@@ -1,5 +1,5 @@
 """Where a staging store's connections may go: the S3 endpoint and the NFS server come from the
-request (`storage_options_json`), so a caller could aim the provider's network position at the
+request's storage options, so a caller could aim the provider's network position at the
 cloud metadata service, at services on loopback or anywhere else.
 
 The rule, for every address the endpoint resolves to: link-local (the metadata addresses

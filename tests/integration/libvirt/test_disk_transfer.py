@@ -25,6 +25,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeWriter, upload_v
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import Capabilities, CreateRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 from support import ManualClock, error_of, ok
 from support.libvirt import (
@@ -224,9 +225,9 @@ def test_s3_credentials_and_options_are_checked_naming_the_wire_key(host: Host) 
     )
 
     assert error_of(no_key).kind is ErrorKind.INVALID_SPEC
-    assert "credentials.accessKeyID" in error_of(no_key).message
+    assert "credentials.accessKeyID" in for_the_manager(error_of(no_key))
     assert error_of(no_bucket).kind is ErrorKind.INVALID_SPEC
-    assert "storage_options_json.bucket" in error_of(no_bucket).message
+    assert "storage_options_json.bucket" in for_the_manager(error_of(no_bucket))
     assert "do-not-echo" not in error_of(no_key).message + error_of(no_bucket).message
 
 
