@@ -183,3 +183,25 @@ def test_a_type_added_by_one_registry_line_is_read_and_served(
     bad = error_of(mem_export({"boxLimit": "x"}))
     assert for_the_manager(bad) == "storage_options_json.boxLimit: must be an integer"
     assert registry.staging_by_type("tests", SystemClock(), str(tmp_path)).types[-1] == MEM
+
+
+def test_an_option_another_type_reads_is_checked_whatever_the_requests_type() -> None:
+    """The manager sends one set of storage options: a value its reader refuses is refused
+    on a request of any type, as before the types had rules of their own."""
+    refused = error_of(
+        parse_export(
+            vm_id="vm",
+            disk_id="",
+            snapshot_id="",
+            destination_url="pvc://mig/x.qcow2",
+            disk_format="qcow2",
+            compress=False,
+            credentials={},
+            backend_type="pvc",
+            transfer_mode="relay",
+            storage_options_json=json.dumps({"endpoint": "ftp://host"}),
+        )
+    )
+    assert for_the_manager(refused) == (
+        "storage_options_json.endpoint: must be http://, https:// or a bare host[:port]"
+    )

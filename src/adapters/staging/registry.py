@@ -29,9 +29,11 @@ from pyrigaud.adapters.staging.rules import (
     StagingKind,
     StagingRules,
     StoreContext,
+    declared_type,
     invalid,
     parse_place,
     parse_url,
+    readable,
 )
 from pyrigaud.adapters.staging.s3_location import S3, S3Rules, s3_store
 from pyrigaud.application.ports.clock import Clock
@@ -83,7 +85,7 @@ def parse_staged_location(
     rules = staging_rules(staging_type)
     if rules is None:
         return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
-    return parse_url(field, url, rules, options, credentials)
+    return parse_url(field, url, rules, options, credentials, others=_others(rules))
 
 
 def parse_staging_place(
@@ -97,14 +99,27 @@ def parse_staging_place(
     rules = staging_rules(staging_type)
     if rules is None:
         return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
-    if rules.no_place:
+
+    def placed(_: None) -> Result[StagedLocation, ProviderError]:
+        if not rules.no_place:
+            return parse_place(rules, options, credentials)
         # Listed s3 first, as this refusal has always read.
-        placed = sorted(
+        sweepable = sorted(
             (name for name, kind in STAGING_KINDS.items() if not kind.rules.no_place),
             reverse=True,
         )
-        return invalid(fields.STAGING_TYPE, f"must be {' or '.join(placed)} ({rules.no_place})")
-    return parse_place(rules, options, credentials)
+        return invalid(fields.STAGING_TYPE, f"must be {' or '.join(sweepable)} ({rules.no_place})")
+
+    return (
+        declared_type(options, staging_type)
+        .bind(lambda _: readable(options, (rules, *_others(rules))))
+        .bind(placed)
+    )
+
+
+def _others(rules: StagingRules[Any]) -> tuple[StagingRules[Any], ...]:
+    """Every other type's rules, which read the same options (`rules.readable`)."""
+    return tuple(kind.rules for kind in STAGING_KINDS.values() if kind.rules is not rules)
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ domain paths (`pyrigaud.domain.fields`): an option is `storage_options.<key>`, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import SplitResult, urlsplit
@@ -117,8 +117,11 @@ def parse_url(
     rules: StagingRules[Any],
     options: Mapping[str, object],
     credentials: Mapping[str, str] | None,
+    *,
+    others: Sequence[StagingRules[Any]] = (),
 ) -> Result[StagedLocation, ProviderError]:
-    """The location `url` (the request's `field`) names by `rules`, or the first problem."""
+    """The location `url` (the request's `field`) names by `rules`, or the first problem;
+    the options are also read by the `others` types' rules (`readable`)."""
     try:
         parts = urlsplit(url)
     except ValueError:  # an unbalanced IPv6 bracket
@@ -137,6 +140,7 @@ def parse_url(
     return (
         declared_type(options, staging_type)
         .bind(lambda _: rules.options(options))
+        .bind(lambda checked: readable(options, others).map(lambda _: checked))
         .bind(lambda checked: rules.located(field, url, parts, checked, credentials))
     )
 
@@ -155,6 +159,19 @@ def parse_place(
         .bind(rules.place_url)
         .bind(lambda url: parse_url(fields.STORAGE_OPTIONS, url, rules, options, credentials))
     )
+
+
+def readable(
+    options: Mapping[str, object], readers: Sequence[StagingRules[Any]]
+) -> Result[None, ProviderError]:
+    """The manager sends one set of storage options whatever the type, so a value the type
+    reading its key would refuse is refused whatever the request's type: each reader's rules
+    read the options in turn."""
+    for reader in readers:
+        match reader.options(options):
+            case Failure(error):
+                return Failure(error)
+    return Success(None)
 
 
 def declared_type(
