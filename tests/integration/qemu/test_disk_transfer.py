@@ -444,6 +444,19 @@ def _sha256_of_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _staged_as_raw(site: Site, name: str, tmp_path: Path) -> Path:
+    """The staged object `name`, read by qemu-img into a raw file."""
+    staged = tmp_path / name
+    staged.write_bytes(site.staged.stored(name) or b"")
+    as_raw = tmp_path / f"{name}.as.raw"
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", str(staged), str(as_raw)],
+        check=True,
+        capture_output=True,
+    )
+    return as_raw
+
+
 def _qemu_io(path: str, command: str) -> None:
     written = subprocess.run(["qemu-io", "-c", command, path], capture_output=True, check=False)
     assert written.returncode == 0, written.stderr
@@ -596,15 +609,7 @@ def test_holes_in_a_volume_are_skipped_by_the_stream_yet_read_as_zeros(
     assert site.backend.snapshots is not None
     taken = ok(site.backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="mig")))
     ok(site.export(source, "sparse-snap.qcow2", snapshot_id=taken.id))
-    staged = tmp_path / "sparse-snap.qcow2"
-    staged.write_bytes(site.staged.stored("sparse-snap.qcow2") or b"")
-    as_raw = tmp_path / "sparse-snap.raw"
-    subprocess.run(
-        ["qemu-img", "convert", "-O", "raw", str(staged), str(as_raw)],
-        check=True,
-        capture_output=True,
-    )
-    assert as_raw.read_bytes() == grown
+    assert _staged_as_raw(site, "sparse-snap.qcow2", tmp_path).read_bytes() == grown
 
 
 def test_a_snapshot_of_a_vm_grown_from_a_qcow2_image_exports_as_qemu_reads_the_chain(
@@ -642,12 +647,5 @@ def test_a_snapshot_of_a_vm_grown_from_a_qcow2_image_exports_as_qemu_reads_the_c
         check=True,
         capture_output=True,
     )
-    staged = tmp_path / "staged.qcow2"
-    staged.write_bytes(site.staged.stored("from-qcow2.qcow2") or b"")
-    as_raw = tmp_path / "staged.raw"
-    subprocess.run(
-        ["qemu-img", "convert", "-O", "raw", str(staged), str(as_raw)],
-        check=True,
-        capture_output=True,
-    )
+    as_raw = _staged_as_raw(site, "from-qcow2.qcow2", tmp_path)
     assert _sha256_of_file(as_raw) == _sha256_of_file(expected)
