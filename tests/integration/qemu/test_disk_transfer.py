@@ -77,7 +77,7 @@ class Staged:
 
     @property
     def backend(self) -> str:
-        return self.case.backend.value
+        return self.case.backend
 
     def url(self, name: str) -> str:
         return self.case.locate(name).url
