@@ -21,6 +21,7 @@ from pyrigaud.domain.models import (
     VMClass,
     VMImage,
 )
+from pyrigaud.domain.staging import StagingType
 
 from support import ManualClock, error_kind, error_of, ok
 
@@ -76,7 +77,9 @@ def test_the_fake_has_no_templates(backend: Backend) -> None:
 
 
 def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
-    backend = build_fake_backend(ManualClock(), datastores=("fast", "slow"), latency={})
+    backend = build_fake_backend(
+        ManualClock(), datastores=("fast", "slow"), latency={}, staging_types=(StagingType("pvc"),)
+    )
     ok(backend.lifecycle.start_create(request("on-default"), OWNER))
     ok(
         backend.lifecycle.start_create(
@@ -87,3 +90,12 @@ def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
     error = error_of(backend.lifecycle.start_create(elsewhere, OWNER))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith(fields.PLACEMENT_DATASTORE)
+
+
+def test_build_fake_backend_claims_the_staging_types_it_is_given() -> None:
+    """The served fake advertises what this provider can stage to, not every type there is."""
+    backend = build_fake_backend(
+        ManualClock(), datastores=("default",), latency={}, staging_types=(StagingType("pvc"),)
+    )
+    caps = backend.capabilities.capabilities()
+    assert caps.supported_export_backends == caps.supported_import_backends == ("pvc",)

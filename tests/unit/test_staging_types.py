@@ -31,8 +31,9 @@ SRC = Path(pyrigaud.__file__).parent
 TYPES = tuple(registry.STAGING_KINDS)
 # Where a type may be spelled: the registry and the type's own modules (`s3.py`, `s3_calls.py`,
 # `s3_location.py`, ...). The operator's kit (`client/`) knows the manager's vocabulary only
-# through the wire, and the fake hypervisor claims every type the manager has.
-SPELLED_IN = ("adapters/staging/registry.py", "client/", "adapters/hypervisors/fake/")
+# through the wire, and the in-memory fake's default capabilities, which tests build it with,
+# claim every type the manager has (the served fake claims what the registry built).
+SPELLED_IN = ("adapters/staging/registry.py", "client/", "adapters/hypervisors/fake/hypervisor.py")
 # The manager's names of the requests' fields that are no domain path nor a domain model's field.
 DOMAIN_PATHS = {value for name, value in vars(fields).items() if name.isupper()} | {
     attribute

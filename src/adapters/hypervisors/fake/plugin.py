@@ -49,6 +49,7 @@ def build(common: CommonSettings, own: FakeSettings, services: BackendServices) 
         services.clock,
         datastores=(common.default_datastore or "default",),
         latency=own.latency_by_operation,
+        staging_types=services.staging.types,
     )
 
 
