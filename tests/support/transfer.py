@@ -95,6 +95,32 @@ def export_disk(
     disk_id: str = "",
     transfer_mode: str = "relay",
 ) -> Result[ExportResult, ProviderError]:
+    return export_request(
+        vm_id,
+        destination_url,
+        backend=backend,
+        disk_format=disk_format,
+        options=options,
+        credentials=credentials,
+        snapshot_id=snapshot_id,
+        disk_id=disk_id,
+        transfer_mode=transfer_mode,
+    ).bind(moves.export_disk)
+
+
+def export_request(
+    vm_id: str,
+    destination_url: str,
+    *,
+    backend: str = "pvc",
+    disk_format: str = "qcow2",
+    options: Mapping[str, object] | None = None,
+    credentials: Mapping[str, str] | None = None,
+    snapshot_id: str = "",
+    disk_id: str = "",
+    transfer_mode: str = "relay",
+) -> Result[ExportRequest, ProviderError]:
+    """An ExportDisk request as the wire parses the manager's."""
     return parse_export(
         vm_id=vm_id,
         disk_id=disk_id,
@@ -106,7 +132,7 @@ def export_disk(
         backend_type=backend,
         transfer_mode=transfer_mode,
         storage_options_json=json.dumps(options) if options else "",
-    ).bind(moves.export_disk)
+    )
 
 
 def import_disk(

@@ -5,7 +5,6 @@ from a request and served."""
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import SplitResult
@@ -19,13 +18,14 @@ from pyrigaud.adapters.staging import registry
 from pyrigaud.adapters.staging.rules import StagingKind, invalid
 from pyrigaud.domain import fields, models
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.models import ExportRequest
 from pyrigaud.domain.staging import StagedLocation, StagingOptions, StagingType
 from pyrigaud.domain.values import Value
 from pyrigaud.entrypoints.grpc.wire import field_names as names
-from pyrigaud.entrypoints.grpc.wire import parse_export
 from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 from support import error_of, ok
+from support.transfer import export_request
 
 SRC = Path(pyrigaud.__file__).parent
 TYPES = tuple(registry.STAGING_KINDS)
@@ -150,19 +150,8 @@ class MemRules:
         return invalid(fields.STAGING_TYPE, self.no_place)
 
 
-def mem_export(options: dict[str, object]) -> Result[object, ProviderError]:
-    return parse_export(
-        vm_id="vm",
-        disk_id="",
-        snapshot_id="",
-        destination_url="mem://box/disk.qcow2",
-        disk_format="qcow2",
-        compress=False,
-        credentials={},
-        backend_type="mem",
-        transfer_mode="relay",
-        storage_options_json=json.dumps(options),
-    )
+def mem_export(options: dict[str, object]) -> Result[ExportRequest, ProviderError]:
+    return export_request("vm", "mem://box/disk.qcow2", backend="mem", options=options)
 
 
 def test_a_type_added_by_one_registry_line_is_read_and_served(
@@ -174,7 +163,7 @@ def test_a_type_added_by_one_registry_line_is_read_and_served(
     line = {MEM: StagingKind(MemRules(), registry.pvc_store)}  # files stand in for memory
     monkeypatch.setattr(registry, "STAGING_KINDS", {**registry.STAGING_KINDS, **line})
     request = ok(mem_export({"boxLimit": 3}))
-    destination = request.destination  # type: ignore[attr-defined]
+    destination = request.destination
     assert (destination.staging_type, destination.container, destination.key) == (
         "mem",
         "box",
@@ -190,18 +179,7 @@ def test_an_option_another_type_reads_is_checked_whatever_the_requests_type() ->
     """The manager sends one set of storage options: a value its reader refuses is refused
     on a request of any type, as before the types had rules of their own."""
     refused = error_of(
-        parse_export(
-            vm_id="vm",
-            disk_id="",
-            snapshot_id="",
-            destination_url="pvc://mig/x.qcow2",
-            disk_format="qcow2",
-            compress=False,
-            credentials={},
-            backend_type="pvc",
-            transfer_mode="relay",
-            storage_options_json=json.dumps({"endpoint": "ftp://host"}),
-        )
+        export_request("vm", "pvc://mig/x.qcow2", options={"endpoint": "ftp://host"})
     )
     assert for_the_manager(refused) == (
         "storage_options_json.endpoint: must be http://, https:// or a bare host[:port]"
