@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from returns.result import Result
@@ -82,30 +83,22 @@ def disk_moves(
     )
 
 
+class ExportFields(TypedDict, total=False):
+    """What an ExportDisk request may say beyond its VM and URL (`export_request`'s keywords)."""
+
+    backend: str
+    disk_format: str
+    options: Mapping[str, object] | None
+    credentials: Mapping[str, str] | None
+    snapshot_id: str
+    disk_id: str
+    transfer_mode: str
+
+
 def export_disk(
-    moves: DiskMoves,
-    vm_id: str,
-    destination_url: str,
-    *,
-    backend: str = "pvc",
-    disk_format: str = "qcow2",
-    options: Mapping[str, object] | None = None,
-    credentials: Mapping[str, str] | None = None,
-    snapshot_id: str = "",
-    disk_id: str = "",
-    transfer_mode: str = "relay",
+    moves: DiskMoves, vm_id: str, destination_url: str, **request: Unpack[ExportFields]
 ) -> Result[ExportResult, ProviderError]:
-    return export_request(
-        vm_id,
-        destination_url,
-        backend=backend,
-        disk_format=disk_format,
-        options=options,
-        credentials=credentials,
-        snapshot_id=snapshot_id,
-        disk_id=disk_id,
-        transfer_mode=transfer_mode,
-    ).bind(moves.export_disk)
+    return export_request(vm_id, destination_url, **request).bind(moves.export_disk)
 
 
 def export_request(
