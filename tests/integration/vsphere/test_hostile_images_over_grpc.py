@@ -80,10 +80,10 @@ def test_every_hostile_image_is_refused_in_time_and_bounded_memory(
     corpus.mkdir()
     # A valid import first: what every import loads (the judge, qemu-img's first run) is in.
     warm = valid_image("qcow2-v3", corpus).path
-    assert _import(replica, staging, warm, "hostile-warm-up") is grpc.StatusCode.OK
+    assert _import(replica, staging, warm, "served-hostile-warm-up") is grpc.StatusCode.OK
     baseline = _memory_kib(replica.pid, "VmRSS")
     codes = {
-        name: _import(replica, staging, hostile_image(name, corpus).path, f"hostile-{name}")
+        name: _import(replica, staging, hostile_image(name, corpus).path, f"served-hostile-{name}")
         for name in sorted(HOSTILE)
     }
     assert codes == dict.fromkeys(sorted(HOSTILE), grpc.StatusCode.INVALID_ARGUMENT)
