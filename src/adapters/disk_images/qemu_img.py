@@ -56,9 +56,12 @@ def run_qemu_img(
     limits: QemuImgLimits = QemuImgLimits(),
     pass_fds: Sequence[int] = (),
     refused: Callable[[str], ProviderError] = STAGED_IMAGE_REFUSED,
+    output: IO[bytes] | None = None,
 ) -> Result[str, ProviderError]:
-    """qemu-img's output; `refused(qemu's own reason)` when it refuses the image or goes past a
-    limit, UNAVAILABLE when the caller went away or `limits.wall_seconds` passed."""
+    """qemu-img's output (written to `output` instead, when given: output that grows with the
+    image is kept out of memory, within `limits.file_size_bytes`); `refused(qemu's own reason)`
+    when it refuses the image or goes past a limit, UNAVAILABLE when the caller went away or
+    `limits.wall_seconds` passed."""
     command = ["prlimit", f"--as={limits.address_space_bytes}", f"--cpu={limits.cpu_seconds}"]
     if limits.file_size_bytes is not None:
         command.append(f"--fsize={limits.file_size_bytes}")
@@ -66,7 +69,7 @@ def run_qemu_img(
     process = subprocess.Popen(  # noqa: S603 - a fixed program, arguments of ours
         command,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.PIPE if output is None else output,
         stderr=subprocess.PIPE,
         pass_fds=tuple(pass_fds),
         start_new_session=True,
@@ -80,7 +83,7 @@ def run_qemu_img(
         if process.returncode < 0:
             reason = f"qemu-img went past its limits ({reason or f'signal {-process.returncode}'})"
         return Failure(refused(reason))
-    return Success(stdout.decode(errors="replace"))
+    return Success(stdout.decode(errors="replace") if stdout is not None else "")
 
 
 def _watched(process: subprocess.Popen[bytes], doing: str, deadline: float) -> ProviderError | None:

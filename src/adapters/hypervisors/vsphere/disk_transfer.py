@@ -5,9 +5,11 @@ The bytes leave vCenter the way its own export tools take them, through an NFC e
 (`nfc_export.py`: one streamOptimized vmdk per disk, whatever the datastore's layout), and enter
 it through an NFC import lease (`disk_import.py`: a transient one-disk VM, unregistered once the
 disk landed). Between vCenter's streamOptimized vmdk and the staged qcow2, raw or vmdk the
-conversion is done in the pod: a staged qcow2 or monolithicSparse vmdk is read by qemu-img
-(bounded, `disk_images/qemu_img.py`) into a raw disk, which pyrigaud's streamOptimized encoder
-turns into what the lease takes (faster than qemu-img's own on incompressible disks); vCenter's
+conversion is done in the pod: a staged qcow2 or monolithicSparse vmdk is read as qemu reads
+it, through qemu-img's map of it (`disk_images/qemu_map.py`; bounded, `disk_images/qemu_img.py`)
+or, for data qemu cannot point at, qemu-img's conversion into a raw disk; pyrigaud's
+streamOptimized encoder turns that disk into what the lease takes (faster than qemu-img's own
+on incompressible disks); vCenter's
 own vmdk is decoded chunk by chunk for a raw or qcow2 export. What needs a seekable file (a
 staged image qemu-img reads, a qcow2 being written, whose tables precede its data) uses
 anonymous scratch files in PYRIGAUD_TRANSFER_SCRATCH_DIR (unlinked from the start: a killed
@@ -33,6 +35,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
 from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, checked_vmdk, run_qemu_img
+from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.adapters.disk_images.scratch import (
     counted,
     file_chunks,
@@ -355,11 +358,16 @@ class _DatastoreSite:
                     )
                 )
             return _encoded(rest, size_bytes, vmdk)
-        # A qcow2, a monolithicSparse vmdk: qemu reads them into a raw disk first.
+        # A qcow2, a monolithicSparse vmdk: their disk as qemu reads it, through its map of
+        # the staged file, else converted by qemu into a raw disk first.
         with scratch_file(self.transfer.scratch_dir) as staged:
             spool(rest, staged)
+            mapped = mapped_disk(staged, image, self.transfer.scratch_dir)
+            match mapped:
+                case Success(MappedDisk() as disk):
+                    return _encoded(disk.chunks, disk.capacity_bytes, vmdk)
             with scratch_file(self.transfer.scratch_dir) as raw:
-                return _read_by_qemu(staged, image, raw).bind(
+                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw)).bind(
                     lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
                 )
 
