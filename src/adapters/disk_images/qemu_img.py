@@ -29,10 +29,17 @@ POLL_SECONDS = 0.1
 MAX_REASON_CHARS = 500
 
 
+# A conversion's qemu-img reads and writes through a pool of worker threads, each with its
+# stack and, past a few, a malloc arena of its own reserved: under 1 GiB of address space it
+# may fail to start one (EAGAIN) under load, an image's fault it is not.
+CONVERSION_ADDRESS_SPACE_BYTES = 2 * 1024**3
+
+
 @dataclass(frozen=True)
 class QemuImgLimits:
     """CDI's bounds for judging an image (1 GiB of address space, 30 s of CPU) by default; a
-    conversion raises the CPU time and bounds what it writes."""
+    conversion raises the address space (CONVERSION_ADDRESS_SPACE_BYTES) and the CPU time,
+    and bounds what it writes."""
 
     address_space_bytes: int = 1024**3
     cpu_seconds: int = 30
@@ -118,7 +125,9 @@ def checked_vmdk(
         ],
         doing="reading a vmdk whole",
         limits=QemuImgLimits(
-            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS), wall_seconds=TRANSFER_DEADLINE_SECONDS
+            address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
+            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
+            wall_seconds=TRANSFER_DEADLINE_SECONDS,
         ),
         pass_fds=(descriptor,),
         refused=refused_image(field),

@@ -28,7 +28,11 @@ from pyrigaud.adapters.disk_images.blocks import (
     round_up,
     zero_chunks,
 )
-from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
+from pyrigaud.adapters.disk_images.qemu_img import (
+    CONVERSION_ADDRESS_SPACE_BYTES,
+    QemuImgLimits,
+    run_qemu_img,
+)
 from pyrigaud.adapters.disk_images.scratch import open_scratch
 from pyrigaud.domain import fields
 from pyrigaud.domain.chunks import Chunks, successes
@@ -64,6 +68,7 @@ def mapped_disk(
         ["map", "--output=human", "-f", image.format, path],
         doing=f"mapping the staged {image.format} image",
         limits=QemuImgLimits(
+            address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
             wall_seconds=TRANSFER_DEADLINE_SECONDS,
             file_size_bytes=image_bytes + MAX_CHUNK_BYTES,

@@ -26,7 +26,11 @@ from typing import BinaryIO
 
 from returns.result import Failure, Result
 
-from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
+from pyrigaud.adapters.disk_images.qemu_img import (
+    CONVERSION_ADDRESS_SPACE_BYTES,
+    QemuImgLimits,
+    run_qemu_img,
+)
 from pyrigaud.adapters.disk_images.scratch import counted, scratch_file, spool_sparse
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
@@ -36,8 +40,7 @@ from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
-# qemu-img's own buffers are small; what it writes is the disk, with a qcow2's tables.
-CONVERSION_ADDRESS_SPACE_BYTES = 2 * 1024**3
+# What qemu-img writes is the disk, with a qcow2's tables.
 TABLES_ALLOWANCE_BYTES = 64 * 1024**2
 
 

@@ -34,7 +34,12 @@ from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
-from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, checked_vmdk, run_qemu_img
+from pyrigaud.adapters.disk_images.qemu_img import (
+    CONVERSION_ADDRESS_SPACE_BYTES,
+    QemuImgLimits,
+    checked_vmdk,
+    run_qemu_img,
+)
 from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.adapters.disk_images.scratch import (
     counted,
@@ -393,6 +398,7 @@ def _read_by_qemu(
         ],
         doing=f"reading the staged {image.format} image",
         limits=QemuImgLimits(
+            address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
             wall_seconds=TRANSFER_DEADLINE_SECONDS,
             file_size_bytes=image.virtual_size_bytes + SECTOR_ALLOWANCE_BYTES,
