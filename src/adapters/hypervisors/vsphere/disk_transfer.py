@@ -1,63 +1,40 @@
-"""A vSphere VM's disk read at a point in time as a byte stream, and a byte stream landed as a
-disk on a datastore: what ExportDisk and ImportDisk ask of vCenter (the transfer itself is theirs).
+"""A vSphere VM's disk read at a point in time as a byte stream, and where a byte stream lands
+as a disk: what ExportDisk and ImportDisk ask of vCenter (the transfer itself is theirs).
 
 The bytes leave vCenter the way its own export tools take them, through an NFC export lease
-(`nfc_export.py`: one streamOptimized vmdk per disk, whatever the datastore's layout), and enter
-it through an NFC import lease (`disk_import.py`: a transient one-disk VM, unregistered once the
-disk landed). Between vCenter's streamOptimized vmdk and the staged qcow2, raw or vmdk the
-conversion is done in the pod: a staged qcow2 or monolithicSparse vmdk is read as qemu reads
-it, through qemu-img's map of it (`disk_images/qemu_map.py`; bounded, `disk_images/qemu_img.py`)
-or, for data qemu cannot point at, qemu-img's conversion into a raw disk; pyrigaud's
-streamOptimized encoder turns that disk into what the lease takes (faster than qemu-img's own
-on incompressible disks); vCenter's
-own vmdk is decoded chunk by chunk for a raw or qcow2 export. What needs a seekable file (a
-staged image qemu-img reads, a qcow2 being written, whose tables precede its data) uses
-anonymous scratch files in PYRIGAUD_TRANSFER_SCRATCH_DIR (unlinked from the start: a killed
-provider leaves nothing).
+(`nfc_export.py`: one streamOptimized vmdk per disk, whatever the datastore's layout), decoded
+chunk by chunk in the pod for a raw or qcow2 export; a qcow2, whose tables precede its data, is
+written to an anonymous scratch file in PYRIGAUD_TRANSFER_SCRATCH_DIR first (unlinked from the
+start: a killed provider leaves nothing). They enter vCenter through an NFC import lease, at the
+datastore site `disk_landing.py` holds.
 
 Reading a running VM is refused unless it names a snapshot (the manager's sequence powers the
 VM off and takes one); the state at a snapshot is read through the snapshot's own export lease.
-A landing holds the staged disk as a streamOptimized vmdk in a scratch file until its checksum
-is known, then uploads it; the import's record is a small file beside the disk.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
-from typing import IO, Any, BinaryIO
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
-from pyrigaud.adapters.disk_images.qemu_img import (
-    CONVERSION_ADDRESS_SPACE_BYTES,
-    QemuImgLimits,
-    checked_vmdk,
-    run_qemu_img,
-)
-from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.adapters.disk_images.scratch import (
     counted,
     file_chunks,
-    open_scratch,
     scratch_file,
-    spool,
 )
 from pyrigaud.adapters.disk_images.stream_optimized import (
     decode_stream_optimized,
-    encode_stream_optimized,
-    is_stream_optimized,
     stream_optimized_capacity,
 )
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, TransferStoppedError
-from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
-from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
+from pyrigaud.adapters.hypervisors.vsphere.disk_landing import IMPORTING, DatastoreSite
 from pyrigaud.adapters.hypervisors.vsphere.nfc_export import ExportedDisk, export_disk
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location, import_location
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot_tree
@@ -67,19 +44,14 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
     power_state,
     virtual_disks,
 )
-from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, ReceivedDisk
+from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite
 from pyrigaud.application.transfer_progress import TransferProgress
-from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import (
     HEADER_BYTES,
-    IMPORT_RECORD_SUFFIX,
-    JudgedImage,
-    LandedDisk,
     LeftBehind,
     peek_header,
 )
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest, Placement
 from pyrigaud.domain.power import PowerState
 
@@ -89,8 +61,6 @@ vim: Any = untyped_vim
 EXPORT_FORMATS = ("vmdk", "qcow2", "raw")
 IMPORT_FORMATS = ("vmdk", "qcow2", "raw")  # what the staged bytes may be, judged by their header
 DISK_SUFFIX = ".vmdk"
-SECTOR_ALLOWANCE_BYTES = 512  # qemu rounds a disk up to whole sectors
-IMPORTING = "importing a disk"  # the URL is not echoed before it is checked
 
 
 class VSphereDiskTransfer:
@@ -152,7 +122,14 @@ class VSphereDiskTransfer:
                     else self.marks.refuse_unfinished(transient, "an import of the disk")
                 )
                 return refused.map(
-                    lambda _: _DatastoreSite(self, location, str(location.datastore.name), stem)
+                    lambda _: DatastoreSite(
+                        self.vcenter,
+                        self.marks,
+                        self.scratch_dir,
+                        location,
+                        datastore=str(location.datastore.name),
+                        name=stem,
+                    )
                 )
 
             return import_location(instance, self._defaults, storage_hint).bind(unclaimed)
@@ -264,184 +241,6 @@ class VSphereDiskTransfer:
             .bind(lambda capacity: write_qcow2(decode_stream_optimized(rest), capacity, scratch))
             .map(rewound)
         )
-
-
-class _DatastoreSite:
-    """An import into `[<datastore>] <name>/`, its record beside the disk."""
-
-    def __init__(
-        self, transfer: VSphereDiskTransfer, location: Location, datastore: str, name: str
-    ) -> None:
-        self.transfer = transfer
-        self.location = location
-        self.disk_name = name
-        self.folder = f"[{datastore}] {name}"
-        self.place = f"datastore {datastore!r}"
-        self._record_path = f"{self.folder}/{name}{IMPORT_RECORD_SUFFIX}"
-
-    def earlier_record(self) -> Result[bytes | None, ProviderError]:
-        """The record of an earlier import under this name whose disk is still there; the
-        record of a disk deleted since (with the VM made around it) goes with its folder."""
-
-        def judged(instance: Any, record: bytes | None) -> Result[bytes | None, ProviderError]:
-            if record is None:
-                return Success(None)
-            try:
-                path = str(json.loads(record)["path"])
-            except (ValueError, KeyError, TypeError):
-                return Success(record)  # not ours to judge: a clash
-            return datastore_files.exists(instance, path).bind(
-                lambda there: (
-                    Success(record)
-                    if there
-                    else datastore_files.delete(instance, self.folder).map(lambda _: None)
-                )
-            )
-
-        return run(
-            self.transfer.vcenter.session,
-            IMPORTING,
-            lambda instance: datastore_files.read_small(instance, self._record_path).bind(
-                lambda record: judged(instance, record)
-            ),
-        )
-
-    def receive(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
-    ) -> Result[ReceivedDisk, ProviderError]:
-        """The staged disk as a streamOptimized vmdk in a scratch file."""
-
-        def received() -> Result[ReceivedDisk, ProviderError]:
-            vmdk = open_scratch(self.transfer.scratch_dir)
-            try:
-                written = self._stream_optimized(chunks, size_bytes, image, vmdk)
-            except BaseException:
-                vmdk.close()
-                raise
-            match written:
-                case Failure():
-                    vmdk.close()
-            return written.map(lambda capacity: _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity))
-
-        return attempt(IMPORTING, received)
-
-    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
-        def forget(instance: Any) -> None:
-            """The disk this import made goes with a record that could not be kept (the
-            record's failure is the one told)."""
-            if landed.made_now:
-                datastore_files.delete(instance, self.folder)
-
-        def keep(instance: Any) -> Result[None, ProviderError]:
-            try:
-                kept = datastore_files.write_small(instance, self._record_path, record)
-            except BaseException:
-                forget(instance)
-                raise
-            match kept:
-                case Failure():
-                    forget(instance)
-            return kept
-
-        return run(self.transfer.vcenter.session, IMPORTING, keep)
-
-    def _stream_optimized(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
-    ) -> Result[int, ProviderError]:
-        """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
-        header, rest = peek_header(chunks, HEADER_BYTES)
-        if image.format == "vmdk" and is_stream_optimized(header):
-            spool(rest, vmdk)
-            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).bind(
-                lambda _: stream_optimized_capacity(header)
-            )
-        if image.format == "raw":
-            if size_bytes is None:
-                return Failure(
-                    ProviderError.invalid_spec(
-                        fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
-                    )
-                )
-            return _encoded(rest, size_bytes, vmdk)
-        # A qcow2, a monolithicSparse vmdk: their disk as qemu reads it, through its map of
-        # the staged file, else converted by qemu into a raw disk first.
-        with scratch_file(self.transfer.scratch_dir) as staged:
-            spool(rest, staged)
-            mapped = mapped_disk(staged, image, self.transfer.scratch_dir)
-            match mapped:
-                case Success(MappedDisk() as disk):
-                    return _encoded(disk.chunks, disk.capacity_bytes, vmdk)
-            with scratch_file(self.transfer.scratch_dir) as raw:
-                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw)).bind(
-                    lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
-                )
-
-
-def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[int, ProviderError]:
-    """The raw `disk` of `capacity` bytes written to `vmdk` as a streamOptimized vmdk; its
-    capacity, or why the encoding stopped (a disk of another size than said)."""
-    encoded = encode_stream_optimized(disk, capacity)
-    spool(encoded, vmdk)
-    return encoded.outcome().map(lambda _: capacity)
-
-
-def _read_by_qemu(
-    staged: IO[bytes], image: JudgedImage, raw: IO[bytes]
-) -> Result[int, ProviderError]:
-    """The staged image's disk written to `raw` by qemu-img (bounded, and refusing what qemu
-    finds corrupt); its size, `raw` read from its start."""
-    staged.flush()
-    converted = run_qemu_img(
-        [
-            *("convert", "-f", image.format, "-O", "raw"),
-            *(f"/dev/fd/{staged.fileno()}", f"/dev/fd/{raw.fileno()}"),
-        ],
-        doing=f"reading the staged {image.format} image",
-        limits=QemuImgLimits(
-            address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
-            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
-            wall_seconds=TRANSFER_DEADLINE_SECONDS,
-            file_size_bytes=image.virtual_size_bytes + SECTOR_ALLOWANCE_BYTES,
-        ),
-        pass_fds=(staged.fileno(), raw.fileno()),
-    )
-
-    def size(_: object) -> int:
-        raw.seek(0)
-        return os.fstat(raw.fileno()).st_size
-
-    return converted.map(size)
-
-
-class _ReceivedVmdk:
-    """The staged disk as a streamOptimized vmdk of `size_bytes` in `vmdk`, to upload."""
-
-    def __init__(
-        self, site: _DatastoreSite, vmdk: BinaryIO, size_bytes: int, capacity_bytes: int
-    ) -> None:
-        self._site = site
-        self._vmdk = vmdk
-        self._size_bytes = size_bytes
-        self._capacity_bytes = capacity_bytes
-
-    def land(self) -> Result[LandedDisk, ProviderError]:
-        site, transfer = self._site, self._site.transfer
-
-        def landed(instance: Any) -> Result[LandedDisk, ProviderError]:
-            return import_stream_optimized(
-                instance,
-                self._vmdk,
-                self._size_bytes,
-                site.disk_name,
-                site.location,
-                self._capacity_bytes,
-                marks=transfer.marks.building(),
-            ).map(lambda path: LandedDisk(path=path))
-
-        return run(transfer.vcenter.session, f"importing disk {site.disk_name!r}", landed)
-
-    def discard(self) -> None:
-        self._vmdk.close()
 
 
 def preflight(

@@ -1,0 +1,244 @@
+"""A staged disk landed on a datastore as a plain disk file, through an NFC import lease
+(`disk_import.py`: a transient one-disk VM, unregistered once the disk landed).
+
+vCenter takes only a streamOptimized vmdk, and nothing reaches it before the checksum of the
+staged bytes is known: the staged disk is held as a streamOptimized vmdk in an anonymous
+scratch file (PYRIGAUD_TRANSFER_SCRATCH_DIR, unlinked from the start: a killed provider leaves
+nothing) until then. A staged streamOptimized vmdk is kept as it is, once qemu has read it
+whole; a raw disk is encoded by pyrigaud's streamOptimized encoder (faster than qemu-img's own
+on incompressible disks); a qcow2 or monolithicSparse vmdk is read as qemu reads it, through
+qemu-img's map of it (`disk_images/qemu_map.py`) or, for data qemu cannot point at,
+qemu-img's conversion into a raw disk, then encoded. The import's record is a small file
+beside the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import IO, Any, BinaryIO
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.adapters.disk_images.qemu_img import (
+    CONVERSION_ADDRESS_SPACE_BYTES,
+    QemuImgLimits,
+    checked_vmdk,
+    run_qemu_img,
+)
+from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
+from pyrigaud.adapters.disk_images.scratch import file_chunks, open_scratch, scratch_file, spool
+from pyrigaud.adapters.disk_images.stream_optimized import (
+    encode_stream_optimized,
+    is_stream_optimized,
+    stream_optimized_capacity,
+)
+from pyrigaud.adapters.hypervisors.vsphere import datastore_files
+from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
+from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
+from pyrigaud.adapters.hypervisors.vsphere.placement import Location
+from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
+from pyrigaud.application.ports.disk_transfer import ReceivedDisk
+from pyrigaud.domain import fields
+from pyrigaud.domain.disk_images import (
+    HEADER_BYTES,
+    IMPORT_RECORD_SUFFIX,
+    JudgedImage,
+    LandedDisk,
+    peek_header,
+)
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
+
+SECTOR_ALLOWANCE_BYTES = 512  # qemu rounds a disk up to whole sectors
+IMPORTING = "importing a disk"  # the URL is not echoed before it is checked
+
+
+class DatastoreSite:
+    """An import into `[<datastore>] <name>/`, its record beside the disk, through `vcenter`;
+    the transient VM it lands through carries `marks`, its scratch files are in `scratch_dir`."""
+
+    def __init__(
+        self,
+        vcenter: VCenter,
+        marks: ImportMarks,
+        scratch_dir: str | None,
+        location: Location,
+        *,
+        datastore: str,
+        name: str,
+    ) -> None:
+        self.vcenter = vcenter
+        self.marks = marks
+        self.scratch_dir = scratch_dir
+        self.location = location
+        self.disk_name = name
+        self.folder = f"[{datastore}] {name}"
+        self.place = f"datastore {datastore!r}"
+        self._record_path = f"{self.folder}/{name}{IMPORT_RECORD_SUFFIX}"
+
+    def earlier_record(self) -> Result[bytes | None, ProviderError]:
+        """The record of an earlier import under this name whose disk is still there; the
+        record of a disk deleted since (with the VM made around it) goes with its folder."""
+
+        def judged(instance: Any, record: bytes | None) -> Result[bytes | None, ProviderError]:
+            if record is None:
+                return Success(None)
+            try:
+                path = str(json.loads(record)["path"])
+            except (ValueError, KeyError, TypeError):
+                return Success(record)  # not ours to judge: a clash
+            return datastore_files.exists(instance, path).bind(
+                lambda there: (
+                    Success(record)
+                    if there
+                    else datastore_files.delete(instance, self.folder).map(lambda _: None)
+                )
+            )
+
+        return run(
+            self.vcenter.session,
+            IMPORTING,
+            lambda instance: datastore_files.read_small(instance, self._record_path).bind(
+                lambda record: judged(instance, record)
+            ),
+        )
+
+    def receive(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+    ) -> Result[ReceivedDisk, ProviderError]:
+        """The staged disk as a streamOptimized vmdk in a scratch file."""
+
+        def received() -> Result[ReceivedDisk, ProviderError]:
+            vmdk = open_scratch(self.scratch_dir)
+            try:
+                written = self._stream_optimized(chunks, size_bytes, image, vmdk)
+            except BaseException:
+                vmdk.close()
+                raise
+            match written:
+                case Failure():
+                    vmdk.close()
+            return written.map(lambda capacity: _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity))
+
+        return attempt(IMPORTING, received)
+
+    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
+        def forget(instance: Any) -> None:
+            """The disk this import made goes with a record that could not be kept (the
+            record's failure is the one told)."""
+            if landed.made_now:
+                datastore_files.delete(instance, self.folder)
+
+        def keep(instance: Any) -> Result[None, ProviderError]:
+            try:
+                kept = datastore_files.write_small(instance, self._record_path, record)
+            except BaseException:
+                forget(instance)
+                raise
+            match kept:
+                case Failure():
+                    forget(instance)
+            return kept
+
+        return run(self.vcenter.session, IMPORTING, keep)
+
+    def _stream_optimized(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
+    ) -> Result[int, ProviderError]:
+        """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
+        header, rest = peek_header(chunks, HEADER_BYTES)
+        if image.format == "vmdk" and is_stream_optimized(header):
+            spool(rest, vmdk)
+            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).bind(
+                lambda _: stream_optimized_capacity(header)
+            )
+        if image.format == "raw":
+            if size_bytes is None:
+                return Failure(
+                    ProviderError.invalid_spec(
+                        fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
+                    )
+                )
+            return _encoded(rest, size_bytes, vmdk)
+        # A qcow2, a monolithicSparse vmdk: their disk as qemu reads it, through its map of
+        # the staged file, else converted by qemu into a raw disk first.
+        with scratch_file(self.scratch_dir) as staged:
+            spool(rest, staged)
+            mapped = mapped_disk(staged, image, self.scratch_dir)
+            match mapped:
+                case Success(MappedDisk() as disk):
+                    return _encoded(disk.chunks, disk.capacity_bytes, vmdk)
+            with scratch_file(self.scratch_dir) as raw:
+                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw)).bind(
+                    lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
+                )
+
+
+def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[int, ProviderError]:
+    """The raw `disk` of `capacity` bytes written to `vmdk` as a streamOptimized vmdk; its
+    capacity, or why the encoding stopped (a disk of another size than said)."""
+    encoded = encode_stream_optimized(disk, capacity)
+    spool(encoded, vmdk)
+    return encoded.outcome().map(lambda _: capacity)
+
+
+def _read_by_qemu(
+    staged: IO[bytes], image: JudgedImage, raw: IO[bytes]
+) -> Result[int, ProviderError]:
+    """The staged image's disk written to `raw` by qemu-img (bounded, and refusing what qemu
+    finds corrupt); its size, `raw` read from its start."""
+    staged.flush()
+    converted = run_qemu_img(
+        [
+            *("convert", "-f", image.format, "-O", "raw"),
+            *(f"/dev/fd/{staged.fileno()}", f"/dev/fd/{raw.fileno()}"),
+        ],
+        doing=f"reading the staged {image.format} image",
+        limits=QemuImgLimits(
+            address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
+            cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
+            wall_seconds=TRANSFER_DEADLINE_SECONDS,
+            file_size_bytes=image.virtual_size_bytes + SECTOR_ALLOWANCE_BYTES,
+        ),
+        pass_fds=(staged.fileno(), raw.fileno()),
+    )
+
+    def size(_: object) -> int:
+        raw.seek(0)
+        return os.fstat(raw.fileno()).st_size
+
+    return converted.map(size)
+
+
+class _ReceivedVmdk:
+    """The staged disk as a streamOptimized vmdk of `size_bytes` in `vmdk`, to upload."""
+
+    def __init__(
+        self, site: DatastoreSite, vmdk: BinaryIO, size_bytes: int, capacity_bytes: int
+    ) -> None:
+        self._site = site
+        self._vmdk = vmdk
+        self._size_bytes = size_bytes
+        self._capacity_bytes = capacity_bytes
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        site = self._site
+
+        def landed(instance: Any) -> Result[LandedDisk, ProviderError]:
+            return import_stream_optimized(
+                instance,
+                self._vmdk,
+                self._size_bytes,
+                site.disk_name,
+                site.location,
+                self._capacity_bytes,
+                marks=site.marks.building(),
+            ).map(lambda path: LandedDisk(path=path))
+
+        return run(site.vcenter.session, f"importing disk {site.disk_name!r}", landed)
+
+    def discard(self) -> None:
+        self._vmdk.close()
