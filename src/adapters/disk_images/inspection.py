@@ -13,8 +13,9 @@ compression, extended L2 entries, internal snapshots) and the vmdk variants a si
 (monolithicSparse, streamOptimized). Refused by name: vhdx, vpc (vhd), vdi and qed (convert them
 to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector does not know
 (parallels, bochs, cloop, VMware 3, a bare vmdk descriptor), a qcow2 with a backing file, an
-external data file, encryption or the corrupt bit, a vmdk naming other extent files, and any
-image whose virtual size is above the bound.
+external data file, encryption or the corrupt bit, a qcow2 whose L1 or refcount table qemu
+would refuse at open (not on a cluster, an L1 too small for the disk or above qemu's 32 MiB),
+a vmdk naming other extent files, and any image whose virtual size is above the bound.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # 2 external data file, 3 compression type, 4 extended L2 entries; qemu knows no other.
 QCOW2_FEATURES_OFFSET = 72
 QCOW2_CORRUPT = 1 << 1
+QCOW2_EXTENDED_L2 = 1 << 4
+QCOW2_MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 
 
@@ -207,13 +210,32 @@ def _qcow2_header_problem(inspector: FileInspector) -> str | None:
         return f"the image is a qcow version {version} image: only 2 and 3 are read here"
     if crypt_method:
         return "the qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
-    if version == 2:
-        return None
-    (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
+    features = 0 if version == 2 else struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)[0]
     if features & QCOW2_CORRUPT:
         return "the qcow2 image is marked corrupt (qemu-img check -r all repairs it)"
     if features & ~QCOW2_KNOWN_FEATURES:
         return "the qcow2 image needs features qemu does not know"
+    return _qcow2_tables_problem(header, features)
+
+
+def _qcow2_tables_problem(header: bytes, features: int) -> str | None:
+    """What qemu checks of the L1 and refcount tables when it opens a qcow2 (and refuses
+    the image for): both start on a cluster, and the L1 table covers the disk without being
+    larger than qemu reads."""
+    cluster_bits, size, l1_entries, l1_offset, refcount_offset = struct.unpack_from(
+        ">IQ4xIQQ", header, 20
+    )
+    cluster = 1 << cluster_bits
+    if l1_offset % cluster:
+        return "the qcow2 image's L1 table does not start on a cluster (qemu refuses it)"
+    if refcount_offset % cluster:
+        return "the qcow2 image's refcount table does not start on a cluster (qemu refuses it)"
+    if l1_entries > QCOW2_MAX_L1_ENTRIES:
+        return "the qcow2 image's L1 table is larger than qemu reads (32 MiB)"
+    l2_entry_bytes = 16 if features & QCOW2_EXTENDED_L2 else 8
+    covered_by_one_entry = cluster * (cluster // l2_entry_bytes)
+    if l1_entries * covered_by_one_entry < size:
+        return "the qcow2 image's L1 table is too small for its disk (qemu refuses it)"
     return None
 
 

@@ -4,6 +4,8 @@ disk may be staged in are named, every other image is refused by name, and bound
 from __future__ import annotations
 
 import os
+import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -162,6 +164,31 @@ def test_a_qcow2_marked_corrupt_is_refused(tmp_path: Path) -> None:
     header[79] |= 1 << 1  # the corrupt bit of the incompatible features
     image.write_bytes(bytes(header))
     assert "marked corrupt" in error_of(judged(image)).message
+
+
+@pytest.mark.parametrize(
+    ("offset", "change", "qemu_says", "problem"),
+    [
+        (40, 8, "Active L1 table offset invalid", "L1 table does not start on a cluster"),
+        (48, 512, "Reference count table offset invalid", "refcount table does not start on"),
+        (36, -1, "L1 table is too small", "L1 table is too small for its disk"),  # l1_size
+        (36, 2**30, "Active L1 table too large", "L1 table is larger than qemu reads"),
+    ],
+)
+def test_a_qcow2_whose_tables_qemu_refuses_at_open_is_refused(
+    tmp_path: Path, offset: int, change: int, qemu_says: str, problem: str
+) -> None:
+    image = with_data(tmp_path, "qcow2", "-o", "cluster_size=4k")  # an L1 of several entries
+    content = bytearray(image.read_bytes())
+    width = ">I" if offset == 36 else ">Q"
+    (value,) = struct.unpack_from(width, content, offset)
+    struct.pack_into(width, content, offset, value + change)
+    image.write_bytes(bytes(content))
+    opened = subprocess.run(
+        ["qemu-img", "info", str(image)], check=False, capture_output=True, text=True
+    )
+    assert qemu_says in opened.stderr  # qemu refuses it too
+    assert problem in error_of(judged(image)).message
 
 
 def test_a_virtual_size_above_the_bound_is_refused_before_the_rest_is_read(
