@@ -83,13 +83,7 @@ def test_transfers_killed_part_way_are_swept_by_the_next_process(conn: Any, tmp_
     (pvc / "big.raw").write_bytes(b"")
     os.truncate(pvc / "big.raw", DISK_BYTES)
     importer = Replica(environ, tmp_path / "importer")
-    imported = pb.ImportDiskRequest(
-        source_url="pvc://mig/big.raw",
-        format="raw",
-        target_name="crash-xfer-imported",
-        backend_type="pvc",
-        transfer_mode="relay",
-    )
+    imported = _pvc_import("big.raw", "raw", "crash-xfer-imported")
     _killed_during(
         importer, lambda: importer.stub.ImportDisk(imported, timeout=600), pool_grew(conn)
     )
@@ -129,13 +123,7 @@ def test_an_import_killed_while_written_in_place_is_unavailable_until_swept(
     environ = {**ENVIRON, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}
     ensure_dir_pool(conn, POOL, POOL_PATH)
     disks = _volume_names(conn)
-    imported = pb.ImportDiskRequest(
-        source_url="pvc://mig/whole.qcow2",
-        format="qcow2",
-        target_name="crash-xfer-in-place",
-        backend_type="pvc",
-        transfer_mode="relay",
-    )
+    imported = _pvc_import("whole.qcow2", "qcow2", "crash-xfer-in-place")
     importer = Replica(environ, tmp_path / "importer")
     disk = POOL_PATH / "crash-xfer-in-place.qcow2"
     _killed_during(
@@ -283,6 +271,17 @@ def pool_grew(conn: Any) -> Callable[[], bool]:
     return grew
 
 
+def _pvc_import(staged: str, disk_format: str, target_name: str) -> pb.ImportDiskRequest:
+    """The manager's ImportDisk of `staged` in the test's PVC `mig`."""
+    return pb.ImportDiskRequest(
+        source_url=f"pvc://mig/{staged}",
+        format=disk_format,
+        target_name=target_name,
+        backend_type="pvc",
+        transfer_mode="relay",
+    )
+
+
 def _killed_during(replica: Replica, call: Callable[[], object], ready: Callable[[], bool]) -> None:
     """Run `call` and SIGKILL the replica as soon as `ready()` holds."""
     killed = threading.Event()
@@ -340,13 +339,7 @@ def test_a_transfer_whose_client_gave_up_stops_and_leaves_nothing(
     )
     try:
         before = _volume_names(conn)
-        imported = pb.ImportDiskRequest(
-            source_url="pvc://mig/big.raw",
-            format="raw",
-            target_name="crash-xfer-abandoned",
-            backend_type="pvc",
-            transfer_mode="relay",
-        )
+        imported = _pvc_import("big.raw", "raw", "crash-xfer-abandoned")
         with pytest.raises(grpc.RpcError) as gave_up:
             provider.stub.ImportDisk(imported, timeout=0.5)  # well before 2 GiB can move
         assert gave_up.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
