@@ -20,13 +20,10 @@ IMPORT_RECORD_SUFFIX = ".pyrigaud-import.json"
 
 class JudgedImage(Value):
     """An image's format as its bytes say: "qcow2", "vmdk" (a self-contained sparse extent)
-    or "raw"; the size of the disk it holds; and whether it is a plain qcow2 (no internal
-    snapshots, no incompatible feature: dirty, zstd, extended L2 entries), which a hypervisor
-    may keep as the disk itself, as qemu would make it, instead of converting it."""
+    or "raw"; and the size of the disk it holds."""
 
     format: str
     virtual_size_bytes: int = 0
-    plain_qcow2: bool = False
 
 
 class LeftBehind(StrEnum):

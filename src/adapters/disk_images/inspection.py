@@ -70,7 +70,6 @@ VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # incompatible feature bits (qemu's docs/interop/qcow2.txt): 0 dirty, 1 corrupt,
 # 2 external data file, 3 compression type, 4 extended L2 entries; qemu knows no other.
 QCOW2_FEATURES_OFFSET = 72
-QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
 QCOW2_CORRUPT = 1 << 1
 QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
@@ -179,11 +178,7 @@ class ImageInspection:
         if problem:
             return self._refused(problem)
         return self._bounded(
-            JudgedImage(
-                format=name,
-                virtual_size_bytes=int(inspector.virtual_size),
-                plain_qcow2=name == "qcow2" and _is_plain_qcow2(inspector),
-            )
+            JudgedImage(format=name, virtual_size_bytes=int(inspector.virtual_size))
         )
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
@@ -242,19 +237,6 @@ def _qcow2_tables_problem(header: bytes, features: int) -> str | None:
     if l1_entries * covered_by_one_entry < size:
         return "the qcow2 image's L1 table is too small for its disk (qemu refuses it)"
     return None
-
-
-def _is_plain_qcow2(inspector: FileInspector) -> bool:
-    """No internal snapshots and (version 3) no incompatible feature bit set."""
-    header = bytes(inspector.region("header").data)
-    (version,) = struct.unpack_from(">I", header, 4)
-    (snapshots,) = struct.unpack_from(">I", header, QCOW2_SNAPSHOTS_OFFSET)
-    if snapshots:
-        return False
-    if version == 2:
-        return True
-    (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
-    return bool(features == 0)
 
 
 def _unsafe(name: str, inspector: FileInspector) -> str | None:

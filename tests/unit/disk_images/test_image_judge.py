@@ -79,32 +79,10 @@ def test_the_formats_a_disk_may_be_staged_in_are_named(
     assert image.virtual_size_bytes == 3 * MIB
 
 
-@pytest.mark.parametrize(
-    ("disk_format", "options", "plain"),
-    [
-        ("qcow2", ["-o", "compat=0.10"], True),
-        ("qcow2", [], True),
-        ("qcow2", ["-o", "lazy_refcounts=on"], True),  # a compatible feature
-        ("qcow2", ["-o", "compression_type=zlib", "-c"], True),
-        ("qcow2", ["-o", "cluster_size=2M"], True),
-        ("qcow2", ["-o", "compression_type=zstd", "-c"], False),  # an incompatible feature
-        ("qcow2", ["-o", "extended_l2=on,cluster_size=128k"], False),
-        ("vmdk", [], False),
-        ("raw", [], False),
-    ],
-)
-def test_a_plain_qcow2_is_told_from_one_with_incompatible_features(
-    tmp_path: Path, disk_format: str, options: list[str], plain: bool
-) -> None:
-    assert ok(judged(with_data(tmp_path, disk_format, *options))).plain_qcow2 is plain
-
-
-def test_a_qcow2_with_internal_snapshots_is_a_qcow2_but_not_a_plain_one(tmp_path: Path) -> None:
+def test_a_qcow2_with_internal_snapshots_is_a_qcow2(tmp_path: Path) -> None:
     image = with_data(tmp_path, "qcow2")
     qemu_img("snapshot", "-c", "before", image)
-    judged_image = ok(judged(image))
-    assert judged_image.format == "qcow2"
-    assert not judged_image.plain_qcow2
+    assert ok(judged(image)).format == "qcow2"
 
 
 def test_a_raw_disk_with_a_partition_table_is_raw(tmp_path: Path) -> None:
