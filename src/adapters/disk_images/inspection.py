@@ -13,8 +13,9 @@ compression, extended L2 entries, internal snapshots) and the vmdk variants a si
 (monolithicSparse, streamOptimized). Refused by name: vhdx, vpc (vhd), vdi and qed (convert them
 to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector does not know
 (parallels, bochs, cloop, VMware 3, a bare vmdk descriptor), a qcow2 with a backing file, an
-external data file, encryption or the corrupt bit, a qcow2 whose L1 or refcount table qemu
-would refuse at open (not on a cluster, an L1 too small for the disk or above qemu's 32 MiB),
+external data file, encryption or the corrupt bit, a qcow2 whose cluster size or L1 or
+refcount table qemu would refuse at open (clusters outside 512 B to 2 MiB, a table not on a
+cluster, an L1 too small for the disk or above qemu's 32 MiB),
 a vmdk naming other extent files, and any image whose virtual size is above the bound.
 """
 
@@ -72,6 +73,8 @@ VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 QCOW2_FEATURES_OFFSET = 72
 QCOW2_CORRUPT = 1 << 1
 QCOW2_EXTENDED_L2 = 1 << 4
+QCOW2_MIN_CLUSTER_BITS = 9  # qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS
+QCOW2_MAX_CLUSTER_BITS = 21
 QCOW2_MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 
@@ -219,12 +222,18 @@ def _qcow2_header_problem(inspector: FileInspector) -> str | None:
 
 
 def _qcow2_tables_problem(header: bytes, features: int) -> str | None:
-    """What qemu checks of the L1 and refcount tables when it opens a qcow2 (and refuses
-    the image for): both start on a cluster, and the L1 table covers the disk without being
-    larger than qemu reads."""
+    """What qemu checks of the cluster size and of the L1 and refcount tables when it opens
+    a qcow2 (and refuses the image for): a cluster of 512 B to 2 MiB, both tables starting on
+    one, and the L1 table covering the disk without being larger than qemu reads. The cluster
+    size comes first: a header's cluster bits are never used as a shift before they are."""
     cluster_bits, size, l1_entries, l1_offset, refcount_offset = struct.unpack_from(
         ">IQ4xIQQ", header, 20
     )
+    if not QCOW2_MIN_CLUSTER_BITS <= cluster_bits <= QCOW2_MAX_CLUSTER_BITS:
+        return (
+            f"the qcow2 image's clusters are 2^{cluster_bits} bytes; qemu reads 512 B to "
+            "2 MiB (2^9 to 2^21)"
+        )
     cluster = 1 << cluster_bits
     if l1_offset % cluster:
         return "the qcow2 image's L1 table does not start on a cluster (qemu refuses it)"

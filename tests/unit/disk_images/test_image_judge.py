@@ -173,6 +173,9 @@ def test_a_qcow2_marked_corrupt_is_refused(tmp_path: Path) -> None:
         (48, 512, "Reference count table offset invalid", "refcount table does not start on"),
         (36, -1, "L1 table is too small", "L1 table is too small for its disk"),  # l1_size
         (36, 2**30, "Active L1 table too large", "L1 table is larger than qemu reads"),
+        (20, 10, "Unsupported cluster size", "clusters are 2^22 bytes; qemu reads"),  # 4 KiB: 2^12
+        (20, 2**32 - 13, "Unsupported cluster size", "clusters are 2^4294967295 bytes"),
+        (20, -4, "Unsupported cluster size", "clusters are 2^8 bytes"),
     ],
 )
 def test_a_qcow2_whose_tables_qemu_refuses_at_open_is_refused(
@@ -180,7 +183,7 @@ def test_a_qcow2_whose_tables_qemu_refuses_at_open_is_refused(
 ) -> None:
     image = with_data(tmp_path, "qcow2", "-o", "cluster_size=4k")  # an L1 of several entries
     content = bytearray(image.read_bytes())
-    width = ">I" if offset == 36 else ">Q"
+    width = ">I" if offset in {20, 36} else ">Q"  # cluster_bits and l1_size are 32-bit
     (value,) = struct.unpack_from(width, content, offset)
     struct.pack_into(width, content, offset, value + change)
     image.write_bytes(bytes(content))
