@@ -41,11 +41,14 @@ def file_chunks(path: Path, size: int = 4 * MIB) -> Iterator[bytes]:
 # Creating a LUKS-encrypted image, qemu-img times PBKDF2 by the thread's CPU time; where that
 # clock ticks coarsely (a small VM), every reading can be zero and qemu-img gives up with this.
 _PBKDF_TIMING_FAILED = "Unable to get accurate CPU usage"
+# Measured here: half of the creations fail so, even on an idle machine; a failed one returns
+# at once, so trying 30 times costs little and leaves a chance of about 1 in 10^9 of failing.
+PBKDF_TIMING_TRIES = 30
 
 
 def qemu_img(*args: str | Path) -> str:
     command = ["qemu-img", *map(str, args)]
-    for _ in range(5):
+    for _ in range(PBKDF_TIMING_TRIES):
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if _PBKDF_TIMING_FAILED not in done.stderr:
             break
