@@ -20,10 +20,14 @@ IMPORT_RECORD_SUFFIX = ".pyrigaud-import.json"
 
 class JudgedImage(Value):
     """An image's format as its bytes say: "qcow2", "vmdk" (a self-contained sparse extent)
-    or "raw"; and the size of the disk it holds."""
+    or "raw"; the size of the disk it holds; and whether it is a qcow2 a hypervisor may keep
+    as the disk itself instead of converting it: plain (no internal snapshots, no
+    incompatible feature: dirty, zstd, extended L2 entries), as qemu would make it, and with
+    its tables checked by the judge as its bytes passed."""
 
     format: str
     virtual_size_bytes: int = 0
+    keepable_qcow2: bool = False
 
 
 class LeftBehind(StrEnum):

@@ -4,8 +4,8 @@ on every untrusted image (after CVE-2024-32498) before qemu-img may touch it.
 Every inspector reads the bytes as they stream past; none of them allocates by what a header
 claims. The format is named from the first JUDGED_PREFIX_BYTES (every format's signature and
 header lie there), refusals that a header already shows are made then, before a byte is stored
-as a disk, and the rest (a streamOptimized vmdk's footer and end-of-stream marker) once the last
-byte passed. An image is raw only when no other format's signature is in it: a partition table
+as a disk, and the rest (a streamOptimized vmdk's footer and end-of-stream marker, the tables of
+a qcow2 a hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image is raw only when no other format's signature is in it: a partition table
 or an ISO 9660 volume is a raw disk's content, as qemu reads it.
 
 Accepted: raw, qcow2 (v2 and v3 with the features qemu knows: lazy refcounts, zlib or zstd
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.disk_images.qcow2_tables import Qcow2TableCheck
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ProviderError
 
@@ -71,6 +72,7 @@ VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # incompatible feature bits (qemu's docs/interop/qcow2.txt): 0 dirty, 1 corrupt,
 # 2 external data file, 3 compression type, 4 extended L2 entries; qemu knows no other.
 QCOW2_FEATURES_OFFSET = 72
+QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
 QCOW2_CORRUPT = 1 << 1
 QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_MIN_CLUSTER_BITS = 9  # qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS
@@ -106,12 +108,17 @@ class ImageInspection:
         self._fed = 0
         self._start = b""  # the image's first SIGNATURE_BYTES
         self._chosen: JudgedImage | None = None
+        # A qcow2's tables, checked as they pass when it may be kept as it is (dropped at the
+        # first look otherwise).
+        self._tables: Qcow2TableCheck | None = Qcow2TableCheck()
 
     def feed(self, chunk: bytes) -> None:
         """The next bytes; an inspector that finds they are not its format drops out."""
         if len(self._start) < SIGNATURE_BYTES:
             self._start += chunk[: SIGNATURE_BYTES - len(self._start)]
         self._fed += len(chunk)
+        if self._tables is not None:
+            self._tables.feed(chunk)
         for name, inspector in list(self._inspectors.items()):
             try:
                 inspector.eat_chunk(chunk)
@@ -162,6 +169,8 @@ class ImageInspection:
         inspector = self._inspectors[chosen.format]
         inspector.finish()
         problem = _unsafe(chosen.format, inspector)
+        if problem is None and chosen.keepable_qcow2 and self._tables is not None:
+            problem = self._tables.problem()
         return self._refused(problem) if problem else Success(chosen)
 
     def _judged(self, name: str) -> Result[JudgedImage, ProviderError]:
@@ -181,8 +190,20 @@ class ImageInspection:
         if problem:
             return self._refused(problem)
         return self._bounded(
-            JudgedImage(format=name, virtual_size_bytes=int(inspector.virtual_size))
+            JudgedImage(
+                format=name,
+                virtual_size_bytes=int(inspector.virtual_size),
+                keepable_qcow2=name == "qcow2" and self._keeps_qcow2_as_is(inspector),
+            )
         )
+
+    def _keeps_qcow2_as_is(self, inspector: FileInspector) -> bool:
+        """A plain qcow2 whose tables are checked as they pass; the check is dropped for any
+        other image (a conversion by qemu-img reads its tables)."""
+        keepable = _is_plain_qcow2(inspector) and self._tables is not None and self._tables.watching
+        if not keepable:
+            self._tables = None
+        return keepable
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
         if image.virtual_size_bytes > self._max_virtual_bytes:
@@ -246,6 +267,19 @@ def _qcow2_tables_problem(header: bytes, features: int) -> str | None:
     if l1_entries * covered_by_one_entry < size:
         return "the qcow2 image's L1 table is too small for its disk (qemu refuses it)"
     return None
+
+
+def _is_plain_qcow2(inspector: FileInspector) -> bool:
+    """No internal snapshots and (version 3) no incompatible feature bit set."""
+    header = bytes(inspector.region("header").data)
+    (version,) = struct.unpack_from(">I", header, 4)
+    (snapshots,) = struct.unpack_from(">I", header, QCOW2_SNAPSHOTS_OFFSET)
+    if snapshots:
+        return False
+    if version == 2:
+        return True
+    (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
+    return bool(features == 0)
 
 
 def _unsafe(name: str, inspector: FileInspector) -> str | None:

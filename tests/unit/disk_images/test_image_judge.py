@@ -79,10 +79,61 @@ def test_the_formats_a_disk_may_be_staged_in_are_named(
     assert image.virtual_size_bytes == 3 * MIB
 
 
-def test_a_qcow2_with_internal_snapshots_is_a_qcow2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("disk_format", "options", "keepable"),
+    [
+        ("qcow2", ["-o", "compat=0.10"], True),
+        ("qcow2", [], True),
+        ("qcow2", ["-o", "lazy_refcounts=on"], True),  # a compatible feature
+        ("qcow2", ["-o", "compression_type=zlib", "-c"], True),
+        ("qcow2", ["-o", "compression_type=zstd", "-c"], False),  # an incompatible feature
+        ("qcow2", ["-o", "extended_l2=on,cluster_size=128k"], False),
+        # Plain, but its L1 table (its fourth cluster) ends past the bytes the judge holds:
+        # its tables could not be checked as they passed.
+        ("qcow2", ["-o", "cluster_size=2M"], False),
+        ("vmdk", [], False),
+        ("raw", [], False),
+    ],
+)
+def test_a_qcow2_kept_as_it_is_is_plain_and_its_tables_watched(
+    tmp_path: Path, disk_format: str, options: list[str], keepable: bool
+) -> None:
+    assert ok(judged(with_data(tmp_path, disk_format, *options))).keepable_qcow2 is keepable
+
+
+def test_a_qcow2_with_internal_snapshots_is_a_qcow2_but_not_one_kept_as_it_is(
+    tmp_path: Path,
+) -> None:
     image = with_data(tmp_path, "qcow2")
     qemu_img("snapshot", "-c", "before", image)
-    assert ok(judged(image)).format == "qcow2"
+    judged_image = ok(judged(image))
+    assert judged_image.format == "qcow2"
+    assert not judged_image.keepable_qcow2
+
+
+def test_a_qcow2_kept_as_it_is_whose_l2_table_qemu_refuses_passes_the_first_look_only(
+    tmp_path: Path,
+) -> None:
+    """Its header is sound, so the first look passes it; the verdict, once its last byte
+    passed, names the L2 entry (the last cluster's) that qemu refuses as corrupt."""
+    image = with_data(tmp_path, "qcow2")
+    content = bytearray(image.read_bytes())
+    (l1_offset,) = struct.unpack_from(">Q", content, 40)
+    (l2_offset,) = struct.unpack_from(">Q", content, l1_offset)
+    l2_offset &= 0x00FFFFFFFFFFFE00
+    last = l2_offset + (3 * MIB // (64 * 1024) - 1) * 8
+    (entry,) = struct.unpack_from(">Q", content, last)
+    assert entry
+    struct.pack_into(">Q", content, last, entry + 512)
+    image.write_bytes(bytes(content))
+    inspection = InspectingJudge(BOUND).inspect(len(content), "source_url")
+    inspection.feed(bytes(content[:JUDGED_PREFIX_BYTES]))
+    assert ok(inspection.first_look()).keepable_qcow2
+    inspection.feed(bytes(content[JUDGED_PREFIX_BYTES:]))
+    refused = error_of(inspection.verdict())
+    assert refused.kind is ErrorKind.INVALID_SPEC
+    assert "places a data cluster off a cluster boundary" in refused.message
+    assert "source_url" in refused.message
 
 
 def test_a_raw_disk_with_a_partition_table_is_raw(tmp_path: Path) -> None:

@@ -1,0 +1,229 @@
+"""The tables of a qcow2 kept as a disk as it is, checked as its bytes stream past, where qemu
+would refuse them.
+
+qemu checks where a qcow2's L1 and refcount tables start when it opens the image (the judge
+does the same from the header, `inspection.py`). The entries of those tables it checks only
+when it goes through them: an L2 table or a refcount block that does not start on a cluster,
+or a data cluster an L2 entry places off a cluster boundary, makes it mark the image corrupt
+and fail the guest's read. A conversion by qemu-img reads every table, so it refuses such an
+image; an image kept as it is gets the same checks here, on the bytes that pass on their way
+to the disk, so nothing is read back.
+
+The L1 table says where the L2 tables are, so the bytes before its end are held until it has
+passed: only an image whose L1 table ends within the first HELD_BYTES is watched (qemu-img
+and pyrigaud's own writer put it in the first clusters). After it, each table's entries are
+checked as they pass, a few bytes held across chunk edges; a table past the image's end reads
+as zeros, as qemu reads it.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Callable
+
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES
+
+HELD_BYTES = JUDGED_PREFIX_BYTES
+# The header to its refcount table (qemu's docs/interop/qcow2.txt): magic, version, cluster
+# bits, size, L1 entries, L1 offset, refcount table offset, refcount table clusters.
+_HEADER = struct.Struct(">4sI12xIQ4xIQQI")
+_MAGIC = b"QFI\xfb"
+_ENTRY = struct.Struct(">Q")
+_ENTRY_BYTES = _ENTRY.size
+MIN_CLUSTER_BITS, MAX_CLUSTER_BITS = 9, 21  # qemu's bounds, checked again by the judge
+OFFSET_MASK = 0x00FFFFFFFFFFFE00  # an L1 or L2 entry's offset bits
+REFCOUNT_OFFSET_MASK = 0xFFFFFFFFFFFFFE00  # a refcount table entry's
+COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
+MAX_REFCOUNT_TABLE_BYTES = 8 * 1024 * 1024  # qemu's QCOW_MAX_REFTABLE_SIZE
+
+# A table's entries checked, numbered from the first: what qemu refuses in them, or None.
+EntriesCheck = Callable[[int, "array[int]"], str | None]
+
+
+class Qcow2TableCheck:
+    """One image's bytes, fed in order from its first; its tables checked as they pass."""
+
+    def __init__(self) -> None:
+        self._fed = 0
+        self._held: bytearray | None = bytearray()  # until the L1 table passed; None: unwatched
+        self._layout: _Layout | None = None
+        self._tables: _PassingTables | None = None
+
+    @property
+    def watching(self) -> bool:
+        """Whether the bytes are a qcow2 whose L1 table ends within the first HELD_BYTES
+        (known once its header passed): only then can `problem` tell."""
+        return self._layout is not None and self._layout.l1_end <= HELD_BYTES
+
+    def feed(self, chunk: bytes) -> None:
+        if self._tables is not None:
+            self._tables.passing(self._fed, chunk)
+            self._fed += len(chunk)
+            return
+        if self._held is None:
+            return
+        self._held += chunk
+        self._fed += len(chunk)
+        if self._layout is None and len(self._held) >= _HEADER.size:
+            self._layout = _Layout.read(bytes(self._held[: _HEADER.size]))
+            if not self.watching:
+                self._held = None
+                return
+        if self._layout is not None and self._fed >= self._layout.l1_end:
+            self._tables = self._tables_from_held(self._layout, self._held)
+
+    def problem(self) -> str | None:
+        """Once every byte was fed, of a watched image: what qemu would refuse as corrupt in
+        its tables, or None."""
+        if self._tables is None and self.watching and self._layout and self._held is not None:
+            # The image ended before its L1 table did: zeros after its end, as qemu reads.
+            self._tables = self._tables_from_held(self._layout, self._held)
+        return None if self._tables is None else self._tables.problem
+
+    def _tables_from_held(self, layout: _Layout, held: bytearray) -> _PassingTables:
+        """The tables the L1 table names, with the held bytes already checked (they may
+        hold tables too); nothing is held after."""
+        self._held = None
+        l1 = bytes(held[layout.l1_offset : layout.l1_end])
+        tables = _PassingTables(layout, l1.ljust(layout.l1_end - layout.l1_offset, b"\0"))
+        tables.passing(0, bytes(held))
+        return tables
+
+
+class _Layout:
+    """Where a qcow2's header puts its tables, and its cluster size."""
+
+    def __init__(
+        self,
+        cluster_bits: int,
+        l1_entries: int,
+        l1_offset: int,
+        refcount: int,
+        refcount_clusters: int,
+    ) -> None:
+        self.cluster = 1 << cluster_bits
+        self.l1_offset = l1_offset
+        self.l1_end = l1_offset + l1_entries * _ENTRY.size
+        self.refcount_offset = refcount
+        self.refcount_bytes = refcount_clusters * self.cluster
+
+    @classmethod
+    def read(cls, header: bytes) -> _Layout | None:
+        """The layout of a qcow2 header with a cluster size qemu reads; None for anything else
+        (the judge names what is wrong with it)."""
+        magic, _version, bits, _size, l1_entries, l1_offset, refcount, refcount_clusters = (
+            _HEADER.unpack(header)
+        )
+        if magic != _MAGIC or not MIN_CLUSTER_BITS <= bits <= MAX_CLUSTER_BITS:
+            return None
+        return cls(bits, l1_entries, l1_offset, refcount, refcount_clusters)
+
+
+class _PassingTables:
+    """The refcount table and the L2 tables an L1 table names, checked as their bytes pass;
+    `problem` is the first thing qemu would refuse (the L1 table's own entries included)."""
+
+    def __init__(self, layout: _Layout, l1: bytes) -> None:
+        cluster = layout.cluster
+        self.problem: str | None = None
+        self._active: list[_Table] = []
+        starts: set[int] = set()
+        for index, (entry,) in enumerate(_ENTRY.iter_unpack(l1)):
+            table = entry & OFFSET_MASK
+            if table % cluster:
+                self.problem = (
+                    f"the qcow2 image's L2 table {index} does not start on a cluster "
+                    "(qemu refuses the image as corrupt)"
+                )
+                return
+            if table:
+                starts.add(table)
+        if layout.refcount_bytes > MAX_REFCOUNT_TABLE_BYTES:
+            self.problem = "the qcow2 image's refcount table is larger than qemu reads (8 MiB)"
+            return
+        self._refcount_check = _refcount_blocks_check(cluster)
+        self._l2_check = _l2_entries_check(cluster)
+        self._cluster = cluster
+        self._l2_starts = array("Q", sorted(starts))
+        self._next_l2 = 0
+        if layout.refcount_bytes:
+            self._active.append(
+                _Table(layout.refcount_offset, layout.refcount_bytes, self._refcount_check)
+            )
+
+    def passing(self, at: int, chunk: bytes) -> None:
+        """The image's bytes from offset `at`."""
+        if self.problem is not None:
+            return
+        end = at + len(chunk)
+        starts = self._l2_starts
+        while self._next_l2 < len(starts) and starts[self._next_l2] < end:
+            self._active.append(_Table(starts[self._next_l2], self._cluster, self._l2_check))
+            self._next_l2 += 1
+        for table in self._active:
+            self.problem = table.passing(at, chunk)
+            if self.problem is not None:
+                return
+        self._active = [table for table in self._active if not table.done]
+
+
+class _Table:
+    """A table of 8-byte entries at `offset`, `length` bytes, its entries checked as they
+    pass."""
+
+    def __init__(self, offset: int, length: int, check: EntriesCheck) -> None:
+        self._next = offset  # where the table's next byte lies in the image
+        self._end = offset + length
+        self._check = check
+        self._index = 0  # the number of the next entry
+        self._partial = b""  # an entry cut by a chunk's edge
+
+    @property
+    def done(self) -> bool:
+        return self._next >= self._end
+
+    def passing(self, at: int, chunk: bytes) -> str | None:
+        start, stop = max(self._next, at), min(self._end, at + len(chunk))
+        if start >= stop:
+            return None
+        data = self._partial + chunk[start - at : stop - at]
+        self._next = stop
+        whole = len(data) - len(data) % _ENTRY_BYTES
+        self._partial = data[whole:]
+        entries = array("Q", data[:whole])
+        if sys.byteorder == "little":
+            entries.byteswap()
+        problem = self._check(self._index, entries)
+        self._index += len(entries)
+        return problem
+
+
+def _refcount_blocks_check(cluster: int) -> EntriesCheck:
+    def check(first: int, entries: array[int]) -> str | None:
+        for index, entry in enumerate(entries, first):
+            if entry & REFCOUNT_OFFSET_MASK & (cluster - 1):
+                return (
+                    f"the qcow2 image's refcount block {index} does not start on a cluster "
+                    "(qemu refuses the image as corrupt)"
+                )
+        return None
+
+    return check
+
+
+def _l2_entries_check(cluster: int) -> EntriesCheck:
+    """A (not compressed) data cluster an L2 entry places off a cluster boundary."""
+    off_boundary = OFFSET_MASK & (cluster - 1)
+
+    def check(first: int, entries: array[int]) -> str | None:
+        misplaced = [entry for entry in entries if entry & off_boundary and not entry & COMPRESSED]
+        if misplaced:
+            return (
+                "the qcow2 image's L2 table places a data cluster off a cluster boundary "
+                f"(at byte {misplaced[0] & OFFSET_MASK}; qemu refuses the image as corrupt)"
+            )
+        return None
+
+    return check

@@ -1,0 +1,155 @@
+"""The tables of a qcow2 kept as it is, checked as its bytes stream past, as qemu reads them:
+every plain image qemu-img (or pyrigaud's own writer) makes passes, and each entry bent the
+way qemu refuses as corrupt is named, as qemu names it when it reads through the image,
+however the bytes are cut into chunks."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
+from pyrigaud.adapters.disk_images.qcow2_tables import HELD_BYTES, OFFSET_MASK, Qcow2TableCheck
+
+from support.image_corpus import hostile_image, valid_image
+
+# The corpus's plain qcow2 images (no snapshots, no incompatible feature) whose L1 table ends
+# within the bytes held: all but the one of 2 MiB clusters, whose L1 table is its fourth.
+WATCHED = (
+    "qcow2-v2",
+    "qcow2-v3",
+    "qcow2-512-byte-clusters",
+    "qcow2-zlib",
+    "qcow2-lazy-refcounts",
+)
+# Whole; a cluster and 3 bytes, and 4099 bytes: the header, and tables' entries, cut at chunk
+# edges.
+CHUNKINGS = (1 << 40, 65536 + 3, 4099)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+def checked(image: bytes, chunk_bytes: int = CHUNKINGS[0]) -> Qcow2TableCheck:
+    check = Qcow2TableCheck()
+    for start in range(0, len(image), chunk_bytes):
+        check.feed(image[start : start + chunk_bytes])
+    return check
+
+
+def problem_of(image: bytes, chunk_bytes: int = CHUNKINGS[0]) -> str | None:
+    check = checked(image, chunk_bytes)
+    assert check.watching
+    return check.problem()
+
+
+def qemu_reads_it_whole(path: Path) -> subprocess.CompletedProcess[str]:
+    out = path.with_suffix(".raw")
+    return subprocess.run(
+        ["qemu-img", "convert", "-O", "raw", str(path), str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+@pytest.mark.parametrize("name", WATCHED)
+def test_every_plain_image_qemu_img_makes_passes(corpus: Path, name: str, chunk_bytes: int) -> None:
+    assert problem_of(valid_image(name, corpus).path.read_bytes(), chunk_bytes) is None
+
+
+def test_the_images_pyrigauds_own_writer_makes_are_watched_and_pass(tmp_path: Path) -> None:
+    """A vSphere export's qcow2 (its L1 table is its second cluster, each L2 table after the
+    data it maps) is what a libvirt import most often keeps as it is."""
+    mib = 1 << 20
+    data_at = (0, 700, 1024)  # MiB: L2 tables 0, 1 and 2 (each maps 512 MiB)
+    chunks = (b"\x01" * mib if at in data_at else bytes(mib) for at in range(1025))
+    image = tmp_path / "exported.qcow2"
+    with image.open("w+b") as file:
+        write_qcow2(chunks, 1025 * mib, file)
+    content = image.read_bytes()
+    assert problem_of(content, 65536 + 3) is None
+    bent = bytearray(content)
+    (l1_offset,) = struct.unpack_from(">Q", bent, 40)
+    (l2_offset,) = struct.unpack_from(">Q", bent, l1_offset + 16)  # the third L2 table
+    l2_offset &= OFFSET_MASK
+    (entry,) = struct.unpack_from(">Q", bent, l2_offset)
+    struct.pack_into(">Q", bent, l2_offset, entry + 512)
+    problem = problem_of(bytes(bent), 65536 + 3)
+    assert problem is not None
+    assert "places a data cluster off a cluster boundary" in problem
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+def test_a_data_cluster_off_a_cluster_boundary_is_what_qemu_refuses(
+    corpus: Path, chunk_bytes: int
+) -> None:
+    image = hostile_image("qcow2-l2-entry-misaligned", corpus)
+    assert "Cluster allocation offset" in qemu_reads_it_whole(image.path).stderr
+    problem = problem_of(image.path.read_bytes(), chunk_bytes)
+    assert problem is not None
+    assert "L2 table places a data cluster off a cluster boundary" in problem
+
+
+@pytest.mark.parametrize(
+    ("table", "qemu_says", "named"),
+    [
+        (40, "L2 table offset", "L2 table 0 does not start on a cluster"),  # an L1 entry
+        (48, "Refblock offset", "refcount block 0 does not start on a cluster"),
+    ],
+)
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+def test_a_table_off_a_cluster_boundary_is_what_qemu_refuses(
+    corpus: Path, table: int, qemu_says: str, named: str, chunk_bytes: int
+) -> None:
+    """The first entry of the L1 table (its offset at header byte 40) or of the refcount
+    table (at byte 48) moved a sector past the cluster it names."""
+    path = corpus / f"bent-{table}-{chunk_bytes}.qcow2"
+    content = bytearray(valid_image("qcow2-v3", corpus).path.read_bytes())
+    (where,) = struct.unpack_from(">Q", content, table)
+    (entry,) = struct.unpack_from(">Q", content, where)
+    assert entry & OFFSET_MASK
+    struct.pack_into(">Q", content, where, entry + 512)
+    path.write_bytes(bytes(content))
+    assert qemu_says in qemu_reads_it_whole(path).stderr + _written_to(path)
+    problem = problem_of(bytes(content), chunk_bytes)
+    assert problem is not None
+    assert named in problem
+
+
+def _written_to(path: Path) -> str:
+    """What qemu says when it must allocate (a refcount block is read only then)."""
+    return subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", "write 0 64k", "-c", "write 100M 64k", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stderr
+
+
+def test_tables_past_the_images_end_read_as_zeros(corpus: Path) -> None:
+    """qemu reads zeros past a file's end: an image cut after its header has no table entry
+    to refuse (its data reads as zeros, as qemu reads it)."""
+    content = valid_image("qcow2-v3", corpus).path.read_bytes()
+    assert problem_of(content[:512]) is None
+
+
+def test_an_image_whose_l1_table_ends_past_the_held_bytes_is_not_watched(corpus: Path) -> None:
+    """Its L2 tables could pass before the L1 table names them: it is converted instead."""
+    content = valid_image("qcow2-2-mib-clusters", corpus).path.read_bytes()
+    (l1_offset,) = struct.unpack_from(">Q", content, 40)
+    assert l1_offset > HELD_BYTES
+    check = checked(content)
+    assert not check.watching
+    assert check.problem() is None
+
+
+def test_bytes_that_are_not_a_qcow2_are_not_watched() -> None:
+    check = checked(b"KDMV" + bytes(1 << 20))
+    assert not check.watching
