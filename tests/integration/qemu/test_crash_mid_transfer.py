@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -82,13 +83,7 @@ def test_transfers_killed_part_way_are_swept_by_the_next_process(conn: Any, tmp_
     (pvc / "big.raw").write_bytes(b"")
     os.truncate(pvc / "big.raw", DISK_BYTES)
     importer = Replica(environ, tmp_path / "importer")
-    imported = pb.ImportDiskRequest(
-        source_url="pvc://mig/big.raw",
-        format="raw",
-        target_name="crash-xfer-imported",
-        backend_type="pvc",
-        transfer_mode="relay",
-    )
+    imported = _pvc_import("big.raw", "raw", "crash-xfer-imported")
     _killed_during(
         importer, lambda: importer.stub.ImportDisk(imported, timeout=600), pool_grew(conn)
     )
@@ -104,6 +99,61 @@ def test_transfers_killed_part_way_are_swept_by_the_next_process(conn: Any, tmp_
         assert _volume_names(conn) == disks
         assert [p.name for p in (pvc / "vmmigrations" / "ns" / "m").iterdir()] == []
         assert sorted(p.name for p in pvc.iterdir()) == ["big.raw", "vmmigrations"]
+    finally:
+        survivor.stop()
+
+
+def test_an_import_killed_while_written_in_place_is_unavailable_until_swept(
+    conn: Any, tmp_path: Path
+) -> None:
+    """A plain qcow2 is written under its disk's final name, its landing mark made first: a
+    kill part-way leaves the partial disk and the mark. Another process answers an import of
+    the name UNAVAILABLE (never the partial disk as a finished one, never a clash), and the
+    sweep of a process that counts it abandoned removes both, after which the import works."""
+    root = tmp_path / "migration-storage"
+    pvc = root / "mig"
+    pvc.mkdir(parents=True)
+    staged = pvc / "whole.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(staged), "1G"], check=True)
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", "write -P 0x5a 0 512M", str(staged)],
+        check=True,
+        capture_output=True,
+    )
+    environ = {**ENVIRON, "PYRIGAUD_MIGRATION_STORAGE_ROOT": str(root)}
+    ensure_dir_pool(conn, POOL, POOL_PATH)
+    disks = _volume_names(conn)
+    imported = _pvc_import("whole.qcow2", "qcow2", "crash-xfer-in-place")
+    importer = Replica(environ, tmp_path / "importer")
+    disk = POOL_PATH / "crash-xfer-in-place.qcow2"
+    _killed_during(
+        importer,
+        lambda: importer.stub.ImportDisk(imported, timeout=600),
+        lambda: disk.exists() and disk.stat().st_blocks * 512 > KILL_AFTER_BYTES,
+    )
+    left = _volume_names(conn) - disks
+    assert left == {"crash-xfer-in-place.qcow2", "crash-xfer-in-place.qcow2.pyrigaud-landing.json"}
+    assert disk.stat().st_blocks * 512 < staged.stat().st_size, "the kill came after the upload"
+
+    retrier = Replica(environ, tmp_path / "retrier")
+    try:
+        with pytest.raises(grpc.RpcError) as unfinished:
+            retrier.stub.ImportDisk(imported, timeout=60)
+        assert unfinished.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "has not finished" in str(unfinished.value.details())
+        assert _volume_names(conn) - disks == left
+    finally:
+        retrier.stop()
+
+    survivor = Replica(
+        {**environ, "PYRIGAUD_TRANSFER_ABANDONED_AFTER_SECONDS": "0"}, tmp_path / "survivor"
+    )
+    try:
+        assert survivor.logged("removed the temporary volume of a dead transfer", SWEEP_SECONDS)
+        assert _volume_names(conn) == disks
+        landed = survivor.stub.ImportDisk(imported, timeout=600)
+        assert landed.disk_id == "crash-xfer-in-place.qcow2"
+        assert disk.read_bytes() == staged.read_bytes()
     finally:
         survivor.stop()
 
@@ -221,6 +271,17 @@ def pool_grew(conn: Any) -> Callable[[], bool]:
     return grew
 
 
+def _pvc_import(staged: str, disk_format: str, target_name: str) -> pb.ImportDiskRequest:
+    """The manager's ImportDisk of `staged` in the test's PVC `mig`."""
+    return pb.ImportDiskRequest(
+        source_url=f"pvc://mig/{staged}",
+        format=disk_format,
+        target_name=target_name,
+        backend_type="pvc",
+        transfer_mode="relay",
+    )
+
+
 def _killed_during(replica: Replica, call: Callable[[], object], ready: Callable[[], bool]) -> None:
     """Run `call` and SIGKILL the replica as soon as `ready()` holds."""
     killed = threading.Event()
@@ -241,8 +302,17 @@ def _killed_during(replica: Replica, call: Callable[[], object], ready: Callable
 
 
 def _volume_names(conn: Any) -> set[str]:
-    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
-    pool.refresh(0)
+    """The pool's volumes, once libvirtd has ended the stream jobs of a killed client."""
+    pool = conn.storagePoolLookupByName(POOL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            pool.refresh(0)
+            break
+        except libvirt.libvirtError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
     return {str(volume.name()) for volume in pool.listAllVolumes(0)}
 
 
@@ -269,13 +339,7 @@ def test_a_transfer_whose_client_gave_up_stops_and_leaves_nothing(
     )
     try:
         before = _volume_names(conn)
-        imported = pb.ImportDiskRequest(
-            source_url="pvc://mig/big.raw",
-            format="raw",
-            target_name="crash-xfer-abandoned",
-            backend_type="pvc",
-            transfer_mode="relay",
-        )
+        imported = _pvc_import("big.raw", "raw", "crash-xfer-abandoned")
         with pytest.raises(grpc.RpcError) as gave_up:
             provider.stub.ImportDisk(imported, timeout=0.5)  # well before 2 GiB can move
         assert gave_up.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED

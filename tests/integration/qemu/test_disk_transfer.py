@@ -10,6 +10,7 @@ again as raw) shows the guest's data came back, not just an object with the righ
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import struct
@@ -28,7 +29,11 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_facts,
     volume_xml,
 )
-from pyrigaud.adapters.hypervisors.libvirt.volume_streams import ZEROS, volume_chunks
+from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
+    ZEROS,
+    TransferVolumes,
+    volume_chunks,
+)
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -58,7 +63,7 @@ from support.staging import (
     s3_credentials,
     s3_options,
 )
-from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
+from support.transfer import TRANSFER_OWNER, DiskMoves, disk_moves, export_disk, import_disk
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
@@ -66,6 +71,7 @@ BASE_BYTES = 36 * 1024**2  # over one of the 32 MiB ranges a volume download str
 OWNER = OwnerMark(provider="tests/disk-transfer")
 SMALL = VMClass(cpu=1, memory_mib=256)
 OFFSET_MASK = 0x00FFFFFFFFFFFE00  # a qcow2 L1 or L2 entry's offset bits
+RECORD = ".pyrigaud-import.json"
 
 
 @dataclass
@@ -361,16 +367,18 @@ def test_an_image_of_a_format_not_staged_here_is_refused_by_name_and_leaves_noth
 def test_an_image_qemu_img_refuses_on_the_host_is_bad_input_and_leaves_nothing(
     pvc_site: Site, tmp_path: Path
 ) -> None:
-    """The judge reads headers; qemu also reads the tables: a data cluster's offset in an L2
-    table that is not cluster-aligned makes qemu refuse the image as corrupt when libvirt
-    converts it."""
+    """The judge reads headers; qemu also reads the tables: a data cluster's offset that is
+    not cluster-aligned in an L2 table makes qemu refuse the image as corrupt when libvirt
+    converts it (a qcow2 with an internal snapshot is converted, not landed as it is)."""
     site = pvc_site
-    image = bytearray(_image_of(site, tmp_path, "qcow2"))
+    _image_of(site, tmp_path, "qcow2")
+    subprocess.run(["qemu-img", "snapshot", "-c", "s", str(tmp_path / "disk.qcow2")], check=True)
+    image = bytearray((tmp_path / "disk.qcow2").read_bytes())
     (l1_offset,) = struct.unpack_from(">Q", image, 40)
     (l1_entry,) = struct.unpack_from(">Q", image, l1_offset)
     l2_offset = l1_entry & OFFSET_MASK
     (l2_entry,) = struct.unpack_from(">Q", image, l2_offset)
-    struct.pack_into(">Q", image, l2_offset, l2_entry + 512)  # the first cluster's, misaligned
+    struct.pack_into(">Q", image, l2_offset, l2_entry + 512)  # the first cluster, misaligned
     site.staged.put("corrupt.qcow2", bytes(image))
     before = site.volume_names()
 
@@ -379,6 +387,97 @@ def test_an_image_qemu_img_refuses_on_the_host_is_bad_input_and_leaves_nothing(
     assert error_of(refused).kind is ErrorKind.INVALID_SPEC
     assert "qemu-img on the libvirt host refuses the staged image" in error_of(refused).message
     assert site.volume_names() == before
+
+
+def test_a_qcow2_written_in_place_whose_tables_qemu_refuses_is_bad_input_and_leaves_nothing(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    """A plain qcow2 goes up into the disk's own volume as it streams; an L2 entry qemu
+    refuses as corrupt (a data cluster off a cluster boundary) is found on the way, and the
+    disk and its landing mark are removed before anything is answered."""
+    site = pvc_site
+    image = bytearray(_image_of(site, tmp_path, "qcow2"))
+    (l1_offset,) = struct.unpack_from(">Q", image, 40)
+    (l1_entry,) = struct.unpack_from(">Q", image, l1_offset)
+    l2_offset = l1_entry & OFFSET_MASK
+    (l2_entry,) = struct.unpack_from(">Q", image, l2_offset)
+    struct.pack_into(">Q", image, l2_offset, l2_entry + 512)  # the first cluster, misaligned
+    site.staged.put("corrupt.qcow2", bytes(image))
+    before = site.volume_names()
+
+    refused = site.import_("corrupt.qcow2", "xfer-corrupt-in-place")
+
+    assert error_of(refused).kind is ErrorKind.INVALID_SPEC
+    assert "places a data cluster off a cluster boundary" in error_of(refused).message
+    assert site.volume_names() == before
+
+
+def test_a_plain_qcow2_is_the_disk_as_staged_and_one_with_snapshots_is_converted(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    """A plain qcow2 goes up one stream into the disk's own volume, so the disk is the
+    staged bytes; a qcow2 with an internal snapshot is converted by libvirt, which keeps
+    only the current state. Neither leaves a temporary or a landing mark."""
+    site = pvc_site
+    before = site.volume_names()
+    plain = _image_of(site, tmp_path, "qcow2")
+    site.staged.put("plain.qcow2", plain)
+    as_staged = ok(site.import_("plain.qcow2", "xfer-plain"))
+    landed = b"".join(volume_chunks(site.conn, site.conn.storageVolLookupByPath(as_staged.path)))
+    assert landed == plain
+
+    subprocess.run(["qemu-img", "snapshot", "-c", "s", str(tmp_path / "disk.qcow2")], check=True)
+    site.staged.put("snapshots.qcow2", (tmp_path / "disk.qcow2").read_bytes())
+    converted = ok(site.import_("snapshots.qcow2", "xfer-snapshots"))
+    info = json.loads(
+        subprocess.run(
+            ["qemu-img", "info", "-U", "--output=json", converted.path],
+            check=True,
+            capture_output=True,
+        ).stdout
+    )
+    assert "snapshots" not in info
+    assert info["virtual-size"] == BASE_BYTES
+
+    records = {
+        f"{name}.qcow2{suffix}"
+        for name in ("xfer-plain", "xfer-snapshots")
+        for suffix in ("", RECORD)
+    }
+    assert site.volume_names() == before | records
+    copy = site.vm("xfer-from-plain", as_staged.path, "qcow2")
+    ok(site.export(copy, "plain.raw", "raw"))
+    assert site.staged.stored("plain.raw") == site.content
+
+
+def test_an_import_cut_off_in_place_is_unavailable_until_the_sweep_removes_it(
+    pvc_site: Site, tmp_path: Path
+) -> None:
+    """What a provider killed while writing a disk in place leaves: the disk's volume, part
+    written, and its landing mark. An import of the name is UNAVAILABLE (never answered
+    with the partial disk, never a clash); the sweep removes both once they are old."""
+    site = pvc_site
+    pool = site.conn.storagePoolLookupByName(POOL)
+    mark = TransferVolumes(owner=TRANSFER_OWNER, clock=ManualClock()).landing_mark()
+    for name, content in (
+        ("xfer-cut.qcow2.pyrigaud-landing.json", mark),
+        ("xfer-cut.qcow2", b"QFI\xfb"),
+    ):
+        volume = pool.createXML(volume_xml(name, len(content), volume_format="raw"), 0)
+        upload_volume(site.conn, volume, (content,))
+    site.staged.put("whole.qcow2", _image_of(site, tmp_path, "qcow2"))
+    left = site.volume_names()
+
+    refused = site.import_("whole.qcow2", "xfer-cut")
+
+    assert error_of(refused).kind is ErrorKind.UNAVAILABLE
+    assert "has not finished" in error_of(refused).message
+    assert site.volume_names() == left
+    assert site.backend.transfer_leftovers is not None
+    assert ok(site.backend.transfer_leftovers.sweep_transfer_leftovers(60.0)) == ()
+    swept = ok(site.backend.transfer_leftovers.sweep_transfer_leftovers(0.0))
+    assert {"xfer-cut.qcow2", "xfer-cut.qcow2.pyrigaud-landing.json"} <= set(swept)
+    ok(site.import_("whole.qcow2", "xfer-cut"))
 
 
 @pytest.fixture

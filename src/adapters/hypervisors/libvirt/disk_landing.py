@@ -1,12 +1,25 @@
-"""An import landed in a libvirt storage pool: the staged bytes held in a temporary volume of
-the target pool until their checksum and judgement are known (format conversion needs a
-seekable file, and the pool has the room a pod's /tmp lacks), then converted by libvirt into
-the final qcow2 volume (`createXMLFrom`: qcow2, raw or a sparse vmdk in, as judged by the
-bytes' header). A killed provider leaves at most a marked temporary the sweep removes; the
-final volume is made by libvirtd in one call, which a provider's death does not cut. A small
-volume beside it, `<disk>.pyrigaud-import.json`, keeps the import's record; a disk of that
-name without one (its import killed before keeping it) is compared by content, as the same
-bytes converted again give the same volume.
+"""An import landed in a libvirt storage pool, in one of two ways.
+
+A qcow2 the judge names keepable (plain: no internal snapshots, no incompatible feature; its
+tables checked as its bytes passed, before the disk is answered) is written in place: its
+bytes go up one stream into the disk's final volume, which is the disk as it is, with no
+second copy on the host. A landing mark beside it,
+`<disk>.pyrigaud-landing.json`, is made before the first byte and removed once the import's
+record is kept, so an unfinished disk is never taken for a finished one: while it is there, an
+import of the name answers UNAVAILABLE, and the leftover sweep removes an old one with its disk
+(`volume_streams.py`), as vSphere's building marks do for an import's VM.
+
+Any other image (raw, a sparse vmdk, a qcow2 with snapshots or features qemu may lack) is held
+in a temporary volume of the target pool until its checksum and judgement are known (format
+conversion needs a seekable file, and the pool has the room a pod's /tmp lacks), then converted
+by libvirt into the final qcow2 volume (`createXMLFrom`, as judged by the bytes' header). A
+killed provider leaves at most a marked temporary the sweep removes; the final volume is made by
+libvirtd in one call, which a provider's death does not cut.
+
+A small volume beside the disk, `<disk>.pyrigaud-import.json`, keeps the import's record; a
+disk of that name without one and without a landing mark (an import killed after libvirt
+converted it, before it kept its record) is compared by content, as the same bytes converted
+again give the same volume.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
     delete_volume,
@@ -35,6 +49,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     write_new_volume,
 )
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
+    LANDING_MARK_SUFFIX,
     TransferVolumes,
     refusing_unsupported,
     volume_chunks,
@@ -69,47 +84,138 @@ class PoolSite:
     def earlier_record(self) -> Result[bytes | None, ProviderError]:
         return self.run(lambda conn, pool: _earlier_record(conn, pool, self.disk_name))
 
+    @property
+    def landing_mark_name(self) -> str:
+        return f"{self.disk_name}{LANDING_MARK_SUFFIX}"
+
+    def unfinished(self, pool: VirStoragePool) -> Result[None, ProviderError]:
+        """UNAVAILABLE while the disk is being written in place and has no record yet."""
+        if (
+            find_volume(pool, self.landing_mark_name) is None
+            or find_volume(pool, f"{self.disk_name}{IMPORT_RECORD_SUFFIX}") is not None
+        ):
+            return Success(None)
+        return Failure(
+            ProviderError.unavailable(
+                f"an import of the disk {self.disk_name!r} into {self.place} has not finished "
+                "(a provider is writing it, or was stopped part-way: the leftover sweep "
+                "removes that); retry later"
+            )
+        )
+
     def receive(
         self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
     ) -> Result[ReceivedDisk, ProviderError]:
-        """The bytes in a temporary raw placeholder of their exact size: the upload leaves
-        exactly them, and the pool's refresh reads their format and virtual size back."""
+        """A plain qcow2 written in place, when no disk of the name is there; any other image
+        in a temporary volume, to be converted by libvirt."""
 
         def received(conn: VirConnect, pool: VirStoragePool) -> Result[ReceivedDisk, ProviderError]:
-            volumes = self.volumes
-
-            def recognised(staged: str) -> Result[ReceivedDisk, ProviderError]:
-                landed = volume_facts(conn, staged)
-                if landed is None or landed.format != image.format:
-                    delete_volume(conn, staged)
-                    return Failure(
-                        ProviderError.unsupported(
-                            f"storage pool {self.pool!r} did not recognise the staged "
-                            f"{image.format} image: import into a directory pool"
-                        )
-                    )
-                return Success(_ReceivedVolume(self, staged))
-
-            return refusing_unsupported(
-                "upload",
-                lambda: write_new_volume(
-                    conn,
-                    pool,
-                    volume_xml(
-                        volumes.name("import", image.format), size_bytes or 0, volume_format="raw"
-                    ),
-                    chunks,
-                    self.host.write_volume,
-                ),
-            ).bind(recognised)
+            if image.keepable_qcow2 and find_volume(pool, self.disk_name) is None:
+                return self._written_in_place(conn, pool, chunks, size_bytes)
+            return self._uploaded(
+                conn,
+                pool,
+                self.volumes.name("import", image.format),
+                chunks,
+                size_bytes=size_bytes,
+                disk_format=image.format,
+            ).map(lambda staged: _ReceivedVolume(self, staged))
 
         return self.run(received, once=True)
 
+    def _written_in_place(
+        self,
+        conn: VirConnect,
+        pool: VirStoragePool,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+    ) -> Result[ReceivedDisk, ProviderError]:
+        """The bytes in the disk's own volume, its landing mark made first; on any failure,
+        neither."""
+        mark = self.volumes.landing_mark()
+
+        def marked() -> str:
+            return write_new_volume(
+                conn,
+                pool,
+                volume_xml(self.landing_mark_name, len(mark), volume_format="raw"),
+                (mark,),
+                self.host.write_volume,
+            )
+
+        def taken(error: libvirt.libvirtError) -> ProviderError | None:
+            if error_code(error) != libvirt.VIR_ERR_STORAGE_VOL_EXIST:
+                return None
+            return ProviderError.unavailable(
+                f"another import of the disk {self.disk_name!r} into {self.place} began "
+                "meanwhile; retry later"
+            )
+
+        def written(mark_path: str) -> Result[ReceivedDisk, ProviderError]:
+            try:
+                disk = self._uploaded(
+                    conn, pool, self.disk_name, chunks, size_bytes=size_bytes, disk_format="qcow2"
+                )
+            except BaseException:
+                delete_volume(conn, mark_path)
+                raise
+            match disk:
+                case Failure(_):
+                    delete_volume(conn, mark_path)
+            return disk.map(lambda path: _WrittenInPlace(self, path, mark_path))
+
+        return caught(lambda: refusing_unsupported("upload", marked), taken).bind(written)
+
+    def _uploaded(
+        self,
+        conn: VirConnect,
+        pool: VirStoragePool,
+        name: str,
+        chunks: Iterable[bytes],
+        *,
+        size_bytes: int | None,
+        disk_format: str,
+    ) -> Result[str, ProviderError]:
+        """The bytes in new volume `name`, a raw placeholder of their exact size: the upload
+        leaves exactly them, and the pool's refresh reads their format and virtual size back
+        (a pool that reads another format back is refused, the volume removed)."""
+
+        def recognised(path: str) -> Result[str, ProviderError]:
+            landed = volume_facts(conn, path)
+            if landed is None or landed.format != disk_format:
+                delete_volume(conn, path)
+                return Failure(
+                    ProviderError.unsupported(
+                        f"storage pool {self.pool!r} did not recognise the staged "
+                        f"{disk_format} image: import into a directory pool"
+                    )
+                )
+            return Success(path)
+
+        return refusing_unsupported(
+            "upload",
+            lambda: write_new_volume(
+                conn,
+                pool,
+                volume_xml(name, size_bytes or 0, volume_format="raw"),
+                chunks,
+                self.host.write_volume,
+            ),
+        ).bind(recognised)
+
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
         """The record in a small volume beside the disk; a disk this import made goes if its
-        record cannot be kept."""
+        record cannot be kept. Either way, the disk's landing mark (if it was written in
+        place) goes after: the record now tells a finished disk."""
 
         def keep(conn: VirConnect, pool: VirStoragePool) -> Result[None, ProviderError]:
+            try:
+                return kept_or_undone(conn, pool)
+            finally:
+                if (mark := find_volume(pool, self.landing_mark_name)) is not None:
+                    delete_volume(conn, mark)
+
+        def kept_or_undone(conn: VirConnect, pool: VirStoragePool) -> Result[None, ProviderError]:
             def kept() -> Result[None, ProviderError]:
                 write_new_volume(
                     conn,
@@ -147,6 +253,36 @@ class PoolSite:
         )
 
 
+class _WrittenInPlace:
+    """The staged bytes already in the disk's own volume `path`, marked by `mark_path`."""
+
+    def __init__(self, site: PoolSite, path: str, mark_path: str) -> None:
+        self._site = site
+        self._path = path
+        self._mark_path = mark_path
+        self._landed = False
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        """The volume is the disk (the judge checked its tables as its bytes passed); its
+        mark goes with the record."""
+        self._landed = True
+        return Success(LandedDisk(path=self._path))
+
+    def discard(self) -> None:
+        """Before `land`: the disk and its mark removed. After: nothing is left over."""
+        if self._landed:
+            return
+
+        def remove(conn: VirConnect) -> Result[None, ProviderError]:
+            delete_volume(conn, self._path)
+            delete_volume(conn, self._mark_path)
+            return Success(None)
+
+        match self._site.host.run("remove an import written in place", remove):
+            case Failure(error):
+                logger.warning("could not remove an unfinished import's volume: %s", error)
+
+
 @dataclass(frozen=True)
 class _ReceivedVolume:
     """The staged bytes in temporary volume `staged` of the site's pool."""
@@ -161,9 +297,11 @@ class _ReceivedVolume:
                 return _converted(conn, pool, self.staged, self.site.disk_name).map(
                     lambda path: LandedDisk(path=path)
                 )
-            # no record: its import was killed before it kept one
-            return self._earlier_import(conn, pool, existing).map(
-                lambda path: LandedDisk(path=path, made_now=False)
+            # no record: another import is writing it in place, or was killed before its record
+            return (
+                self.site.unfinished(pool)
+                .bind(lambda _: self._earlier_import(conn, pool, existing))
+                .map(lambda path: LandedDisk(path=path, made_now=False))
             )
 
         return self.site.run(landed)

@@ -99,8 +99,11 @@ class LibvirtDiskTransfer:
         pool = storage_hint or self.host.pools.default_pool
 
         def site(conn: VirConnect) -> Result[LandingSite, ProviderError]:
-            return find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT).map(
-                lambda _: PoolSite(self.host, self.volumes, pool, f"{stem}{DISK_SUFFIX}")
+            landing = PoolSite(self.host, self.volumes, pool, f"{stem}{DISK_SUFFIX}")
+            return (
+                find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT)
+                .bind(landing.unfinished)
+                .map(lambda _: landing)
             )
 
         return self.host.run("import disk", site)

@@ -4,12 +4,17 @@ the temporary volumes a transfer makes in a pool.
 
 A temporary volume is named `xfer.<owner>.<start>.<token>.<purpose>.<format>`
 (`domain/staging_names.py`): a provider killed mid-transfer leaves one the sweep recognises
-as its own and old (`sweep_transfer_volumes`), never one it could mistake for a disk.
+as its own and old (`TransferVolumes.sweep`), never one it could mistake for a disk. An import
+written in place under its disk's final name is marked by a small volume beside it,
+`<disk>.pyrigaud-landing.json` (the owner and the start), from before its first byte until its
+record is kept: the sweep removes an old mark of its own with the disk it marks, unless that
+disk's record was kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Callable, Iterator
@@ -22,8 +27,13 @@ from returns.result import Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
-from pyrigaud.adapters.hypervisors.libvirt.storage import VirStoragePool, delete_volume
+from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    VirStoragePool,
+    delete_volume,
+    find_volume,
+)
 from pyrigaud.application.ports import Clock
+from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging_names import transfer_volume_name, transfer_volume_started_at
 
@@ -35,6 +45,8 @@ AT_HOLE = -3  # what a read that stops at holes answers at one (virStreamRecvFla
 SPARSE_REFUSALS = frozenset(
     {libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED}
 )
+LANDING_MARK_SUFFIX = ".pyrigaud-landing.json"
+MAX_MARK_BYTES = 4096  # a mark is a few dozen bytes: a larger volume of the name is not one
 VirStorageVol = Any
 T = TypeVar("T")
 
@@ -159,14 +171,23 @@ class TransferVolumes:
         finally:
             delete_volume(conn, path)
 
+    def landing_mark(self) -> bytes:
+        """What a landing mark made now holds: this provider's owner mark and the time."""
+        return json.dumps({"owner": self.owner, "started_at": int(self.clock.now())}).encode()
+
     def sweep(self, conn: VirConnect, older_than_seconds: float) -> tuple[str, ...]:
-        """Remove this provider's temporary volumes started longer ago than
-        `older_than_seconds`, in every active pool; the names removed."""
+        """Remove this provider's temporary volumes, and its in-place imports, started longer
+        ago than `older_than_seconds`, in every active pool; the names removed."""
         now = self.clock.now()
         removed: list[str] = []
         for pool in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
             for volume in _volumes(pool):
                 name = str(volume.name())
+                if name.endswith(LANDING_MARK_SUFFIX):
+                    started = self._landing_started_at(conn, volume)
+                    if started is not None and now - started >= older_than_seconds:
+                        removed.extend(_unfinished_landing_removed(conn, pool, volume))
+                    continue
                 started = transfer_volume_started_at(name, self.owner)
                 if started is None or now - started < older_than_seconds:
                     continue
@@ -178,6 +199,36 @@ class TransferVolumes:
                     continue
                 removed.append(name)
         return tuple(removed)
+
+    def _landing_started_at(self, conn: VirConnect, mark: VirStorageVol) -> int | None:
+        """When the landing `mark` was made, if it is one of this provider's; else None."""
+        if int(mark.info()[1]) > MAX_MARK_BYTES:
+            return None
+        try:
+            fields = json.loads(b"".join(volume_chunks(conn, mark)))
+        except ValueError:
+            return None
+        if not isinstance(fields, dict) or fields.get("owner") != self.owner:
+            return None
+        started = fields.get("started_at")
+        return started if isinstance(started, int) else None
+
+
+def _unfinished_landing_removed(
+    conn: VirConnect, pool: VirStoragePool, mark: VirStorageVol
+) -> tuple[str, ...]:
+    """The disk `mark` marks (cut off part-way, or before its record was kept) and the mark;
+    a disk whose record was kept stays: only the mark outlived it."""
+    mark_name = str(mark.name())
+    disk_name = mark_name.removesuffix(LANDING_MARK_SUFFIX)
+    removed: list[str] = []
+    disk = find_volume(pool, disk_name)
+    if disk is not None and find_volume(pool, f"{disk_name}{IMPORT_RECORD_SUFFIX}") is None:
+        delete_volume(conn, disk)
+        removed.append(disk_name)
+    delete_volume(conn, str(mark.path()))
+    removed.append(mark_name)
+    return tuple(removed)
 
 
 def _volumes(pool: VirStoragePool) -> list[VirStorageVol]:
