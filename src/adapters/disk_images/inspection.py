@@ -5,8 +5,9 @@ Every inspector reads the bytes as they stream past; none of them allocates by w
 claims. The format is named from the first JUDGED_PREFIX_BYTES (every format's signature and
 header lie there), refusals that a header already shows are made then, before a byte is stored
 as a disk, and the rest (a streamOptimized vmdk's footer and end-of-stream marker, the tables of
-a qcow2 a hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image is raw only when no other format's signature is in it: a partition table
-or an ISO 9660 volume is a raw disk's content, as qemu reads it.
+a qcow2 a hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image
+is raw only when no other format's signature is in it: a partition table or an ISO 9660 volume
+is a raw disk's content, as qemu reads it.
 
 Accepted: raw, qcow2 (v2 and v3 with the features qemu knows: lazy refcounts, zlib or zstd
 compression, extended L2 entries, internal snapshots) and the vmdk variants a single file holds
@@ -151,8 +152,10 @@ class ImageInspection:
         name = matched[0] if matched else "raw"
         if name in REFUSED:
             return self._refused(f"the image is {REFUSED[name]}")
-        # What follows needs only the chosen format's inspector.
+        # What follows needs only the chosen format's inspector (and a qcow2's table check).
         self._inspectors = {name: self._inspectors[name]} if name != "raw" else {}
+        if name != "qcow2":
+            self._tables = None
         judged = self._judged(name)
         match judged:
             case Success(chosen):
