@@ -28,7 +28,11 @@ from typing import TYPE_CHECKING
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.disk_images.qcow2_tables import Qcow2TableCheck
+from pyrigaud.adapters.disk_images.qcow2_tables import (
+    MAX_CLUSTER_BITS,
+    MIN_CLUSTER_BITS,
+    Qcow2TableCheck,
+)
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ProviderError
 
@@ -76,8 +80,6 @@ QCOW2_FEATURES_OFFSET = 72
 QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
 QCOW2_CORRUPT = 1 << 1
 QCOW2_EXTENDED_L2 = 1 << 4
-QCOW2_MIN_CLUSTER_BITS = 9  # qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS
-QCOW2_MAX_CLUSTER_BITS = 21
 QCOW2_MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 
@@ -253,7 +255,7 @@ def _qcow2_tables_problem(header: bytes, features: int) -> str | None:
     cluster_bits, size, l1_entries, l1_offset, refcount_offset = struct.unpack_from(
         ">IQ4xIQQ", header, 20
     )
-    if not QCOW2_MIN_CLUSTER_BITS <= cluster_bits <= QCOW2_MAX_CLUSTER_BITS:
+    if not MIN_CLUSTER_BITS <= cluster_bits <= MAX_CLUSTER_BITS:
         return (
             f"the qcow2 image's clusters are 2^{cluster_bits} bytes; qemu reads 512 B to "
             "2 MiB (2^9 to 2^21)"

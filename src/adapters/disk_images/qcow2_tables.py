@@ -23,16 +23,16 @@ import sys
 from array import array
 from collections.abc import Callable
 
+from pyrigaud.adapters.disk_images.qcow2 import MAGIC
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES
 
 HELD_BYTES = JUDGED_PREFIX_BYTES
 # The header to its refcount table (qemu's docs/interop/qcow2.txt): magic, version, cluster
 # bits, size, L1 entries, L1 offset, refcount table offset, refcount table clusters.
 _HEADER = struct.Struct(">4sI12xIQ4xIQQI")
-_MAGIC = b"QFI\xfb"
 _ENTRY = struct.Struct(">Q")
 _ENTRY_BYTES = _ENTRY.size
-MIN_CLUSTER_BITS, MAX_CLUSTER_BITS = 9, 21  # qemu's bounds, checked again by the judge
+MIN_CLUSTER_BITS, MAX_CLUSTER_BITS = 9, 21  # qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS
 OFFSET_MASK = 0x00FFFFFFFFFFFE00  # an L1 or L2 entry's offset bits
 REFCOUNT_OFFSET_MASK = 0xFFFFFFFFFFFFFE00  # a refcount table entry's
 COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
@@ -116,7 +116,7 @@ class _Layout:
         magic, _version, bits, _size, l1_entries, l1_offset, refcount, refcount_clusters = (
             _HEADER.unpack(header)
         )
-        if magic != _MAGIC or not MIN_CLUSTER_BITS <= bits <= MAX_CLUSTER_BITS:
+        if magic != MAGIC or not MIN_CLUSTER_BITS <= bits <= MAX_CLUSTER_BITS:
             return None
         return cls(bits, l1_entries, l1_offset, refcount, refcount_clusters)
 
