@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import pytest
 from returns.result import Failure, Result, Success
@@ -26,7 +27,12 @@ from pyrigaud.application.ownership import (
     OwnershipRule,
 )
 from pyrigaud.application.ports import VMLifecycle
-from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStores
+from pyrigaud.application.ports.staging import (
+    StagedFile,
+    StagedReader,
+    StagedWriter,
+    StagingStores,
+)
 from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.use_cases.clone_vm import CloneVM
@@ -778,6 +784,10 @@ class RefusingStaging:
         self.asked.append(location)
         return Failure(ProviderError.unavailable("the test's staging refuses"))
 
+    def open_file(self, location: StagedLocation) -> Result[StagedFile | None, ProviderError]:
+        self.asked.append(location)
+        return Failure(ProviderError.unavailable("the test's staging refuses"))
+
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
@@ -863,6 +873,104 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
         ("import", "pvc", TransferPhase.VERIFY),
     ]
     assert metrics.bytes == 2 * exported.estimated_size_bytes
+
+
+@dataclass
+class MadeWholeFirst:
+    """A disk stream whose image is made whole first (as a qcow2's is), the image's first
+    bytes written last; it records where it was made, and fails its making with `fails`."""
+
+    image: bytes
+    fails: ProviderError | None = None
+    made_in: list[str] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
+    left_behind: tuple[LeftBehind, ...] = ()
+    made_whole_first: bool = True
+
+    @property
+    def size_bytes(self) -> int | None:
+        return len(self.image) if self.chunks else None
+
+    def make(self, into: BinaryIO | None) -> Result[None, ProviderError]:
+        self.made_in.append("scratch" if into is None else "the staged file")
+        if self.fails is not None:
+            return Failure(self.fails)
+        if into is None:
+            self.chunks = [self.image]
+            return Success(None)
+        into.seek(4)
+        into.write(self.image[4:])
+        into.seek(0)
+        into.write(self.image[:4])
+        return Success(None)
+
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        return Success(self.chunks.pop(0) if self.chunks else b"")
+
+    def close(self) -> None:
+        return
+
+
+@dataclass
+class ReadsAs:
+    """DiskReading that reads every disk as `stream`."""
+
+    stream: MadeWholeFirst
+
+    def read_disk(self, request: ExportRequest) -> Result[MadeWholeFirst, ProviderError]:
+        del request
+        return Success(self.stream)
+
+
+class KeepsNoLocalFiles:
+    """The tests' PVC store as one that keeps no local files (S3, NFS) is seen."""
+
+    def __init__(self, staging: StagingStores) -> None:
+        self._staging = staging
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._staging, name)
+
+    def open_file(self, location: StagedLocation) -> Result[StagedFile | None, ProviderError]:
+        del location
+        return Success(None)
+
+
+IMAGE = b"QFI\xfb" + bytes(range(256)) * 64
+
+
+@pytest.mark.parametrize(
+    ("local_files", "made_in"), [(True, "the staged file"), (False, "scratch")]
+)
+def test_an_image_made_whole_first_is_made_in_the_staged_file_where_the_store_keeps_one(
+    backend: Backend, staging: StagingStores, tmp_path: Path, local_files: bool, made_in: str
+) -> None:
+    stream, metrics = MadeWholeFirst(IMAGE), RecordedTransfers()
+    store = staging if local_files else KeepsNoLocalFiles(staging)
+    export = ExportDisk(
+        ReadsAs(stream), store, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+    )
+    exported = ok(transfers.export_request("any", "pvc://m/made.qcow2").bind(export))
+    assert stream.made_in == [made_in]
+    assert exported.checksum == hashlib.sha256(IMAGE).hexdigest()
+    assert (tmp_path / "m" / "made.qcow2").read_bytes() == IMAGE
+    assert metrics.bytes == len(IMAGE)
+    assert metrics.ends == [("export", "pvc", None)]
+
+
+def test_an_image_whose_making_fails_in_the_staged_file_leaves_nothing_there(
+    backend: Backend, staging: StagingStores, tmp_path: Path
+) -> None:
+    stream = MadeWholeFirst(IMAGE, fails=ProviderError.unavailable("the lease was lost"))
+    metrics = RecordedTransfers()
+    export = ExportDisk(
+        ReadsAs(stream), staging, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+    )
+    failed = transfers.export_request("any", "pvc://m/made.qcow2").bind(export)
+    assert error_of(failed).message == "the lease was lost"
+    assert stream.made_in == ["the staged file"]
+    assert list((tmp_path / "m").iterdir()) == []  # no temporary, no object
+    assert metrics.ends == [("export", "pvc", TransferPhase.WRITE)]
 
 
 def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(

@@ -28,6 +28,13 @@ def scratch_file(directory: str | None) -> Iterator[BinaryIO]:
         yield file
 
 
+def given_or_scratch(
+    given: BinaryIO | None, directory: str | None, files: contextlib.ExitStack
+) -> BinaryIO:
+    """`given`, or a new scratch file in `directory` that `files` closes."""
+    return given if given is not None else files.enter_context(scratch_file(directory))
+
+
 def spool(chunks: Iterable[bytes], file: IO[bytes]) -> None:
     """Every chunk written to `file` at its position."""
     for chunk in chunks:

@@ -1,14 +1,18 @@
 """The DiskStream a hypervisor adapter hands ExportDisk: its chunks read under the adapter's own
-edge (exceptions become values there), and what the read holds released when it is closed."""
+edge (exceptions become values there), or its image made whole first by the adapter's `Make`,
+and what the read holds released when it is closed."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.disk_images.scratch import file_chunks
 from pyrigaud.domain.chunks import outcome_of
 from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ProviderError
@@ -16,6 +20,9 @@ from pyrigaud.domain.errors import ProviderError
 logger = logging.getLogger(__name__)
 
 Edge = Callable[[Callable[[], bytes]], Result[bytes, ProviderError]]
+# An image made whole in a file before it can be read, at the adapter's edge: in the file
+# given, or in a new scratch file the adapter's holds keep when given None; the file it is in.
+Make = Callable[[BinaryIO | None], Result[BinaryIO, ProviderError]]
 
 
 class TransferStoppedError(Exception):
@@ -24,19 +31,21 @@ class TransferStoppedError(Exception):
 
 
 class ChunkStream:
-    """`chunks` of `size_bytes` (None: not told beforehand), each read through `edge`; `holds`
-    (temporary copies, a lease) are released on close, as after a failure unless every chunk
-    was read."""
+    """`chunks` of `size_bytes` (None: not told beforehand), each read through `edge`, or the
+    image `chunks` makes whole first; `holds` (temporary copies, a lease) are released on
+    close, as after a failure unless every chunk was read (or the image made in place)."""
 
     def __init__(
         self,
-        chunks: Iterator[bytes],
+        chunks: Iterator[bytes] | Make,
         size_bytes: int | None,
         holds: contextlib.ExitStack,
         edge: Edge,
         left_behind: tuple[LeftBehind, ...] = (),
     ) -> None:
-        self._chunks = chunks
+        self._make = None if isinstance(chunks, Iterator) else chunks
+        self._made_whole_first = self._make is not None
+        self._chunks: Iterator[bytes] = chunks if isinstance(chunks, Iterator) else iter(())
         self._left_behind = left_behind
         self._size_bytes = size_bytes
         self._holds = holds
@@ -51,7 +60,32 @@ class ChunkStream:
     def left_behind(self) -> tuple[LeftBehind, ...]:
         return self._left_behind
 
+    @property
+    def made_whole_first(self) -> bool:
+        return self._made_whole_first
+
+    def make(self, into: BinaryIO | None) -> Result[None, ProviderError]:
+        if self._make is None:
+            return Success(None)
+        match self._make(into):
+            case Failure(error):
+                return Failure(error)
+            case Success(file):
+                pass
+        self._make = None  # made: once
+        if into is not None:
+            self._finished = True  # nothing is left to read
+            return Success(None)
+        self._size_bytes = os.fstat(file.fileno()).st_size
+        file.seek(0)
+        self._chunks = file_chunks(file)
+        return Success(None)
+
     def read_chunk(self) -> Result[bytes, ProviderError]:
+        if self._make is not None:
+            match self.make(None):
+                case Failure(error):
+                    return Failure(error)
         read = self._edge(self._next)
         if read == _END:  # or cut short: a codec's chunks end early at their failure
             read = outcome_of(self._chunks).map(lambda _: b"")

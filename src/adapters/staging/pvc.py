@@ -13,6 +13,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 from returns.result import Failure, Result, Success
 
@@ -27,6 +28,7 @@ from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 
 MIGRATION_STORAGE_ROOT = "/mnt/migration-storage"
 FILE_MODE = 0o640
+W = TypeVar("W", bound="PvcWriter")
 
 
 def pvc_store(context: StoreContext) -> PvcStaging:
@@ -59,6 +61,15 @@ class PvcStaging:
         self, location: StagedLocation, size_bytes: int | None = None
     ) -> Result[PvcWriter, ProviderError]:
         del size_bytes  # a file needs no plan
+        return self._temporary(location, PvcWriter)
+
+    def open_file(self, location: StagedLocation) -> Result[PvcFile, ProviderError]:
+        """The temporary itself, to be written in place: a PVC is a local file system."""
+        return self._temporary(location, PvcFile)
+
+    def _temporary(self, location: StagedLocation, kind: type[W]) -> Result[W, ProviderError]:
+        """A `kind` over a new marked temporary beside the location's file, its folders
+        made."""
         started = self.clock.now()
 
         def made_folders(final: Path) -> Result[Path, ProviderError]:
@@ -69,16 +80,16 @@ class PvcStaging:
             # The folders made must still be inside the PVC.
             return self._file(location).map(lambda _: final)
 
-        def opened(final: Path) -> Result[PvcWriter, ProviderError]:
+        def opened(final: Path) -> Result[W, ProviderError]:
             temporary = final.with_name(
                 temporary_name(final.name, self.owner, started, secrets.token_hex(4))
             )
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            flags = kind.ACCESS | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
             try:
                 descriptor = os.open(temporary, flags, FILE_MODE)
             except OSError as error:
                 return Failure(_failure(error, f"cannot write {location.url}"))
-            return Success(PvcWriter(descriptor, temporary, final, location.url))
+            return Success(kind(descriptor, temporary, final, location.url))
 
         return self._file(location).bind(made_folders).bind(opened)
 
@@ -185,11 +196,17 @@ class PvcReader:
 
 
 class PvcWriter(TemporaryWriter):
+    ACCESS = os.O_WRONLY
+
     def __init__(self, descriptor: int, temporary: Path, final: Path, url: str) -> None:
         super().__init__(url)
-        self._file = open(descriptor, "wb", closefd=True)  # noqa: SIM115 - closed on commit/abort
+        self._file = self._opened(descriptor)  # closed on commit or abort
         self._temporary = temporary
         self._final = final
+
+    @staticmethod
+    def _opened(descriptor: int) -> BinaryIO:
+        return open(descriptor, "wb")
 
     def _write(self, chunk: bytes) -> Result[None, ProviderError]:
         try:
@@ -220,6 +237,33 @@ class PvcWriter(TemporaryWriter):
         except OSError as error:
             return Failure(_failure(error, f"cannot remove the partial copy of {self.url}"))
         return Success(None)
+
+
+class PvcFile(PvcWriter):
+    """A temporary the caller writes in place (`file`, at any offset); what it holds at commit
+    is read back once and hashed, since it was not written in order."""
+
+    ACCESS = os.O_RDWR
+
+    @staticmethod
+    def _opened(descriptor: int) -> BinaryIO:
+        return open(descriptor, "r+b")
+
+    @property
+    def file(self) -> BinaryIO:
+        return self._file
+
+    def _commit(self) -> Result[None, ProviderError]:
+        digest = RunningDigest()
+        try:
+            self._file.flush()
+            self._file.seek(0)
+            while chunk := self._file.read(CHUNK_BYTES):
+                digest.add(chunk)
+        except OSError as error:
+            return Failure(_failure(error, f"cannot read back {self.url}"))
+        self._digest = digest
+        return super()._commit()
 
 
 def _failure(error: OSError, what: str) -> ProviderError:

@@ -37,7 +37,12 @@ from pyrigaud.adapters.staging.rules import (
 )
 from pyrigaud.adapters.staging.s3_location import S3, S3Rules, s3_store
 from pyrigaud.application.ports.clock import Clock
-from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.application.ports.staging import (
+    StagedFile,
+    StagedReader,
+    StagedWriter,
+    StagingStorage,
+)
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedLocation, StagedSweep, StagingType
@@ -175,6 +180,12 @@ class StagingByType:
         if adapter is None:
             return Failure(_unsupported(location))
         return adapter.open_write(location, size_bytes)
+
+    def open_file(self, location: StagedLocation) -> Result[StagedFile | None, ProviderError]:
+        adapter = self._adapters.get(location.staging_type)
+        if adapter is None:
+            return Failure(_unsupported(location))
+        return adapter.open_file(location)
 
     def sweep(
         self, location: StagedLocation, older_than_seconds: float

@@ -9,7 +9,12 @@ from pyrigaud.application.ports.images import Images
 from pyrigaud.application.ports.inventory import Inventory
 from pyrigaud.application.ports.power import PowerControl
 from pyrigaud.application.ports.snapshots import Snapshots
-from pyrigaud.application.ports.staging import StagedReader, StagedWriter, StagingStorage
+from pyrigaud.application.ports.staging import (
+    StagedFile,
+    StagedReader,
+    StagedWriter,
+    StagingStorage,
+)
 from pyrigaud.application.ports.tasks import TaskTracker
 from pyrigaud.application.ports.vm_lifecycle import VMLifecycle
 
@@ -24,6 +29,7 @@ __all__ = [
     "Inventory",
     "PowerControl",
     "Snapshots",
+    "StagedFile",
     "StagedReader",
     "StagedWriter",
     "StagingStorage",

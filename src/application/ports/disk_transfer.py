@@ -9,7 +9,7 @@ what differs. Disk bytes never travel over gRPC.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from returns.result import Result
 
@@ -30,6 +30,19 @@ class DiskStream(Protocol):
     @property
     def left_behind(self) -> tuple[LeftBehind, ...]:
         """What of the VM the disk does not carry (its other disks, TPM state, NVRAM)."""
+        ...
+
+    @property
+    def made_whole_first(self) -> bool:
+        """True when the image is made whole in a seekable file before its first byte can be
+        read (a qcow2, whose tables are written last): `make` makes it."""
+        ...
+
+    def make(self, into: BinaryIO | None) -> Result[None, ProviderError]:
+        """Make the image of a stream `made_whole_first`: in `into` (seekable and empty: the
+        staged object's own file, which saves a copy; nothing is left to read), or with None
+        in a scratch file that `read_chunk` then reads (and `size_bytes` is known). Nothing to
+        do for a stream whose bytes come in order."""
         ...
 
     def read_chunk(self) -> Result[bytes, ProviderError]:

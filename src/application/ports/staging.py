@@ -10,7 +10,7 @@ than any transfer can still be running, so one replica never removes another's w
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from returns.result import Result
 
@@ -49,6 +49,26 @@ class StagedWriter(Protocol):
         ...
 
 
+class StagedFile(Protocol):
+    """A staged object's temporary as a local file the caller writes in place, for an image
+    made out of order (a qcow2's tables are written last): made in the store's own file, it is
+    not made in scratch and copied. Committed or aborted, as a StagedWriter is."""
+
+    @property
+    def file(self) -> BinaryIO:
+        """The temporary, empty, open for reading and writing at any offset."""
+        ...
+
+    def commit(self) -> Result[StagedDigest, ProviderError]:
+        """Hash what the file holds, then put it under the final name at once; on failure
+        nothing is there."""
+        ...
+
+    def abort(self) -> Result[None, ProviderError]:
+        """Remove the temporary; a no-op after commit or a second abort."""
+        ...
+
+
 class StagingStorage(Protocol):
     def open_read(self, location: StagedLocation) -> Result[StagedReader, ProviderError]:
         """A reader of an existing object (NOT_FOUND when there is none)."""
@@ -59,6 +79,11 @@ class StagingStorage(Protocol):
     ) -> Result[StagedWriter, ProviderError]:
         """A writer that replaces the object on commit; `size_bytes` when known helps S3
         choose a part size (an unknown size is planned for the largest object)."""
+        ...
+
+    def open_file(self, location: StagedLocation) -> Result[StagedFile | None, ProviderError]:
+        """The object's temporary as a local file to write in place, replacing the object on
+        commit; None where the store keeps no local files (S3, NFS: use `open_write`)."""
         ...
 
     def sweep(

@@ -11,7 +11,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.disk_transfer import DiskReading, DiskStream
-from pyrigaud.application.ports.staging import StagedWriter, StagingStorage
+from pyrigaud.application.ports.staging import StagedFile, StagedWriter, StagingStorage
 from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import TransferMetrics, TransferPhase
 from pyrigaud.application.transfer_progress import TransferProgress
@@ -110,30 +110,61 @@ class ExportDisk:
     def _staged(
         self, stream: DiskStream, destination: StagedLocation, doing: str, watched: Watched
     ) -> Result[StagedDigest, ProviderError]:
-        """Every chunk of `stream` staged and committed; on any failure (a cancelled call
-        too) the writer is aborted, so nothing stays staged under a temporary or the name."""
+        """Every byte of `stream` staged and committed: an image made whole first is made in
+        the store's own file where it keeps one, else in scratch and copied like any other."""
+        progress = TransferProgress(doing, destination)
+        if stream.made_whole_first:
+            match self._staging.open_file(destination):
+                case Failure(error):
+                    return Failure(error)
+                case Success(None):
+                    pass
+                case Success(staged) if staged is not None:
+                    watched.phase = TransferPhase.WRITE
+                    match _committed(staged, lambda: stream.make(staged.file), progress, watched):
+                        case Success(digest):  # its bytes counted once they are all there
+                            watched.moved(digest.size_bytes)
+                            return Success(digest)
+                        case failed:
+                            return failed
+            watched.phase = TransferPhase.READ
+            match stream.make(None):  # in scratch first: its size then plans the store's write
+                case Failure(error):
+                    return Failure(error)
         match self._staging.open_write(destination, stream.size_bytes):
             case Failure(error):
                 return Failure(error)
             case Success(writer):
                 pass
-        progress = TransferProgress(doing, destination)
-        try:
-            copied = _copy(stream.read_chunk, writer, progress, watched)
-        except BaseException:
-            writer.abort()
-            raise
-        match copied:
-            case Failure(error):
-                writer.abort()
-                return Failure(error)
-        watched.phase = TransferPhase.COMMIT
-        match writer.commit():
-            case Failure(error):
-                return Failure(error)
-            case Success(digest):
-                progress.finished(digest)
-        return Success(digest)
+        return _committed(
+            writer, lambda: _copy(stream.read_chunk, writer, progress, watched), progress, watched
+        )
+
+
+def _committed(
+    staged: StagedWriter | StagedFile,
+    fill: Callable[[], Result[None, ProviderError]],
+    progress: TransferProgress,
+    watched: Watched,
+) -> Result[StagedDigest, ProviderError]:
+    """`staged` filled and committed; on any failure (a cancelled call too) it is aborted, so
+    nothing stays staged under a temporary or the name."""
+    try:
+        filled = fill()
+    except BaseException:
+        staged.abort()
+        raise
+    match filled:
+        case Failure(error):
+            staged.abort()
+            return Failure(error)
+    watched.phase = TransferPhase.COMMIT
+    match staged.commit():
+        case Failure(error):
+            return Failure(error)
+        case Success(digest):
+            progress.finished(digest)
+    return Success(digest)
 
 
 def _copy(

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from returns.result import Success
@@ -24,6 +25,8 @@ from support.staging import (
     StagingCase,
     describe_case,
     killed_writer,
+    migration_name,
+    pvc_case,
 )
 
 pytestmark = pytest.mark.slow
@@ -157,6 +160,47 @@ def test_the_sweep_removes_stale_temporaries_and_keeps_fresh_ones(staging: Stagi
     assert staging.stored(fresh_location) == payload(6 * MiB)
     assert isinstance(stale.abort(), Success)  # swept already: abort has nothing left to do
     assert staging.leftovers() == []
+
+
+def test_a_file_written_out_of_order_is_committed_whole_with_its_sha256(
+    staging: StagingCase,
+) -> None:
+    """Where the store keeps local files (a PVC), an image whose tables come last is made in
+    the object's own temporary and hashed as it stands at commit; S3 and NFS have no such
+    file here (an export makes it in scratch and writes it with open_write)."""
+    location = staging.locate("export.qcow2")
+    stage(staging, location, payload(2 * MiB, "old"))
+    staged = ok(staging.storage.open_file(location))
+    if staging.backend != "pvc":
+        assert staged is None
+        return
+    assert staged is not None
+    data = payload(9 * MiB + 777)
+    staged.file.seek(MiB)
+    staged.file.write(data[MiB:])  # the data first, the first MiB (its tables) last
+    assert staging.stored(location) == payload(2 * MiB, "old")  # never a partial new one
+    staged.file.seek(0)
+    staged.file.write(data[:MiB])
+    digest = ok(staged.commit())
+    assert (digest.sha256, digest.size_bytes) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert staging.stored(location) == data
+    assert staging.leftovers() == []
+
+
+def test_a_file_aborted_leaves_the_old_object_and_nothing_else(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    pvc = pvc_case(tmp_path / "migration-storage", migration_name(request))
+    location = pvc.locate("export.qcow2")
+    stage(pvc, location, payload(2 * MiB, "old"))
+    staged = ok(pvc.storage.open_file(location))
+    assert staged is not None
+    staged.file.write(payload(3 * MiB))
+    assert pvc.leftovers() != []
+    ok(staged.abort())
+    assert isinstance(staged.abort(), Success)  # a second abort is a no-op
+    assert pvc.stored(location) == payload(2 * MiB, "old")
+    assert pvc.leftovers() == []
 
 
 def test_a_missing_object_is_not_found(staging: StagingCase) -> None:

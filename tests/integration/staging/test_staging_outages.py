@@ -64,10 +64,15 @@ class _Disk:
     passed: Callable[[int], None]
     offset: int = 0
     left_behind: tuple[Any, ...] = ()
+    made_whole_first: bool = False  # its bytes come in order
 
     @property
     def size_bytes(self) -> int:
         return len(DISK)
+
+    def make(self, into: Any) -> Result[None, ProviderError]:
+        del into
+        return Success(None)
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         piece = DISK[self.offset : self.offset + PIECE_BYTES]

@@ -24,6 +24,11 @@ def test_every_backend_is_served_where_its_libraries_are_installed(tmp_path: Pat
     ok(writer.write(b"raw"))
     ok(writer.commit())
     assert (tmp_path / "mig" / "x.raw").read_bytes() == b"raw"
+    staged = ok(staging.open_file(location))
+    assert staged is not None  # a PVC's own file, through the dispatch
+    staged.file.write(b"in place")
+    ok(staged.commit())
+    assert (tmp_path / "mig" / "x.raw").read_bytes() == b"in place"
 
 
 def test_a_backend_without_an_adapter_is_unsupported(tmp_path: Path) -> None:
@@ -40,6 +45,7 @@ def test_a_backend_without_an_adapter_is_unsupported(tmp_path: Path) -> None:
     for result in (
         staging.open_read(location),
         staging.open_write(location),
+        staging.open_file(location),
         staging.sweep(location, 0),
     ):
         assert error_of(result).kind is ErrorKind.UNSUPPORTED

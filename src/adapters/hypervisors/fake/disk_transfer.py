@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from returns.result import Failure, Result, Success
 
@@ -41,7 +42,11 @@ class FakeDiskTransfer:
             at = request.snapshot_id or "now"
             content = f"fake disk {disk.id} of {disk.size_gib} GiB at {at} as {request.format}\n"
             others = len(self.hypervisor.vms[request.vm_id].disks) > 1
-            return _FakeDiskStream([content.encode()], (LeftBehind.OTHER_DISKS,) if others else ())
+            return _FakeDiskStream(
+                [content.encode()],
+                (LeftBehind.OTHER_DISKS,) if others else (),
+                made_whole_first=request.format == "qcow2",
+            )
 
         return self.hypervisor.serve(
             "read_disk",
@@ -103,10 +108,18 @@ def _disk_of(vm: FakeVM, disk_id: str, snapshot_id: str) -> Result[FakeDisk, Pro
 class _FakeDiskStream:
     chunks: list[bytes]
     left_behind: tuple[LeftBehind, ...] = ()
+    # A qcow2 is made whole first, as on the real backends: the same path through the store.
+    made_whole_first: bool = False
 
     @property
     def size_bytes(self) -> int | None:
         return sum(len(chunk) for chunk in self.chunks)
+
+    def make(self, into: BinaryIO | None) -> Result[None, ProviderError]:
+        if into is not None:
+            into.write(b"".join(self.chunks))
+            self.chunks.clear()
+        return Success(None)
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         return Success(self.chunks.pop(0) if self.chunks else b"")

@@ -13,25 +13,25 @@ overlays an image, or a requested format other than the disk's own, is first cop
 into a temporary standalone volume of that format in the same pool (flattened and converted on
 the libvirt host), streamed, then removed.
 
-Landing is `disk_landing.py`'s: the bytes held in a temporary volume of the target pool,
-then converted by libvirt into the final qcow2 volume, the import's record beside it.
+Landing is `disk_landing.py`'s: a keepable qcow2 written in place into the disk's own volume,
+any other image held in a temporary volume of the target pool and converted by libvirt into
+the final qcow2 volume; the import's record beside it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.disk_images.scratch import file_chunks
-from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream
+from pyrigaud.adapters.disk_images.scratch import given_or_scratch
+from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, Make
 from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
@@ -198,7 +198,7 @@ class LibvirtDiskTransfer:
         request: ExportRequest,
     ) -> Result[_Read, ProviderError]:
         """The disk at an internal snapshot in the asked format, as qemu reads it
-        (snapshot_export.py); its chunks and size."""
+        (snapshot_export.py), made whole when it is first read."""
         disk = volume_facts(conn, path)
         if disk is None:
             return Failure(ProviderError.not_found(f"no volume at {path!r}"))
@@ -212,16 +212,23 @@ class LibvirtDiskTransfer:
             if disk.backing_path
             else None
         )
-        return snapshot_image(
-            conn,
-            disk,
-            request.snapshot_id,
-            disk_format=request.format,
-            backing=backing,
-            scratch_dir=self.scratch_dir,
-            progress=reading,
-            files=holds,
-        ).map(lambda image: _Read(file_chunks(image), os.fstat(image.fileno()).st_size))
+
+        def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
+            out = given_or_scratch(given, self.scratch_dir, holds)
+            return snapshot_image(
+                conn,
+                disk,
+                request.snapshot_id,
+                disk_format=request.format,
+                backing=backing,
+                scratch_dir=self.scratch_dir,
+                progress=reading,
+                files=holds,
+                out=out,
+            ).map(lambda _: out)
+
+        doing = f"export of snapshot {request.snapshot_id!r}"
+        return Success(_Read(lambda given: self.host.attempt(doing, lambda: made(given)), None))
 
     @contextlib.contextmanager
     def _standalone_volume(
@@ -245,9 +252,10 @@ class LibvirtDiskTransfer:
 
 @dataclass(frozen=True)
 class _Read:
-    """A disk being read: its chunks, their size when known, and what its reading leaves."""
+    """A disk being read: its chunks (or how its image is made), their size when known, and
+    what its reading leaves."""
 
-    chunks: Iterator[bytes]
+    chunks: Iterator[bytes] | Make
     size: int | None
     left_behind: tuple[LeftBehind, ...] = ()
 

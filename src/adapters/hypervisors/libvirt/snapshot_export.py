@@ -8,7 +8,8 @@ temporary flattened raw copy of the chain libvirt makes on its host (an image is
 after a VM grew from it, so its state now is its state at the snapshot); then
 `qemu-img convert -l snapshot.name=<snapshot>`
 in the pod, bounded (`disk_images/qemu_img.py`), writes the disk in the asked format into a
-third. What is staged is what qemu reads at that snapshot, whatever the base's size.
+third: the staged object's own file where the store keeps one (a PVC), else a scratch file
+then copied. What is staged is what qemu reads at that snapshot, whatever the base's size.
 
 A running VM's file may be read too: an internal snapshot's tables and clusters are never
 written again while the snapshot exists (QEMU copies a shared cluster before it writes), so
@@ -54,10 +55,11 @@ def snapshot_image(
     scratch_dir: str | None,
     progress: TransferProgress,
     files: contextlib.ExitStack,
-) -> Result[BinaryIO, ProviderError]:
-    """A scratch file, read from its start, holding `disk` (a qcow2 volume) as internal snapshot
-    `snapshot` has it, as a `disk_format` image; `backing` is the image it grew from, if any,
-    standing alone. The scratch files are `files`' to close."""
+    out: BinaryIO,
+) -> Result[None, ProviderError]:
+    """`disk` (a qcow2 volume) as internal snapshot `snapshot` has it, made in `out` (empty)
+    as a `disk_format` image; `backing` is the image it grew from, if any, standing alone.
+    The scratch files are `files`' to close."""
     if disk.format != "qcow2":
         return Failure(
             ProviderError.failed_precondition(
@@ -76,7 +78,6 @@ def snapshot_image(
         )
         image["backing"] = _backing(backing.format, base)
         descriptors.append(base.fileno())
-    out = files.enter_context(scratch_file(scratch_dir))
     return spooled.bind(
         lambda _: _converted(
             disk,
@@ -87,7 +88,7 @@ def snapshot_image(
             out=out,
             progress=progress,
         )
-    ).map(lambda _: _rewound(out))
+    )
 
 
 @dataclass(frozen=True)
@@ -143,11 +144,6 @@ def _converted(
         ),
     )
     return converted.map(lambda _: None)
-
-
-def _rewound(file: BinaryIO) -> BinaryIO:
-    file.seek(0)
-    return file
 
 
 def _path(file: BinaryIO) -> str:

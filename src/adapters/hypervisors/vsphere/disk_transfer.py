@@ -4,8 +4,9 @@ as a disk: what ExportDisk and ImportDisk ask of vCenter (the transfer itself is
 The bytes leave vCenter the way its own export tools take them, through an NFC export lease
 (`nfc_export.py`: one streamOptimized vmdk per disk, whatever the datastore's layout), decoded
 chunk by chunk in the pod for a raw or qcow2 export; a qcow2, whose tables precede its data, is
-written to an anonymous scratch file in PYRIGAUD_TRANSFER_SCRATCH_DIR first (unlinked from the
-start: a killed provider leaves nothing). They enter vCenter through an NFC import lease, at the
+made whole in a file first: the staged object's own where the store keeps one (a PVC), else an
+anonymous scratch file in PYRIGAUD_TRANSFER_SCRATCH_DIR (unlinked from the start: a killed
+provider leaves nothing). They enter vCenter through an NFC import lease, at the
 datastore site `disk_landing.py` holds.
 
 Reading a running VM is refused unless it names a snapshot (the manager's sequence powers the
@@ -17,22 +18,18 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
-from pyrigaud.adapters.disk_images.scratch import (
-    counted,
-    file_chunks,
-    scratch_file,
-)
+from pyrigaud.adapters.disk_images.scratch import counted, given_or_scratch
 from pyrigaud.adapters.disk_images.stream_optimized import (
     decode_stream_optimized,
     stream_optimized_capacity,
 )
-from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, TransferStoppedError
+from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, Make, TransferStoppedError
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
 from pyrigaud.adapters.hypervisors.vsphere.disk_landing import IMPORTING, DatastoreSite
 from pyrigaud.adapters.hypervisors.vsphere.nfc_export import ExportedDisk, export_disk
@@ -187,7 +184,7 @@ class VSphereDiskTransfer:
         holds = contextlib.ExitStack()
         try:
             opened = export_disk(instance, source, index, holds).bind(
-                lambda disk: self._converted(holds, disk, request, name)
+                lambda disk: self._converted(holds, disk, request, name, doing)
             )
         except BaseException:
             holds.__exit__(*sys.exc_info())  # the lease is aborted, not completed
@@ -208,8 +205,10 @@ class VSphereDiskTransfer:
         disk: ExportedDisk,
         request: ExportRequest,
         name: str,
-    ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
-        """The disk's chunks in the format asked for, and their size when known."""
+        doing: str,
+    ) -> Result[tuple[Iterator[bytes] | Make, int | None], ProviderError]:
+        """The disk's chunks in the format asked for (or how its image is made), and their
+        size when known."""
         vmdk = disk.chunks()
         if request.format == "vmdk":
             return Success((vmdk, disk.size_bytes))
@@ -218,29 +217,33 @@ class VSphereDiskTransfer:
             return stream_optimized_capacity(header).map(
                 lambda capacity: (decode_stream_optimized(rest), capacity)
             )
-        return self._as_qcow2(holds, vmdk, request, name)
+        return Success((self._as_qcow2(holds, vmdk, request, name, doing), None))
 
     def _as_qcow2(
-        self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], request: ExportRequest, name: str
-    ) -> Result[tuple[Iterator[bytes], int | None], ProviderError]:
-        """qcow2's tables come before its data: the image is built in a scratch file first,
-        the whole disk read off the lease meanwhile; its chunks and size."""
+        self,
+        holds: contextlib.ExitStack,
+        vmdk: Iterator[bytes],
+        request: ExportRequest,
+        name: str,
+        doing: str,
+    ) -> Make:
+        """qcow2's tables come before its data: the image is made whole in a file first, the
+        whole disk read off the lease meanwhile."""
         reading = TransferProgress(
             f"export of VM {name!r}, reading from vCenter", request.destination
         )
-        header, rest = peek_header(counted(vmdk, reading), HEADER_BYTES)
-        scratch = holds.enter_context(scratch_file(self.scratch_dir))
 
-        def rewound(size: int) -> tuple[Iterator[bytes], int | None]:
-            scratch.seek(0)
-            return file_chunks(scratch), size
+        def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
+            header, rest = peek_header(counted(vmdk, reading), HEADER_BYTES)
+            file = given_or_scratch(given, self.scratch_dir, holds)
+            return (
+                rest.outcome()
+                .bind(lambda _: stream_optimized_capacity(header))
+                .bind(lambda capacity: write_qcow2(decode_stream_optimized(rest), capacity, file))
+                .map(lambda _: file)
+            )
 
-        return (
-            rest.outcome()
-            .bind(lambda _: stream_optimized_capacity(header))
-            .bind(lambda capacity: write_qcow2(decode_stream_optimized(rest), capacity, scratch))
-            .map(rewound)
-        )
+        return lambda given: attempt(doing, lambda: made(given))
 
 
 def preflight(
