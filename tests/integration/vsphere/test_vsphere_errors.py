@@ -3,6 +3,7 @@ a reply this pyVmomi cannot read (a newer vCenter's fault type or property) is U
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,8 @@ vmodl: Any = untyped_vmodl
         (vmodl.fault.InvalidArgument(), ErrorKind.INVALID_SPEC),
         (vim.fault.InvalidLogin(), ErrorKind.UNAVAILABLE),
         (ConnectionRefusedError(111, "refused"), ErrorKind.UNAVAILABLE),
+        (OSError(errno.ENOSPC, "No space left on device"), ErrorKind.RESOURCE_EXHAUSTED),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), ErrorKind.RESOURCE_EXHAUSTED),
         (LoginError("127.0.0.1:1 is down or is not a VIM server"), ErrorKind.UNAVAILABLE),
         (vmodl.fault.SystemError(), ErrorKind.INTERNAL),
     ],

@@ -1,10 +1,12 @@
 """What vCenter's faults (and the network's errors on the way to it) mean as ProviderError
-kinds, in one table keyed by the fault's class: the knowledge `calls.py`, the package's one
+kinds, in one table keyed by the fault's class (a pod's own file system with no room left is
+told by its errno first): the knowledge `calls.py`, the package's one
 edge, applies when a call fails, kept apart from the edge so that code reading a fault it
 expects (a task's, a lookup's NOT_FOUND) asks the same table."""
 
 from __future__ import annotations
 
+import errno
 import http.client
 import ssl
 from collections.abc import Sequence
@@ -44,6 +46,10 @@ KIND_BY_FAULT: Sequence[tuple[type[BaseException], ErrorKind]] = (
     (http.client.HTTPException, ErrorKind.UNAVAILABLE),
 )
 
+# A file of this pod with no room left (a full PVC a qcow2 export is made in, a full scratch
+# directory): no network error, and no use trying again at once.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 # What a failed call through the session can raise and still be an expected failure.
 EXPECTED_FAILURES: tuple[type[BaseException], ...] = (
     vmodl.MethodFault,
@@ -53,6 +59,8 @@ EXPECTED_FAILURES: tuple[type[BaseException], ...] = (
 
 
 def fault_kind(error: BaseException) -> ErrorKind:
+    if isinstance(error, OSError) and error.errno in NO_ROOM:
+        return ErrorKind.RESOURCE_EXHAUSTED
     return next(
         (kind for fault, kind in KIND_BY_FAULT if isinstance(error, fault)), ErrorKind.INTERNAL
     )
