@@ -8,7 +8,10 @@ nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +30,15 @@ logger = logging.getLogger(__name__)
 QEMU_IMG = "qemu-img"
 POLL_SECONDS = 0.1
 MAX_REASON_CHARS = 500
+
+
+# qemu-img reports a write the file system had no room for with the C library's own reason at
+# the end of one of its lines ("error while writing at byte N: No space left on device"); it
+# runs in the C locale, so the reason reads as this process's os.strerror has it.
+_NO_ROOM = re.compile(
+    "|".join(f": {re.escape(os.strerror(code))}$" for code in (errno.ENOSPC, errno.EDQUOT)),
+    re.MULTILINE,
+)
 
 
 # A conversion's qemu-img reads and writes through a pool of worker threads, each with its
@@ -67,8 +79,9 @@ def run_qemu_img(
 ) -> Result[str, ProviderError]:
     """qemu-img's output (written to `output` instead, when given: output that grows with the
     image is kept out of memory, within `limits.file_size_bytes`); `refused(qemu's own reason)`
-    when it refuses the image or goes past a limit, UNAVAILABLE when the caller went away or
-    `limits.wall_seconds` passed."""
+    when it refuses the image or goes past a limit, RESOURCE_EXHAUSTED when the file system
+    it writes to has no room left (the pod's, not the image's fault), UNAVAILABLE when the
+    caller went away or `limits.wall_seconds` passed."""
     command = ["prlimit", f"--as={limits.address_space_bytes}", f"--cpu={limits.cpu_seconds}"]
     if limits.file_size_bytes is not None:
         command.append(f"--fsize={limits.file_size_bytes}")
@@ -80,13 +93,17 @@ def run_qemu_img(
         stderr=subprocess.PIPE,
         pass_fds=tuple(pass_fds),
         start_new_session=True,
+        env={**os.environ, "LC_ALL": "C"},
     )
     stopped = _watched(process, doing, time.monotonic() + limits.wall_seconds)
     stdout, stderr = process.communicate()
     if stopped is not None:
         return Failure(stopped)
     if process.returncode != 0:
-        reason = stderr.decode(errors="replace").strip().replace("\n", "; ")[:MAX_REASON_CHARS]
+        said = stderr.decode(errors="replace").strip()
+        reason = said.replace("\n", "; ")[:MAX_REASON_CHARS]
+        if _NO_ROOM.search(said):
+            return Failure(ProviderError.resource_exhausted(f"{doing}: no room left: {reason}"))
         if process.returncode < 0:
             reason = f"qemu-img went past its limits ({reason or f'signal {-process.returncode}'})"
         return Failure(refused(reason))

@@ -51,6 +51,7 @@ from support import ManualClock, error_kind, error_of, ok
 from support.image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
 from support.libvirt import libvirt_test_backend
 from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.small_filesystem import small_filesystem
 from support.staging import (
     NfsServer,
     S3Server,
@@ -160,13 +161,13 @@ def _staged(kind: str, request: pytest.FixtureRequest, root: Path) -> Staged:
 
 @pytest.fixture(params=["pvc", "s3", "nfs"])
 def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
-    yield from _site(request.param, request, tmp_path)
+    yield from _site(request.param, request, tmp_path / "migration-storage")
 
 
-def _site(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
+def _site(kind: str, request: pytest.FixtureRequest, root: Path) -> Iterator[Site]:
+    """The site staging through `kind`; a PVC's folders are made under `root`."""
     conn = open_qemu()
     remove_pool_leftovers(conn, POOL, POOL_PATH)
-    root = tmp_path / "migration-storage"
     staged = _staged(kind, request, root)
     content = os.urandom(BASE_BYTES)
     pool = ensure_dir_pool(conn, POOL, POOL_PATH)
@@ -336,7 +337,7 @@ def test_a_running_vm_is_refused(site: Site) -> None:
 @pytest.fixture
 def pvc_site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     """The site on a PVC only (what is staged matters, not where)."""
-    yield from _site("pvc", request, tmp_path)
+    yield from _site("pvc", request, tmp_path / "migration-storage")
 
 
 def _image_of(site: Site, tmp_path: Path, disk_format: str) -> bytes:
@@ -471,7 +472,7 @@ def test_an_import_cut_off_in_place_is_unavailable_until_the_sweep_removes_it(
 @pytest.fixture
 def s3_site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     """The site on S3 only (its credentials are what the test changes)."""
-    yield from _site("s3", request, tmp_path)
+    yield from _site("s3", request, tmp_path / "migration-storage")
 
 
 def test_refused_s3_credentials_are_permission_denied_and_leave_nothing(s3_site: Site) -> None:
@@ -525,6 +526,38 @@ def test_the_state_at_a_snapshot_is_exported_not_what_came_after(
     assert site.volume_names() == before, "the flattened backing made for the export was kept"
     missing = site.export(source, "none.raw", "raw", snapshot_id="no-such")
     assert error_kind(missing) is ErrorKind.NOT_FOUND
+
+
+@pytest.fixture
+def full_pvc_site(request: pytest.FixtureRequest) -> Iterator[Site]:
+    """The site on a PVC with 4 MiB of room, too little for the base's 36 MiB of random bytes."""
+    with small_filesystem(4 * 1024**2) as root:
+        yield from _site("pvc", request, root)
+
+
+@pytest.mark.parametrize("at_snapshot", [True, False], ids=["at-a-snapshot", "powered-off"])
+def test_an_export_into_a_full_pvc_is_resource_exhausted_and_leaves_nothing(
+    full_pvc_site: Site, at_snapshot: bool
+) -> None:
+    """At a snapshot qemu-img makes the image in the PVC's own file, powered off the stream
+    writes it there: either way a PVC with no room left is the pod's resource exhausted, not
+    the snapshot's fault, and nothing is staged, no temporary kept, no volume left."""
+    site = full_pvc_site
+    source = site.vm("xfer-full")
+    snapshot_id = ""
+    if at_snapshot:
+        assert site.backend.snapshots is not None
+        request = SnapshotRequest(vm_id=source, name="mig")
+        snapshot_id = ok(site.backend.snapshots.create_snapshot(request)).id
+    before = site.volume_names()
+
+    full = error_of(site.export(source, "full.qcow2", snapshot_id=snapshot_id))
+
+    assert full.kind is ErrorKind.RESOURCE_EXHAUSTED
+    assert "No space left on device" in full.message
+    assert site.staged.stored("full.qcow2") is None
+    assert site.staged.case.leftovers() == []
+    assert site.volume_names() == before
 
 
 def _sha256_of_file(path: Path) -> str:

@@ -1,7 +1,9 @@
-"""What only a PVC has: a mount that may be missing, and symbolic links that may lead out."""
+"""What only a PVC has: a mount that may be missing, symbolic links that may lead out, and a file
+system of its own that may fill up."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pyrigaud.adapters.staging.pvc import PvcStaging
@@ -11,6 +13,7 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
 from support import error_of, ok
+from support.small_filesystem import small_filesystem
 
 
 def locate(url: str) -> StagedLocation:
@@ -36,3 +39,22 @@ def test_a_symbolic_link_out_of_the_pvc_is_refused(tmp_path: Path) -> None:
         assert error.kind is ErrorKind.INVALID_SPEC
         assert error.message.startswith("source_url:")
     assert list((tmp_path / "outside").iterdir()) == []
+
+
+def test_a_full_pvc_is_resource_exhausted_and_keeps_nothing_of_the_write() -> None:
+    """The PVC fills up mid-write: RESOURCE_EXHAUSTED, naming the object; the temporary goes,
+    and an object staged there before stays as it was."""
+    with small_filesystem(2 * 1024**2) as root:
+        (root / "mig").mkdir()
+        staging = PvcStaging(root=str(root))
+        location = locate("pvc://mig/disk.qcow2")
+        (root / "mig" / "disk.qcow2").write_bytes(b"before")
+        writer = ok(staging.open_write(location, 4 * 1024**2))
+        written = writer.write(os.urandom(4 * 1024**2)).bind(lambda _: writer.commit())
+
+        full = error_of(written)
+        assert full.kind is ErrorKind.RESOURCE_EXHAUSTED
+        assert "pvc://mig/disk.qcow2" in full.message
+        assert "No space left on device" in full.message
+        assert [path.name for path in (root / "mig").iterdir()] == ["disk.qcow2"]
+        assert (root / "mig" / "disk.qcow2").read_bytes() == b"before"

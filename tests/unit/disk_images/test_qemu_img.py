@@ -1,18 +1,21 @@
 """qemu-img run bounded: its refusals name the staged image with qemu's reason, its limits
-hold, and a run whose caller is gone is killed at once."""
+hold, a run whose caller is gone is killed at once, and one with no room left to write is the
+pod's resource, not the image, exhausted."""
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from pathlib import Path
 
 from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
 from pyrigaud.application.cancellation import serving_call
-from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 from support import error_of, ok
 from support.disk_image import qemu_img
+from support.small_filesystem import small_filesystem
 
 
 def test_an_image_qemu_refuses_is_bad_input_with_qemus_reason(tmp_path: Path) -> None:
@@ -58,3 +61,23 @@ def test_a_conversion_whose_caller_went_away_is_killed_at_once(tmp_path: Path) -
         )
     assert error_of(stopped).kind is ErrorKind.UNAVAILABLE
     assert time.monotonic() - started < 2.5
+
+
+def test_a_conversion_with_no_room_left_is_resource_exhausted_not_the_images_fault(
+    tmp_path: Path,
+) -> None:
+    """The pod's file system running out of room says nothing of the image: whatever the
+    caller would call a refusal, it is RESOURCE_EXHAUSTED, with qemu's reason."""
+    source = tmp_path / "data.raw"
+    source.write_bytes(os.urandom(4 * 1024**2))
+    with small_filesystem(1024**2) as small:
+        full = error_of(
+            run_qemu_img(
+                ["convert", "-f", "raw", "-O", "qcow2", str(source), str(small / "out.qcow2")],
+                doing="converting",
+                refused=ProviderError.failed_precondition,
+            )
+        )
+    assert full.kind is ErrorKind.RESOURCE_EXHAUSTED
+    assert full.message.startswith("converting: no room left: ")
+    assert "No space left on device" in full.message
