@@ -18,6 +18,17 @@ def round_up(value: int, unit: int) -> int:
     return -(-value // unit) * unit
 
 
+def all_zero(data: bytes | bytearray | memoryview) -> bool:
+    """Whether `data` holds only zero bytes: a memcmp against the shared zero buffer, a slice
+    of it at a time. `bytes.count(0)` takes about 0.9 s a GiB here, comparing a memoryview
+    with bytes twice that (byte by byte); `startswith` compares in C without copying."""
+    view = memoryview(data)
+    return all(
+        _ZEROS.startswith(view[start : start + MAX_CHUNK_BYTES])
+        for start in range(0, len(view), MAX_CHUNK_BYTES)
+    )
+
+
 def nonzero_blocks(
     raw_chunks: Iterable[bytes], capacity_bytes: int, block_bytes: int
 ) -> Chunks[tuple[int, bytes]]:
@@ -25,7 +36,7 @@ def nonzero_blocks(
 
     The chunks may have any sizes but must total exactly `capacity_bytes` (else the blocks'
     outcome is FAILED_PRECONDITION); the last block is padded with zeros. All-zero blocks are
-    found by comparing with one preallocated zero block (a memcmp), never byte by byte in
+    found by `all_zero` before a block is copied out of its chunk, never byte by byte in
     Python.
     """
     return Chunks(_nonzero_blocks(raw_chunks, capacity_bytes, block_bytes), after=raw_chunks)
@@ -34,7 +45,6 @@ def nonzero_blocks(
 def _nonzero_blocks(
     raw_chunks: Iterable[bytes], capacity_bytes: int, block_bytes: int
 ) -> Iterator[Result[tuple[int, bytes], ProviderError]]:
-    zero_block = bytes(block_bytes)
     pending = bytearray()
     received = 0
     index = 0
@@ -50,15 +60,15 @@ def _nonzero_blocks(
             view = view[len(taken) :]
             if len(pending) < block_bytes:
                 continue
-            if pending != zero_block:
+            if not all_zero(pending):
                 yield Success((index, bytes(pending)))
             pending.clear()
             index += 1
         whole = len(view) - len(view) % block_bytes
         for start in range(0, whole, block_bytes):
-            block = view[start : start + block_bytes].tobytes()
-            if block != zero_block:
-                yield Success((index, block))
+            block = view[start : start + block_bytes]
+            if not all_zero(block):
+                yield Success((index, block.tobytes()))
             index += 1
         pending += view[whole:]
     if received != capacity_bytes:
@@ -66,7 +76,7 @@ def _nonzero_blocks(
         return
     if pending:
         pending += bytes(block_bytes - len(pending))
-        if pending != zero_block:
+        if not all_zero(pending):
             yield Success((index, bytes(pending)))
 
 

@@ -9,7 +9,7 @@ from typing import IO, BinaryIO
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES
+from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES, all_zero
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
@@ -46,7 +46,7 @@ def spool_sparse(chunks: Iterable[bytes], file: IO[bytes]) -> None:
     free space costs no scratch room)."""
     size = 0
     for chunk in chunks:
-        if chunk.count(0) == len(chunk):
+        if all_zero(chunk):
             file.seek(len(chunk), 1)
         else:
             file.write(chunk)
