@@ -76,6 +76,7 @@ def libvirt_test_backend(
     volume_writer: VolumeWriter = upload_volume,
     allow_loopback_urls: bool = False,
     owner: str = TRANSFER_OWNER,
+    scratch_dir: str | None = None,
 ) -> Backend:
     """The libvirt backend as the container builds it, with the defaults the suites share."""
     return build_libvirt_backend(
@@ -88,6 +89,7 @@ def libvirt_test_backend(
         staging_types=REACHABLE_STAGING,
         transfer_owner=owner,
         volume_writer=volume_writer,
+        scratch_dir=scratch_dir,
     )
 
 

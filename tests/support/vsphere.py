@@ -64,10 +64,12 @@ def backend_over(
     defaults: Placement | None = None,
     on_resync: Callable[[], None] = lambda: None,
     owner: str = "tests/vsphere",
+    scratch_dir: str | None = None,
 ) -> Backend:
     """Every port over `session`, as one replica of the provider has them (`on_resync` is told
     each time the inventory cache's update feed broke and reads everything again); the VMs
-    imports make carry the `owner` mark until complete."""
+    imports make carry the `owner` mark until complete; conversions keep their scratch files
+    in `scratch_dir` (None: the system's temporary directory)."""
     return vsphere_backend(
         session,
         defaults=defaults or Placement(),
@@ -76,6 +78,7 @@ def backend_over(
         staging_types=REACHABLE_STAGING,
         owner=owner,
         image_judge=IMAGE_JUDGE,
+        scratch_dir=scratch_dir,
     )
 
 

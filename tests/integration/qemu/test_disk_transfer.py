@@ -164,8 +164,11 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     yield from _site(request.param, request, tmp_path / "migration-storage")
 
 
-def _site(kind: str, request: pytest.FixtureRequest, root: Path) -> Iterator[Site]:
-    """The site staging through `kind`; a PVC's folders are made under `root`."""
+def _site(
+    kind: str, request: pytest.FixtureRequest, root: Path, scratch_dir: Path | None = None
+) -> Iterator[Site]:
+    """The site staging through `kind`; a PVC's folders are made under `root`, scratch files
+    in `scratch_dir` (None: the system's temporary directory)."""
     conn = open_qemu()
     remove_pool_leftovers(conn, POOL, POOL_PATH)
     staged = _staged(kind, request, root)
@@ -179,6 +182,7 @@ def _site(kind: str, request: pytest.FixtureRequest, root: Path) -> Iterator[Sit
         ManualClock(),
         domain_type="qemu",
         pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
+        scratch_dir=str(scratch_dir) if scratch_dir else None,
     )
     try:
         yield Site(backend, disk_moves(backend, root), conn, staged, str(base.path()), content)
@@ -528,21 +532,35 @@ def test_the_state_at_a_snapshot_is_exported_not_what_came_after(
     assert error_kind(missing) is ErrorKind.NOT_FOUND
 
 
-@pytest.fixture
-def full_pvc_site(request: pytest.FixtureRequest) -> Iterator[Site]:
-    """The site on a PVC with 4 MiB of room, too little for the base's 36 MiB of random bytes."""
-    with small_filesystem(4 * 1024**2) as root:
-        yield from _site("pvc", request, root)
+# Where the room runs out, and whether the export is at a snapshot: at a snapshot qemu-img
+# makes the image in the PVC's own file, from the volumes downloaded into scratch files;
+# powered off, the stream writes it to the PVC (and no scratch file is made).
+FULL_PLACES = [("pvc", True), ("pvc", False), ("scratch", True)]
 
 
-@pytest.mark.parametrize("at_snapshot", [True, False], ids=["at-a-snapshot", "powered-off"])
-def test_an_export_into_a_full_pvc_is_resource_exhausted_and_leaves_nothing(
-    full_pvc_site: Site, at_snapshot: bool
+@pytest.fixture(params=FULL_PLACES, ids=["pvc-at-a-snapshot", "pvc-powered-off", "scratch"])
+def full_site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Site, bool]]:
+    """The PVC site with 4 MiB of room in the PVC or the scratch directory, too little for the
+    base's 36 MiB of random bytes; and whether to export at a snapshot."""
+    full, at_snapshot = request.param
+    with small_filesystem(4 * 1024**2) as small:
+        if full == "pvc":
+            sites = _site("pvc", request, small)
+        else:
+            sites = _site("pvc", request, tmp_path / "migration-storage", scratch_dir=small)
+        try:
+            yield next(sites), at_snapshot
+        finally:
+            sites.close()
+
+
+def test_an_export_with_no_room_left_is_resource_exhausted_and_leaves_nothing(
+    full_site: tuple[Site, bool],
 ) -> None:
-    """At a snapshot qemu-img makes the image in the PVC's own file, powered off the stream
-    writes it there: either way a PVC with no room left is the pod's resource exhausted, not
-    the snapshot's fault, and nothing is staged, no temporary kept, no volume left."""
-    site = full_pvc_site
+    """A full PVC or scratch directory is the pod's resource exhausted (not the snapshot's
+    fault), whichever writer finds it full, this process or qemu-img: nothing is staged, no
+    temporary kept, no volume left."""
+    site, at_snapshot = full_site
     source = site.vm("xfer-full")
     snapshot_id = ""
     if at_snapshot:

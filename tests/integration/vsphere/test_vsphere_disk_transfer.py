@@ -1,7 +1,8 @@
 """vSphere ExportDisk and ImportDisk through the staging storage port, on the simulator: a disk
 of known bytes imported from a PVC (as raw, qcow2 and streamOptimized vmdk), a VM made around
 it, and its disk exported back in every format, compared byte for byte after conversion by the
-real qemu-img; retries, clashes, checksum mismatches and a running VM."""
+real qemu-img; retries, clashes, checksum mismatches, a full scratch directory and a running
+VM."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pyrigaud.domain.models import (
 from contract.harness import made
 from support import error_kind, error_of, ok
 from support.image_corpus import HOSTILE, VALID, CorpusImage, hostile_image, oracle_raw, valid_image
+from support.small_filesystem import small_filesystem
 from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
 from support.vsphere import Simulator, backend_over, create_use_case, remove_vms_made_since
 
@@ -153,6 +155,25 @@ def test_a_checksum_mismatch_lands_nothing(moves: DiskMoves, root: Path) -> None
     assert error_kind(wrong) is ErrorKind.FAILED_PRECONDITION
     retried = ok(import_disk(moves, url, target_name="xfer-mismatch"))
     assert retried.path.startswith("[LocalDS_0] xfer-mismatch/")  # nothing was in the way
+
+
+def test_an_import_with_no_room_left_in_scratch_is_resource_exhausted_and_lands_nothing(
+    simulator: Simulator, moves: DiskMoves, root: Path
+) -> None:
+    """A staged qcow2 is written to a scratch file for qemu-img to read: a scratch directory
+    with no room left is the pod's resource exhausted, and nothing lands on the datastore."""
+    url = _staged(root, "full.qcow2", RAW, "qcow2")
+    with small_filesystem(1024**2) as small:
+        cramped = backend_over(
+            simulator.session(), defaults=Placement(datastore="LocalDS_0"), scratch_dir=str(small)
+        )
+        cramped_moves = disk_moves(cramped, root, owner="tests/vsphere-transfer")
+        full = error_of(import_disk(cramped_moves, url, target_name="xfer-full"))
+
+    assert full.kind is ErrorKind.RESOURCE_EXHAUSTED
+    assert "No space left on device" in full.message
+    retried = ok(import_disk(moves, url, target_name="xfer-full"))
+    assert retried.path.startswith("[LocalDS_0] xfer-full/")  # nothing was in the way
 
 
 @pytest.mark.parametrize(
