@@ -14,17 +14,14 @@ from pydantic import Field
 
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.hardware import Firmware as Firmware  # noqa: PLC0414
+from pyrigaud.domain.hardware import VirtualHardware
 from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.staging import StagedLocation
 
 # Re-exported: every caller knows them from models.
 from pyrigaud.domain.staging import StagingType as StagingType  # noqa: PLC0414
 from pyrigaud.domain.values import Value as Value  # noqa: PLC0414
-
-
-class Firmware(StrEnum):
-    BIOS = "BIOS"
-    UEFI = "UEFI"
 
 
 class DiskDefaults(Value):
@@ -141,6 +138,10 @@ class CreateRequest(Value):
     user_data: bytes = b""
     meta_data: bytes = b""
     tags: tuple[str, ...] = ()
+    # What the guest of an imported disk (`image.path`) boots on, from its import's record:
+    # the backend gives it the nearest equivalent. None: nothing known (not an import, or an
+    # upstream export without a manifest).
+    hardware: VirtualHardware | None = None
 
 
 class VMChanges(Value):
