@@ -17,6 +17,7 @@ from pyrigaud.application.ports import (
     VMLifecycle,
 )
 from pyrigaud.application.ports.disk_transfer import TransferLeftovers
+from pyrigaud.application.ports.virtual_hardware import HardwareFacts
 
 
 @dataclass(frozen=True)
@@ -38,3 +39,4 @@ class Backend:
     images: Images | None = None
     disk_transfer: DiskTransfer | None = None
     transfer_leftovers: TransferLeftovers | None = None
+    hardware: HardwareFacts | None = None  # a migrated guest's hardware, read and found again

@@ -83,6 +83,12 @@ class HypervisorCounters(Protocol):
         """One call into the hypervisor's API (pyrigaud_hypervisor_round_trips)."""
         ...
 
+    def on_hardware_fallback(self, device: str) -> Callable[[], None]:
+        """A VM made from an imported disk given a device its guest was not known to have,
+        for want of an equivalent (pyrigaud_hardware_fallbacks, by `device`: "disk_controller",
+        "nic" or "firmware")."""
+        ...
+
 
 @dataclass(frozen=True)
 class BackendServices:

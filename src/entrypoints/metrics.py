@@ -248,6 +248,13 @@ class Metrics:
             ["backend"],
             registry=self.registry,
         )
+        self.hardware_fallbacks = Counter(
+            "pyrigaud_hardware_fallbacks",
+            "VMs made from an imported disk with a device their guest was not known to have "
+            "drivers for (no equivalent on this hypervisor), by backend and device.",
+            ["backend", "device"],
+            registry=self.registry,
+        )
 
         self.transfer_bytes = Counter(
             "pyrigaud_transfer_bytes",
@@ -364,3 +371,6 @@ class PrometheusHypervisorCounters:
     @property
     def on_round_trip(self) -> Callable[[], None]:
         return self._metrics.hypervisor_round_trips.labels(self._backend).inc
+
+    def on_hardware_fallback(self, device: str) -> Callable[[], None]:
+        return self._metrics.hardware_fallbacks.labels(self._backend, device).inc
