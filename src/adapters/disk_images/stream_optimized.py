@@ -44,11 +44,11 @@ MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
 # The sparse extent header: magic, version, flags, capacity, grainSize, descriptorOffset,
 # descriptorSize, numGTEsPerGT, rgdOffset, gdOffset, overHead, uncleanShutdown, the four
 # newline-detection characters and compressAlgorithm; padded to one sector.
-_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
+SPARSE_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
 _MARKER = struct.Struct("<QII")
-_GRAIN_MARKER = struct.Struct("<QI")
+GRAIN_MARKER = struct.Struct("<QI")
 _FLUSH_BYTES = 1024 * 1024  # output is gathered to about this much (always <= 4 MiB) per chunk
-_LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
+LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
 # Deflate at level 1: a multi-GiB disk streams through one Python thread and the network, so
 # compressing speed matters more than the few percent a higher level would save.
 _LEVEL = 1
@@ -90,7 +90,7 @@ def _encoded(
             table, table_index = [], table_index + 1
         table.extend([0] * (grain % ENTRIES_PER_TABLE - len(table)))
         table.append(out.sector())
-        out.add(_GRAIN_MARKER.pack(grain * GRAIN_SECTORS, len(compressed)))
+        out.add(GRAIN_MARKER.pack(grain * GRAIN_SECTORS, len(compressed)))
         out.add(compressed)
         out.pad_to_sector()
         yield from successes(out.flushed())
@@ -167,12 +167,12 @@ def _decoded(chunks: Iterable[bytes], field: str) -> Iterator[Result[bytes, Prov
         yield _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
         return
     (_, _, _, capacity, grain_sectors, _, _, _, _, _, overhead, _, _, algorithm) = (
-        _HEADER.unpack_from(header)
+        SPARSE_HEADER.unpack_from(header)
     )
     if algorithm != COMPRESS_DEFLATE:
         yield _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
         return
-    if not 1 <= grain_sectors <= _LARGEST_GRAIN_SECTORS:
+    if not 1 <= grain_sectors <= LARGEST_GRAIN_SECTORS:
         yield _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
         return
     if overhead < 1 or not reader.skip((overhead - 1) * SECTOR_BYTES):
@@ -183,13 +183,13 @@ def _decoded(chunks: Iterable[bytes], field: str) -> Iterator[Result[bytes, Prov
     emitted = 0  # bytes of the disk yielded so far
     next_free = 0  # the first byte a following grain may start at
     while True:
-        marker = reader.read(_GRAIN_MARKER.size)
+        marker = reader.read(GRAIN_MARKER.size)
         if marker is None:
             yield _invalid(field, "the vmdk ends before its end-of-stream marker")
             return
-        lba, size = _GRAIN_MARKER.unpack(marker)
+        lba, size = GRAIN_MARKER.unpack(marker)
         if size == 0:
-            kind = reader.read(SECTOR_BYTES - _GRAIN_MARKER.size)
+            kind = reader.read(SECTOR_BYTES - GRAIN_MARKER.size)
             if kind is None:
                 yield _invalid(field, "the vmdk ends inside a marker")
                 return
@@ -215,7 +215,7 @@ def _decoded(chunks: Iterable[bytes], field: str) -> Iterator[Result[bytes, Prov
             yield _invalid(field, f"the vmdk has a grain at sector {lba}, beyond its capacity")
             return
         compressed = reader.read(size)
-        if compressed is None or not reader.skip(-(_GRAIN_MARKER.size + size) % SECTOR_BYTES):
+        if compressed is None or not reader.skip(-(GRAIN_MARKER.size + size) % SECTOR_BYTES):
             yield _invalid(field, "the vmdk ends inside a grain")
             return
         match _inflated(compressed, grain_bytes, field):
@@ -235,21 +235,21 @@ def stream_optimized_capacity(
     header: bytes, *, field: str = fields.SOURCE_URL
 ) -> Result[int, ProviderError]:
     """The disk's capacity in bytes, from a sparse VMDK's first sector."""
-    if len(header) < _HEADER.size or not header.startswith(MAGIC):
+    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
         return _invalid(field, "not a sparse vmdk")
-    return Success(int(_HEADER.unpack_from(header)[3]) * SECTOR_BYTES)
+    return Success(int(SPARSE_HEADER.unpack_from(header)[3]) * SECTOR_BYTES)
 
 
 def is_stream_optimized(header: bytes) -> bool:
     """A sparse VMDK header whose grains are compressed and carry markers."""
-    if len(header) < _HEADER.size or not header.startswith(MAGIC):
+    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
         return False
-    flags = int(_HEADER.unpack_from(header)[2])
+    flags = int(SPARSE_HEADER.unpack_from(header)[2])
     return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
 
 
 def _header(sectors: int, descriptor_sectors: int, directory_sector: int) -> bytes:
-    return _HEADER.pack(
+    return SPARSE_HEADER.pack(
         MAGIC,
         VERSION,
         STREAM_FLAGS,
