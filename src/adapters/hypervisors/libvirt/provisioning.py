@@ -277,8 +277,8 @@ class LibvirtVMLifecycle:
 def _machine_devices(
     conn: VirConnect, domain_type: str, request: CreateRequest
 ) -> tuple[bool, GuestDevices]:
-    """Whether the machine is PCI Express (q35, the host's default machine), and the devices
-    the guest gets on it: q35 (that, or secure boot's) has no IDE controller."""
+    """Whether the host's default machine is PCI Express (q35), and the devices the guest gets
+    on its machine: q35 (the default one, or secure boot's) has no IDE controller."""
     pcie = default_machine_is_pcie(conn, domain_type)
     ide = not (pcie or request.vm_class.security.secure_boot)
     return pcie, nearest_devices(request.hardware, has_ide=ide)
