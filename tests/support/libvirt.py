@@ -16,6 +16,7 @@ from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, Opener
+from pyrigaud.adapters.hypervisors.libvirt.device_models import FallbackCounts
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, VolumeWriter, upload_volume
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
@@ -77,6 +78,7 @@ def libvirt_test_backend(
     allow_loopback_urls: bool = False,
     owner: str = TRANSFER_OWNER,
     scratch_dir: str | None = None,
+    hardware_fallbacks: FallbackCounts | None = None,
 ) -> Backend:
     """The libvirt backend as the container builds it, with the defaults the suites share."""
     return build_libvirt_backend(
@@ -90,6 +92,7 @@ def libvirt_test_backend(
         transfer_owner=owner,
         volume_writer=volume_writer,
         scratch_dir=scratch_dir,
+        hardware_fallbacks=hardware_fallbacks,
     )
 
 
@@ -100,6 +103,7 @@ def make_backend(
     opener: Opener = libvirt.open,
     volume_writer: VolumeWriter = upload_volume,
     allow_loopback_urls: bool = False,
+    hardware_fallbacks: FallbackCounts | None = None,
 ) -> tuple[Backend, LibvirtConnection]:
     connection = LibvirtConnection(uri, opener=opener)
     backend = libvirt_test_backend(
@@ -107,6 +111,7 @@ def make_backend(
         clock,
         volume_writer=volume_writer,
         allow_loopback_urls=allow_loopback_urls,
+        hardware_fallbacks=hardware_fallbacks,
     )
     return backend, connection
 

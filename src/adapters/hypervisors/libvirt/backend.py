@@ -6,6 +6,7 @@ from pyrigaud.adapters.hypervisors.libvirt.capabilities import LibvirtCapabiliti
 from pyrigaud.adapters.hypervisors.libvirt.cloning import LibvirtCloning
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.device_models import FallbackCounts
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import LibvirtDiskTransfer
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
 from pyrigaud.adapters.hypervisors.libvirt.health import LibvirtHealth
@@ -21,6 +22,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     upload_volume,
 )
 from pyrigaud.adapters.hypervisors.libvirt.tasks import LibvirtTasks
+from pyrigaud.adapters.hypervisors.libvirt.virtual_hardware import LibvirtHardwareFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import TransferVolumes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
@@ -40,6 +42,7 @@ def build_libvirt_backend(
     transfer_owner: str,
     volume_writer: VolumeWriter = upload_volume,
     scratch_dir: str | None = None,
+    hardware_fallbacks: FallbackCounts | None = None,
 ) -> Backend:
     """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
@@ -49,7 +52,8 @@ def build_libvirt_backend(
     Create and ImagePrepare before a byte is stored; `transfer_owner` marks the temporary volumes of
     transfers as this provider's, for the sweep; `volume_writer` puts bytes into a volume (a
     libvirt stream unless a test's driver cannot stream); `scratch_dir` is where a snapshot's
-    export keeps its anonymous scratch files (None: the system's temporary directory).
+    export keeps its anonymous scratch files (None: the system's temporary directory);
+    `hardware_fallbacks` counts the devices a migrated guest gets for want of an equivalent.
     """
     inventory: LibvirtInventory
     # The cache fills itself by the inventory's listing, which reads through the cache: the
@@ -75,7 +79,7 @@ def build_libvirt_backend(
         scratch_dir=scratch_dir,
     )
     return Backend(
-        lifecycle=LibvirtVMLifecycle(host, downloads),
+        lifecycle=LibvirtVMLifecycle(host, downloads, hardware_fallbacks),
         power=LibvirtPowerControl(host),
         inventory=inventory,
         health=LibvirtHealth(host),
@@ -86,4 +90,5 @@ def build_libvirt_backend(
         images=LibvirtImages(host, downloads),
         disk_transfer=disk_transfer,
         transfer_leftovers=disk_transfer,
+        hardware=LibvirtHardwareFacts(host),
     )

@@ -82,7 +82,7 @@ class PoolSite:
         return f"storage pool {self.pool!r}"
 
     def earlier_record(self) -> Result[bytes | None, ProviderError]:
-        return self.run(lambda conn, pool: _earlier_record(conn, pool, self.disk_name))
+        return self.run(lambda conn, pool: import_record_beside(conn, pool, self.disk_name))
 
     @property
     def landing_mark_name(self) -> str:
@@ -339,11 +339,11 @@ class _ReceivedVolume:
         return _converted(conn, pool, self.staged, volumes.name("compare", "qcow2")).bind(compared)
 
 
-def _earlier_record(
+def import_record_beside(
     conn: VirConnect, pool: VirStoragePool, name: str
 ) -> Result[bytes | None, ProviderError]:
-    """The record of an earlier import into volume `name` that is still there; the record of
-    a volume deleted since is removed."""
+    """The record of an import into volume `name` that is still there (an earlier import's,
+    or the one Create reads back); the record of a volume deleted since is removed."""
     record_path = find_volume(pool, f"{name}{IMPORT_RECORD_SUFFIX}")
     if record_path is None:
         return Success(None)

@@ -163,7 +163,7 @@ class LibvirtDiskTransfer:
                 )
             return opened(disk, left_behind)
 
-        return _chosen_disk(facts.name, facts.disks, request.disk_id).bind(
+        return chosen_disk(facts.name, facts.disks, request.disk_id).bind(
             lambda disk: _preflight(facts, xml).bind(
                 lambda left_behind: unless_running(disk, left_behind)
             )
@@ -278,7 +278,7 @@ def _disk_details(
             ProviderError.not_found(f"VM {facts.name!r} has no snapshot {query.snapshot_id!r}")
         )
     # A VM with no disks has "no disks", whichever disk was asked for.
-    return _chosen_disk(facts.name, facts.disks, query.disk_id if facts.disks else "").map(
+    return chosen_disk(facts.name, facts.disks, query.disk_id if facts.disks else "").map(
         lambda chosen: _details(conn, facts, snapshots, chosen)
     )
 
@@ -326,7 +326,7 @@ def _preflight(facts: DomainFacts, xml: str) -> Result[tuple[LeftBehind, ...], P
     return Success(tuple(left))
 
 
-def _chosen_disk(
+def chosen_disk(
     vm_name: str, disks: tuple[DiskDevice, ...], disk_id: str
 ) -> Result[DiskDevice, ProviderError]:
     """The disk named by target (vda) or path, the root disk when none is named."""

@@ -25,6 +25,10 @@ SECURE_BOOT_MACHINE = "q35"
 HOTPLUG_ROOT_PORTS = 8
 LIBVIRT_PCI_DEVICES = 3
 DISK_TARGETS = "abcdefghijklmnopqrstuvwxyz"
+# A disk's target name follows its bus (libvirt derives a drive's address from it); SCSI, SATA
+# and USB disks share the `sd` names.
+TARGET_PREFIXES = {"virtio": "vd", "ide": "hd"}
+SCSI_BUS = "scsi"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,8 @@ class DiskDevice:
     path: str
     format: str
     target: str
+    bus: str = "virtio"
+    controller: str = ""  # a SCSI disk's controller model (libvirt's word: vmpvscsi, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +85,8 @@ class DomainFacts:
     metadata: VMMetadata | None
 
 
-def disk_target(index: int) -> str:
-    return f"vd{DISK_TARGETS[index]}"
+def disk_target(index: int, bus: str = "virtio") -> str:
+    return f"{TARGET_PREFIXES.get(bus, 'sd')}{DISK_TARGETS[index]}"
 
 
 def render_domain(definition: DomainDefinition) -> str:
@@ -119,8 +125,15 @@ def render_domain(definition: DomainDefinition) -> str:
     devices = ET.SubElement(root, "devices")
     for disk in definition.disks:
         devices.append(disk_element(disk))
+    scsi_controller = next(
+        (disk.controller for disk in definition.disks if disk.bus == SCSI_BUS and disk.controller),
+        "",
+    )
+    if scsi_controller:  # one, the imported root disk's: index 0, where `sd` targets go
+        attributes = {"type": "scsi", "index": "0", "model": scsi_controller}
+        ET.SubElement(devices, "controller", attributes)
     if definition.seed_path:
-        devices.append(seed_element(definition.seed_path))
+        devices.append(_seed_on_free_target(devices, definition.seed_path))
     for nic in definition.nics:
         devices.append(_nic_element(nic))
     ET.SubElement(devices, "serial", {"type": "pty"})
@@ -156,7 +169,7 @@ def disk_element(disk: DiskDevice) -> ET.Element:
     element = ET.Element("disk", {"type": "file", "device": "disk"})
     ET.SubElement(element, "driver", {"name": "qemu", "type": disk.format})
     ET.SubElement(element, "source", {"file": disk.path})
-    ET.SubElement(element, "target", {"dev": disk.target, "bus": "virtio"})
+    ET.SubElement(element, "target", {"dev": disk.target, "bus": disk.bus})
     return element
 
 
@@ -197,6 +210,11 @@ def parse_domain(xml: str) -> DomainFacts:
             devices.extend(child)
         elif child.tag == "metadata" and ours is None:
             ours = child.find(_OUR_METADATA_TAG)
+    scsi_models = {
+        node.get("index", "0"): node.get("model", "")
+        for node in devices
+        if node.tag == "controller" and node.get("type") == SCSI_BUS
+    }
     vcpu = top.get("vcpu")
     max_vcpus = int(vcpu.text or 1) if vcpu is not None else 1
     vcpus = int(vcpu.get("current", max_vcpus)) if vcpu is not None else 1
@@ -227,7 +245,7 @@ def parse_domain(xml: str) -> DomainFacts:
             for node in devices
             if node.tag == "disk"
             and node.get("device") == "disk"
-            and (disk := _parse_disk(node)) is not None
+            and (disk := _parse_disk(node, scsi_models)) is not None
         ),
         nics=tuple(_parse_nic(node) for node in devices if node.tag == "interface"),
         vnc_port=port if port > 0 else None,
@@ -242,18 +260,27 @@ def _text(element: ET.Element | None) -> str:
     return (element.text or "") if element is not None else ""
 
 
-def _parse_disk(element: ET.Element) -> DiskDevice | None:
-    """A file-backed disk, or None for one without a source (an empty drive)."""
+def _parse_disk(element: ET.Element, scsi_models: dict[str, str]) -> DiskDevice | None:
+    """A file-backed disk, or None for one without a source (an empty drive); a SCSI disk
+    with the model of the controller its address names (`scsi_models`, by index)."""
     source = element.find("source")
     if source is None:
         return None
     driver = element.find("driver")
     target = element.find("target")
+    bus = target.get("bus", "") if target is not None else ""
+    controller = ""
+    if bus == SCSI_BUS:
+        address = element.find("address")
+        index = address.get("controller", "0") if address is not None else "0"
+        controller = scsi_models.get(index, "")
     # A host's domains repeat formats, targets and NIC words: one string each, interned.
     return DiskDevice(
         path=source.get("file") or source.get("dev") or source.get("volume") or "",
         format=sys.intern(driver.get("type", "raw")) if driver is not None else "raw",
         target=sys.intern(target.get("dev", "")) if target is not None else "",
+        bus=sys.intern(bus),
+        controller=sys.intern(controller),
     )
 
 
@@ -376,7 +403,8 @@ def cloned_domain(
 
 
 def _seed_on_free_target(devices: ET.Element, path: str) -> ET.Element:
-    """The seed cdrom on the first SATA name no kept cdrom of the source already uses."""
+    """The seed cdrom on the first SATA name no disk or kept cdrom already uses (a root disk
+    on SCSI or SATA takes `sda`)."""
     taken = {target.get("dev") for target in devices.findall("disk/target")}
     element = seed_element(path)
     target = element.find("target")

@@ -15,6 +15,10 @@ from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.device_models import (
+    shown_disk_controller,
+    shown_nic_model,
+)
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
     RUNNING_STATES,
     DomainCache,
@@ -225,12 +229,16 @@ def _info(
 def _raw(
     vm_id: str, facts: DomainFacts, state: int, *, persistent: DomainFacts | None = None
 ) -> dict[str, str]:
-    """`persistent` (with the live `facts`) adds what waits for a power cycle: read from
-    libvirt both times, so every replica says the same."""
+    """`persistent` (with the live `facts`) is Describe's: it adds what waits for a power
+    cycle (read from libvirt both times, so every replica says the same) and the device models
+    in use (the root disk's controller and each NIC's, in the domain's words where it has
+    them), which ListVMs leaves out to stay within the manager's message limit."""
     owner = facts.metadata.owner if facts.metadata and facts.metadata.owner else None
-    waiting = {}
+    described = {}
     if persistent is not None:
-        waiting["pendingPowerCycle"] = ",".join(awaiting_power_cycle(facts, persistent))
+        described["pendingPowerCycle"] = ",".join(awaiting_power_cycle(facts, persistent))
+        described["disk_controller"] = shown_disk_controller(facts.disks[0]) if facts.disks else ""
+        described["nic_models"] = ",".join(shown_nic_model(nic.model) for nic in facts.nics)
     return {
         "id": vm_id,
         "name": facts.name,
@@ -240,5 +248,5 @@ def _raw(
         "memory_mib": str(facts.memory_mib),
         "firmware": facts.firmware,
         "owner": owner.provider if owner else "",
-        **waiting,
+        **described,
     }

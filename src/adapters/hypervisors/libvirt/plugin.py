@@ -35,12 +35,18 @@ class LibvirtSettings(BaseModel):
 
 def build(common: CommonSettings, own: LibvirtSettings, services: BackendServices) -> Backend:
     """Remote (`qemu+ssh://`, `qemu+libssh://`) endpoints take their SSH key, known_hosts and
-    password from the credentials; each reopen after a lost connection is counted."""
+    password from the credentials; each reopen after a lost connection is counted, and each
+    device a migrated guest gets for want of an equivalent."""
     from pyrigaud.adapters.hypervisors.libvirt.backend import (  # noqa: PLC0415
         build_libvirt_backend,
     )
     from pyrigaud.adapters.hypervisors.libvirt.connection import (  # noqa: PLC0415
         LibvirtConnection,
+    )
+    from pyrigaud.adapters.hypervisors.libvirt.device_models import (  # noqa: PLC0415
+        DISK_CONTROLLER_DEVICE,
+        NIC_DEVICE,
+        FallbackCounts,
     )
     from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings  # noqa: PLC0415
 
@@ -61,6 +67,10 @@ def build(common: CommonSettings, own: LibvirtSettings, services: BackendService
         staging_types=services.staging.types,
         transfer_owner=common.owner_mark,
         scratch_dir=common.scratch_dir,
+        hardware_fallbacks=FallbackCounts(
+            disk_controller=services.counters.on_hardware_fallback(DISK_CONTROLLER_DEVICE),
+            nic=services.counters.on_hardware_fallback(NIC_DEVICE),
+        ),
     )
 
 

@@ -26,6 +26,12 @@ from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.device_models import (
+    Fallback,
+    FallbackCounts,
+    GuestDevices,
+    nearest_devices,
+)
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     HOT_ADD_FACTOR,
     DiskDevice,
@@ -78,11 +84,19 @@ logger = logging.getLogger(__name__)
 
 
 class LibvirtVMLifecycle:
-    """Made within the call: Create returns no task."""
+    """Made within the call: Create returns no task. An imported disk's guest gets the
+    nearest equivalent of its hardware (device_models.py); each fallback counted in
+    `fallbacks`."""
 
-    def __init__(self, host: LibvirtHost, downloads: ImageDownloads) -> None:
+    def __init__(
+        self,
+        host: LibvirtHost,
+        downloads: ImageDownloads,
+        fallbacks: FallbackCounts | None = None,
+    ) -> None:
         self._host = host
         self._downloads = downloads
+        self._fallbacks = fallbacks or FallbackCounts()
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
         def find(conn: VirConnect) -> Result[VMRecord | None, ProviderError]:
@@ -160,7 +174,8 @@ class LibvirtVMLifecycle:
         seeded = needs_seed(request.user_data, request.meta_data, attachments)
         if seeded:
             attachments = with_macs(attachments)  # network-config matches NICs by MAC
-        match _nics(conn, attachments).bind(
+        pcie, devices = _machine_devices(conn, host.domain_type_of(conn), request)
+        match _nics(conn, attachments, devices).bind(
             lambda found: plan_root_disk(conn, request).map(lambda root: (found, root))
         ):
             case Failure(error):
@@ -197,7 +212,7 @@ class LibvirtVMLifecycle:
                 building=True,
             ),
             uuid=str(uuid.uuid4()),
-            pcie=default_machine_is_pcie(conn, host.domain_type_of(conn)),
+            pcie=pcie,
         )
         match begin_building(conn, building):
             case Failure(error):
@@ -218,7 +233,7 @@ class LibvirtVMLifecycle:
                 else:
                     backing = root.backing if index == 0 else None
                     made.append(create_volume(pool, name, size, backing))
-                disks.append(DiskDevice(path=made[-1], format="qcow2", target=disk_target(index)))
+                disks.append(_disk(made[-1], index, devices))
             seed_path = ""
             if seeded:
                 seed = SeedInput(
@@ -240,7 +255,7 @@ class LibvirtVMLifecycle:
                 seed_path=seed_path,
                 metadata=building.metadata.with_volumes(tuple(made)).finished(),
             )
-            return Success(str(conn.defineXML(render_domain(complete)).UUIDString()))
+            return Success(self._finish(conn, complete, devices.fallbacks_made(attachments)))
 
         def undo() -> None:
             for path in made:  # only what this call made: a clashing volume is not ours
@@ -248,6 +263,25 @@ class LibvirtVMLifecycle:
             abandon_building(guest)
 
         return undone_on_failure(finished, undo, raised=(libvirt.libvirtError,))
+
+    def _finish(
+        self, conn: VirConnect, complete: DomainDefinition, fallbacks: tuple[Fallback, ...]
+    ) -> str:
+        """The finished definition in place of the building one; the fallbacks its guest got
+        logged and counted."""
+        vm_id = str(conn.defineXML(render_domain(complete)).UUIDString())
+        self._fallbacks.report(complete.name, fallbacks)
+        return vm_id
+
+
+def _machine_devices(
+    conn: VirConnect, domain_type: str, request: CreateRequest
+) -> tuple[bool, GuestDevices]:
+    """Whether the host's default machine is PCI Express (q35), and the devices the guest gets
+    on its machine: q35 (the default one, or secure boot's) has no IDE controller."""
+    pcie = default_machine_is_pcie(conn, domain_type)
+    ide = not (pcie or request.vm_class.security.secure_boot)
+    return pcie, nearest_devices(request.hardware, has_ide=ide)
 
 
 def _reconfigured(
@@ -290,12 +324,22 @@ def _reconfigured(
     ).map(defined)
 
 
+def _disk(path: str, index: int, devices: GuestDevices) -> DiskDevice:
+    """The root disk (index 0) on what its guest knows; added disks on virtio."""
+    if index:
+        return DiskDevice(path=path, format="qcow2", target=disk_target(index))
+    bus = devices.disk_bus
+    target = disk_target(index, bus)
+    return DiskDevice(path, "qcow2", target, bus=bus, controller=devices.scsi_controller)
+
+
 def _nics(
-    conn: VirConnect, attachments: tuple[NetworkAttachment, ...]
+    conn: VirConnect, attachments: tuple[NetworkAttachment, ...], devices: GuestDevices
 ) -> Result[tuple[NicDevice, ...], ProviderError]:
+    """A model the request names wins over the one the guest's hardware asks for."""
     nics: list[NicDevice] = []
     for index, attachment in enumerate(attachments):
-        match _nic(conn, index, attachment):
+        match _nic(conn, index, attachment, attachment.model or devices.nic_model(index)):
             case Failure(error):
                 return Failure(error)
             case Success(nic):
@@ -304,9 +348,8 @@ def _nics(
 
 
 def _nic(
-    conn: VirConnect, index: int, attachment: NetworkAttachment
+    conn: VirConnect, index: int, attachment: NetworkAttachment, model: str
 ) -> Result[NicDevice, ProviderError]:
-    model = attachment.model or "virtio"
     if attachment.network_name:
 
         def missing(error: libvirt.libvirtError) -> ProviderError | None:
