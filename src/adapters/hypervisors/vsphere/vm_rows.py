@@ -102,6 +102,16 @@ def virtual_disks(row: Mapping[str, Any]) -> list[Any]:
     return [device for device in devices if isinstance(device, vim.vm.device.VirtualDisk)]
 
 
+def disk_index(disks: list[Any], disk_id: str, vm: str) -> Result[int, ProviderError]:
+    """The position of the disk named by device key (the first when none is named), as
+    ExportDisk and GetDiskInfo name a disk."""
+    for index, disk in enumerate(disks):
+        if not disk_id or str(disk.key) == disk_id:
+            return Success(index)
+    missing = f"no disk {disk_id!r}" if disk_id else "no disks"
+    return Failure(ProviderError.not_found(f"VM {vm!r} has {missing}"))
+
+
 class VMEntry(NamedTuple):
     """What ListVMs and Describe show of one VM, in plain values: the inventory cache keeps
     10,000s of these, so no pyVmomi object and no per-entry dict."""
