@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.vsphere.device_models import shown_models
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.addresses import routable_addresses
@@ -125,6 +126,8 @@ class VMEntry(NamedTuple):
     memory_mib: int
     disks: tuple[tuple[str, str, int], ...]  # (device key, backing file, size GiB)
     nics: tuple[tuple[str, str], ...]  # (network summary, MAC)
+    disk_controller: str  # the first disk's, in the domain's words (device_models.py)
+    nic_models: str  # comma-joined, in device order
 
     def info(self) -> VMInfo:
         return VMInfo(
@@ -146,6 +149,7 @@ def vm_entry(row: Mapping[str, Any]) -> VMEntry:
     """A row with properties.VM_PROPERTIES as the inventory keeps it."""
     devices = row.get("config.hardware.device") or ()
     nics = [d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+    disk_controller, nic_models = shown_models(devices)
     return VMEntry(
         moref=str(row["_ref"]._moId),
         id=vm_id(row),
@@ -162,6 +166,8 @@ def vm_entry(row: Mapping[str, Any]) -> VMEntry:
             (str(nic.deviceInfo.summary if nic.deviceInfo else ""), str(nic.macAddress or ""))
             for nic in nics
         ),
+        disk_controller=disk_controller,
+        nic_models=nic_models,
     )
 
 
