@@ -297,3 +297,21 @@ def test_an_import_record_is_found_beside_its_disk(
     )
     assert ok(backend.hardware.import_record_of(path)) == record
     assert ok(backend.hardware.import_record_of(f"[{DATASTORE}] loose.vmdk")) is None
+
+
+def test_only_nics_made_on_a_fallback_are_counted(
+    backend: Backend, simulator: Simulator, instance: Any, fallbacks: Counted
+) -> None:
+    """A KVM guest's virtio NICs count only where a NIC is made without a model of its own."""
+    hardware = VirtualHardware(
+        source_hypervisor="libvirt",
+        disk_controller=DiskController.VIRTIO_SCSI,
+        nic_models=(NicModel.VIRTIO, NicModel.VIRTIO),
+    )
+    named = NetworkAttachment(network_name="VM Network", model="vmxnet3")
+    for name, networks in (("vs-hw-no-nics", ()), ("vs-hw-named-nic", (named,))):
+        request = _request(
+            name, _imported_disk(simulator, instance, name), hardware, networks=networks
+        )
+        made(backend.tasks, backend.lifecycle.start_create(request, OWNER))
+    assert fallbacks.counts == {"disk_controller": 2, "nic": 0}

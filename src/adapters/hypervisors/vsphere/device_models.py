@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from pyVmomi import vim as untyped_vim
 
 from pyrigaud.domain.hardware import DiskController, NicModel, VirtualHardware
+from pyrigaud.domain.models import NetworkAttachment
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -101,35 +102,40 @@ def shown_models(devices: Sequence[Any]) -> tuple[str, str]:
 
 
 class GuestDevices(NamedTuple):
-    """The devices a VM around a migrated disk gets: its disk's controller, its NICs' models
-    (position by position, as the guest had them), and what had no equivalent."""
+    """The devices a VM around a migrated disk gets: its disk's controller (and, when the
+    guest's had no equivalent, what it was), and NICs after the guest's own."""
 
     controller: DiskController
-    nics: tuple[NicModel, ...]
-    controller_fallback: str  # "" or what the guest had instead, in words
-    nic_fallbacks: tuple[str, ...]  # what each NIC given FALLBACK_NIC had instead
+    controller_fallback: str  # "" or the guest's controller, in words, when it had none
+    guest_nics: tuple[NicModel | None, ...]  # as the guest had them
 
     def nic_model(self, index: int) -> NicModel | None:
-        """The model of the VM's `index`th NIC: the guest's own there, the last one given
-        beyond them (None when the guest had no NIC: the default model)."""
-        if not self.nics:
+        """The model of the VM's `index`th NIC: the nearest equivalent of the guest's NIC
+        there, of its last one beyond them; None when it had none (the default model)."""
+        if not self.guest_nics:
             return None
-        return self.nics[min(index, len(self.nics) - 1)]
+        return nearest_nic(self.guest_nics[min(index, len(self.guest_nics) - 1)])
+
+    def nic_fallbacks(self, networks: Sequence[NetworkAttachment]) -> tuple[str, ...]:
+        """What the guest had, in words, at each place where a NIC is made (an attachment
+        naming no model of its own) and its NIC had no equivalent."""
+        return tuple(
+            str(had or UNKNOWN)
+            for had, attachment in zip(self.guest_nics, networks, strict=False)
+            if not attachment.model and nearest_nic(had) != had
+        )
+
+
+def nearest_nic(model: NicModel | None) -> NicModel:
+    return model if model is not None and model in NIC_CLASSES else FALLBACK_NIC
 
 
 def guest_devices(hardware: VirtualHardware) -> GuestDevices:
     """vSphere's nearest equivalent of what the guest boots on."""
     had = hardware.disk_controller
     controller = had if had is not None and had in CONTROLLER_CLASSES else FALLBACK_CONTROLLER
-    nics = tuple(
-        model if model is not None and model in NIC_CLASSES else FALLBACK_NIC
-        for model in hardware.nic_models
-    )
     return GuestDevices(
         controller=controller,
-        nics=nics,
         controller_fallback="" if controller == had else str(had or UNKNOWN),
-        nic_fallbacks=tuple(
-            str(model or UNKNOWN) for model in hardware.nic_models if model not in NIC_CLASSES
-        ),
+        guest_nics=hardware.nic_models,
     )

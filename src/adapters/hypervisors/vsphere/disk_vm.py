@@ -146,7 +146,7 @@ class DiskVMMaker:
                 datastore_name,
                 chosen,
             )
-        ).bind(lambda made: made.map(lambda created: self._told(request.name, chosen, created)))
+        ).bind(lambda made: made.map(lambda created: self._told(request, chosen, created)))
 
     def _marks(self, owner: OwnerMark, *, in_steps: bool) -> dict[str, str]:
         """A VM made in steps is marked as building until the last one."""
@@ -260,11 +260,14 @@ class DiskVMMaker:
             for tpm in class_devices(request.vm_class, boot, api_version)
         )
 
-    def _told(self, name: str, chosen: GuestDevices | None, created: CreatedVM) -> CreatedVM:
+    def _told(
+        self, request: CreateRequest, chosen: GuestDevices | None, created: CreatedVM
+    ) -> CreatedVM:
         """The VM, once its Create has begun; a device its guest had no equivalent of on
         vSphere is said in a warning and counted."""
         if chosen is None:
             return created
+        name = request.name
         if chosen.controller_fallback:
             logger.warning(
                 "VM %r: its guest's disk was on %s, which vSphere does not offer; it is on "
@@ -274,11 +277,12 @@ class DiskVMMaker:
                 chosen.controller,
             )
             self._fallbacks.disk_controller()
-        if chosen.nic_fallbacks:
+        nic_fallbacks = chosen.nic_fallbacks(request.networks)
+        if nic_fallbacks:
             logger.warning(
                 "VM %r: its guest's NICs %s have no vSphere equivalent; they are %s instead",
                 name,
-                ", ".join(chosen.nic_fallbacks),
+                ", ".join(nic_fallbacks),
                 FALLBACK_NIC,
             )
             self._fallbacks.nic()
@@ -324,11 +328,12 @@ def with_models(
     networks: tuple[NetworkAttachment, ...], chosen: GuestDevices
 ) -> tuple[NetworkAttachment, ...]:
     """Each attachment with the model of the guest's NIC at its place, unless it names one."""
+    models = [chosen.nic_model(index) for index in range(len(networks))]
     return tuple(
         attachment
-        if attachment.model or chosen.nic_model(index) is None
-        else attachment.model_copy(update={"model": str(chosen.nic_model(index))})
-        for index, attachment in enumerate(networks)
+        if attachment.model or model is None
+        else attachment.model_copy(update={"model": str(model)})
+        for attachment, model in zip(networks, models, strict=True)
     )
 
 
