@@ -18,6 +18,7 @@ from returns.result import Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
+from pyrigaud.adapters.hypervisors.vsphere.device_models import FallbackCounters
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
 from pyrigaud.application.backend import Backend
@@ -65,11 +66,13 @@ def backend_over(
     on_resync: Callable[[], None] = lambda: None,
     owner: str = "tests/vsphere",
     scratch_dir: str | None = None,
+    fallbacks: FallbackCounters | None = None,
 ) -> Backend:
     """Every port over `session`, as one replica of the provider has them (`on_resync` is told
     each time the inventory cache's update feed broke and reads everything again); the VMs
     imports make carry the `owner` mark until complete; conversions keep their scratch files
-    in `scratch_dir` (None: the system's temporary directory)."""
+    in `scratch_dir` (None: the system's temporary directory); `fallbacks` count the devices
+    Create gives a migrated guest for want of its own."""
     return vsphere_backend(
         session,
         defaults=defaults or Placement(),
@@ -79,6 +82,7 @@ def backend_over(
         owner=owner,
         image_judge=IMAGE_JUDGE,
         scratch_dir=scratch_dir,
+        fallbacks=fallbacks,
     )
 
 

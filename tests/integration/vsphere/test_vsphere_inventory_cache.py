@@ -285,7 +285,9 @@ def test_a_list_waits_only_while_the_feed_reads_the_view(simulator: Simulator) -
         def read_the_view() -> None:
             time.sleep(0.3)
             uuid = "c0ffee00-0000-4000-8000-000000000001"
-            cache.keep(VMEntry("vm-1", uuid, "one", True, (), 1, 512, (), ()), cache.begin())
+            cache.keep(
+                VMEntry("vm-1", uuid, "one", True, (), 1, 512, (), (), "", ""), cache.begin()
+            )
             cache.go_warm()
 
         feed = threading.Thread(target=read_the_view)

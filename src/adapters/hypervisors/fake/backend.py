@@ -14,6 +14,7 @@ from pyrigaud.adapters.hypervisors.fake.power import FakePowerControl
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
 from pyrigaud.adapters.hypervisors.fake.snapshots import FakeSnapshots
 from pyrigaud.adapters.hypervisors.fake.tasks import FakeTaskTracker
+from pyrigaud.adapters.hypervisors.fake.virtual_hardware import FakeHardwareFacts
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.staging import StagingType
@@ -34,6 +35,7 @@ def fake_backend(hypervisor: FakeHypervisor) -> Backend:
         images=FakeImages(hypervisor),
         disk_transfer=disk_transfer,
         transfer_leftovers=disk_transfer,
+        hardware=FakeHardwareFacts(hypervisor),
     )
 
 

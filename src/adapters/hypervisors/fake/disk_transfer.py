@@ -88,10 +88,10 @@ class FakeDiskTransfer:
 
     def _disk(self, vm_id: str, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
         """A copy of the VM's disk by id or path (the root disk when none is named)."""
-        return self.hypervisor.vm(vm_id).bind(lambda vm: _disk_of(vm, disk_id, snapshot_id))
+        return self.hypervisor.vm(vm_id).bind(lambda vm: disk_of(vm, disk_id, snapshot_id))
 
 
-def _disk_of(vm: FakeVM, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
+def disk_of(vm: FakeVM, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
     if snapshot_id and snapshot_id not in vm.snapshots:
         return _not_found(f"VM {vm.name!r} has no snapshot {snapshot_id!r}")
     if not disk_id:

@@ -23,6 +23,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.faults import FakeFaults
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.hardware import DiskController, NicModel
 from pyrigaud.domain.models import (
     Capabilities,
     NetworkAttachment,
@@ -69,6 +70,7 @@ class FakeDisk:
 class FakeNic:
     name: str
     mac: str
+    model: NicModel | None = NicModel.VIRTIO
 
 
 @dataclass
@@ -94,6 +96,9 @@ class FakeVM:
     cpu_hot_add: bool = False
     memory_hot_add: bool = False
     firmware: str = "BIOS"
+    secure_boot: bool = False
+    # What its guest reaches its root disk through: virtio unless Create was told the guest's.
+    disk_controller: DiskController | None = DiskController.VIRTIO_BLK
     running: bool = False
     paused: bool = False
     shutdown_requested_at: float | None = None

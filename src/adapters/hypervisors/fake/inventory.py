@@ -12,6 +12,8 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, VMDescription, VMInfo
 from pyrigaud.domain.power import PowerState
 
+UNKNOWN = "unknown"  # Describe's word for a device with none in the domain's vocabulary
+
 
 @dataclass(frozen=True)
 class FakeInventory:
@@ -96,4 +98,6 @@ def _raw(vm: FakeVM) -> dict[str, str]:
         "hardware_version": str(vm.hardware_version),
         "pending_restart": "true" if vm.pending_restart else "false",
         "hostname": vm.hostname,
+        "disk_controller": str(vm.disk_controller or UNKNOWN),
+        "nic_models": ",".join(str(nic.model or UNKNOWN) for nic in vm.nics),
     }

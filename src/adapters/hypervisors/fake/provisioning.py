@@ -18,6 +18,7 @@ from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.hardware import VirtualHardware
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMChanges, VMRecord
 
 LATEST_HARDWARE_VERSION = 21
@@ -108,6 +109,9 @@ class FakeVMLifecycle:
         vm.cpu_hot_add = request.vm_class.performance.cpu_hot_add
         vm.memory_hot_add = request.vm_class.performance.memory_hot_add
         vm.firmware = request.vm_class.firmware.value
+        vm.secure_boot = request.vm_class.security.secure_boot
+        if request.hardware is not None:
+            _given_hardware(vm, request.hardware)
         vm.tags = request.tags
         return vm.id
 
@@ -161,6 +165,15 @@ class FakeVMLifecycle:
             )
         vm.hardware_version = target
         return Success(None)
+
+
+def _given_hardware(vm: FakeVM, hardware: VirtualHardware) -> None:
+    """The guest's devices as Create was told them: the fake has every model; NICs beyond
+    the guest's take its last one's."""
+    vm.disk_controller = hardware.disk_controller
+    for index, nic in enumerate(vm.nics):
+        if hardware.nic_models:
+            nic.model = hardware.nic_models[min(index, len(hardware.nic_models) - 1)]
 
 
 def _record(vm: FakeVM) -> VMRecord:

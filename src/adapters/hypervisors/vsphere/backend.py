@@ -9,6 +9,7 @@ from typing import Any, TypeVar, cast
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
 from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
+from pyrigaud.adapters.hypervisors.vsphere.device_models import FallbackCounters
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import VSphereDiskTransfer
 from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker
 from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
@@ -22,6 +23,7 @@ from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession, creden
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import VSphereSnapshots
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTaskTracker
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
+from pyrigaud.adapters.hypervisors.vsphere.virtual_hardware import VSphereHardwareFacts
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
@@ -43,6 +45,7 @@ def build_vsphere_backend(
     owner: str,
     image_judge: ImageJudge,
     scratch_dir: str | None = None,
+    fallbacks: FallbackCounters | None = None,
 ) -> Backend:
     """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
     time an expired session is replaced by a new login, `on_resync` each time the inventory
@@ -52,7 +55,9 @@ def build_vsphere_backend(
     before vCenter sees them; `staging_types` are where ExportDisk
     and ImportDisk can stage disks (advertised), `scratch_dir` where their format conversions
     keep anonymous scratch files (None: the system's temporary directory); `owner` is this
-    provider's owner mark, written on the VMs imports make until they are complete."""
+    provider's owner mark, written on the VMs imports make until they are complete;
+    `fallbacks` are told of each VM made around a migrated disk with a device its guest had no
+    equivalent of."""
     clock = SystemClock()
     session = VSphereSession(
         endpoint, credentials_from(credentials), insecure, on_relogin, on_call, clock=clock
@@ -67,6 +72,7 @@ def build_vsphere_backend(
         owner=owner,
         image_judge=image_judge,
         scratch_dir=scratch_dir,
+        fallbacks=fallbacks,
     )
 
 
@@ -81,6 +87,7 @@ def vsphere_backend(
     owner: str,
     image_judge: ImageJudge,
     scratch_dir: str | None = None,
+    fallbacks: FallbackCounters | None = None,
 ) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
     (the wall clock that every replica shares). The inventory cache's feed starts now, and
@@ -92,7 +99,10 @@ def vsphere_backend(
     marks = ImportMarks(owner, clock)
     return Backend(
         lifecycle=_refreshing(
-            VSphereVMLifecycle(vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock)), cache
+            VSphereVMLifecycle(
+                vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock, fallbacks)
+            ),
+            cache,
         ),
         power=_refreshing(VSpherePowerControl(vcenter), cache),
         inventory=VSphereInventory(vcenter, cache),
@@ -110,6 +120,7 @@ def vsphere_backend(
             allow_loopback_urls=allow_loopback_urls,
             scratch_dir=scratch_dir,
         ),
+        hardware=VSphereHardwareFacts(vcenter),
     )
 
 

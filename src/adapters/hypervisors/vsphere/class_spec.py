@@ -14,6 +14,7 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.guest_hardware import DEVICES_KEY
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
@@ -22,6 +23,8 @@ from pyrigaud.domain.models import Firmware, VMClass
 vim: Any = untyped_vim
 
 HARDWARE_VERSION_KEY = "vsphere.hardwareVersion"
+# The class's extraConfig keys that are pyrigaud's to read, not the VM's to carry.
+PYRIGAUD_KEYS = frozenset({HARDWARE_VERSION_KEY, DEVICES_KEY})
 TPM_VERSIONS = ("", "2", "2.0")
 FIRST_TPM_API = (6, 7)
 
@@ -39,9 +42,7 @@ def class_config(
                 f"vSphere's virtual TPM is TPM 2.0, got {vm_class.security.tpm_version!r}",
             )
         )
-    extra = {
-        key: value for key, value in vm_class.extra_config.items() if key != HARDWARE_VERSION_KEY
-    }
+    extra = {key: value for key, value in vm_class.extra_config.items() if key not in PYRIGAUD_KEYS}
     extra.update(guestinfo(user_data, meta_data))
     extra.update(owned_by)  # last, so a class can never forge the ownership mark
     return Success(

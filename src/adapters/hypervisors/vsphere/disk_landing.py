@@ -56,6 +56,13 @@ SECTOR_ALLOWANCE_BYTES = 512  # qemu rounds a disk up to whole sectors
 IMPORTING = "importing a disk"  # the URL is not echoed before it is checked
 
 
+def record_path(folder: str) -> str:
+    """Where an import into `folder` ("[ds] name", the disk inside it) keeps its record:
+    `[ds] name/name.pyrigaud-import.json`."""
+    name = folder.rpartition("] ")[2].rpartition("/")[2]
+    return f"{folder}/{name}{IMPORT_RECORD_SUFFIX}"
+
+
 class DatastoreSite:
     """An import into `[<datastore>] <name>/`, its record beside the disk, through `vcenter`;
     the transient VM it lands through carries `marks`, its scratch files are in `scratch_dir`."""
@@ -77,7 +84,7 @@ class DatastoreSite:
         self.disk_name = name
         self.folder = f"[{datastore}] {name}"
         self.place = f"datastore {datastore!r}"
-        self._record_path = f"{self.folder}/{name}{IMPORT_RECORD_SUFFIX}"
+        self._record_path = record_path(self.folder)
 
     def earlier_record(self) -> Result[bytes | None, ProviderError]:
         """The record of an earlier import under this name whose disk is still there; the

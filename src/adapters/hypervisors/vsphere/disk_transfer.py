@@ -38,6 +38,7 @@ from pyrigaud.adapters.hypervisors.vsphere.snapshots import find_snapshot_tree
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
     ImportMarks,
+    disk_index,
     power_state,
     virtual_disks,
 )
@@ -86,7 +87,7 @@ class VSphereDiskTransfer:
 
         def details(row: Mapping[str, Any]) -> Result[DiskDetails, ProviderError]:
             disks = virtual_disks(row)
-            return _disk_index(disks, query.disk_id, query.vm_id).map(
+            return disk_index(disks, query.disk_id, query.vm_id).map(
                 lambda index: _details(disks[index], is_bootable=index == 0)
             )
 
@@ -140,7 +141,7 @@ class VSphereDiskTransfer:
         disks = virtual_disks(row)
         chosen = Result.do(
             (index, left_behind + source[1], source[0])
-            for index in _disk_index(disks, request.disk_id, name)
+            for index in disk_index(disks, request.disk_id, name)
             for left_behind in preflight(name, disks[index], row)
             for source in self._source(instance, request, row, name)
         )
@@ -284,15 +285,6 @@ def preflight(
     if row.get("config.firmware") == "efi":
         left.append(LeftBehind.NVRAM)
     return Success(tuple(left))
-
-
-def _disk_index(disks: list[Any], disk_id: str, vm: str) -> Result[int, ProviderError]:
-    """The position of the disk named by device key (the first when none is named)."""
-    for index, disk in enumerate(disks):
-        if not disk_id or str(disk.key) == disk_id:
-            return Success(index)
-    missing = f"no disk {disk_id!r}" if disk_id else "no disks"
-    return Failure(ProviderError.not_found(f"VM {vm!r} has {missing}"))
 
 
 def _details(disk: Any, *, is_bootable: bool) -> DiskDetails:

@@ -2,12 +2,14 @@
 `Path`, "[datastore] dir/name.vmdk"), instead of a clone of a template.
 
 CreateVM_Task makes the VM whole or not at all, with the class, cloud-init guestinfo, NICs,
-extra disks and ownership mark in its one config spec, the disk attached as it is (persistent,
-on a new LSI Logic controller) and the VM's home on the disk's datastore, as upstream's provider
-does. A guest customization (static IPs, time zone) or a class root-disk size larger than the
-disk (grown, never shrunk) needs more tasks: that VM is made with the building mark, grown and
-customized, then unmarked, and a failure on the way destroys it again
-with the imported disk detached first, so a retry finds the disk where it was.
+extra disks and ownership mark in its one config spec, the disk attached as it is (persistent)
+and the VM's home on the disk's datastore. The disk's controller and the NICs' models are the
+guest's own, or their nearest equivalent (`device_models.py`), when its import's record tells
+them (`CreateRequest.hardware`); else the disk is on a new LSI Logic controller, as upstream's
+provider does. A guest customization (static IPs, time zone) or a class root-disk size larger
+than the disk (grown, never shrunk) needs more tasks: that VM is made with the building mark,
+grown and customized, then unmarked, and a failure on the way destroys it again with the
+imported disk detached first, so a retry finds the disk where it was.
 
 Once the VM is complete, the disk is the VM's own: Delete destroys the VM and vCenter deletes
 its disks with it, the imported one included. A VM still marked as building has not taken the
@@ -17,6 +19,7 @@ disk yet: deleting it (the crash sweep does) detaches disks outside its home dir
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -34,6 +37,13 @@ from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
 from pyrigaud.adapters.hypervisors.vsphere.customization import (
     GuestCustomization,
     guest_customization,
+)
+from pyrigaud.adapters.hypervisors.vsphere.device_models import (
+    CONTROLLER_CLASSES,
+    FALLBACK_NIC,
+    FallbackCounters,
+    GuestDevices,
+    guest_devices,
 )
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks, nic_count
 from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
@@ -56,15 +66,26 @@ from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMChanges
+from pyrigaud.domain.hardware import DiskController
+from pyrigaud.domain.models import (
+    CreateRequest,
+    NetworkAttachment,
+    OwnerMark,
+    Placement,
+    VMChanges,
+)
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
+logger = logging.getLogger(__name__)
 
 DATASTORE_PATH = re.compile(r"\[(?P<datastore>[^\]]+)\] (?P<file>[^\x00-\x1f]+\.vmdk)")
 DEFAULT_GUEST_ID = "otherLinux64Guest"
+DEFAULT_CONTROLLER = DiskController.LSI_LOGIC  # when nothing is known of the guest's
 CONTROLLER_KEY = -400
 ROOT_DISK_KEY = -401
+EXTRA_CONTROLLER_KEY = -402
+IDE_CONTROLLER_KEY = 200  # the first of the two IDE controllers vCenter gives every VM
 # The properties delete reads to tell which disks a building VM must leave behind.
 DELETE_PROPERTIES = (
     "runtime.powerState",
@@ -75,12 +96,20 @@ DELETE_PROPERTIES = (
 
 
 class DiskVMMaker:
-    def __init__(self, vcenter: VCenter, defaults: Placement, clock: Clock) -> None:
+    def __init__(
+        self,
+        vcenter: VCenter,
+        defaults: Placement,
+        clock: Clock,
+        fallbacks: FallbackCounters | None = None,
+    ) -> None:
         """`defaults` are the PROVIDER_DEFAULT_* placement settings; `clock` dates the
-        building mark (the wall clock that every replica shares)."""
+        building mark (the wall clock that every replica shares); `fallbacks` are told of
+        each VM given a device its guest had no equivalent of."""
         self._vcenter = vcenter
         self._defaults = defaults
         self._clock = clock
+        self._fallbacks = fallbacks or FallbackCounters()
 
     def create(
         self, instance: Any, request: CreateRequest, owner: OwnerMark
@@ -100,6 +129,7 @@ class DiskVMMaker:
         datastore_name = found["datastore"]
         placement = merged(request.placement, self._defaults)
         root_gib = request.vm_class.disk_defaults.size_gib or None
+        chosen = None if request.hardware is None else guest_devices(request.hardware)
         return Result.do(
             self._made(instance, location, guest, root_gib, spec)
             for datastore in named_entity(
@@ -114,8 +144,9 @@ class DiskVMMaker:
                 request,
                 self._marks(owner, in_steps=guest is not None or root_gib is not None),
                 datastore_name,
+                chosen,
             )
-        ).bind(lambda made: made)
+        ).bind(lambda made: made.map(lambda created: self._told(request, chosen, created)))
 
     def _marks(self, owner: OwnerMark, *, in_steps: bool) -> dict[str, str]:
         """A VM made in steps is marked as building until the last one."""
@@ -198,20 +229,14 @@ class DiskVMMaker:
         request: CreateRequest,
         marks: Mapping[str, str],
         datastore_name: str,
+        chosen: GuestDevices | None,
     ) -> Result[Any, ProviderError]:
-        controller = vim.vm.device.VirtualLsiLogicController(
-            key=CONTROLLER_KEY, busNumber=0, sharedBus="noSharing"
+        boot = boot_devices(
+            request.image.path,
+            DEFAULT_CONTROLLER if chosen is None else chosen.controller,
+            extra_disks=bool(request.disks),
         )
-        disk = vim.vm.device.VirtualDisk(
-            key=ROOT_DISK_KEY,
-            controllerKey=CONTROLLER_KEY,
-            unitNumber=0,
-            capacityInKB=0,  # an existing disk keeps its own size
-            backing=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(
-                fileName=request.image.path, diskMode="persistent"
-            ),
-        )
-        devices = [controller, disk]
+        networks = request.networks if chosen is None else with_models(request.networks, chosen)
         api_version = instance.content.about.apiVersion
 
         def filled(spec: Any, version: str | None, changes: list[Any]) -> Any:
@@ -221,8 +246,7 @@ class DiskVMMaker:
             spec.version = version
             spec.files = vim.vm.FileInfo(vmPathName=f"[{datastore_name}]")
             spec.deviceChange = [
-                vim.vm.device.VirtualDeviceSpec(operation="add", device=controller),
-                vim.vm.device.VirtualDeviceSpec(operation="add", device=disk),
+                *(vim.vm.device.VirtualDeviceSpec(operation="add", device=d) for d in boot),
                 *changes,
             ]
             return spec
@@ -231,10 +255,86 @@ class DiskVMMaker:
             filled(spec, version, added + nics + tpm)
             for spec in class_config(request.vm_class, marks, request.user_data, request.meta_data)
             for version in hardware_version(request.vm_class)
-            for added in new_disks(devices, request.disks)
-            for nics in nic_changes(instance, devices, request.networks, CREATE_ATTACHMENTS)
-            for tpm in class_devices(request.vm_class, devices, api_version)
+            for added in new_disks(boot, request.disks)
+            for nics in nic_changes(instance, boot, networks, CREATE_ATTACHMENTS)
+            for tpm in class_devices(request.vm_class, boot, api_version)
         )
+
+    def _told(
+        self, request: CreateRequest, chosen: GuestDevices | None, created: CreatedVM
+    ) -> CreatedVM:
+        """The VM, once its Create has begun; a device its guest had no equivalent of on
+        vSphere is said in a warning and counted."""
+        if chosen is None:
+            return created
+        name = request.name
+        if chosen.controller_fallback:
+            logger.warning(
+                "VM %r: its guest's disk was on %s, which vSphere does not offer; it is on "
+                "the %s controller instead (see the docs' migration page)",
+                name,
+                chosen.controller_fallback,
+                chosen.controller,
+            )
+            self._fallbacks.disk_controller()
+        nic_fallbacks = chosen.nic_fallbacks(request.networks)
+        if nic_fallbacks:
+            logger.warning(
+                "VM %r: its guest's NICs %s have no vSphere equivalent; they are %s instead",
+                name,
+                ", ".join(nic_fallbacks),
+                FALLBACK_NIC,
+            )
+            self._fallbacks.nic()
+        return created
+
+
+def boot_devices(path: str, controller: DiskController, *, extra_disks: bool) -> list[Any]:
+    """The disk at `path` attached as it is (persistent) on a new controller of the kind
+    given (IDE: the VM's own first IDE controller, which every VM has), and a new LSI Logic
+    controller for the extra disks when that one is no SCSI controller."""
+    devices: list[Any] = []
+    controller_key = IDE_CONTROLLER_KEY
+    if controller is not DiskController.IDE:
+        devices.append(_new_controller(CONTROLLER_CLASSES[controller], CONTROLLER_KEY))
+        controller_key = CONTROLLER_KEY
+    devices.append(
+        vim.vm.device.VirtualDisk(
+            key=ROOT_DISK_KEY,
+            controllerKey=controller_key,
+            unitNumber=0,
+            capacityInKB=0,  # an existing disk keeps its own size
+            backing=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(
+                fileName=path, diskMode="persistent"
+            ),
+        )
+    )
+    scsi = any(isinstance(d, vim.vm.device.VirtualSCSIController) for d in devices)
+    if extra_disks and not scsi:
+        devices.append(
+            _new_controller(vim.vm.device.VirtualLsiLogicController, EXTRA_CONTROLLER_KEY)
+        )
+    return devices
+
+
+def _new_controller(kind: Any, key: int) -> Any:
+    controller = kind(key=key, busNumber=0)
+    if isinstance(controller, vim.vm.device.VirtualSCSIController):
+        controller.sharedBus = "noSharing"
+    return controller
+
+
+def with_models(
+    networks: tuple[NetworkAttachment, ...], chosen: GuestDevices
+) -> tuple[NetworkAttachment, ...]:
+    """Each attachment with the model of the guest's NIC at its place, unless it names one."""
+    models = [chosen.nic_model(index) for index in range(len(networks))]
+    return tuple(
+        attachment
+        if attachment.model or model is None
+        else attachment.model_copy(update={"model": str(model)})
+        for attachment, model in zip(networks, models, strict=True)
+    )
 
 
 def destroy_keeping_foreign_disks(

@@ -81,6 +81,8 @@ class VSphereInventory:
                 "moref": entry.moref,
                 "numCPU": str(entry.cpu),
                 "memoryMB": str(entry.memory_mib),
+                "disk_controller": entry.disk_controller,
+                "nic_models": entry.nic_models,
             },
         )
 

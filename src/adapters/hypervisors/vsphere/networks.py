@@ -10,6 +10,7 @@ from pyVmomi import vim as untyped_vim
 from returns.iterables import Fold
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.vsphere.device_models import NIC_CLASSES
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
@@ -20,9 +21,7 @@ vim: Any = untyped_vim
 
 NIC_MODELS: dict[str, Any] = {
     "": vim.vm.device.VirtualVmxnet3,
-    "vmxnet3": vim.vm.device.VirtualVmxnet3,
-    "e1000": vim.vm.device.VirtualE1000,
-    "e1000e": vim.vm.device.VirtualE1000e,
+    **{str(model): kind for model, kind in NIC_CLASSES.items()},
 }
 
 

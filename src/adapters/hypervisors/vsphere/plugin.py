@@ -40,6 +40,9 @@ def build(common: CommonSettings, own: VSphereSettings, services: BackendService
     from pyrigaud.adapters.hypervisors.vsphere.backend import (  # noqa: PLC0415
         build_vsphere_backend,
     )
+    from pyrigaud.adapters.hypervisors.vsphere.device_models import (  # noqa: PLC0415
+        FallbackCounters,
+    )
 
     return build_vsphere_backend(
         common.endpoint,
@@ -59,6 +62,10 @@ def build(common: CommonSettings, own: VSphereSettings, services: BackendService
         owner=common.owner_mark,
         image_judge=services.image_judge,
         scratch_dir=common.scratch_dir,
+        fallbacks=FallbackCounters(
+            disk_controller=services.counters.on_hardware_fallback("disk_controller"),
+            nic=services.counters.on_hardware_fallback("nic"),
+        ),
     )
 
 

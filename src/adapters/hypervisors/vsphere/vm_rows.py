@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.vsphere.device_models import shown_models
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.addresses import routable_addresses
@@ -102,6 +103,16 @@ def virtual_disks(row: Mapping[str, Any]) -> list[Any]:
     return [device for device in devices if isinstance(device, vim.vm.device.VirtualDisk)]
 
 
+def disk_index(disks: list[Any], disk_id: str, vm: str) -> Result[int, ProviderError]:
+    """The position of the disk named by device key (the first when none is named), as
+    ExportDisk and GetDiskInfo name a disk."""
+    for index, disk in enumerate(disks):
+        if not disk_id or str(disk.key) == disk_id:
+            return Success(index)
+    missing = f"no disk {disk_id!r}" if disk_id else "no disks"
+    return Failure(ProviderError.not_found(f"VM {vm!r} has {missing}"))
+
+
 class VMEntry(NamedTuple):
     """What ListVMs and Describe show of one VM, in plain values: the inventory cache keeps
     10,000s of these, so no pyVmomi object and no per-entry dict."""
@@ -115,6 +126,8 @@ class VMEntry(NamedTuple):
     memory_mib: int
     disks: tuple[tuple[str, str, int], ...]  # (device key, backing file, size GiB)
     nics: tuple[tuple[str, str], ...]  # (network summary, MAC)
+    disk_controller: str  # the first disk's, in the domain's words (device_models.py)
+    nic_models: str  # comma-joined, in device order
 
     def info(self) -> VMInfo:
         return VMInfo(
@@ -136,6 +149,7 @@ def vm_entry(row: Mapping[str, Any]) -> VMEntry:
     """A row with properties.VM_PROPERTIES as the inventory keeps it."""
     devices = row.get("config.hardware.device") or ()
     nics = [d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+    disk_controller, nic_models = shown_models(devices)
     return VMEntry(
         moref=str(row["_ref"]._moId),
         id=vm_id(row),
@@ -152,6 +166,8 @@ def vm_entry(row: Mapping[str, Any]) -> VMEntry:
             (str(nic.deviceInfo.summary if nic.deviceInfo else ""), str(nic.macAddress or ""))
             for nic in nics
         ),
+        disk_controller=disk_controller,
+        nic_models=nic_models,
     )
 
 

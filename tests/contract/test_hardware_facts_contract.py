@@ -1,0 +1,100 @@
+"""HardwareFacts on every backend that has it: the record an import kept is found again from
+the Path ImportDisk answered, and a VM made from that disk with the guest's hardware reads it
+back (what the export of a migrated VM writes into its hardware manifest)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from pyrigaud.application.ports.virtual_hardware import HardwareFacts
+from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.hardware import DiskController, Firmware, VirtualHardware
+from pyrigaud.domain.models import OwnerMark, SecurityProfile, VMClass, VMImage
+
+from contract.conftest import harness_of
+from contract.harness import Harness
+from contract.steps import MISSING_IDS, create
+from support import error_kind, ok
+from support.transfer import export_disk, import_disk
+
+# The backends whose HardwareFacts are in (libvirt's joins with its own).
+WITH_HARDWARE_FACTS = ["fake", "vsphere-sim"]
+UEFI_CLASS = VMClass(
+    cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=SecurityProfile(secure_boot=True)
+)
+
+
+@pytest.fixture(params=WITH_HARDWARE_FACTS)
+def hardware_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    yield from harness_of(request.param)
+
+
+def _facts(harness: Harness) -> HardwareFacts:
+    assert harness.backend.hardware is not None
+    return harness.backend.hardware
+
+
+def _imported_path(harness: Harness, owner: OwnerMark, name: str) -> str:
+    """A disk exported from a new VM and imported again under `name`: its Path."""
+    port = harness.moves()
+    source = create(harness, owner, f"{name}-source")
+    url = harness.staged_url(f"{name}.qcow2")
+    exported = ok(export_disk(port, source, url))
+    imported = ok(import_disk(port, url, target_name=name, expected_checksum=exported.checksum))
+    return imported.path
+
+
+def test_the_record_an_import_kept_is_found_from_its_path(
+    hardware_harness: Harness, owner: OwnerMark
+) -> None:
+    harness = hardware_harness
+    path = _imported_path(harness, owner, "contract-hw-record")
+    record = ok(_facts(harness).import_record_of(path))
+    assert record is not None
+    assert json.loads(record)["path"] == path
+    vm_id = create(harness, owner, "contract-hw-plain")
+    plain = ok(harness.backend.inventory.vm_info(vm_id))
+    assert plain is not None
+    assert ok(_facts(harness).import_record_of(plain.disks[0].path)) is None  # never imported
+
+
+def test_a_vm_made_with_the_guest_s_hardware_reads_it_back(
+    hardware_harness: Harness, owner: OwnerMark
+) -> None:
+    harness = hardware_harness
+    path = _imported_path(harness, owner, "contract-hw-guest")
+    given = VirtualHardware(
+        source_hypervisor="elsewhere",
+        firmware=Firmware.UEFI,
+        secure_boot=True,
+        disk_controller=DiskController.PVSCSI,
+    )
+    vm_id = create(
+        harness,
+        owner,
+        "contract-hw-made",
+        vm_class=UEFI_CLASS,
+        image=VMImage(path=path, format="vmdk"),
+        hardware=given,
+    )
+    read = ok(_facts(harness).hardware_of(vm_id, ""))
+    assert read.source_hypervisor  # the backend names itself
+    assert (read.firmware, read.secure_boot) == (Firmware.UEFI, True)
+    assert read.disk_controller is DiskController.PVSCSI
+    assert read.nic_models == ()
+    described = ok(harness.backend.inventory.describe(vm_id))
+    assert described is not None
+    assert described.raw["disk_controller"] == "pvscsi"
+
+
+@pytest.mark.parametrize("missing", MISSING_IDS)
+def test_no_such_vm_or_disk_is_not_found(
+    hardware_harness: Harness, owner: OwnerMark, missing: str
+) -> None:
+    facts = _facts(hardware_harness)
+    assert error_kind(facts.hardware_of(missing, "")) is ErrorKind.NOT_FOUND
+    vm_id = create(hardware_harness, owner, "contract-hw-disks")
+    assert error_kind(facts.hardware_of(vm_id, "no-such-disk")) is ErrorKind.NOT_FOUND
