@@ -72,6 +72,7 @@ CREATE_FLAGS = (
     | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_ATOMIC
 )
 NVRAM_COPY_SUFFIX = ".nvram"
+QEMU_DRIVER = "QEMU"  # what the connection of libvirt's QEMU driver calls itself
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,11 @@ class Overlay:
         return f"{self.path}{NVRAM_COPY_SUFFIX}"
 
 
-def uses_pflash(guest: Guest) -> bool:
-    """Whether the VM boots UEFI from pflash, whose internal snapshots libvirt 9 refuses."""
-    return guest.facts().firmware == "UEFI"
+def uses_pflash(conn: VirConnect, guest: Guest) -> bool:
+    """Whether QEMU boots the VM's UEFI from pflash, whose internal snapshots libvirt 9
+    refuses. libvirt's test driver runs no firmware and keeps no NVRAM (nor does it make
+    external snapshots): its VMs' snapshots stay internal."""
+    return conn.getType() == QEMU_DRIVER and guest.facts().firmware == "UEFI"
 
 
 def overlays_of(snapshot: VirDomainSnapshot) -> tuple[Overlay, ...]:

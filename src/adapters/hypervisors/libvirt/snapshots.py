@@ -99,7 +99,7 @@ def _create_snapshot(
     except libvirt.libvirtError as error:
         if not is_missing(error):
             raise
-    if uses_pflash(guest):
+    if uses_pflash(conn, guest):
         return create_overlay_snapshot(conn, guest, _snapshot_xml(request)).map(_snapshot_value)
     xml = ET.tostring(_snapshot_xml(request), encoding="unicode")
     return Success(_snapshot_value(dom.snapshotCreateXML(xml, 0)))
