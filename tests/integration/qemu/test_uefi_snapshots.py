@@ -23,6 +23,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import upload_volume, volume_
 from pyrigaud.application.ports import Snapshots
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
+    CloneRequest,
     CreateRequest,
     Firmware,
     OwnerMark,
@@ -33,7 +34,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import STAGED_FOLDER, STAGING_PVC
 from support import error_of, ok
-from support.libvirt import create_vm
+from support.libvirt import clone_vm, create_vm
 from support.qemu import TEST_POOL_PATH, QemuHost, ensure_test_pool
 from support.transfer import disk_moves, export_disk
 
@@ -232,4 +233,26 @@ def test_a_bios_vm_keeps_internal_snapshots(qemu: QemuHost, conn: Any) -> None:
         conn.lookupByUUIDString(vm_id).snapshotLookupByName("inside").getXMLDesc(0)
     )
     assert {disk.get("snapshot") for disk in root.iterfind("disks/disk")} <= {"internal", "no"}
+    ok(qemu.backend.lifecycle.delete(vm_id))
+
+
+def test_a_snapshot_a_linked_clone_grew_on_is_kept_until_the_clone_goes(
+    qemu: QemuHost, conn: Any
+) -> None:
+    """A linked clone of the powered-off VM grows on its newest overlay: emptying or merging
+    that overlay would change what the clone reads, so revert and delete wait for the clone."""
+    snapshots = snapshots_of(qemu)
+    vm_id, _ = uefi_vm(qemu, conn, "uefi-linked")
+    taken = ok(snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="base")))
+    request = CloneRequest(source_vm_id=vm_id, target_name="uefi-linked-clone", linked=True)
+    clone_id = ok(clone_vm(qemu.backend, request, OWNER))
+    for refused in (
+        snapshots.delete_snapshot(vm_id, taken.id),
+        snapshots.revert_snapshot(vm_id, taken.id),
+    ):
+        error = error_of(refused)
+        assert error.kind is ErrorKind.FAILED_PRECONDITION
+        assert "linked clone" in error.message
+    ok(qemu.backend.lifecycle.delete(clone_id))
+    ok(snapshots.delete_snapshot(vm_id, taken.id))
     ok(qemu.backend.lifecycle.delete(vm_id))

@@ -60,6 +60,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     delete_volume,
     planned_volume_path,
     volume_facts,
+    volumes_by_path,
 )
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
@@ -144,12 +145,12 @@ def create_overlay_snapshot(
                 return Failure(ProviderError.not_found(f"no volume at {disk.path!r}"))
             create_volume(pool, name, image.capacity_bytes, image)
         _describe_disks(snapshot_xml, guest, overlays)
-        with _paused(guest):
+        first_pool, _, first = planned[0]
+        with _paused(guest):  # the NVRAM first: a failure then leaves the disks untouched
+            copy_nvram(conn, guest, first_pool, first.nvram_copy.rsplit("/", 1)[-1])
             snapshot = guest.dom.snapshotCreateXML(
                 ET.tostring(snapshot_xml, encoding="unicode"), CREATE_FLAGS
             )
-            first_pool, _, first = planned[0]
-            copy_nvram(conn, guest, first_pool, first.nvram_copy.rsplit("/", 1)[-1])
         return Success(snapshot)
 
     def undo() -> None:
@@ -173,6 +174,9 @@ def revert_overlay_snapshot(
                 "a UEFI VM reverts only to its newest snapshot; delete the newer ones first"
             )
         )
+    held = _held_by_others(conn, guest, overlays)
+    if held:
+        return Failure(held)
     metadata = guest.metadata()
     guest.stop()
     for overlay in overlays:
@@ -188,6 +192,9 @@ def delete_overlay_snapshot(
     conn: VirConnect, guest: Guest, snapshot: VirDomainSnapshot, clock: Clock
 ) -> Result[None, ProviderError]:
     overlays = overlays_of(snapshot)
+    held = _held_by_others(conn, guest, overlays)
+    if held:
+        return Failure(held)
     with _running(guest):
         merged = _merged(conn, guest, overlays, clock)
     return merged.map(lambda _: _forgotten(conn, guest, snapshot, overlays))
@@ -231,6 +238,26 @@ def _forgotten(
     if metadata is not None:
         guest.write_metadata(_without(metadata, overlays))
     snapshot.delete(libvirt.VIR_DOMAIN_SNAPSHOT_DELETE_METADATA_ONLY)
+
+
+def _held_by_others(
+    conn: VirConnect, guest: Guest, overlays: tuple[Overlay, ...]
+) -> ProviderError | None:
+    """Why the overlays cannot be emptied or removed: a disk other than the VM's own grew on
+    one of them (a linked clone of the VM), and would lose what it reads."""
+    paths = {overlay.path for overlay in overlays}
+    own = {disk.path for disk in guest.facts().disks} | {
+        overlay.path
+        for snapshot in guest.dom.listAllSnapshots(0)
+        for overlay in overlays_of(snapshot)
+    }
+    for volume in volumes_by_path(conn).values():
+        if volume.backing_path in paths and volume.path not in own:
+            return ProviderError.failed_precondition(
+                f"{volume.path!r} grew on the snapshot's overlay {volume.backing_path!r} (a "
+                "linked clone): delete it first"
+            )
+    return None
 
 
 def _describe_disks(snapshot_xml: ET.Element, guest: Guest, overlays: tuple[Overlay, ...]) -> None:
