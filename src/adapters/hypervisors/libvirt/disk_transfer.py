@@ -7,7 +7,9 @@ in memory, the same code serves a remote host over any transport, and nothing ru
 The state at a snapshot (`snapshot_id`, which the manager's sequence always sends: with its
 defaults the VM keeps running) is read from the qcow2 file's internal snapshot by qemu-img in
 the pod (`snapshot_export.py`), running VM or not: the snapshot's clusters are never written
-again, so the guest goes on undisturbed. Without a snapshot a running (or paused) VM is
+again, so the guest goes on undisturbed. A UEFI VM's snapshot is an external overlay
+(`overlay_snapshots.py`): the disk at it is the image under the overlay, never written since,
+read as a powered-off disk is. Without a snapshot a running (or paused) VM is
 refused: QEMU writes to its disk, so a copy would not be from one point in time. A disk that
 overlays an image, or a requested format other than the disk's own, is first copied by libvirt
 into a temporary standalone volume of that format in the same pool (flattened and converted on
