@@ -148,11 +148,10 @@ def test_a_running_uefi_vm_is_snapshotted_exported_reverted_and_its_snapshots_de
     write_running(dom, 0x11, 0)
     at_first = disk_now(dom, tmp_path)
 
-    # Memory is asked for: libvirt 9 cannot revert an external memory snapshot, so disk only.
     first = ok(
         snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="first", include_memory=True))
     )
-    assert not first.include_memory
+    assert first.include_memory
     assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
     write_running(dom, 0x22, 64 * 1024)
     at_second = disk_now(dom, tmp_path)
@@ -171,6 +170,7 @@ def test_a_running_uefi_vm_is_snapshotted_exported_reverted_and_its_snapshots_de
     assert "newest" in refused.message
 
     ok(snapshots.delete_snapshot(vm_id, first.id))  # merged under the second, VM running
+    assert not second.include_memory
     assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
     assert exported(qemu, vm_id, second.id, "raw", tmp_path) == at_second
 
@@ -190,6 +190,35 @@ def test_a_running_uefi_vm_is_snapshotted_exported_reverted_and_its_snapshots_de
     assert pool_names(conn) == before_snapshots  # no overlay or NVRAM copy left
     ok(qemu.backend.power.power_on(vm_id))  # the disk is whole: the VM starts on it
     assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    ok(qemu.backend.lifecycle.delete(vm_id))
+
+
+def test_a_running_uefi_vm_reverted_to_a_memory_snapshot_runs_on_from_it(
+    qemu: QemuHost, conn: Any, tmp_path: Path
+) -> None:
+    snapshots = snapshots_of(qemu)
+    vm_id, _ = uefi_vm(qemu, conn, "uefi-memory")
+    before_snapshots = pool_names(conn)
+    ok(qemu.backend.power.power_on(vm_id))
+    dom = conn.lookupByUUIDString(vm_id)
+    request = SnapshotRequest(vm_id=vm_id, name="awake", include_memory=True)
+    awake = ok(snapshots.create_snapshot(request))
+    assert awake.include_memory
+    at_snapshot = disk_now(dom, tmp_path)
+    write_running(dom, 0x55, 0)
+    assert exported(qemu, vm_id, awake.id, "raw", tmp_path) == at_snapshot
+
+    ok(snapshots.revert_snapshot(vm_id, awake.id))
+    assert dom.state() == [libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_RUNNING_RESTORED]
+    assert disk_now(dom, tmp_path) == at_snapshot
+    write_running(dom, 0x66, 0)  # QEMU writes on into the emptied overlay, not the image
+    assert exported(qemu, vm_id, awake.id, "raw", tmp_path) == at_snapshot
+    ok(snapshots.revert_snapshot(vm_id, awake.id))  # the memory file serves again
+    assert disk_now(dom, tmp_path) == at_snapshot
+
+    ok(snapshots.delete_snapshot(vm_id, awake.id))
+    assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    assert pool_names(conn) == before_snapshots  # overlay, NVRAM copy and memory file gone
     ok(qemu.backend.lifecycle.delete(vm_id))
 
 

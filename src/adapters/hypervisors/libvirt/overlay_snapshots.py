@@ -6,7 +6,7 @@ for a running VM with pflash firmware ("internal snapshots of a VM with pflash b
 are not supported"), and even where it allows them (a powered-off VM) they leave the NVRAM
 out. A qcow2 NVRAM that could hold internal snapshots too needs `<nvram format='qcow2'>`,
 which libvirt 9.0 does not know (it drops the attribute and still refuses). So such a VM's
-snapshot is an external disk-only one (`VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY`), which libvirt
+snapshot is an external one (disk-only, or with the memory of a running VM), which libvirt
 9.0 makes for a running VM and a powered-off one alike but neither reverts nor deletes (it
 learns that in 9.7 and 9.9); pyrigaud does both:
 
@@ -16,18 +16,20 @@ learns that in 9.7 and 9.9); pyrigaud does both:
   leaves nothing pyrigaud does not own: Delete of the VM removes it. The image under the
   overlay is never written again while the overlay is on it: it *is* the disk at the
   snapshot. A running VM is paused for the switch and for the copy of its NVRAM (nvram.py)
-  into `<overlay>.nvram`, so disks and NVRAM are from one instant. The snapshot holds no
-  memory: libvirt 9.0 cannot revert an external memory snapshot, and the contract's answer
-  to that is a disk-only snapshot, reported as such.
+  into `<overlay>.nvram`, so disks and NVRAM are from one instant. Asked for memory, a
+  running VM's snapshot has libvirt save it into `<overlay>.memory` (a file libvirt writes
+  past the pool, recorded like the overlays); a powered-off VM's is disk-only, reported so.
 - **Revert** (to the newest snapshot; an older one while newer ones exist is
   FAILED_PRECONDITION: delete those first): the VM is powered off, each overlay is made
   empty again on its image, the definition is the one the snapshot saved (with the disks on
-  the overlays and pyrigaud's current metadata), and the NVRAM copy is put back. The VM is
-  left off, as after a power loss at that instant: the snapshot holds no memory to resume.
+  the overlays and pyrigaud's current metadata), and the NVRAM copy is put back. A snapshot
+  with memory then runs on from it: libvirt restores the saved memory with the saved live
+  definition, its disks on the emptied overlays (`virDomainRestoreFlags`, the file kept for
+  the next revert). A disk-only one leaves the VM off, as after a power loss at that instant.
 - **Delete**: each overlay is block-committed into the image under it (an active commit
   and pivot for the newest, a plain commit for an older one), then removed with its NVRAM
-  copy and the snapshot's metadata. A powered-off VM is started paused for the commit (no
-  guest code runs, the NVRAM is not touched) and stopped again.
+  copy, its memory file and the snapshot's metadata. A powered-off VM is started paused for
+  the commit (no guest code runs, the NVRAM is not touched) and stopped again.
 
 A snapshot made before this existed (internal, of a powered-off UEFI VM) is still reverted and
 deleted by libvirt.
@@ -68,11 +70,10 @@ from pyrigaud.domain.errors import ProviderError
 VirDomainSnapshot = Any
 
 CREATE_FLAGS = (
-    libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY
-    | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REUSE_EXT
-    | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_ATOMIC
+    libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REUSE_EXT | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_ATOMIC
 )
 NVRAM_COPY_SUFFIX = ".nvram"
+MEMORY_SUFFIX = ".memory"
 QEMU_DRIVER = "QEMU"  # what the connection of libvirt's QEMU driver calls itself
 
 
@@ -87,6 +88,12 @@ class Overlay:
     def nvram_copy(self) -> str:
         """Where the snapshot's NVRAM copy is, beside its first overlay."""
         return f"{self.path}{NVRAM_COPY_SUFFIX}"
+
+    @property
+    def memory(self) -> str:
+        """Where libvirt saves the memory of a snapshot that holds it, beside its first
+        overlay."""
+        return f"{self.path}{MEMORY_SUFFIX}"
 
 
 def uses_pflash(conn: VirConnect, guest: Guest) -> bool:
@@ -117,10 +124,10 @@ def image_at(conn: VirConnect, snapshot: VirDomainSnapshot, target: str) -> str 
 
 
 def create_overlay_snapshot(
-    conn: VirConnect, guest: Guest, snapshot_xml: ET.Element
+    conn: VirConnect, guest: Guest, snapshot_xml: ET.Element, *, include_memory: bool
 ) -> Result[VirDomainSnapshot, ProviderError]:
     """The external snapshot `snapshot_xml` (name and description) of every disk, with the
-    NVRAM copied beside it."""
+    NVRAM copied beside it, and the memory of a running VM if asked."""
     facts = guest.facts()
     if not facts.disks:
         return Failure(
@@ -133,7 +140,10 @@ def create_overlay_snapshot(
         name = f"{facts.name}-{disk.target}-snap-{token}.qcow2"
         planned.append((pool, name, Overlay(disk.target, planned_volume_path(pool, name))))
     overlays = tuple(overlay for _, _, overlay in planned)
+    memory = overlays[0].memory if include_memory and guest.dom.isActive() else ""
     owned = (*(overlay.path for overlay in overlays), overlays[0].nvram_copy)
+    owned += (memory,) if memory else ()
+    first_pool = planned[0][0]
     metadata = guest.metadata()
     if metadata is not None:
         guest.write_metadata(metadata.with_volumes((*metadata.volumes, *owned)))
@@ -144,16 +154,21 @@ def create_overlay_snapshot(
             if image is None:
                 return Failure(ProviderError.not_found(f"no volume at {disk.path!r}"))
             create_volume(pool, name, image.capacity_bytes, image)
-        _describe_disks(snapshot_xml, guest, overlays)
-        first_pool, _, first = planned[0]
+        _describe(snapshot_xml, guest, overlays, memory)
+        flags = CREATE_FLAGS | (0 if memory else libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_DISK_ONLY)
+        first = overlays[0]
         with _paused(guest):  # the NVRAM first: a failure then leaves the disks untouched
             copy_nvram(conn, guest, first_pool, first.nvram_copy.rsplit("/", 1)[-1])
             snapshot = guest.dom.snapshotCreateXML(
-                ET.tostring(snapshot_xml, encoding="unicode"), CREATE_FLAGS
+                ET.tostring(snapshot_xml, encoding="unicode"), flags
             )
+        if memory:
+            first_pool.refresh(0)  # libvirt wrote the memory file past the pool
         return Success(snapshot)
 
     def undo() -> None:
+        if memory:
+            first_pool.refresh(0)
         for path in owned:
             delete_volume(conn, path)
         if metadata is not None:
@@ -182,9 +197,14 @@ def revert_overlay_snapshot(
     for overlay in overlays:
         _emptied(conn, overlay)
     conn.defineXML(_definition_at(snapshot, overlays))
+    restore_nvram(conn, guest, _nvram_copy_of(conn, overlays))
+    memory = _memory_of(snapshot)
+    if memory:  # running again as it ran then, on the emptied overlays
+        saved = conn.saveImageGetXMLDesc(memory, libvirt.VIR_DOMAIN_SAVE_IMAGE_XML_SECURE)
+        domain = ET.fromstring(saved)  # noqa: S314 - libvirt's own output
+        conn.restoreFlags(memory, _on_overlays(domain, overlays), libvirt.VIR_DOMAIN_SAVE_RUNNING)
     if metadata is not None:
         guest.write_metadata(metadata)
-    restore_nvram(conn, guest, _nvram_copy_of(conn, overlays))
     return Success(None)
 
 
@@ -228,6 +248,9 @@ def _forgotten(
     pool learns only from reading its header again."""
     copy = _nvram_copy_of(conn, overlays)
     pools = [_pool_of(conn, overlay.path) for overlay in overlays]
+    memory = _memory_of(snapshot)
+    if memory:
+        delete_volume(conn, memory)
     for overlay in overlays:
         delete_volume(conn, overlay.path)
     for pool in pools:
@@ -260,9 +283,13 @@ def _held_by_others(
     return None
 
 
-def _describe_disks(snapshot_xml: ET.Element, guest: Guest, overlays: tuple[Overlay, ...]) -> None:
-    """Every disk onto its overlay; the other drives (a cloud-init seed) left as they are."""
-    ET.SubElement(snapshot_xml, "memory", {"snapshot": "no"})
+def _describe(
+    snapshot_xml: ET.Element, guest: Guest, overlays: tuple[Overlay, ...], memory: str
+) -> None:
+    """Every disk onto its overlay, the other drives (a cloud-init seed) left as they are;
+    the memory saved into `memory`, if named."""
+    memory_attributes = {"snapshot": "external", "file": memory} if memory else {}
+    ET.SubElement(snapshot_xml, "memory", memory_attributes or {"snapshot": "no"})
     disks = ET.SubElement(snapshot_xml, "disks")
     by_target = {overlay.target: overlay for overlay in overlays}
     root = ET.fromstring(guest.inactive_xml())  # noqa: S314 - libvirt's own output
@@ -331,8 +358,13 @@ def _definition_at(snapshot: VirDomainSnapshot, overlays: tuple[Overlay, ...]) -
     if saved is None:
         raise ValueError(f"snapshot {snapshot.getName()!r} holds no domain definition")
     saved.tag = "domain"
+    return _on_overlays(saved, overlays)
+
+
+def _on_overlays(domain: ET.Element, overlays: tuple[Overlay, ...]) -> str:
+    """A domain's XML with each snapshotted disk on its overlay (libvirt reads the chain)."""
     by_target = {overlay.target: overlay.path for overlay in overlays}
-    for disk in saved.iterfind("devices/disk"):
+    for disk in domain.iterfind("devices/disk"):
         target = disk.find("target")
         path = by_target.get(target.get("dev", "") if target is not None else "")
         source = disk.find("source")
@@ -341,7 +373,16 @@ def _definition_at(snapshot: VirDomainSnapshot, overlays: tuple[Overlay, ...]) -
         source.set("file", path)
         for backing in disk.findall("backingStore"):
             disk.remove(backing)
-    return ET.tostring(saved, encoding="unicode")
+    return ET.tostring(domain, encoding="unicode")
+
+
+def _memory_of(snapshot: VirDomainSnapshot) -> str:
+    """The file holding the snapshot's memory; "" for a disk-only one."""
+    root = ET.fromstring(snapshot.getXMLDesc(0))  # noqa: S314 - libvirt's own output
+    memory = root.find("memory")
+    if memory is None or memory.get("snapshot") != "external":
+        return ""
+    return memory.get("file", "")
 
 
 def _pool_of(conn: VirConnect, path: str) -> Any:
@@ -360,5 +401,7 @@ def _nvram_copy_of(conn: VirConnect, overlays: tuple[Overlay, ...]) -> str:
 
 
 def _without(metadata: VMMetadata, overlays: tuple[Overlay, ...]) -> VMMetadata:
-    gone = {path for overlay in overlays for path in (overlay.path, overlay.nvram_copy)}
+    gone = {
+        path for overlay in overlays for path in (overlay.path, overlay.nvram_copy, overlay.memory)
+    }
     return metadata.with_volumes(tuple(path for path in metadata.volumes if path not in gone))

@@ -100,7 +100,10 @@ def _create_snapshot(
         if not is_missing(error):
             raise
     if uses_pflash(conn, guest):
-        return create_overlay_snapshot(conn, guest, _snapshot_xml(request)).map(_snapshot_value)
+        made = create_overlay_snapshot(
+            conn, guest, _snapshot_xml(request), include_memory=request.include_memory
+        )
+        return made.map(_snapshot_value)
     xml = ET.tostring(_snapshot_xml(request), encoding="unicode")
     return Success(_snapshot_value(dom.snapshotCreateXML(xml, 0)))
 
