@@ -181,17 +181,16 @@ def revert_overlay_snapshot(
     conn: VirConnect, guest: Guest, snapshot: VirDomainSnapshot
 ) -> Result[None, ProviderError]:
     overlays = overlays_of(snapshot)
-    current = {disk.target: disk.path for disk in guest.facts().disks}
-    if any(current.get(overlay.target) != overlay.path for overlay in overlays):
-        return Failure(
-            ProviderError.failed_precondition(
-                f"snapshot {snapshot.getName()!r} of VM {guest.name!r} is not its newest: "
-                "a UEFI VM reverts only to its newest snapshot; delete the newer ones first"
-            )
-        )
-    held = _held_by_others(conn, guest, overlays)
-    if held:
-        return Failure(held)
+    return (
+        _newest(guest, snapshot, overlays)
+        .bind(lambda _: _not_held(conn, guest, overlays))
+        .map(lambda _: _reverted(conn, guest, snapshot, overlays))
+    )
+
+
+def _reverted(
+    conn: VirConnect, guest: Guest, snapshot: VirDomainSnapshot, overlays: tuple[Overlay, ...]
+) -> None:
     metadata = guest.metadata()
     guest.stop()
     for overlay in overlays:
@@ -205,19 +204,22 @@ def revert_overlay_snapshot(
         conn.restoreFlags(memory, _on_overlays(domain, overlays), libvirt.VIR_DOMAIN_SAVE_RUNNING)
     if metadata is not None:
         guest.write_metadata(metadata)
-    return Success(None)
 
 
 def delete_overlay_snapshot(
     conn: VirConnect, guest: Guest, snapshot: VirDomainSnapshot, clock: Clock
 ) -> Result[None, ProviderError]:
     overlays = overlays_of(snapshot)
-    held = _held_by_others(conn, guest, overlays)
-    if held:
-        return Failure(held)
-    with _running(guest):
-        merged = _merged(conn, guest, overlays, clock)
-    return merged.map(lambda _: _forgotten(conn, guest, snapshot, overlays))
+
+    def merged(_: None) -> Result[None, ProviderError]:
+        with _running(guest):
+            return _merged(conn, guest, overlays, clock)
+
+    return (
+        _not_held(conn, guest, overlays)
+        .bind(merged)
+        .map(lambda _: _forgotten(conn, guest, snapshot, overlays))
+    )
 
 
 def _merged(
@@ -236,7 +238,7 @@ def _merged_overlay(
 ) -> Result[None, ProviderError]:
     image = volume_facts(conn, overlay.path)
     if image is None or not image.backing_path:
-        return Success(None)  # merged and removed by an earlier attempt
+        return Success(None)  # merged and removed by an attempt cut short before
     return committed(guest, overlay.target, overlay.path, image.backing_path, clock)
 
 
@@ -263,11 +265,26 @@ def _forgotten(
     snapshot.delete(libvirt.VIR_DOMAIN_SNAPSHOT_DELETE_METADATA_ONLY)
 
 
-def _held_by_others(
+def _newest(
+    guest: Guest, snapshot: VirDomainSnapshot, overlays: tuple[Overlay, ...]
+) -> Result[None, ProviderError]:
+    """Refused unless the VM's disks are on the snapshot's overlays (nothing newer on them)."""
+    current = {disk.target: disk.path for disk in guest.facts().disks}
+    if any(current.get(overlay.target) != overlay.path for overlay in overlays):
+        return Failure(
+            ProviderError.failed_precondition(
+                f"snapshot {snapshot.getName()!r} of VM {guest.name!r} is not its newest: "
+                "a UEFI VM reverts only to its newest snapshot; delete the newer ones first"
+            )
+        )
+    return Success(None)
+
+
+def _not_held(
     conn: VirConnect, guest: Guest, overlays: tuple[Overlay, ...]
-) -> ProviderError | None:
-    """Why the overlays cannot be emptied or removed: a disk other than the VM's own grew on
-    one of them (a linked clone of the VM), and would lose what it reads."""
+) -> Result[None, ProviderError]:
+    """Refused while a disk other than the VM's own grew on one of the overlays (a linked
+    clone of the VM): emptying or merging it would change what that disk reads."""
     paths = {overlay.path for overlay in overlays}
     own = {disk.path for disk in guest.facts().disks} | {
         overlay.path
@@ -276,11 +293,13 @@ def _held_by_others(
     }
     for volume in volumes_by_path(conn).values():
         if volume.backing_path in paths and volume.path not in own:
-            return ProviderError.failed_precondition(
-                f"{volume.path!r} grew on the snapshot's overlay {volume.backing_path!r} (a "
-                "linked clone): delete it first"
+            return Failure(
+                ProviderError.failed_precondition(
+                    f"{volume.path!r} grew on the snapshot's overlay {volume.backing_path!r} "
+                    "(a linked clone): delete it first"
+                )
             )
-    return None
+    return Success(None)
 
 
 def _describe(
