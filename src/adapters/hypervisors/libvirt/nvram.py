@@ -3,12 +3,13 @@ storage API, so it works over every transport and nothing runs on the host.
 
 The NVRAM is a file libvirt keeps outside any pool (`/var/lib/libvirt/qemu/nvram/<name>_VARS.fd`
 on a system daemon, the path the running domain's `<os><nvram>` names). To read and replace
-it as a volume, its directory is reached through the pool that already covers it, else a
-transient dir pool pyrigaud starts over it (`pyrigaud-nvram-<hash>`; it only lists files,
-it never changes the directory, and it is gone when libvirtd restarts, to be started again on
-the next use). A VM that has never run has no NVRAM yet: its copy is "none", and putting
-"none" back removes the file, so the next boot starts from the firmware's template again,
-as it did then. QEMU's user regains the restored file at the next start (libvirt labels it).
+it as a volume, its directory is reached through the pool that already covers it (started if
+it was not), else a transient dir pool pyrigaud starts over it (`pyrigaud-nvram-<hash>`; it
+only lists files, it never changes the directory, and it is gone when libvirtd restarts, to be
+started again on the next use). A VM that has never run has no NVRAM yet: its copy is "none",
+and putting "none" back removes the file, so the next boot starts from the firmware's
+template again, as it did then. QEMU's user regains the restored file at the next start
+(libvirt labels it).
 """
 
 from __future__ import annotations

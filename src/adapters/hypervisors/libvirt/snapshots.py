@@ -1,12 +1,13 @@
 """Snapshots on libvirt: internal snapshots inside the VM's qcow2 disks, except for a VM with
 pflash (UEFI) firmware.
 
-Internal wherever libvirt allows it: a running VM's then carries its memory, and reports so.
-libvirt 9's disk-only snapshots of a running VM are external overlay files it can neither
-revert to nor delete. A VM with pflash firmware gets exactly those (libvirt 9.0 refuses its
-internal snapshots), reverted and deleted by pyrigaud with its NVRAM: overlay_snapshots.py.
-Revert and delete follow what the snapshot is, so an internal snapshot a UEFI VM took while
-powered off, before that, is still libvirt's.
+Internal for every other VM: a running VM's then carries its memory, and reports so.
+libvirt 9's external snapshots of a running VM are overlay files it can neither revert to nor
+delete. A VM with pflash firmware gets exactly those all the same (libvirt 9.0 refuses its
+internal snapshots while it runs, and leaves its NVRAM out of them when it does not), reverted
+and deleted by pyrigaud with its NVRAM: overlay_snapshots.py. Revert and delete follow what
+the snapshot is, so an internal snapshot a UEFI VM took while powered off, before that, is
+still libvirt's.
 """
 
 from __future__ import annotations
