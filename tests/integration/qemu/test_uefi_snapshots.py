@@ -58,8 +58,11 @@ def random_base(conn: Any, name: str) -> tuple[str, bytes]:
 
 
 def uefi_vm(qemu: QemuHost, conn: Any, name: str) -> tuple[str, bytes]:
+    """A UEFI VM grown from a random base, with a cloud-init seed (a read-only drive the
+    snapshots leave out)."""
     path, content = random_base(conn, f"{name}-base")
-    request = CreateRequest(name=name, vm_class=UEFI, image=VMImage(path=path, format="raw"))
+    image = VMImage(path=path, format="raw")
+    request = CreateRequest(name=name, vm_class=UEFI, image=image, user_data=b"#cloud-config\n")
     return ok(create_vm(qemu.backend, request, OWNER)), content
 
 
