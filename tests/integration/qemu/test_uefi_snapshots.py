@@ -269,13 +269,20 @@ def test_a_bios_vm_keeps_internal_snapshots(qemu: QemuHost, conn: Any) -> None:
 
 
 def test_a_snapshot_a_linked_clone_grew_on_is_kept_until_the_clone_goes(
-    qemu: QemuHost, conn: Any
+    qemu: QemuHost, conn: Any, tmp_path: Path
 ) -> None:
     """A linked clone of the powered-off VM grows on its newest overlay: emptying or merging
-    that overlay would change what the clone reads, so revert and delete wait for the clone."""
+    that overlay would change what the clone reads, so revert and delete wait for the clone.
+    A full clone is a copy of the whole chain, and stands alone."""
     snapshots = snapshots_of(qemu)
     vm_id, _ = uefi_vm(qemu, conn, "uefi-linked")
     taken = ok(snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="base")))
+    dom = conn.lookupByUUIDString(vm_id)
+    write_stopped(dom, 0x77, 0)
+    full = CloneRequest(source_vm_id=vm_id, target_name="uefi-full-clone")
+    full_id = ok(clone_vm(qemu.backend, full, OWNER))
+    assert disk_now(conn.lookupByUUIDString(full_id), tmp_path) == disk_now(dom, tmp_path)
+    ok(qemu.backend.lifecycle.delete(full_id))
     request = CloneRequest(source_vm_id=vm_id, target_name="uefi-linked-clone", linked=True)
     clone_id = ok(clone_vm(qemu.backend, request, OWNER))
     for refused in (
