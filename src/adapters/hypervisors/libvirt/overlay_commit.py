@@ -52,8 +52,8 @@ def _waited(
         info = dom.blockJobInfo(target, 0)
         if not info:
             break  # a plain commit ended (or an active one was cancelled by someone)
-        ready = active and info.get("end", 0) and info.get("cur") == info.get("end")
-        if ready and _pivoted(guest, target):
+        caught_up = active and info.get("cur") == info.get("end")  # ready, or about to be
+        if caught_up and _pivoted(guest, target):
             break
         if clock.now() > deadline:
             with contextlib.suppress(libvirt.libvirtError):
