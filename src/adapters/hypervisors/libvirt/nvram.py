@@ -5,11 +5,11 @@ The NVRAM is a file libvirt keeps outside any pool (`/var/lib/libvirt/qemu/nvram
 on a system daemon, the path the running domain's `<os><nvram>` names). To read and replace
 it as a volume, its directory is reached through the pool that already covers it (started if
 it was not), else a transient dir pool pyrigaud starts over it (`pyrigaud-nvram-<hash>`; it
-only lists files, it never changes the directory, and it is gone when libvirtd restarts, to be
-started again on the next use). A VM that has never run has no NVRAM yet: its copy is "none",
-and putting "none" back removes the file, so the next boot starts from the firmware's
-template again, as it did then. QEMU's user regains the restored file at the next start
-(libvirt labels it).
+only lists files, it never changes the directory, ListVMs' listing of disks skips it, and it
+is gone when libvirtd restarts, to be started again on the next use). A VM that has never run
+has no NVRAM yet: its copy is "none", and putting "none" back removes the file, so the next
+boot starts from the firmware's template again, as it did then. QEMU's user regains the
+restored file at the next start (libvirt labels it).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    NVRAM_POOL_PREFIX,
     VirStoragePool,
     VirStorageVol,
     delete_volume,
@@ -33,7 +34,6 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 # Where a system libvirtd keeps a VM's NVRAM when its definition names none (firmware
 # autoselection names it only once the VM runs).
 DEFAULT_NVRAM_DIR = "/var/lib/libvirt/qemu/nvram"
-NVRAM_POOL_PREFIX = "pyrigaud-nvram-"
 # Another replica starting the same transient pool at the same moment.
 POOL_RACE_CODES = frozenset(
     {libvirt.VIR_ERR_OPERATION_FAILED, libvirt.VIR_ERR_INTERNAL_ERROR, libvirt.VIR_ERR_DOM_EXIST}
