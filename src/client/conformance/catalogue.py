@@ -74,6 +74,11 @@ CLAUSES: tuple[Clause, ...] = (
     _write(
         "memory-snapshot", "Memory snapshot of a running VM when claimed", with_vms.memory_snapshot
     ),
+    _write(
+        "uefi-snapshots",
+        "Snapshots of a running UEFI VM when claimed",
+        with_vms.uefi_snapshots,
+    ),
     _write("clone", "Clone: a target id, the clone exists", with_vms.clone),
     _write("linked-clone", "Linked clone when claimed", with_vms.linked_clone),
     _write(

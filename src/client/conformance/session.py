@@ -145,11 +145,21 @@ class Session:
         return f"{self.options.prefix}-{suffix}"
 
     def create_request(
-        self, suffix: str, cpu: int = 1, memory: str = "256Mi", image: dict[str, Any] | None = None
+        self,
+        suffix: str,
+        cpu: int = 1,
+        memory: str = "256Mi",
+        image: dict[str, Any] | None = None,
+        firmware: str = "",
     ) -> Any:
         extra = self.options.image if image is None else image
         spec = VMSpec(
-            name=self.name(suffix), cpu=cpu, memory=memory, disk_size=disk_size(extra), extra=extra
+            name=self.name(suffix),
+            cpu=cpu,
+            memory=memory,
+            firmware=firmware,
+            disk_size=disk_size(extra),
+            extra=extra,
         )
         fields = create_fields(spec)
         return pb.CreateRequest(
@@ -161,14 +171,17 @@ class Session:
             placement_json=json.dumps(self.options.placement) if self.options.placement else "",
         )
 
-    def create(self, suffix: str, image: dict[str, Any] | None = None) -> str:
+    def create(self, suffix: str, image: dict[str, Any] | None = None, firmware: str = "") -> str:
         """Create a VM of the run (remembered for the cleanup before anything can fail);
-        `image` replaces --image-json."""
-        request = self.create_request(suffix, image=image)
+        `image` replaces --image-json. A `firmware` the host cannot give (FAILED_PRECONDITION)
+        makes the clause not applicable."""
+        request = self.create_request(suffix, image=image, firmware=firmware)
         self.in_flight[request.name] = request
         try:
             response = self.call("Create", request)
         except RpcRefusedError as refused:
+            if firmware and refused.refusal.code is grpc.StatusCode.FAILED_PRECONDITION:
+                raise NotApplicableError(f"the host has no {firmware} firmware") from refused
             hint = ""
             if refused.refusal.code is grpc.StatusCode.INVALID_ARGUMENT and not self.options.image:
                 hint = " (a backend without blank disks needs --image-json)"

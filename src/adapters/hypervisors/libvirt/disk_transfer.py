@@ -7,7 +7,9 @@ in memory, the same code serves a remote host over any transport, and nothing ru
 The state at a snapshot (`snapshot_id`, which the manager's sequence always sends: with its
 defaults the VM keeps running) is read from the qcow2 file's internal snapshot by qemu-img in
 the pod (`snapshot_export.py`), running VM or not: the snapshot's clusters are never written
-again, so the guest goes on undisturbed. Without a snapshot a running (or paused) VM is
+again, so the guest goes on undisturbed. A UEFI VM's snapshot is an external overlay
+(`overlay_snapshots.py`): the disk at it is the image under the overlay, never written since,
+read as a powered-off disk is. Without a snapshot a running (or paused) VM is
 refused: QEMU writes to its disk, so a copy would not be from one point in time. A disk that
 overlays an image, or a requested format other than the disk's own, is first copied by libvirt
 into a temporary standalone volume of that format in the same pool (flattened and converted on
@@ -38,6 +40,7 @@ from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import image_at
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import (
     StandaloneVolume,
     snapshot_image,
@@ -137,7 +140,7 @@ class LibvirtDiskTransfer:
         ) -> Result[DiskStream, ProviderError]:
             holds = contextlib.ExitStack()
             read = undone_on_failure(
-                lambda: self._read(conn, dom, holds, disk.path, request), holds.close
+                lambda: self._read(conn, dom, holds, disk, request), holds.close
             )
             return read.map(
                 lambda found: ChunkStream(
@@ -174,21 +177,32 @@ class LibvirtDiskTransfer:
         conn: VirConnect,
         dom: VirDomain,
         holds: contextlib.ExitStack,
-        path: str,
+        disk: DiskDevice,
         request: ExportRequest,
     ) -> Result[_Read, ProviderError]:
-        """The disk's chunks as asked (at a snapshot, else now), what they hold kept by `holds`."""
+        """The disk's chunks as asked (at a snapshot, else now), what they hold kept by `holds`.
+        At an external snapshot (a UEFI VM's) that is the image under its overlay, as it is."""
         if not request.snapshot_id:
-            volume = holds.enter_context(self._standalone_volume(conn, path, (request.format,)))
-            return Success(_Read(volume_chunks(conn, volume.volume), _file_size(volume.volume)))
+            return Success(self._as_it_is(conn, holds, disk.path, request.format))
 
         def at(snapshot: Any) -> Result[_Read, ProviderError]:
             later = (LeftBehind.LATER_SNAPSHOTS,) if snapshot.numChildren(0) else ()
-            return self._at_snapshot(conn, holds, path, request).map(
-                lambda read: _Read(read.chunks, read.size, later)
+            image = image_at(conn, snapshot, disk.target)
+            read = (
+                Success(self._as_it_is(conn, holds, image, request.format))
+                if image
+                else self._at_snapshot(conn, holds, disk.path, request)
             )
+            return read.map(lambda read: _Read(read.chunks, read.size, later))
 
         return find_snapshot(Guest(dom), request.snapshot_id).bind(at)
+
+    def _as_it_is(
+        self, conn: VirConnect, holds: contextlib.ExitStack, path: str, disk_format: str
+    ) -> _Read:
+        """The image at `path` in `disk_format`, standalone (a copy made by libvirt if not)."""
+        volume = holds.enter_context(self._standalone_volume(conn, path, (disk_format,)))
+        return _Read(volume_chunks(conn, volume.volume), _file_size(volume.volume))
 
     def _at_snapshot(
         self,

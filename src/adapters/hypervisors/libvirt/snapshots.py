@@ -1,8 +1,13 @@
-"""Snapshots on libvirt: internal snapshots inside the VM's qcow2 disks.
+"""Snapshots on libvirt: internal snapshots inside the VM's qcow2 disks, except for a VM with
+pflash (UEFI) firmware.
 
-Always internal: a running VM's then carries its memory, and reports so. libvirt 9's
-disk-only snapshots of a running VM are external overlay files it cannot revert to, and that
-would outlive the VM's own volumes.
+Internal for every other VM: a running VM's then carries its memory, and reports so.
+libvirt 9's external snapshots of a running VM are overlay files it can neither revert to nor
+delete. A VM with pflash firmware gets exactly those all the same (libvirt 9.0 refuses its
+internal snapshots while it runs, and leaves its NVRAM out of them when it does not), reverted
+and deleted by pyrigaud with its NVRAM: overlay_snapshots.py. Revert and delete follow what
+the snapshot is, so an internal snapshot a UEFI VM took while powered off, before that, is
+still libvirt's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,13 @@ from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import (
+    create_overlay_snapshot,
+    delete_overlay_snapshot,
+    overlays_of,
+    revert_overlay_snapshot,
+    uses_pflash,
+)
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Snapshot, SnapshotRequest
 
@@ -27,34 +39,44 @@ class LibvirtSnapshots:
         self._host = host
 
     def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
-        return self._host.run(
+        return self._host.mutate(
+            request.vm_id,
             f"snapshot {request.vm_id!r}",
-            lambda conn: Guest.by_id(conn, request.vm_id).map(
-                lambda guest: _create_snapshot(guest, request)
+            lambda conn: Guest.by_id(conn, request.vm_id).bind(
+                lambda guest: _create_snapshot(conn, guest, request)
             ),
         )
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def delete(conn: VirConnect) -> Result[None, ProviderError]:
-            return (
-                Guest.by_id(conn, vm_id)
-                .bind(lambda guest: find_snapshot(guest, snapshot_id))
-                .map(_deleted)
-            )
+        def delete(conn: VirConnect, guest: Guest) -> Result[None, ProviderError]:
+            def deleted(snapshot: Any) -> Result[None, ProviderError]:
+                if overlays_of(snapshot):
+                    return delete_overlay_snapshot(conn, guest, snapshot, self._host.clock)
+                snapshot.delete(0)
+                return Success(None)
 
-        return self._host.run(f"delete snapshot {snapshot_id!r} of {vm_id!r}", delete)
+            return find_snapshot(guest, snapshot_id).bind(deleted)
+
+        return self._host.mutate(
+            vm_id,
+            f"delete snapshot {snapshot_id!r} of {vm_id!r}",
+            lambda conn: Guest.by_id(conn, vm_id).bind(lambda guest: delete(conn, guest)),
+        )
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def revert(guest: Guest) -> Result[None, ProviderError]:
-            def reverted(snapshot: Any) -> None:
+        def revert(conn: VirConnect, guest: Guest) -> Result[None, ProviderError]:
+            def reverted(snapshot: Any) -> Result[None, ProviderError]:
+                if overlays_of(snapshot):
+                    return revert_overlay_snapshot(conn, guest, snapshot)
                 guest.dom.revertToSnapshot(snapshot, 0)
+                return Success(None)
 
-            return find_snapshot(guest, snapshot_id).map(reverted)
+            return find_snapshot(guest, snapshot_id).bind(reverted)
 
         return self._host.mutate(
             vm_id,
             f"revert {vm_id!r} to snapshot {snapshot_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).bind(revert),
+            lambda conn: Guest.by_id(conn, vm_id).bind(lambda guest: revert(conn, guest)),
         )
 
 
@@ -69,26 +91,30 @@ def find_snapshot(guest: Guest, snapshot_id: str) -> Result[Any, ProviderError]:
     return caught(lambda: Success(guest.dom.snapshotLookupByName(snapshot_id, 0)), missing)
 
 
-def _deleted(snapshot: Any) -> None:
-    snapshot.delete(0)
-
-
-def _create_snapshot(guest: Guest, request: SnapshotRequest) -> Snapshot:
+def _create_snapshot(
+    conn: VirConnect, guest: Guest, request: SnapshotRequest
+) -> Result[Snapshot, ProviderError]:
     dom = guest.dom
     try:
-        return _snapshot_value(dom.snapshotLookupByName(request.name, 0))  # a retry: same one
+        return Success(_snapshot_value(dom.snapshotLookupByName(request.name, 0)))  # a retry
     except libvirt.libvirtError as error:
         if not is_missing(error):
             raise
-    return _snapshot_value(dom.snapshotCreateXML(_snapshot_xml(request), 0))
+    if uses_pflash(conn, guest):
+        made = create_overlay_snapshot(
+            conn, guest, _snapshot_xml(request), include_memory=request.include_memory
+        )
+        return made.map(_snapshot_value)
+    xml = ET.tostring(_snapshot_xml(request), encoding="unicode")
+    return Success(_snapshot_value(dom.snapshotCreateXML(xml, 0)))
 
 
-def _snapshot_xml(request: SnapshotRequest) -> str:
+def _snapshot_xml(request: SnapshotRequest) -> ET.Element:
     root = ET.Element("domainsnapshot")
     ET.SubElement(root, "name").text = request.name
     if request.description:
         ET.SubElement(root, "description").text = request.description
-    return ET.tostring(root, encoding="unicode")
+    return root
 
 
 def _snapshot_value(snapshot: Any) -> Snapshot:

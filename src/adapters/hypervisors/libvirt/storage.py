@@ -22,6 +22,9 @@ from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 
 GIB = 1024**3
+# The transient pools pyrigaud starts over libvirt's NVRAM directory (nvram.py): no VM disk
+# lies there, so a listing of every disk skips them (a host's NVRAM files are many).
+NVRAM_POOL_PREFIX = "pyrigaud-nvram-"
 VirStoragePool = Any
 VirStorageVol = Any
 # Writes the chunks into the volume, replacing its content: the stream upload in production.
@@ -226,13 +229,16 @@ def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:
 
 
 def volumes_by_path(conn: VirConnect) -> dict[str, VolumeFacts]:
-    """Every volume of every active pool, by path: what `volume_facts` finds, in bulk.
+    """Every volume of every active pool (but pyrigaud's NVRAM pools), by path: what
+    `volume_facts` finds, in bulk.
 
     One listing per pool and one XML per volume, instead of a lookup, an info and an XML per
     disk; a pool or volume that vanishes meanwhile is simply not there.
     """
     found: dict[str, VolumeFacts] = {}
     for pool in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
+        if str(pool.name()).startswith(NVRAM_POOL_PREFIX):
+            continue
         try:
             volumes = pool.listAllVolumes(0)
         except libvirt.libvirtError as error:
