@@ -15,13 +15,13 @@ from dataclasses import replace
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
     begin_building,
     random_mac,
     write_seed,
 )
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
     SeedInput,
     build_seed,

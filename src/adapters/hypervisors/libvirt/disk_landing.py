@@ -34,7 +34,7 @@ from typing import TypeVar
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught

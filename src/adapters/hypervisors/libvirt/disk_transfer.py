@@ -31,8 +31,8 @@ import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.scratch import given_or_scratch
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, Make
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite

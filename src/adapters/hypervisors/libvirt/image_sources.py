@@ -24,7 +24,7 @@ from pyrigaud.adapters.downloads import (
     logged_progress,
     open_download,
 )
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code

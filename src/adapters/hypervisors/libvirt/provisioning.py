@@ -16,13 +16,13 @@ from dataclasses import replace
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
     begin_building,
     with_macs,
     write_seed,
 )
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost

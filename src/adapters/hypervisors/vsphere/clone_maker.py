@@ -18,6 +18,7 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere.customization import GuestCustomization
 from pyrigaud.adapters.hypervisors.vsphere.devices import nic_count
 from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
@@ -151,19 +152,14 @@ class CloneMaker:
     ) -> Result[None, ProviderError]:
         """The clone upgraded, configured and customized, or destroyed again: no half-built VM
         stays behind, and the original failure is what the caller sees."""
-        try:
-            finished = self._upgraded(instance, clone, version).bind(
+        return undone_on_failure(
+            lambda: self._upgraded(instance, clone, version).bind(
                 lambda devices: order.configure(devices).bind(
                     lambda spec: self._configured(instance, order, clone, devices, spec)
                 )
-            )
-        except BaseException:
-            _destroy(instance, clone)
-            raise
-        match finished:
-            case Failure():
-                _destroy(instance, clone)
-        return finished
+            ),
+            lambda: _destroy(instance, clone),
+        )
 
     def _upgraded(
         self, instance: Any, clone: Any, version: str

@@ -25,6 +25,7 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
@@ -151,20 +152,16 @@ class DiskVMMaker:
     ) -> Result[None, ProviderError]:
         """The root disk grown and the guest customized, then the building mark cleared; a
         failure leaves no half-built VM behind, and the imported disk where it was."""
-        try:
+
+        def finished() -> Result[None, ProviderError]:
             grown = (
                 Success(None) if root_gib is None else self._grow_root_disk(instance, vm, root_gib)
             )
-            finished = grown.bind(lambda _: self._customized(instance, vm, guest, spec)).bind(
+            return grown.bind(lambda _: self._customized(instance, vm, guest, spec)).bind(
                 lambda _: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
             )
-        except BaseException:
-            self._forget(instance, vm)
-            raise
-        match finished:
-            case Failure():
-                self._forget(instance, vm)
-        return finished
+
+        return undone_on_failure(finished, lambda: self._forget(instance, vm))
 
     def _forget(self, instance: Any, vm: Any) -> None:
         """The caller's failure is the one told (so this cleanup's own is not)."""

@@ -18,6 +18,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qemu_img import checked_vmdk
 from pyrigaud.adapters.disk_images.scratch import scratch_file
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
@@ -163,17 +164,12 @@ class VSphereImages:
     def _made_template(self, instance: Any, vm: Any) -> Result[None, ProviderError]:
         """The imported VM unmarked and made a template, or destroyed again: the caller's
         failure is the one told (so the cleanup's own is not)."""
-        try:
-            made = self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(
+        return undone_on_failure(
+            lambda: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(
                 lambda _: vm.MarkAsTemplate()
-            )
-        except BaseException:
-            _destroy(instance, vm)
-            raise
-        match made:
-            case Failure():
-                _destroy(instance, vm)
-        return made
+            ),
+            lambda: _destroy(instance, vm),
+        )
 
 
 def _destroy(instance: Any, vm: Any) -> None:

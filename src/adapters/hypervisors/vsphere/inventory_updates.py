@@ -25,6 +25,7 @@ from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
 from returns.result import Failure, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
 from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
 from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import About, InventoryCache
@@ -119,11 +120,7 @@ def _step(
         return feed
     cache.go_cold()
     fresh = _Feed.open(session)
-    try:
-        fresh.start(cache)
-    except BaseException:
-        _drop(fresh, cache, on_resync)
-        raise
+    undone_on_raise(lambda: fresh.start(cache), lambda: _drop(fresh, cache, on_resync))
     return fresh
 
 
@@ -157,11 +154,9 @@ class _Feed:
     @classmethod
     def open(cls, session: VSphereSession) -> _Feed:
         connection = session.open_private()
-        try:
-            return cls(connection)
-        except BaseException:
-            VSphereSession.end_private(connection)
-            raise
+        return undone_on_raise(
+            lambda: cls(connection), lambda: VSphereSession.end_private(connection)
+        )
 
     def start(self, cache: InventoryCache) -> None:
         """Read the whole view (update sets until one is complete), then answer from it."""

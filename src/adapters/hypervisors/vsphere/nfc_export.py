@@ -21,6 +21,7 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
 from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     CHUNK_BYTES,
     LeaseProgress,
@@ -128,12 +129,13 @@ class _HeldLease:
         if kind is not None or self.progress is None:
             abandon_lease(self.lease)
             return
-        try:
-            self.progress.report(done=True)
+        progress = self.progress
+
+        def completed() -> None:
+            progress.report(done=True)
             self.lease.HttpNfcLeaseComplete()
-        except BaseException:
-            abandon_lease(self.lease)
-            raise
+
+        undone_on_raise(completed, lambda: abandon_lease(self.lease))
 
 
 def _export_lease(source: Any) -> Result[Any, ProviderError]:
