@@ -37,7 +37,7 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     render_domain,
     with_resources,
 )
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import RAISED_BY_LIBVIRT, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     REFUSED_VARIANT_CODES,
     error_code,
@@ -247,7 +247,7 @@ class LibvirtVMLifecycle:
                 delete_volume(conn, path)
             abandon_building(guest)
 
-        return undone_on_failure(finished, undo, raised=(libvirt.libvirtError,))
+        return undone_on_failure(finished, undo, raised=RAISED_BY_LIBVIRT)
 
 
 def _reconfigured(
@@ -377,5 +377,5 @@ def _attached(
     return undone_on_failure(
         lambda: defined().map(lambda _: guest.write_metadata(metadata.with_volume(path))),
         lambda: delete_volume(conn, path),
-        raised=(libvirt.libvirtError,),
+        raised=RAISED_BY_LIBVIRT,
     )

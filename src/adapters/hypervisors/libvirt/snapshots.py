@@ -15,7 +15,7 @@ from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught, or_none
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.domain.errors import ProviderError
@@ -75,11 +75,9 @@ def _deleted(snapshot: Any) -> None:
 
 def _create_snapshot(guest: Guest, request: SnapshotRequest) -> Snapshot:
     dom = guest.dom
-    try:
-        return _snapshot_value(dom.snapshotLookupByName(request.name, 0))  # a retry: same one
-    except libvirt.libvirtError as error:
-        if not is_missing(error):
-            raise
+    retried = or_none(lambda: _snapshot_value(dom.snapshotLookupByName(request.name, 0)))
+    if retried is not None:  # a retry: the same one
+        return retried
     return _snapshot_value(dom.snapshotCreateXML(_snapshot_xml(request), 0))
 
 
