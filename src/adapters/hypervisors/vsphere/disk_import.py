@@ -26,7 +26,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure, undone_on_raise
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
@@ -113,16 +113,14 @@ def _home_folder(connection: Connection, vm: Any) -> str:
 def _destroy(connection: Connection, vm: Any) -> None:
     """Destroy the import's VM if it is still there; the caller's failure is the one told (so
     this cleanup's own is not)."""
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        wait(connection, vm.Destroy_Task())
+    best_effort(lambda: wait(connection, vm.Destroy_Task()))
 
 
 def _forget(connection: Connection, vm: Any, home: str) -> None:
     """Once detached the disk is no longer the VM's: only deleting the VM's home folder,
     where the disk was made, takes it away."""
     _destroy(connection, vm)
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        datastore_files.delete(connection, home)
+    best_effort(lambda: datastore_files.delete(connection, home))
 
 
 def one_disk_descriptor(name: str, size_bytes: int, capacity_bytes: int) -> str:

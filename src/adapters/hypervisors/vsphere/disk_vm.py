@@ -16,7 +16,6 @@ disk yet: deleting it (the crash sweep does) detaches disks outside its home dir
 
 from __future__ import annotations
 
-import contextlib
 import re
 import uuid
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
     class_devices,
@@ -37,7 +37,6 @@ from pyrigaud.adapters.hypervisors.vsphere.customization import (
     guest_customization,
 )
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks, nic_count
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
     Location,
@@ -165,8 +164,7 @@ class DiskVMMaker:
 
     def _forget(self, instance: Any, vm: Any) -> None:
         """The caller's failure is the one told (so this cleanup's own is not)."""
-        with contextlib.suppress(*EXPECTED_FAILURES):
-            destroy_keeping_foreign_disks(instance, self._vcenter, vm)
+        best_effort(lambda: destroy_keeping_foreign_disks(instance, self._vcenter, vm))
 
     @staticmethod
     def _customized(
