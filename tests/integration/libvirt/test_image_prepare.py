@@ -261,6 +261,24 @@ def test_a_redirect_is_followed_and_its_target_checked_too(server: ImageServer) 
     assert "metadata" in refused.message
 
 
+def test_a_checksum_mismatch_is_the_outcome_of_the_downloads_chunks(
+    server: ImageServer,
+) -> None:
+    mismatched = ok(
+        open_download(
+            f"{server.base}/image.qcow2",
+            checksum="0" * 64,
+            checksum_type="",
+            allow_loopback=True,
+            named=NAMED,
+        )
+    )
+    assert b"".join(mismatched.chunks) == IMAGE
+    error = error_of(mismatched.chunks.outcome())
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("checksum: the sha256 of the downloaded image is ")
+
+
 def test_a_closed_port_is_unavailable() -> None:
     result = open_download(
         "http://127.0.0.1:9/x", checksum="", checksum_type="", allow_loopback=True, named=NAMED
