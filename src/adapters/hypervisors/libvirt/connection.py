@@ -18,7 +18,13 @@ from urllib.parse import urlsplit
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.edge import Refused, answer, best_effort, caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import (
+    ANY_CODE,
+    Refused,
+    answer,
+    best_effort,
+    caught,
+)
 from pyrigaud.adapters.hypervisors.libvirt.errors import CONNECTION_LOSS_CODES
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
     PASSWORD,
@@ -202,7 +208,7 @@ class LibvirtConnection:
             rotated.append(self._credentials.refresh())
             return rotated[0] == values
 
-        first = answer(lambda: self._open_with(values), unless=unrotated)
+        first = answer(lambda: self._open_with(values), ANY_CODE, unless=unrotated)
         conn = self._open_with(rotated[0]) if isinstance(first, Refused) else first
         best_effort(lambda: conn.setKeepAlive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT))
         if self._opened_before:

@@ -35,7 +35,7 @@ import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, refusal
+from pyrigaud.adapters.hypervisors.libvirt.edge import ANY_CODE, best_effort, refusal
 
 VirDomain = Any
 AddressReader = Callable[[VirDomain], tuple[str, ...]]
@@ -358,11 +358,11 @@ class DomainCache:
             return
         if self._filled is None or self._filled() is not conn:
             self._filled = weakref.ref(conn)
-            refused = refusal(lambda: self._warm_up(conn))
+            refused = refusal(lambda: self._warm_up(conn), ANY_CODE)
             if refused is not None:  # Describe and ListVMs then load themselves
                 logger.warning("could not fill the domain cache: %s", refused.message)
         for vm_id in self._due(self._refreshes_per_tick):
-            if refusal(partial(self._refresh, conn, vm_id)) is not None:
+            if refusal(partial(self._refresh, conn, vm_id), ANY_CODE) is not None:
                 self.forget(vm_id)  # gone, or the connection is: the next read finds out
 
     def _refresh(self, conn: VirConnect, vm_id: str) -> None:

@@ -37,6 +37,7 @@ Describer = Callable[[libvirt.libvirtError], ProviderError | None]
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 NO_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 RAISED_BY_LIBVIRT: tuple[type[BaseException], ...] = (libvirt.libvirtError,)
+ANY_CODE = None  # for `codes` below: whatever libvirt's code
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,11 @@ def file_error(error: OSError, doing: str) -> ProviderError:
 
 def answer(
     call: Callable[[], T],
-    codes: Collection[int] | None = None,
+    codes: Collection[int] | None,
     *,
     unless: Callable[[], bool] | None = None,
 ) -> T | Refused:
-    """`call()`, or how libvirt refused it when it refused with one of `codes` (None: any),
+    """`call()`, or how libvirt refused it when it refused with one of `codes` (ANY_CODE: any),
     unless `unless()`, asked then, says this refusal is not the answer after all; any other
     libvirtError rises on, to `caught`."""
     try:
@@ -102,7 +103,7 @@ def answer(
 
 def refusal(
     call: Callable[[], object],
-    codes: Collection[int] | None = None,
+    codes: Collection[int] | None,
     *,
     unless: Callable[[], bool] | None = None,
 ) -> Refused | None:
@@ -112,7 +113,7 @@ def refusal(
 
 
 def or_none(call: Callable[[], T], codes: Collection[int] | None = MISSING_CODES) -> T | None:
-    """`call()`, or None when libvirt answers with one of `codes` (None: any); by default,
+    """`call()`, or None when libvirt answers with one of `codes` (ANY_CODE: any); by default,
     that what it looks up is not there."""
     answered = answer(call, codes)
     return None if isinstance(answered, Refused) else answered
@@ -121,4 +122,4 @@ def or_none(call: Callable[[], T], codes: Collection[int] | None = MISSING_CODES
 def best_effort(call: Callable[[], T]) -> T | None:
     """`call()`, or None when libvirt refuses it at all: a cleanup whose own failure is not
     the one to tell, or a call a driver or a closed connection may not answer."""
-    return or_none(call, codes=None)
+    return or_none(call, ANY_CODE)

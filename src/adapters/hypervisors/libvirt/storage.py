@@ -245,4 +245,4 @@ def grow_volume(conn: VirConnect, path: str, capacity_bytes: int) -> None:
 
 def delete_volume(conn: VirConnect, path: str) -> None:
     """Remove the volume at `path`; one that is already gone is fine."""
-    or_none(lambda: conn.storageVolLookupByPath(path).delete(0))
+    or_none(lambda: conn.storageVolLookupByPath(path).delete(0))  # one already gone: fine

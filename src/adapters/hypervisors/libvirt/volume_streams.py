@@ -27,7 +27,7 @@ from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught, or_none, refusal
-from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.errors import MISSING_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
     delete_volume,
@@ -190,7 +190,7 @@ class TransferVolumes:
                 started = transfer_volume_started_at(name, self.owner)
                 if started is None or now - started < older_than_seconds:
                     continue
-                if refusal(partial(volume.delete, 0)) is not None:
+                if refusal(partial(volume.delete, 0), MISSING_CODES) is not None:
                     continue  # gone meanwhile
                 removed.append(name)
         return tuple(removed)
