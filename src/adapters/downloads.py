@@ -6,10 +6,15 @@ pinned to the first checked address (TLS still verifies the certificate for the 
 re-check after connecting would also work, but pinning leaves no window for a DNS answer that
 changes between the check and the connect. Redirects are followed a few times, each target
 checked the same way.
+
+Every expected failure is a value naming the request field at fault (`DownloadFields`): a
+refused URL or checksum type when the download opens, a cut transfer or a checksum that does
+not match as the outcome of its chunks (`Download.chunks`, read to the end first).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import logging
@@ -18,7 +23,11 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pyrigaud.domain.image_urls import ImageURL, address_problem_or_raise, parse_image_url
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.chunks import Chunks
+from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.image_urls import ImageURL, address_allowed, parse_image_url
 
 CHUNK_BYTES = 1024 * 1024
 TIMEOUT_SECONDS = 30.0
@@ -29,73 +38,89 @@ PROGRESS_EVERY_BYTES = 256 * 1024**2
 
 logger = logging.getLogger(__name__)
 
-
-class DownloadError(Exception):
-    """The server could not give the file (status, connection); retrying may help."""
-
-
-class ChecksumMismatchError(Exception):
-    """The bytes received are not the file the spec described."""
+# A GET's response, its headers read: the URL it answered and the connection it came on.
+Answer = tuple[ImageURL, http.client.HTTPConnection, http.client.HTTPResponse]
 
 
-class UnknownChecksumTypeError(ValueError):
-    """The spec names a checksum type this module cannot compute."""
+@dataclass(frozen=True)
+class DownloadFields:
+    """The request fields a download's problems are named by, and what a transfer that fails
+    was doing, for its message (none: the server's answer alone)."""
+
+    url: str
+    checksum: str
+    checksum_type: str
+    doing: str = ""
+
+    def unavailable(self, problem: str) -> ProviderError:
+        """The server could not give the file (status, connection); retrying may help."""
+        return ProviderError.unavailable(f"{self.doing}: {problem}" if self.doing else problem)
 
 
 @dataclass(frozen=True)
 class Download:
     """An open response: its length when the server said, and its verified body.
 
-    Iterating `chunks` to the end closes the connection; `close` does it for one left unread.
+    Iterating `chunks` to the end closes the connection, and its `outcome()` then says whether
+    they were the whole file the spec described; `close` closes one left unread.
     """
 
     length: int | None
-    chunks: Iterator[bytes]
+    chunks: Chunks[bytes]
     connection: http.client.HTTPConnection
 
     def close(self) -> None:
         self.connection.close()
 
 
-def open_download(url: str, *, checksum: str, checksum_type: str, allow_loopback: bool) -> Download:
-    """Connect and read the headers; raises UnsafeImageURLError, DownloadError or
-    UnknownChecksumTypeError (a ValueError)."""
-    algorithm = checksum_algorithm(checksum_type)
-    current = url
-    for _ in range(MAX_REDIRECTS + 1):
-        target = parse_image_url(current)
-        connection = _pinned_connection(target, allow_loopback=allow_loopback)
-        try:
-            connection.request("GET", target.target, headers={"User-Agent": "pyrigaud"})
-            response = connection.getresponse()
-        except (OSError, http.client.HTTPException) as error:
-            connection.close()
-            raise DownloadError(f"fetching {target.host}: {error}") from error
-        location = response.getheader("Location")
-        if response.status in REDIRECT_STATUSES and location:
-            connection.close()
-            current = _absolute(target, location)
-            continue
-        if response.status != 200:
-            connection.close()
-            raise DownloadError(f"{target.host} answered HTTP {response.status}")
-        length = response.getheader("Content-Length")
-        return Download(
-            length=int(length) if length and length.isdigit() else None,
-            chunks=_verified_chunks(connection, response, algorithm, checksum.strip().lower()),
-            connection=connection,
-        )
-    raise DownloadError(f"more than {MAX_REDIRECTS} redirects from {url!r}")
+def open_download(
+    url: str, *, checksum: str, checksum_type: str, allow_loopback: bool, named: DownloadFields
+) -> Result[Download, ProviderError]:
+    """Connect and read the headers, following redirects, each target checked."""
+
+    def opened(algorithm: str) -> Result[Download, ProviderError]:
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            match _answer(current, allow_loopback, named):
+                case Failure() as failed:
+                    return failed
+                case Success((target, connection, response)):
+                    location = response.getheader("Location")
+                    if response.status in REDIRECT_STATUSES and location:
+                        connection.close()
+                        current = _absolute(target, location)
+                        continue
+                    if response.status != 200:
+                        connection.close()
+                        answered = f"{target.host} answered HTTP {response.status}"
+                        return Failure(named.unavailable(answered))
+                    length = response.getheader("Content-Length")
+                    body = _verified_chunks(
+                        connection, response, algorithm, checksum.strip().lower(), named
+                    )
+                    return Success(
+                        Download(
+                            length=int(length) if length and length.isdigit() else None,
+                            chunks=Chunks(body),
+                            connection=connection,
+                        )
+                    )
+        return Failure(named.unavailable(f"more than {MAX_REDIRECTS} redirects from {url!r}"))
+
+    return checksum_algorithm(checksum_type, named.checksum_type).bind(opened)
 
 
-def checksum_algorithm(checksum_type: str) -> str:
-    """The hashlib name of a spec's checksum type (sha256 when unset)."""
+def checksum_algorithm(checksum_type: str, field: str) -> Result[str, ProviderError]:
+    """The hashlib name of a spec's checksum type (sha256 when unset); another is an invalid
+    spec of `field`."""
     algorithm = (checksum_type or "sha256").lower()
     if algorithm not in CHECKSUM_TYPES:
-        raise UnknownChecksumTypeError(
-            f"checksum type {checksum_type!r} is not one of {', '.join(CHECKSUM_TYPES)}"
+        return Failure(
+            ProviderError.invalid_spec(
+                field, f"checksum type {checksum_type!r} is not one of {', '.join(CHECKSUM_TYPES)}"
+            )
         )
-    return algorithm
+    return Success(algorithm)
 
 
 def logged_progress(chunks: Iterator[bytes], label: str, length: int | None) -> Iterator[bytes]:
@@ -110,24 +135,54 @@ def logged_progress(chunks: Iterator[bytes], label: str, length: int | None) -> 
         yield chunk
 
 
-def _pinned_connection(target: ImageURL, *, allow_loopback: bool) -> http.client.HTTPConnection:
-    addresses = _resolve(target)
-    for address in addresses:
-        address_problem_or_raise(address, allow_loopback=allow_loopback)
-    if target.scheme == "https":
-        return _PinnedHTTPSConnection(target.host, target.port, addresses[0])
-    return _PinnedHTTPConnection(target.host, target.port, addresses[0])
+def _answer(url: str, allow_loopback: bool, named: DownloadFields) -> Result[Answer, ProviderError]:
+    """The response to a GET of `url`, its headers read, over a connection pinned to a
+    checked address."""
+
+    def requested(
+        target: ImageURL, connection: http.client.HTTPConnection
+    ) -> Result[
+        tuple[ImageURL, http.client.HTTPConnection, http.client.HTTPResponse], ProviderError
+    ]:
+        try:
+            connection.request("GET", target.target, headers={"User-Agent": "pyrigaud"})
+            response = connection.getresponse()
+        except (OSError, http.client.HTTPException) as error:
+            connection.close()
+            return Failure(named.unavailable(f"fetching {target.host}: {error}"))
+        return Success((target, connection, response))
+
+    return parse_image_url(url, named.url).bind(
+        lambda target: _pinned_connection(target, allow_loopback, named).bind(
+            lambda connection: requested(target, connection)
+        )
+    )
 
 
-def _resolve(target: ImageURL) -> list[str]:
+def _pinned_connection(
+    target: ImageURL, allow_loopback: bool, named: DownloadFields
+) -> Result[http.client.HTTPConnection, ProviderError]:
+    def pinned(addresses: list[str]) -> Result[http.client.HTTPConnection, ProviderError]:
+        for address in addresses:
+            match address_allowed(address, allow_loopback=allow_loopback, field=named.url):
+                case Failure() as refused:
+                    return refused
+        if target.scheme == "https":
+            return Success(_PinnedHTTPSConnection(target.host, target.port, addresses[0]))
+        return Success(_PinnedHTTPConnection(target.host, target.port, addresses[0]))
+
+    return _resolve(target, named).bind(pinned)
+
+
+def _resolve(target: ImageURL, named: DownloadFields) -> Result[list[str], ProviderError]:
     try:
         found = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except OSError as error:
-        raise DownloadError(f"cannot resolve {target.host!r}: {error}") from error
+        return Failure(named.unavailable(f"cannot resolve {target.host!r}: {error}"))
     addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
     if not addresses:
-        raise DownloadError(f"{target.host!r} resolves to no address")
-    return addresses
+        return Failure(named.unavailable(f"{target.host!r} resolves to no address"))
+    return Success(addresses)
 
 
 def _absolute(base: ImageURL, location: str) -> str:
@@ -143,21 +198,39 @@ def _verified_chunks(
     response: http.client.HTTPResponse,
     algorithm: str,
     expected: str,
-) -> Iterator[bytes]:
-    """The body; after the last chunk, ChecksumMismatchError if it is not the expected image."""
+    named: DownloadFields,
+) -> Iterator[Result[bytes, ProviderError]]:
+    """The body, the connection closed after its last chunk; a read that fails ends it, and
+    so do bytes that are not the expected image, after the last."""
     digest = hashlib.new(algorithm)
-    try:
-        while chunk := response.read(CHUNK_BYTES):
-            digest.update(chunk)
-            yield chunk
-    except (OSError, http.client.HTTPException) as error:
-        raise DownloadError(f"reading the image: {error}") from error
-    finally:
-        connection.close()
+    with contextlib.closing(connection):
+        while True:
+            match _read(response, named):
+                case Success(b""):
+                    break
+                case Success(chunk):
+                    digest.update(chunk)
+                    yield Success(chunk)
+                case Failure() as failed:
+                    yield failed
+                    return
     if expected and digest.hexdigest() != expected:
-        raise ChecksumMismatchError(
-            f"the {algorithm} of the downloaded image is {digest.hexdigest()}, not {expected}"
+        yield Failure(
+            ProviderError.invalid_spec(
+                named.checksum,
+                f"the {algorithm} of the downloaded image is {digest.hexdigest()}, not {expected}",
+            )
         )
+
+
+def _read(
+    response: http.client.HTTPResponse, named: DownloadFields
+) -> Result[bytes, ProviderError]:
+    """The body's next chunk (empty at its end)."""
+    try:
+        return Success(response.read(CHUNK_BYTES))
+    except (OSError, http.client.HTTPException) as error:
+        return Failure(named.unavailable(f"reading the image: {error}"))
 
 
 class _PinnedHTTPConnection(http.client.HTTPConnection):

@@ -4,13 +4,19 @@ A download runs with the provider's network position, so a spec could aim it at 
 metadata service (credentials) or at services listening on loopback. Link-local and metadata
 addresses are refused always, loopback unless the operator allows it; private ranges are allowed
 because on-premises image mirrors live there. Callers check every address a name resolves to.
+A refusal is an invalid spec of the request field that gave the URL, which the caller names.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import NoReturn
 from urllib.parse import urlsplit
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.domain.errors import ProviderError
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -18,10 +24,6 @@ METADATA_HOST_NAMES = frozenset({"metadata.google.internal"})
 METADATA_ADDRESSES = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 )
-
-
-class UnsafeImageURLError(ValueError):
-    """The URL may not be fetched; the message says why, for the spec's author."""
 
 
 @dataclass(frozen=True)
@@ -32,29 +34,32 @@ class ImageURL:
     target: str  # path and query, as sent in the request line
 
 
-def parse_image_url(url: str) -> ImageURL:
-    """Split an http(s) URL, refusing other schemes, credentials and metadata host names."""
+def parse_image_url(url: str, field: str) -> Result[ImageURL, ProviderError]:
+    """Split an http(s) URL, refusing other schemes, credentials and metadata host names, as
+    an invalid spec of `field`."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as error:
-        raise UnsafeImageURLError(f"{url!r} is not a valid URL: {error}") from error
+        return _unsafe(field, f"{url!r} is not a valid URL: {error}")
     scheme = parts.scheme.lower()
     if scheme not in ALLOWED_SCHEMES:
-        raise UnsafeImageURLError(f"only http and https URLs are fetched, not {parts.scheme!r}")
+        return _unsafe(field, f"only http and https URLs are fetched, not {parts.scheme!r}")
     host = (parts.hostname or "").rstrip(".")
     if not host:
-        raise UnsafeImageURLError(f"{url!r} names no host")
+        return _unsafe(field, f"{url!r} names no host")
     if parts.username is not None or parts.password is not None:
-        raise UnsafeImageURLError("credentials in an image URL are not accepted")
+        return _unsafe(field, "credentials in an image URL are not accepted")
     if host in METADATA_HOST_NAMES:
-        raise UnsafeImageURLError(f"{host!r} is a cloud metadata service")
-    if _is_ip_literal(host):
-        address_problem_or_raise(host, allow_loopback=True)  # loopback is judged after resolving
+        return _unsafe(field, f"{host!r} is a cloud metadata service")
     target = parts.path or "/"
     if parts.query:
         target = f"{target}?{parts.query}"
-    return ImageURL(scheme=scheme, host=host, port=port or DEFAULT_PORTS[scheme], target=target)
+    split = ImageURL(scheme=scheme, host=host, port=port or DEFAULT_PORTS[scheme], target=target)
+    if not _is_ip_literal(host):
+        return Success(split)
+    # Loopback is judged after resolving, where the operator's setting applies.
+    return address_allowed(host, allow_loopback=True, field=field).map(lambda _: split)
 
 
 def address_problem(
@@ -82,10 +87,16 @@ def address_problem(
     return None
 
 
-def address_problem_or_raise(address: str, *, allow_loopback: bool) -> None:
+def address_allowed(
+    address: str, *, allow_loopback: bool, field: str
+) -> Result[None, ProviderError]:
+    """`address_problem` as a Result: an invalid spec of `field` when there is one."""
     problem = address_problem(address, allow_loopback=allow_loopback)
-    if problem is not None:
-        raise UnsafeImageURLError(problem)
+    return Success(None) if problem is None else _unsafe(field, problem)
+
+
+def _unsafe(field: str, problem: str) -> Result[NoReturn, ProviderError]:
+    return Failure(ProviderError.invalid_spec(field, problem))
 
 
 def _is_ip_literal(host: str) -> bool:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from returns.result import Success
 
+from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.image_urls import (
     ImageURL,
-    UnsafeImageURLError,
     address_problem,
     parse_image_url,
 )
+
+from support import error_of
 
 
 @pytest.mark.parametrize(
@@ -31,15 +34,19 @@ from pyrigaud.domain.image_urls import (
     ],
 )
 def test_refused_urls_say_why(url: str, reason: str) -> None:
-    with pytest.raises(UnsafeImageURLError, match=reason):
-        parse_image_url(url)
+    error = error_of(parse_image_url(url, "source.url"))
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("source.url: ")
+    assert reason in error.message
 
 
 def test_an_allowed_url_is_split_for_the_request_line() -> None:
-    assert parse_image_url("https://[2001:db8::5]:8443/a/b.qcow2?sig=1") == ImageURL(
-        scheme="https", host="2001:db8::5", port=8443, target="/a/b.qcow2?sig=1"
+    assert parse_image_url("https://[2001:db8::5]:8443/a/b.qcow2?sig=1", "url") == Success(
+        ImageURL(scheme="https", host="2001:db8::5", port=8443, target="/a/b.qcow2?sig=1")
     )
-    assert parse_image_url("HTTP://mirror.internal/x.img").port == 80
+    assert parse_image_url("HTTP://mirror.internal/x.img", "url").map(
+        lambda split: split.port
+    ) == Success(80)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.8.9.10", "::1"])

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.downloads import DownloadError, open_download
+from pyrigaud.adapters.downloads import DownloadFields, open_download
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.image_urls import UnsafeImageURLError
 from pyrigaud.domain.models import (
     CreateRequest,
     DiskQuery,
@@ -233,26 +232,58 @@ def test_link_local_metadata_and_non_http_urls_are_refused_even_with_loopback_al
     assert error.message.startswith("source.url:")
 
 
+NAMED = DownloadFields("url", "checksum", "checksumType")
+
+
 def test_a_redirect_is_followed_and_its_target_checked_too(server: ImageServer) -> None:
-    followed = open_download(
-        f"{server.base}/redirect?to={server.base}/image.qcow2",
-        checksum="",
-        checksum_type="",
-        allow_loopback=True,
+    followed = ok(
+        open_download(
+            f"{server.base}/redirect?to={server.base}/image.qcow2",
+            checksum="",
+            checksum_type="",
+            allow_loopback=True,
+            named=NAMED,
+        )
     )
     assert b"".join(followed.chunks) == IMAGE
-    with pytest.raises(UnsafeImageURLError, match="metadata"):
+    ok(followed.chunks.outcome())
+    refused = error_of(
         open_download(
             f"{server.base}/redirect?to=http://169.254.169.254/",
             checksum="",
             checksum_type="",
             allow_loopback=True,
+            named=NAMED,
         )
+    )
+    assert refused.kind is ErrorKind.INVALID_SPEC
+    assert refused.message.startswith("url: ")
+    assert "metadata" in refused.message
 
 
-def test_a_closed_port_is_a_download_error() -> None:
-    with pytest.raises(DownloadError):
-        open_download("http://127.0.0.1:9/x", checksum="", checksum_type="", allow_loopback=True)
+def test_a_checksum_mismatch_is_the_outcome_of_the_downloads_chunks(
+    server: ImageServer,
+) -> None:
+    mismatched = ok(
+        open_download(
+            f"{server.base}/image.qcow2",
+            checksum="0" * 64,
+            checksum_type="",
+            allow_loopback=True,
+            named=NAMED,
+        )
+    )
+    assert b"".join(mismatched.chunks) == IMAGE
+    error = error_of(mismatched.chunks.outcome())
+    assert error.kind is ErrorKind.INVALID_SPEC
+    assert error.message.startswith("checksum: the sha256 of the downloaded image is ")
+
+
+def test_a_closed_port_is_unavailable() -> None:
+    result = open_download(
+        "http://127.0.0.1:9/x", checksum="", checksum_type="", allow_loopback=True, named=NAMED
+    )
+    assert error_of(result).kind is ErrorKind.UNAVAILABLE
 
 
 def test_the_stream_upload_is_unsupported_on_the_test_driver(

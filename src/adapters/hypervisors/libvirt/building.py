@@ -8,7 +8,6 @@ application's OwnershipRule's call, made on what find_by_name reports.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from typing import Any
 
@@ -17,7 +16,7 @@ from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainDefinition, render_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -44,8 +43,7 @@ def begin_building(conn: VirConnect, building: DomainDefinition) -> Result[Guest
 
 def abandon_building(guest: Guest) -> None:
     """Undo `begin_building` after a failure (its volumes are the caller's to remove)."""
-    with contextlib.suppress(libvirt.libvirtError):
-        guest.undefine()
+    best_effort(guest.undefine)
 
 
 def _name_taken(name: str) -> ProviderError:

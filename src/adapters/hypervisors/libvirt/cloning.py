@@ -7,7 +7,6 @@ disks are copied from one point in time by libvirt's backup job.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import replace
@@ -15,13 +14,13 @@ from dataclasses import replace
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
     begin_building,
     random_mac,
     write_seed,
 )
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
     SeedInput,
     build_seed,
@@ -35,8 +34,12 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     cloned_domain,
     parse_domain,
 )
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
-from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.edge import (
+    RAISED_BY_LIBVIRT,
+    best_effort,
+    caught,
+    or_none,
+)
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -179,7 +182,7 @@ class LibvirtCloning:
                 delete_volume(conn, path)
             abandon_building(placeholder)
 
-        return undone_on_failure(filled, undo, raised=(libvirt.libvirtError,))
+        return undone_on_failure(filled, undo, raised=RAISED_BY_LIBVIRT)
 
 
 def _disk_copies(
@@ -303,12 +306,8 @@ def _copy_running_disks(
         for path in copies.values():
             delete_volume(conn, path)
 
-    try:
-        return undone_on_failure(copied, removed)
-    except libvirt.libvirtError as error:
-        if error_code(error) == libvirt.VIR_ERR_NO_SUPPORT:
-            return Success({})
-        raise
+    made = or_none(lambda: undone_on_failure(copied, removed), {libvirt.VIR_ERR_NO_SUPPORT})
+    return Success({}) if made is None else made
 
 
 def _copy_unlocked_disk(conn: VirConnect, path: str, name: str) -> Result[str, ProviderError]:
@@ -340,8 +339,7 @@ def _wait_for_backup(source: Guest, clock: Clock) -> Result[None, ProviderError]
     deadline = clock.now() + BACKUP_TIMEOUT_SECONDS
     while dom.jobInfo()[0] != libvirt.VIR_DOMAIN_JOB_NONE:
         if clock.now() > deadline:
-            with contextlib.suppress(libvirt.libvirtError):
-                dom.abortJob()
+            best_effort(dom.abortJob)
             return Failure(
                 ProviderError.unavailable(
                     f"copying the disks of running VM {source.name!r} took over "

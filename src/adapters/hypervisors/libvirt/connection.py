@@ -9,7 +9,6 @@ ssh_access); a failed open re-reads the credentials once, in case they were rota
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -19,8 +18,14 @@ from urllib.parse import urlsplit
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
-from pyrigaud.adapters.hypervisors.libvirt.errors import CONNECTION_LOSS_CODES, error_code
+from pyrigaud.adapters.hypervisors.libvirt.edge import (
+    ANY_CODE,
+    Refused,
+    answer,
+    best_effort,
+    caught,
+)
+from pyrigaud.adapters.hypervisors.libvirt.errors import CONNECTION_LOSS_CODES
 from pyrigaud.adapters.hypervisors.libvirt.ssh_access import (
     PASSWORD,
     USERNAME,
@@ -146,12 +151,12 @@ class LibvirtConnection:
     def _called(
         self, conn: VirConnect, action: Callable[[VirConnect], T], *, once: bool
     ) -> Result[T, ProviderError]:
-        try:
-            return Success(action(conn))
-        except libvirt.libvirtError as error:
-            if once or error_code(error) not in CONNECTION_LOSS_CODES or _is_alive(conn):
-                raise
-        return self._opened(lambda: self._reopen(conn)).map(action)
+        answered = answer(
+            lambda: action(conn), CONNECTION_LOSS_CODES, unless=lambda: once or _is_alive(conn)
+        )
+        if isinstance(answered, Refused):  # the connection died under the call: once more
+            return self._opened(lambda: self._reopen(conn)).map(action)
+        return Success(answered)
 
     def _opened(self, opening: Callable[[], VirConnect]) -> Result[VirConnect, ProviderError]:
         """The connection `opening` gives; a host that cannot be reached, whatever libvirt's
@@ -173,8 +178,7 @@ class LibvirtConnection:
         self._access.close()
         if conn is not None:
             self._run_close_hooks(conn)
-            with contextlib.suppress(libvirt.libvirtError):  # a dead one has nothing to release
-                conn.close()
+            best_effort(conn.close)  # a dead one has nothing to release
 
     def _run_close_hooks(self, conn: VirConnect) -> None:
         with self._hooks_lock:
@@ -197,15 +201,16 @@ class LibvirtConnection:
         Run by the Reopening under its lock, so never twice at once."""
         prepare_libvirt_for_process()
         values = self._credentials.current()
-        try:
-            conn = self._open_with(values)
-        except libvirt.libvirtError:
-            rotated = self._credentials.refresh()
-            if rotated == values:
-                raise
-            conn = self._open_with(rotated)
-        with contextlib.suppress(libvirt.libvirtError):  # test:// has no keepalive
-            conn.setKeepAlive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT)
+        rotated: list[Mapping[str, str]] = []
+
+        def unrotated() -> bool:
+            """Whether the credentials, read again, are as they were: the refusal stands."""
+            rotated.append(self._credentials.refresh())
+            return rotated[0] == values
+
+        first = answer(lambda: self._open_with(values), ANY_CODE, unless=unrotated)
+        conn = self._open_with(rotated[0]) if isinstance(first, Refused) else first
+        best_effort(lambda: conn.setKeepAlive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT))
         if self._opened_before:
             self._on_reconnect()
         self._opened_before = True
@@ -253,7 +258,4 @@ def credential_answerer(values: Mapping[str, str]) -> Callable[[list[list[Any]],
 
 
 def _is_alive(conn: VirConnect) -> bool:
-    try:
-        return bool(conn.isAlive())
-    except libvirt.libvirtError:
-        return False
+    return bool(best_effort(conn.isAlive))

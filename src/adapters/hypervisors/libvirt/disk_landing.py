@@ -34,7 +34,7 @@ from typing import TypeVar
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
@@ -152,16 +152,12 @@ class PoolSite:
             )
 
         def written(mark_path: str) -> Result[ReceivedDisk, ProviderError]:
-            try:
-                disk = self._uploaded(
+            disk = undone_on_failure(
+                lambda: self._uploaded(
                     conn, pool, self.disk_name, chunks, size_bytes=size_bytes, disk_format="qcow2"
-                )
-            except BaseException:
-                delete_volume(conn, mark_path)
-                raise
-            match disk:
-                case Failure(_):
-                    delete_volume(conn, mark_path)
+                ),
+                lambda: delete_volume(conn, mark_path),
+            )
             return disk.map(lambda path: _WrittenInPlace(self, path, mark_path))
 
         return caught(lambda: refusing_unsupported("upload", marked), taken).bind(written)

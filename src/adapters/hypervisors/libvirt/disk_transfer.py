@@ -33,12 +33,13 @@ import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.scratch import given_or_scratch
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, Make
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
+from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import image_at
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import (
@@ -276,10 +277,7 @@ class _Read:
 
 def _file_size(volume: VirStorageVol) -> int | None:
     """The bytes a download of the volume gives (its file's size), when libvirt says."""
-    try:
-        return int(volume.infoFlags(libvirt.VIR_STORAGE_VOL_GET_PHYSICAL)[2])
-    except libvirt.libvirtError:
-        return None
+    return best_effort(lambda: int(volume.infoFlags(libvirt.VIR_STORAGE_VOL_GET_PHYSICAL)[2]))
 
 
 def _disk_details(

@@ -28,12 +28,14 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, parse_domain
+from pyrigaud.adapters.hypervisors.libvirt.edge import ANY_CODE, best_effort, refusal
 
 VirDomain = Any
 AddressReader = Callable[[VirDomain], tuple[str, ...]]
@@ -194,16 +196,20 @@ class DomainCache:
 
     def _register(self, conn: VirConnect) -> list[int] | None:
         ids: list[int] = []
-        try:
-            for event in REQUIRED_EVENTS:
-                ids.append(conn.domainEventRegisterAny(None, event, self._callback(event), None))
-        except libvirt.libvirtError:
-            _deregister(conn, ids)
-            return None
+        for event in REQUIRED_EVENTS:
+            registered = best_effort(partial(self._registered, conn, event))
+            if registered is None:
+                _deregister(conn, ids)
+                return None
+            ids.append(registered)
         for event in ADDRESS_HINT_EVENTS:
-            with contextlib.suppress(libvirt.libvirtError):
-                ids.append(conn.domainEventRegisterAny(None, event, self._callback(event), None))
+            hinted = best_effort(partial(self._registered, conn, event))
+            if hinted is not None:
+                ids.append(hinted)
         return ids
+
+    def _registered(self, conn: VirConnect, event: int) -> int:
+        return int(conn.domainEventRegisterAny(None, event, self._callback(event), None))
 
     def _callback(self, event: int) -> Callable[..., None]:
         """libvirt passes (conn, dom, *details, opaque); only the lifecycle kind matters here.
@@ -352,14 +358,11 @@ class DomainCache:
             return
         if self._filled is None or self._filled() is not conn:
             self._filled = weakref.ref(conn)
-            try:
-                self._warm_up(conn)
-            except libvirt.libvirtError as error:  # Describe and ListVMs then load themselves
-                logger.warning("could not fill the domain cache: %s", error.get_error_message())
+            refused = refusal(lambda: self._warm_up(conn), ANY_CODE)
+            if refused is not None:  # Describe and ListVMs then load themselves
+                logger.warning("could not fill the domain cache: %s", refused.message)
         for vm_id in self._due(self._refreshes_per_tick):
-            try:
-                self._refresh(conn, vm_id)
-            except libvirt.libvirtError:
+            if refusal(partial(self._refresh, conn, vm_id), ANY_CODE) is not None:
                 self.forget(vm_id)  # gone, or the connection is: the next read finds out
 
     def _refresh(self, conn: VirConnect, vm_id: str) -> None:
@@ -425,13 +428,9 @@ def _refresh_while_used(
 
 def _deregister(conn: VirConnect, ids: list[int]) -> None:
     for callback_id in ids:
-        with contextlib.suppress(libvirt.libvirtError):  # a closed connection has none left
-            conn.domainEventDeregisterAny(callback_id)
+        best_effort(partial(conn.domainEventDeregisterAny, callback_id))  # none left if closed
 
 
 def _is_alive(conn: VirConnect) -> bool:
     """A local check (no round trip); a closed connection raises."""
-    try:
-        return bool(conn.isAlive())
-    except libvirt.libvirtError:
-        return False
+    return bool(best_effort(conn.isAlive))

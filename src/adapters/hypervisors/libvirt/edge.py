@@ -1,4 +1,4 @@
-"""The package's one edge: where libvirt's exceptions become Failure values, and only here.
+"""The package's one edge: where libvirt's exceptions become values, and only here.
 
 libvirt answers every refusal by raising libvirtError, and the files this package touches (a
 snapshot export's scratch files, an image file on this host, the SSH key copies) raise
@@ -7,18 +7,26 @@ Failure value it returns) until `caught` turns one into a ProviderError. The por
 way in is LibvirtHost (context.py), which describes any libvirtError by what it was doing; a
 helper that expects a particular code (a driver that cannot stream, a lookup that misses)
 describes that one itself and lets the others rise.
+
+A call whose refusal is an answer, not a failure, says so through one of the helpers below,
+so no other module catches libvirtError: `or_none` (a lookup that misses is None), `answer`
+and `refusal` (a driver that refuses a variant: the caller falls back), `best_effort` (a
+cleanup whose own failure is not the one to tell, or a call a driver may lack), and
+`RAISED_BY_LIBVIRT` (what `undone_on_failure` undoes on, when only libvirt's refusals are).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TypeVar
 
 import libvirt
 from returns.result import Failure, Result
 
+from pyrigaud.adapters.hypervisors.libvirt.errors import MISSING_CODES, error_code
 from pyrigaud.domain.errors import ProviderError
 
 T = TypeVar("T")
@@ -28,6 +36,16 @@ Describer = Callable[[libvirt.libvirtError], ProviderError | None]
 
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 NO_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+RAISED_BY_LIBVIRT: tuple[type[BaseException], ...] = (libvirt.libvirtError,)
+ANY_CODE = None  # for `codes` below: whatever libvirt's code
+
+
+@dataclass(frozen=True)
+class Refused:
+    """libvirt's refusal of a call, as a value: its code and libvirt's message."""
+
+    code: int
+    message: str
 
 
 def caught(
@@ -61,3 +79,47 @@ def file_error(error: OSError, doing: str) -> ProviderError:
     if error.errno in NO_ACCESS:
         return ProviderError.failed_precondition(message)
     return ProviderError.unavailable(message)
+
+
+def answer(
+    call: Callable[[], T],
+    codes: Collection[int] | None,
+    *,
+    unless: Callable[[], bool] | None = None,
+) -> T | Refused:
+    """`call()`, or how libvirt refused it when it refused with one of `codes` (ANY_CODE: any),
+    unless `unless()`, asked then, says this refusal is not the answer after all; any other
+    libvirtError rises on, to `caught`."""
+    try:
+        return call()
+    except libvirt.libvirtError as error:
+        code = error_code(error)
+        if codes is not None and code not in codes:
+            raise
+        if unless is not None and unless():
+            raise
+        return Refused(code, error.get_error_message() or str(error))
+
+
+def refusal(
+    call: Callable[[], object],
+    codes: Collection[int] | None,
+    *,
+    unless: Callable[[], bool] | None = None,
+) -> Refused | None:
+    """None when `call()` went through; else `answer`'s Refused (the caller falls back)."""
+    answered = answer(call, codes, unless=unless)
+    return answered if isinstance(answered, Refused) else None
+
+
+def or_none(call: Callable[[], T], codes: Collection[int] | None = MISSING_CODES) -> T | None:
+    """`call()`, or None when libvirt answers with one of `codes` (ANY_CODE: any); by default,
+    that what it looks up is not there."""
+    answered = answer(call, codes)
+    return None if isinstance(answered, Refused) else answered
+
+
+def best_effort(call: Callable[[], T]) -> T | None:
+    """`call()`, or None when libvirt refuses it at all: a cleanup whose own failure is not
+    the one to tell, or a call a driver or a closed connection may not answer."""
+    return or_none(call, ANY_CODE)

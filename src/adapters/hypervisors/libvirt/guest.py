@@ -7,7 +7,6 @@ can act on as Failure values; libvirt's own exceptions rise to the edge (edge.py
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -20,12 +19,17 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import RUNNING_STATES
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, dimm_xml, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import (
+    best_effort,
+    caught,
+    or_none,
+    refusal,
+)
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     CONNECTION_LOSS_CODES,
+    MISSING_CODES,
     REFUSED_VARIANT_CODES,
     error_code,
-    is_missing,
 )
 from pyrigaud.adapters.hypervisors.libvirt.metadata import (
     NAMESPACE_PREFIX,
@@ -79,12 +83,11 @@ class Guest:
             return None
         if canonical != vm_id.lower():
             return None
-        try:
-            return cls(conn.lookupByUUIDString(canonical))
-        except libvirt.libvirtError as error:
-            if is_missing(error) or error_code(error) == libvirt.VIR_ERR_INVALID_ARG:
-                return None
-            raise
+        dom = or_none(
+            lambda: conn.lookupByUUIDString(canonical),
+            MISSING_CODES | {libvirt.VIR_ERR_INVALID_ARG},
+        )
+        return None if dom is None else cls(dom)
 
     @classmethod
     def by_id(cls, conn: VirConnect, vm_id: str) -> Result[Guest, ProviderError]:
@@ -95,12 +98,8 @@ class Guest:
 
     @classmethod
     def by_name(cls, conn: VirConnect, name: str) -> Guest | None:
-        try:
-            return cls(conn.lookupByName(name))
-        except libvirt.libvirtError as error:
-            if is_missing(error):
-                return None
-            raise
+        dom = or_none(lambda: conn.lookupByName(name))
+        return None if dom is None else cls(dom)
 
     # --- what it is -------------------------------------------------------------------------
 
@@ -132,17 +131,14 @@ class Guest:
 
     def metadata(self) -> VMMetadata | None:
         """Our element as libvirt's metadata API returns it (the XML carries the same)."""
-        try:
-            text = self.dom.metadata(
+        text = or_none(
+            lambda: self.dom.metadata(
                 libvirt.VIR_DOMAIN_METADATA_ELEMENT,
                 NAMESPACE_URI,
                 libvirt.VIR_DOMAIN_AFFECT_CONFIG,
             )
-        except libvirt.libvirtError as error:
-            if is_missing(error):
-                return None
-            raise
-        return metadata_from_text(str(text))
+        )
+        return None if text is None else metadata_from_text(str(text))
 
     def own_metadata(self) -> Result[VMMetadata, ProviderError]:
         metadata = self.metadata()
@@ -162,11 +158,12 @@ class Guest:
         if not self.dom.isActive():
             self._set_metadata(metadata, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
             return
-        try:
-            self._set_metadata(metadata, live)
-        except libvirt.libvirtError as error:
-            if error_code(error) != libvirt.VIR_ERR_OPERATION_INVALID or self.dom.isActive():
-                raise
+        stopped = refusal(
+            lambda: self._set_metadata(metadata, live),
+            {libvirt.VIR_ERR_OPERATION_INVALID},
+            unless=lambda: bool(self.dom.isActive()),
+        )
+        if stopped is not None:
             self._set_metadata(metadata, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
 
     def _set_metadata(self, metadata: VMMetadata, flags: int) -> None:
@@ -181,13 +178,12 @@ class Guest:
     def undefine(self) -> None:
         """Undefine with snapshot metadata (and NVRAM for UEFI, where the driver allows it)."""
         base = libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-        if self.facts().firmware == "UEFI":
-            try:
-                self.dom.undefineFlags(base | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
-                return
-            except libvirt.libvirtError as error:
-                if error_code(error) not in REFUSED_VARIANT_CODES:
-                    raise
+        with_nvram = base | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+        if (
+            self.facts().firmware == "UEFI"
+            and refusal(lambda: self.dom.undefineFlags(with_nvram), REFUSED_VARIANT_CODES) is None
+        ):
+            return
         self.dom.undefineFlags(base)
 
     # --- power ------------------------------------------------------------------------------
@@ -222,11 +218,7 @@ class Guest:
         if not self.is_running():
             self.start()
             return
-        try:
-            self.dom.reboot(0)
-        except libvirt.libvirtError as error:
-            if error_code(error) not in REFUSED_VARIANT_CODES:
-                raise
+        if refusal(lambda: self.dom.reboot(0), REFUSED_VARIANT_CODES) is not None:
             self.dom.reset(0)  # no ACPI / agent in the guest: a reset is the fallback
 
     def ask_to_shut_down(self, clock: Clock) -> None:
@@ -239,15 +231,12 @@ class Guest:
         for attempt in range(SHUTDOWN_REQUEST_ATTEMPTS):
             if not self.is_running():
                 return
-            try:
-                self.dom.shutdown()
+            refused = refusal(self.dom.shutdown, {libvirt.VIR_ERR_OPERATION_INVALID})
+            if refused is None:
                 return
-            except libvirt.libvirtError as error:
-                if error_code(error) != libvirt.VIR_ERR_OPERATION_INVALID:
-                    raise
-                logger.warning("VM %s refused a shutdown request: %s", self.dom.name(), error)
-                if attempt + 1 < SHUTDOWN_REQUEST_ATTEMPTS:
-                    clock.sleep(SHUTDOWN_RETRY_SECONDS)
+            logger.warning("VM %s refused a shutdown request: %s", self.dom.name(), refused.message)
+            if attempt + 1 < SHUTDOWN_REQUEST_ATTEMPTS:
+                clock.sleep(SHUTDOWN_RETRY_SECONDS)
 
     # --- devices ----------------------------------------------------------------------------
 
@@ -288,21 +277,17 @@ class Guest:
 
     def detach_live(self, xml: str) -> None:
         """Take back a device attached live, as far as the guest lets it (best effort)."""
-        with contextlib.suppress(libvirt.libvirtError):
-            self.dom.detachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        best_effort(lambda: self.dom.detachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE))
 
 
 def _hot_add(blocked: Waiting, attempt: Callable[[], object]) -> list[Waiting]:
     """`blocked.reason` empty: try it; a hypervisor that refuses makes it wait as well."""
     if blocked.reason:
         return [blocked]
-    try:
-        attempt()
-    except libvirt.libvirtError as error:
-        if error_code(error) not in REFUSED_VARIANT_CODES:
-            raise
-        return [Waiting(f"the hypervisor refused: {error.get_error_message()}", blocked.what)]
-    return []
+    refused = refusal(attempt, REFUSED_VARIANT_CODES)
+    if refused is None:
+        return []
+    return [Waiting(f"the hypervisor refused: {refused.message}", blocked.what)]
 
 
 def _cpu_blocker(live: DomainFacts, cpu: int) -> str:

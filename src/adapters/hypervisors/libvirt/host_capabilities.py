@@ -27,7 +27,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SECURE_BOOT_MACHINE
-from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.edge import or_none
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Firmware, VMClass
@@ -168,14 +168,10 @@ def _domain_capabilities(
         known = _by_connection.setdefault(conn, {})
         if key in known:
             return known[key]
-    try:
-        xml = conn.getDomainCapabilities(None, None, machine, domain_type, 0)
-    except libvirt.libvirtError as error:
-        if error_code(error) not in _UNANSWERED_CODES:
-            raise
-        capabilities = None
-    else:
-        capabilities = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
+    xml = or_none(
+        lambda: conn.getDomainCapabilities(None, None, machine, domain_type, 0), _UNANSWERED_CODES
+    )
+    capabilities = None if xml is None else ET.fromstring(xml)  # noqa: S314 - libvirt's own
     with _lock:
         known[key] = capabilities
     return capabilities

@@ -12,21 +12,19 @@ import contextlib
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.downloads import (
-    ChecksumMismatchError,
     Download,
-    DownloadError,
-    UnknownChecksumTypeError,
+    DownloadFields,
     checksum_algorithm,
     logged_progress,
     open_download,
 )
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
@@ -44,12 +42,11 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 from pyrigaud.application.ports.image_judge import ImageInspection, ImageJudge
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
+from pyrigaud.domain.chunks import Chunks, outcome_of
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, peek_header
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.image_urls import UnsafeImageURLError, parse_image_url
+from pyrigaud.domain.image_urls import parse_image_url
 from pyrigaud.domain.models import CreateRequest, VMImage
-
-T = TypeVar("T")
 
 IMAGE_FORMATS = frozenset({"qcow2", "raw"})
 UNSPECIFIED_FORMATS = frozenset({"", "template"})
@@ -63,6 +60,10 @@ class ImageFields:
     checksum: str
     checksum_type: str
     format: str
+
+    @property
+    def download(self) -> DownloadFields:
+        return DownloadFields(self.url, self.checksum, self.checksum_type)
 
 
 PREPARE_FIELDS = ImageFields(
@@ -92,14 +93,17 @@ class JudgedBody:
     the judge's verdict on the whole, once they were read."""
 
     format: str
-    chunks: Iterator[bytes]
+    chunks: Chunks[bytes]
     inspection: ImageInspection
 
     def kept_if_judged(self, conn: VirConnect, path: str) -> Result[str, ProviderError]:
-        """The volume at `path` that the bytes were written into, or, when the whole image is
-        refused, its Failure, and no volume."""
+        """The volume at `path` that the bytes were written into, or, when they were not all
+        of the image (a cut download, a checksum that does not match) or the whole image is
+        refused, that Failure, and no volume."""
         return undone_on_failure(
-            lambda: self.inspection.verdict().map(lambda _: path),
+            lambda: (
+                self.chunks.outcome().bind(lambda _: self.inspection.verdict()).map(lambda _: path)
+            ),
             lambda: delete_volume(conn, path),
         )
 
@@ -117,16 +121,12 @@ class ImageDownloads:
         self, url: str, checksum: str, checksum_type: str, named: ImageFields
     ) -> Result[Download, ProviderError]:
         """The image's response, its headers read; a bad spec is named by `named`."""
-        return image_spec_checked(
-            named,
-            lambda: Success(
-                open_download(
-                    url,
-                    checksum=checksum,
-                    checksum_type=checksum_type,
-                    allow_loopback=self.allow_loopback_urls,
-                )
-            ),
+        return open_download(
+            url,
+            checksum=checksum,
+            checksum_type=checksum_type,
+            allow_loopback=self.allow_loopback_urls,
+            named=named.download,
         )
 
     def judged(
@@ -134,17 +134,19 @@ class ImageDownloads:
     ) -> Result[JudgedBody, ProviderError]:
         """The image's format, judged from its first MiB before a byte is stored (one the spec
         names in `given` must agree), and all its bytes, the whole image judged after the
-        last (`JudgedBody.kept_if_judged`)."""
+        last (`JudgedBody.kept_if_judged`). A source cut short within the first MiB is
+        answered as its failure, before the judge's."""
         inspection = self.judge.inspect(size, named.url)
 
-        def inspected() -> Iterator[bytes]:
+        def inspected() -> Iterator[Result[bytes, ProviderError]]:
             for chunk in chunks:
                 inspection.feed(chunk)
-                yield chunk
+                yield Success(chunk)
 
-        _, body = peek_header(inspected(), JUDGED_PREFIX_BYTES)
+        _, body = peek_header(Chunks(inspected(), after=chunks), JUDGED_PREFIX_BYTES)
         return (
-            inspection.first_look()
+            outcome_of(chunks)
+            .bind(lambda _: inspection.first_look())
             .bind(lambda image: _agreed_format(image.format, given, named))
             .map(lambda found: JudgedBody(found, body, inspection))
         )
@@ -163,11 +165,8 @@ class ImageDownloads:
         """A new volume holding the downloaded image (`body`, judged from the download), its
         checksum verified and the whole image judged; on any failure, no volume."""
         chunks = logged_progress(body.chunks, label, download.length)
-        return image_spec_checked(
-            named,
-            lambda: upload_or_refuse(
-                lambda: write_new_volume(conn, pool, xml, chunks, self.write_volume)
-            ),
+        return upload_or_refuse(
+            lambda: write_new_volume(conn, pool, xml, chunks, self.write_volume)
         ).bind(lambda path: body.kept_if_judged(conn, path))
 
     def root_volume(
@@ -189,11 +188,8 @@ class ImageDownloads:
                 ).map(lambda path: (path, body.format))
 
             with contextlib.closing(download):
-                return image_spec_checked(
-                    CREATE_FIELDS,
-                    lambda: self.judged(
-                        download.chunks, download.length, image.format, CREATE_FIELDS
-                    ),
+                return self.judged(
+                    download.chunks, download.length, image.format, CREATE_FIELDS
                 ).bind(written)
 
         return (
@@ -237,23 +233,6 @@ def _grown(conn: VirConnect, path: str, capacity_bytes: int) -> str:
     return path
 
 
-def image_spec_checked(
-    named: ImageFields, action: Callable[[], Result[T, ProviderError]]
-) -> Result[T, ProviderError]:
-    """`action`'s Result; what the download module raises, as the Failure naming the request
-    field at fault (the download module's edge: its exceptions become values here)."""
-    try:
-        return action()
-    except UnsafeImageURLError as error:
-        return Failure(ProviderError.invalid_spec(named.url, str(error)))
-    except UnknownChecksumTypeError as error:
-        return Failure(ProviderError.invalid_spec(named.checksum_type, str(error)))
-    except ChecksumMismatchError as error:
-        return Failure(ProviderError.invalid_spec(named.checksum, str(error)))
-    except DownloadError as error:
-        return Failure(ProviderError.unavailable(str(error)))
-
-
 def plan_root_disk(conn: VirConnect, request: CreateRequest) -> Result[RootPlan, ProviderError]:
     """How the root volume is made; a spec it cannot be made from is refused before anything
     exists and before any traffic.
@@ -277,14 +256,8 @@ def plan_root_disk(conn: VirConnect, request: CreateRequest) -> Result[RootPlan,
         scratch = f"{request.name}-download-{secrets.token_hex(4)}.raw"
         return (
             declared_format(image.format, CREATE_FIELDS.format)
-            .bind(
-                lambda _: image_spec_checked(
-                    CREATE_FIELDS,
-                    lambda: Success(
-                        (parse_image_url(image.url), checksum_algorithm(image.checksum_type))
-                    ),
-                )
-            )
+            .bind(lambda _: parse_image_url(image.url, CREATE_FIELDS.url))
+            .bind(lambda _: checksum_algorithm(image.checksum_type, CREATE_FIELDS.checksum_type))
             .map(lambda _: RootPlan(capacity_bytes=wanted, url_image=image, scratch_name=scratch))
         )
     backing = volume_facts(conn, image.path)

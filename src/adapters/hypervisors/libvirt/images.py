@@ -22,7 +22,6 @@ from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
     ImageDownloads,
     JudgedBody,
     declared_format,
-    image_spec_checked,
     upload_or_refuse,
 )
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
@@ -135,11 +134,8 @@ class LibvirtImages:
             with contextlib.closing(download):
                 # Judged before a byte is stored: a qcow2 naming a backing file would hand a
                 # host file to every VM made from this image.
-                return image_spec_checked(
-                    PREPARE_FIELDS,
-                    lambda: self._downloads.judged(
-                        download.chunks, download.length, image_format, PREPARE_FIELDS
-                    ),
+                return self._downloads.judged(
+                    download.chunks, download.length, image_format, PREPARE_FIELDS
                 ).bind(written)
 
         return self._downloads.open(

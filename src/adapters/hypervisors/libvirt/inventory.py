@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import libvirt
@@ -27,6 +28,7 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
     read_view,
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, awaiting_power_cycle
+from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
@@ -62,9 +64,8 @@ IN_VMINFO = frozenset({"id", "name", "cpu", "memory_mib"})
 def guest_addresses(dom: VirDomain) -> tuple[str, ...]:
     """Guest addresses from DHCP leases, else the guest agent; none when neither answers."""
     for source in ADDRESS_SOURCES:
-        try:
-            interfaces = dom.interfaceAddresses(source, 0) or {}
-        except libvirt.libvirtError:
+        interfaces = best_effort(partial(dom.interfaceAddresses, source, 0))
+        if not interfaces:
             continue  # no lease / no agent: try the next source
         found = [
             str(address["addr"])

@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
+from pyrigaud.adapters.hypervisors.libvirt.edge import Refused, answer, or_none
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     NVRAM_POOL_PREFIX,
@@ -90,12 +90,7 @@ def _nvram_volume(conn: VirConnect, path: str) -> VirStorageVol | None:
 def _volume_in(pool: VirStoragePool, name: str) -> VirStorageVol | None:
     """The volume `name` of `pool` as it is now (the pool is listed afresh first)."""
     pool.refresh(0)
-    try:
-        return pool.storageVolLookupByName(name)
-    except libvirt.libvirtError as error:
-        if is_missing(error):
-            return None
-        raise
+    return or_none(lambda: pool.storageVolLookupByName(name))
 
 
 def _pool_over(conn: VirConnect, directory: str) -> VirStoragePool:
@@ -108,13 +103,14 @@ def _pool_over(conn: VirConnect, directory: str) -> VirStoragePool:
     digest = hashlib.sha256(directory.encode()).hexdigest()[:12]
     ET.SubElement(root, "name").text = f"{NVRAM_POOL_PREFIX}{digest}"
     ET.SubElement(ET.SubElement(root, "target"), "path").text = directory
-    try:
-        return conn.storagePoolCreateXML(ET.tostring(root, encoding="unicode"), 0)
-    except libvirt.libvirtError as error:
-        raced = _pool_with_target(conn, directory)
-        if raced is None or error_code(error) not in POOL_RACE_CODES:
-            raise
-        return raced
+    created = answer(
+        lambda: conn.storagePoolCreateXML(ET.tostring(root, encoding="unicode"), 0),
+        POOL_RACE_CODES,
+        unless=lambda: _pool_with_target(conn, directory) is None,
+    )
+    if isinstance(created, Refused):  # another call made the pool over it meanwhile
+        return _pool_over(conn, directory)
+    return created
 
 
 def _pool_with_target(conn: VirConnect, directory: str) -> VirStoragePool | None:

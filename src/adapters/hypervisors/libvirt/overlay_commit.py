@@ -9,13 +9,12 @@ bounded; one that overruns is cancelled and the disk stays on its overlay.
 
 from __future__ import annotations
 
-import contextlib
 import xml.etree.ElementTree as ET
 
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.application.ports import Clock
@@ -56,8 +55,7 @@ def _waited(
         if caught_up and _pivoted(guest, target):
             break
         if clock.now() > deadline:
-            with contextlib.suppress(libvirt.libvirtError):
-                dom.blockJobAbort(target, 0)
+            best_effort(lambda: dom.blockJobAbort(target, 0))
             return Failure(
                 ProviderError.unavailable(
                     f"merging overlay {top!r} of VM {guest.name!r} took over "

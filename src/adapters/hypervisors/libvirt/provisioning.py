@@ -16,13 +16,13 @@ from dataclasses import replace
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.building import (
     abandon_building,
     begin_building,
     with_macs,
     write_seed,
 )
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
@@ -43,7 +43,7 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     render_domain,
     with_resources,
 )
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import RAISED_BY_LIBVIRT, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     REFUSED_VARIANT_CODES,
     error_code,
@@ -262,7 +262,7 @@ class LibvirtVMLifecycle:
                 delete_volume(conn, path)
             abandon_building(guest)
 
-        return undone_on_failure(finished, undo, raised=(libvirt.libvirtError,))
+        return undone_on_failure(finished, undo, raised=RAISED_BY_LIBVIRT)
 
     def _finish(
         self, conn: VirConnect, complete: DomainDefinition, fallbacks: tuple[Fallback, ...]
@@ -420,5 +420,5 @@ def _attached(
     return undone_on_failure(
         lambda: defined().map(lambda _: guest.write_metadata(metadata.with_volume(path))),
         lambda: delete_volume(conn, path),
-        raised=(libvirt.libvirtError,),
+        raised=RAISED_BY_LIBVIRT,
     )

@@ -20,7 +20,7 @@ from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.edge import caught, or_none
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import (
@@ -95,11 +95,9 @@ def _create_snapshot(
     conn: VirConnect, guest: Guest, request: SnapshotRequest
 ) -> Result[Snapshot, ProviderError]:
     dom = guest.dom
-    try:
-        return Success(_snapshot_value(dom.snapshotLookupByName(request.name, 0)))  # a retry
-    except libvirt.libvirtError as error:
-        if not is_missing(error):
-            raise
+    retried = or_none(lambda: _snapshot_value(dom.snapshotLookupByName(request.name, 0)))
+    if retried is not None:  # a retry: the same one
+        return Success(retried)
     if uses_pflash(conn, guest):
         made = create_overlay_snapshot(
             conn, guest, _snapshot_xml(request), include_memory=request.include_memory

@@ -6,7 +6,6 @@ remote host; the test driver cannot upload and answers VIR_ERR_NO_SUPPORT.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
@@ -16,8 +15,9 @@ from typing import Any
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.errors import is_missing
+from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, or_none
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 
@@ -68,12 +68,7 @@ def find_pool(
 
 
 def _pool_named(conn: VirConnect, name: str) -> VirStoragePool | None:
-    try:
-        return conn.storagePoolLookupByName(name)
-    except libvirt.libvirtError as error:
-        if is_missing(error):
-            return None
-        raise
+    return or_none(lambda: conn.storagePoolLookupByName(name))
 
 
 def _dir_pool_xml(name: str, path: str) -> str:
@@ -146,14 +141,13 @@ def upload_volume(conn: VirConnect, volume: VirStorageVol, chunks: Iterable[byte
     """Stream the chunks into the volume from offset 0; an error part-way aborts the stream."""
     stream = conn.newStream(0)
     volume.upload(stream, 0, 0, 0)  # length 0: up to the end of what is sent
-    try:
+
+    def sent() -> None:
         for chunk in chunks:
             _send_all(stream, chunk)
         stream.finish()
-    except BaseException:
-        with contextlib.suppress(libvirt.libvirtError):
-            stream.abort()
-        raise
+
+    undone_on_raise(sent, lambda: best_effort(stream.abort))
 
 
 def _send_all(stream: Any, chunk: bytes) -> None:
@@ -176,24 +170,18 @@ def write_new_volume(
     """A volume created from `xml` and filled with the chunks; on any failure, no volume."""
     volume = pool.createXML(xml, 0)
     path = str(volume.path())
-    try:
+
+    def written() -> None:
         writer(conn, volume, chunks)
-        with contextlib.suppress(libvirt.libvirtError):  # capacity of an uploaded image
-            pool.refresh(0)
-    except BaseException:
-        delete_volume(conn, path)
-        raise
+        best_effort(lambda: pool.refresh(0))  # capacity of an uploaded image
+
+    undone_on_raise(written, lambda: delete_volume(conn, path))
     return path
 
 
 def find_volume(pool: VirStoragePool, name: str) -> str | None:
     """The path of the pool's volume called `name`, or None."""
-    try:
-        return str(pool.storageVolLookupByName(name).path())
-    except libvirt.libvirtError as error:
-        if is_missing(error):
-            return None
-        raise
+    return or_none(lambda: str(pool.storageVolLookupByName(name).path()))
 
 
 def copy_volume_into(
@@ -210,12 +198,9 @@ def copy_volume_into(
 
 def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:
     """The volume at `path`, or None when no pool knows it."""
-    try:
-        volume = conn.storageVolLookupByPath(path)
-    except libvirt.libvirtError as error:
-        if is_missing(error):
-            return None
-        raise
+    volume = or_none(lambda: conn.storageVolLookupByPath(path))
+    if volume is None:
+        return None
     _kind, capacity, allocation = volume.info()
     root = ET.fromstring(volume.XMLDesc(0))  # noqa: S314 - libvirt's own output
     target_format = root.find("target/format")
@@ -239,19 +224,12 @@ def volumes_by_path(conn: VirConnect) -> dict[str, VolumeFacts]:
     for pool in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
         if str(pool.name()).startswith(NVRAM_POOL_PREFIX):
             continue
-        try:
-            volumes = pool.listAllVolumes(0)
-        except libvirt.libvirtError as error:
-            if is_missing(error):
+        volumes = or_none(lambda: pool.listAllVolumes(0))  # noqa: B023 (called at once)
+        for volume in volumes or ():
+            xml = or_none(lambda: volume.XMLDesc(0))  # noqa: B023 (called at once)
+            if xml is None:
                 continue
-            raise
-        for volume in volumes:
-            try:
-                root = ET.fromstring(volume.XMLDesc(0))  # noqa: S314 - libvirt's own output
-            except libvirt.libvirtError as error:
-                if is_missing(error):
-                    continue
-                raise
+            root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
             path = root.findtext("target/path", "")
             target_format = root.find("target/format")
             found.setdefault(
@@ -273,8 +251,4 @@ def grow_volume(conn: VirConnect, path: str, capacity_bytes: int) -> None:
 
 def delete_volume(conn: VirConnect, path: str) -> None:
     """Remove the volume at `path`; one that is already gone is fine."""
-    try:
-        conn.storageVolLookupByPath(path).delete(0)
-    except libvirt.libvirtError as error:
-        if not is_missing(error):
-            raise
+    or_none(lambda: conn.storageVolLookupByPath(path).delete(0))  # one already gone: fine

@@ -19,14 +19,15 @@ import logging
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import libvirt
 from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
-from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
+from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught, or_none, refusal
+from pyrigaud.adapters.hypervisors.libvirt.errors import MISSING_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
     delete_volume,
@@ -85,14 +86,13 @@ def _opened_segment(
     once refused)."""
     if sparse:
         stream = conn.newStream(0)
-        try:
-            volume.download(
+        refused = refusal(
+            lambda: volume.download(
                 stream, offset, SEGMENT_BYTES, libvirt.VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM
-            )
-        except libvirt.libvirtError as error:
-            if error_code(error) not in SPARSE_REFUSALS:
-                raise
-        else:
+            ),
+            SPARSE_REFUSALS,
+        )
+        if refused is None:
             return _segment(stream, sparse=True), True
     stream = conn.newStream(0)
     volume.download(stream, offset, SEGMENT_BYTES, 0)
@@ -104,8 +104,7 @@ def _segment(stream: Any, *, sparse: bool) -> Iterator[bytes]:
         yield from _sparse_chunks(stream) if sparse else _dense_chunks(stream)
         stream.finish()
     except BaseException:
-        with contextlib.suppress(libvirt.libvirtError):
-            stream.abort()
+        best_effort(stream.abort)
         raise
 
 
@@ -191,12 +190,8 @@ class TransferVolumes:
                 started = transfer_volume_started_at(name, self.owner)
                 if started is None or now - started < older_than_seconds:
                     continue
-                try:
-                    volume.delete(0)
-                except libvirt.libvirtError as error:
-                    if not is_missing(error):
-                        raise
-                    continue
+                if refusal(partial(volume.delete, 0), MISSING_CODES) is not None:
+                    continue  # gone meanwhile
                 removed.append(name)
         return tuple(removed)
 
@@ -232,11 +227,5 @@ def _unfinished_landing_removed(
 
 
 def _volumes(pool: VirStoragePool) -> list[VirStorageVol]:
-    try:
-        with contextlib.suppress(libvirt.libvirtError):  # a volume that vanished meanwhile
-            pool.refresh(0)
-        return list(pool.listAllVolumes(0))
-    except libvirt.libvirtError as error:
-        if is_missing(error):
-            return []
-        raise
+    best_effort(lambda: pool.refresh(0))  # a volume that vanished meanwhile
+    return list(or_none(lambda: pool.listAllVolumes(0)) or ())

@@ -5,19 +5,31 @@ Code inside the package returns its own expected failures as Results and lets py
 faults fly; the edge maps those by `faults.py`'s table and flattens the action's Result, so a
 port answers one Result whichever way the call failed. What is neither a fault nor a reply
 this pyVmomi cannot read is a bug of ours and stays an exception.
+
+A fault that is an answer, not a failure, is read through the helpers below, so no other
+module catches one: `or_none` (what a read or lookup names is gone), `answer` (a fault the
+caller expected, as a value: a file not found, a VM not powered off, no guest tools),
+`best_effort` (a cleanup whose own failure is not the one to tell) and `transferring` (bytes
+moved over HTTP beside the session: a network failure named for the edge to map).
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyVmomi import SoapAdapter
 from returns.result import Failure, Result
 
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, provider_error
+from pyrigaud.adapters.hypervisors.vsphere.faults import (
+    EXPECTED_FAILURES,
+    is_missing,
+    provider_error,
+)
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.domain.errors import ProviderError
 
@@ -25,6 +37,17 @@ T = TypeVar("T")
 
 SOAP_READER = SoapAdapter.__file__  # where pyVmomi reads vCenter's replies
 PYVMOMI_FOLDER = os.path.dirname(SOAP_READER) + os.sep
+NETWORK_FAILURES: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)
+
+# Which of the faults a call raises its caller expects (the others rise on, to the edge).
+Expected = Callable[[BaseException], bool]
+
+
+@dataclass(frozen=True)
+class Faulted:
+    """A fault vCenter answered a call with that its caller expected, as a value."""
+
+    fault: Any  # a vim or vmodl fault: its properties say more (existingState, ...)
 
 
 def run(
@@ -64,3 +87,42 @@ def _raised_reading_a_reply(error: BaseException) -> bool:
         and frames[-1].filename.startswith(PYVMOMI_FOLDER)
         and any(frame.filename == SOAP_READER for frame in frames)
     )
+
+
+def answer(call: Callable[[], T], expected: Expected) -> T | Faulted:
+    """`call()`, or the fault it raised when `expected` says the caller expects it; any other
+    rises on, to `attempt`."""
+    try:
+        return call()
+    except EXPECTED_FAILURES as error:
+        if not expected(error):
+            raise
+        return Faulted(error)
+
+
+def fault_is(*faults: type[BaseException]) -> Expected:
+    """An `Expected` of these fault classes (and their subclasses)."""
+    return lambda error: isinstance(error, faults)
+
+
+def or_none(call: Callable[[], T], expected: Expected = is_missing) -> T | None:
+    """`call()`, or None when it raised an `expected` fault: by default, that what it reads
+    or looks up is gone."""
+    answered = answer(call, expected)
+    return None if isinstance(answered, Faulted) else answered
+
+
+def best_effort(call: Callable[[], T]) -> T | None:
+    """`call()`, or None when vCenter or the network failed it at all: a cleanup whose own
+    failure is not the one to tell (the caller's is)."""
+    return or_none(call, lambda _: True)
+
+
+def transferring(doing: str, call: Callable[[], T]) -> T:
+    """`call()`, which moves bytes over HTTP beside the SOAP session (a lease's disk, a
+    datastore file); a network failure rises as a ConnectionError naming what was `doing`,
+    which `attempt` makes UNAVAILABLE (it may be retried)."""
+    try:
+        return call()
+    except NETWORK_FAILURES as error:
+        raise ConnectionError(f"{doing}: {error}") from error

@@ -9,7 +9,6 @@ return is the application's ownership rule to decide.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,9 +17,10 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort
 from pyrigaud.adapters.hypervisors.vsphere.customization import GuestCustomization
 from pyrigaud.adapters.hypervisors.vsphere.devices import nic_count
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location, merged, resolve
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
@@ -151,19 +151,14 @@ class CloneMaker:
     ) -> Result[None, ProviderError]:
         """The clone upgraded, configured and customized, or destroyed again: no half-built VM
         stays behind, and the original failure is what the caller sees."""
-        try:
-            finished = self._upgraded(instance, clone, version).bind(
+        return undone_on_failure(
+            lambda: self._upgraded(instance, clone, version).bind(
                 lambda devices: order.configure(devices).bind(
                     lambda spec: self._configured(instance, order, clone, devices, spec)
                 )
-            )
-        except BaseException:
-            _destroy(instance, clone)
-            raise
-        match finished:
-            case Failure():
-                _destroy(instance, clone)
-        return finished
+            ),
+            lambda: _destroy(instance, clone),
+        )
 
     def _upgraded(
         self, instance: Any, clone: Any, version: str
@@ -194,5 +189,4 @@ class CloneMaker:
 def _destroy(instance: Any, clone: Any) -> None:
     """Destroy a half-built clone; the caller's failure is the one told (so this cleanup's
     own is not)."""
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        wait(instance, clone.Destroy_Task())
+    best_effort(lambda: wait(instance, clone.Destroy_Task()))

@@ -19,6 +19,7 @@ from urllib.parse import quote, urlencode
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.vsphere.calls import fault_is, or_none, transferring
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
@@ -104,11 +105,13 @@ def exists(connection: Connection, datastore_path: str) -> Result[bool, Provider
         # A name with wildcard characters matches itself through `?`; the exact test is below.
         spec = vim.host.DatastoreBrowser.SearchSpec(matchPattern=[WILDCARDS.sub("?", name)])
         folder = f"[{file.datastore_name}] {parent}".rstrip()
-        try:
-            found = wait(
+        found = or_none(
+            lambda: wait(
                 connection, browser.SearchDatastore_Task(datastorePath=folder, searchSpec=spec)
-            )
-        except vim.fault.FileNotFound:
+            ),
+            fault_is(vim.fault.FileNotFound),
+        )
+        if found is None:
             return Success(False)
         return found.map(lambda answer: any(entry.path == name for entry in answer.file or ()))
 
@@ -120,16 +123,16 @@ def delete(connection: Connection, datastore_path: str) -> Result[None, Provider
 
     def remove(file: _File) -> Result[None, ProviderError]:
         manager = connection.content.fileManager
-        try:
-            deleted = wait(
+        deleted = or_none(
+            lambda: wait(
                 connection,
                 manager.DeleteDatastoreFile_Task(
                     name=file.datastore_path, datacenter=file.datacenter
                 ),
-            )
-        except vim.fault.FileNotFound:
-            return Success(None)
-        return deleted.map(lambda _: None)
+            ),
+            fault_is(vim.fault.FileNotFound),
+        )
+        return Success(None) if deleted is None else deleted.map(lambda _: None)
 
     return _resolve(connection, datastore_path).bind(remove)
 
@@ -180,7 +183,8 @@ def _exchange(
         if method == "PUT"
         else {}
     )
-    try:
+
+    def answered() -> tuple[int, bytes]:
         request = open_request(connection._stub, method, file.url, headers)
         try:
             if body:
@@ -189,8 +193,8 @@ def _exchange(
             return response.status, response.read(limit + 1)
         finally:
             request.close()
-    except (OSError, http.client.HTTPException) as error:
-        raise ConnectionError(f"datastore file {file.datastore_path!r}: {error}") from error
+
+    return transferring(f"datastore file {file.datastore_path!r}", answered)
 
 
 def _succeeded(status: int) -> bool:

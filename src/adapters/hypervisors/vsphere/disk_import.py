@@ -24,8 +24,9 @@ from xml.etree import ElementTree as ET
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure, undone_on_raise
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
@@ -89,11 +90,7 @@ def _kept(
 ) -> Result[str, ProviderError]:
     """The imported VM's disk kept in `folder` and the VM gone; whatever fails on the way
     takes the VM (and, once the disk is detached, its folder) away."""
-    try:
-        home = _home_folder(connection, vm)
-    except BaseException:
-        _destroy(connection, vm)
-        raise
+    home = undone_on_raise(lambda: _home_folder(connection, vm), lambda: _destroy(connection, vm))
     if home != folder:  # the folder appeared meanwhile, and vCenter made ours beside it
         _destroy(connection, vm)
         return Failure(
@@ -102,15 +99,9 @@ def _kept(
                 "name made it meanwhile"
             )
         )
-    try:
-        kept = _keep_disk(connection, vm)
-    except BaseException:
-        _forget(connection, vm, home)
-        raise
-    match kept:
-        case Failure():
-            _forget(connection, vm, home)
-    return kept
+    return undone_on_failure(
+        lambda: _keep_disk(connection, vm), lambda: _forget(connection, vm, home)
+    )
 
 
 def _home_folder(connection: Connection, vm: Any) -> str:
@@ -122,16 +113,14 @@ def _home_folder(connection: Connection, vm: Any) -> str:
 def _destroy(connection: Connection, vm: Any) -> None:
     """Destroy the import's VM if it is still there; the caller's failure is the one told (so
     this cleanup's own is not)."""
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        wait(connection, vm.Destroy_Task())
+    best_effort(lambda: wait(connection, vm.Destroy_Task()))
 
 
 def _forget(connection: Connection, vm: Any, home: str) -> None:
     """Once detached the disk is no longer the VM's: only deleting the VM's home folder,
     where the disk was made, takes it away."""
     _destroy(connection, vm)
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        datastore_files.delete(connection, home)
+    best_effort(lambda: datastore_files.delete(connection, home))
 
 
 def one_disk_descriptor(name: str, size_bytes: int, capacity_bytes: int) -> str:

@@ -34,6 +34,7 @@ from pyrigaud.adapters.disk_images.stream_optimized import (
     is_stream_optimized,
     stream_optimized_capacity,
 )
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
@@ -120,14 +121,9 @@ class DatastoreSite:
 
         def received() -> Result[ReceivedDisk, ProviderError]:
             vmdk = open_scratch(self.scratch_dir)
-            try:
-                written = self._stream_optimized(chunks, size_bytes, image, vmdk)
-            except BaseException:
-                vmdk.close()
-                raise
-            match written:
-                case Failure():
-                    vmdk.close()
+            written = undone_on_failure(
+                lambda: self._stream_optimized(chunks, size_bytes, image, vmdk), vmdk.close
+            )
             return written.map(lambda capacity: _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity))
 
         return attempt(IMPORTING, received)
@@ -140,15 +136,10 @@ class DatastoreSite:
                 datastore_files.delete(instance, self.folder)
 
         def keep(instance: Any) -> Result[None, ProviderError]:
-            try:
-                kept = datastore_files.write_small(instance, self._record_path, record)
-            except BaseException:
-                forget(instance)
-                raise
-            match kept:
-                case Failure():
-                    forget(instance)
-            return kept
+            return undone_on_failure(
+                lambda: datastore_files.write_small(instance, self._record_path, record),
+                lambda: forget(instance),
+            )
 
         return run(self.vcenter.session, IMPORTING, keep)
 

@@ -18,7 +18,6 @@ disk yet: deleting it (the crash sweep does) detaches disks outside its home dir
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import uuid
@@ -28,7 +27,9 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort
 from pyrigaud.adapters.hypervisors.vsphere.class_spec import (
     class_config,
     class_devices,
@@ -46,7 +47,6 @@ from pyrigaud.adapters.hypervisors.vsphere.device_models import (
     guest_devices,
 )
 from pyrigaud.adapters.hypervisors.vsphere.devices import disk_growth, new_disks, nic_count
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
 from pyrigaud.adapters.hypervisors.vsphere.networks import CREATE_ATTACHMENTS, nic_changes
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
     Location,
@@ -182,25 +182,20 @@ class DiskVMMaker:
     ) -> Result[None, ProviderError]:
         """The root disk grown and the guest customized, then the building mark cleared; a
         failure leaves no half-built VM behind, and the imported disk where it was."""
-        try:
+
+        def finished() -> Result[None, ProviderError]:
             grown = (
                 Success(None) if root_gib is None else self._grow_root_disk(instance, vm, root_gib)
             )
-            finished = grown.bind(lambda _: self._customized(instance, vm, guest, spec)).bind(
+            return grown.bind(lambda _: self._customized(instance, vm, guest, spec)).bind(
                 lambda _: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
             )
-        except BaseException:
-            self._forget(instance, vm)
-            raise
-        match finished:
-            case Failure():
-                self._forget(instance, vm)
-        return finished
+
+        return undone_on_failure(finished, lambda: self._forget(instance, vm))
 
     def _forget(self, instance: Any, vm: Any) -> None:
         """The caller's failure is the one told (so this cleanup's own is not)."""
-        with contextlib.suppress(*EXPECTED_FAILURES):
-            destroy_keeping_foreign_disks(instance, self._vcenter, vm)
+        best_effort(lambda: destroy_keeping_foreign_disks(instance, self._vcenter, vm))
 
     @staticmethod
     def _customized(

@@ -18,8 +18,8 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.qemu_img import checked_vmdk
 from pyrigaud.adapters.disk_images.scratch import scratch_file
-from pyrigaud.adapters.hypervisors.vsphere.calls import run
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort, run
 from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import_vm
 from pyrigaud.adapters.hypervisors.vsphere.ovf_package import (
     Package,
@@ -163,22 +163,17 @@ class VSphereImages:
     def _made_template(self, instance: Any, vm: Any) -> Result[None, ProviderError]:
         """The imported VM unmarked and made a template, or destroyed again: the caller's
         failure is the one told (so the cleanup's own is not)."""
-        try:
-            made = self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(
+        return undone_on_failure(
+            lambda: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(
                 lambda _: vm.MarkAsTemplate()
-            )
-        except BaseException:
-            _destroy(instance, vm)
-            raise
-        match made:
-            case Failure():
-                _destroy(instance, vm)
-        return made
+            ),
+            lambda: _destroy(instance, vm),
+        )
 
 
 def _destroy(instance: Any, vm: Any) -> None:
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        wait(instance, vm.Destroy_Task())
+    """The caller's failure is the one told (so this cleanup's own is not)."""
+    best_effort(lambda: wait(instance, vm.Destroy_Task()))
 
 
 def _judged_disk(

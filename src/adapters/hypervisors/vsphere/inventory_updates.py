@@ -14,19 +14,19 @@ view again. The thread holds the cache weakly and ends with the session (or with
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
 from returns.result import Failure, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
+from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, best_effort, or_none
 from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import About, InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve, view_filter
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection, VSphereSession
@@ -76,8 +76,7 @@ def _run(
         if cache is None:
             break
         if feed is not None and cache.doubted:
-            with contextlib.suppress(*EXPECTED_FAILURES):
-                _drop(feed, cache, on_resync)
+            best_effort(partial(_drop, feed, cache, on_resync))
             feed = None
         try:
             step = attempt(
@@ -119,11 +118,7 @@ def _step(
         return feed
     cache.go_cold()
     fresh = _Feed.open(session)
-    try:
-        fresh.start(cache)
-    except BaseException:
-        _drop(fresh, cache, on_resync)
-        raise
+    undone_on_raise(lambda: fresh.start(cache), lambda: _drop(fresh, cache, on_resync))
     return fresh
 
 
@@ -157,11 +152,9 @@ class _Feed:
     @classmethod
     def open(cls, session: VSphereSession) -> _Feed:
         connection = session.open_private()
-        try:
-            return cls(connection)
-        except BaseException:
-            VSphereSession.end_private(connection)
-            raise
+        return undone_on_raise(
+            lambda: cls(connection), lambda: VSphereSession.end_private(connection)
+        )
 
     def start(self, cache: InventoryCache) -> None:
         """Read the whole view (update sets until one is complete), then answer from it."""
@@ -187,10 +180,8 @@ class _Feed:
     def close(self) -> None:
         """Let go of the filters, view and login, as far as vCenter still listens."""
         for release in (self._collector.DestroyPropertyCollector, self._view.DestroyView):
-            with contextlib.suppress(*EXPECTED_FAILURES):
-                release()
-        with contextlib.suppress(*EXPECTED_FAILURES):
-            VSphereSession.end_private(self._connection)
+            best_effort(release)
+        best_effort(partial(VSphereSession.end_private, self._connection))
 
     def _wait(self, seconds: int) -> Any:
         options = vmodl.query.PropertyCollector.WaitOptions(
@@ -275,16 +266,10 @@ def _read_each(
 ) -> list[dict[str, Any]]:
     """The objects' properties in one read; when one of them is gone (vCenter then fails the
     whole read), one read each, without the missing."""
-    try:
-        return retrieve(connection, objects, properties)
-    except EXPECTED_FAILURES as error:
-        if not is_missing(error):
-            raise
-    rows = []
+    together = or_none(lambda: retrieve(connection, objects, properties))
+    if together is not None:
+        return together
+    rows: list[dict[str, Any]] = []
     for obj in objects:
-        try:
-            rows.extend(retrieve(connection, [obj], properties))
-        except EXPECTED_FAILURES as error:
-            if not is_missing(error):
-                raise
+        rows.extend(or_none(partial(retrieve, connection, [obj], properties)) or ())
     return rows

@@ -21,13 +21,14 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
+from pyrigaud.adapters.hypervisors.vsphere.calls import Faulted, answer, fault_is, transferring
 from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     CHUNK_BYTES,
     LeaseProgress,
     abandon_lease,
     ready_lease_info,
     receive_from_lease,
-    transfer_failed,
 )
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.domain.errors import ProviderError
@@ -58,10 +59,10 @@ class ExportedDisk:
         """The VMDK's bytes as they arrive, at most CHUNK_BYTES at a time (memory stays
         bounded); the lease hears the progress every few seconds, which keeps it alive."""
         while True:
-            try:
-                chunk = self._response.read(CHUNK_BYTES)
-            except (OSError, http.client.HTTPException) as error:
-                raise transfer_failed("downloading a disk through the NFC lease", error) from error
+            chunk = transferring(
+                "downloading a disk through the NFC lease",
+                lambda: self._response.read(CHUNK_BYTES),
+            )
             if not chunk:
                 return
             self._progress.add(len(chunk))
@@ -128,12 +129,13 @@ class _HeldLease:
         if kind is not None or self.progress is None:
             abandon_lease(self.lease)
             return
-        try:
-            self.progress.report(done=True)
+        progress = self.progress
+
+        def completed() -> None:
+            progress.report(done=True)
             self.lease.HttpNfcLeaseComplete()
-        except BaseException:
-            abandon_lease(self.lease)
-            raise
+
+        undone_on_raise(completed, lambda: abandon_lease(self.lease))
 
 
 def _export_lease(source: Any) -> Result[Any, ProviderError]:
@@ -141,16 +143,15 @@ def _export_lease(source: Any) -> Result[Any, ProviderError]:
     exported (vCenter would have to freeze a running disk): FAILED_PRECONDITION."""
     if isinstance(source, vim.vm.Snapshot):
         return Success(source.ExportSnapshot())
-    try:
-        return Success(source.ExportVm())
-    except vim.fault.InvalidPowerState as fault:
-        state = POWER_STATES.get(str(fault.existingState), "not powered off")
-        return Failure(
-            ProviderError.failed_precondition(
-                f"VM {source._moId!r} is {state}: power it off, or export from a snapshot "
-                "(snapshot_id)"
-            )
+    exported = answer(source.ExportVm, fault_is(vim.fault.InvalidPowerState))
+    if not isinstance(exported, Faulted):
+        return Success(exported)
+    state = POWER_STATES.get(str(exported.fault.existingState), "not powered off")
+    return Failure(
+        ProviderError.failed_precondition(
+            f"VM {source._moId!r} is {state}: power it off, or export from a snapshot (snapshot_id)"
         )
+    )
 
 
 def _disk_url(info: Any, source: Any, disk_index: int) -> Result[Any, ProviderError]:

@@ -18,7 +18,8 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, fault_message
+from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort, transferring
+from pyrigaud.adapters.hypervisors.vsphere.faults import fault_message
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
@@ -59,7 +60,8 @@ def send_to_lease(
     """PUT (a new file) or POST the bytes to the lease URL, over the session's TLS settings."""
     doing = "uploading a disk through the NFC lease"
     headers = {"Content-Type": "application/x-vnd.vmware-streamVmdk", "Content-Length": str(size)}
-    try:
+
+    def sent() -> http.client.HTTPResponse:
         connection = open_request(stub, "PUT" if create else "POST", url, headers)
         try:
             while chunk := reader.read(CHUNK_BYTES):
@@ -69,31 +71,25 @@ def send_to_lease(
             response.read()
         finally:
             connection.close()
-    except (OSError, http.client.HTTPException) as error:
-        raise transfer_failed(doing, error) from error
-    return _checked_status(response, doing).map(lambda _: None)
+        return response
+
+    return _checked_status(transferring(doing, sent), doing).map(lambda _: None)
 
 
 def receive_from_lease(
     stub: Any, url: str, holds: contextlib.ExitStack
 ) -> Result[http.client.HTTPResponse, ProviderError]:
     """GET the lease URL over the session's TLS settings: the response, its status checked
-    and its body still to read (what fails while reading it is `transfer_failed`); the
+    and its body still to read (what fails while reading it is a `transferring` too); the
     connection is closed when `holds` close."""
     doing = "downloading a disk through the NFC lease"
-    try:
+
+    def received() -> http.client.HTTPResponse:
         connection = open_request(stub, "GET", url, {})
         holds.callback(connection.close)
-        response = connection.getresponse()
-    except (OSError, http.client.HTTPException) as error:
-        raise transfer_failed(doing, error) from error
-    return _checked_status(response, doing)
+        return connection.getresponse()
 
-
-def transfer_failed(doing: str, error: BaseException) -> ConnectionError:
-    """A transfer that broke off, named: vCenter or the network is to blame, so the edge
-    makes it UNAVAILABLE (it may be retried)."""
-    return ConnectionError(f"{doing}: {error}")
+    return _checked_status(transferring(doing, received), doing)
 
 
 def _checked_status(
@@ -128,17 +124,13 @@ class LeaseProgress:
 def abandon_lease(lease: Any) -> None:
     """Abort the lease, if vCenter has not already ended it; the caller's failure is the one
     reported."""
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        lease.HttpNfcLeaseAbort()
+    best_effort(lease.HttpNfcLeaseAbort)
 
 
 def abort_lease(connection: Connection, lease: Any) -> None:
     """Abort an import lease and destroy the VM it made, if vCenter has not already; the
     caller's failure is the one reported (so this cleanup's own is not)."""
-    entity = None
-    with contextlib.suppress(*EXPECTED_FAILURES):
-        entity = lease.info.entity if lease.info is not None else None
+    entity = best_effort(lambda: lease.info.entity if lease.info is not None else None)
     abandon_lease(lease)
     if entity is not None:
-        with contextlib.suppress(*EXPECTED_FAILURES):
-            wait(connection, entity.Destroy_Task())
+        best_effort(lambda: wait(connection, entity.Destroy_Task()))

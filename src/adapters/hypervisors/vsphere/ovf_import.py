@@ -16,6 +16,7 @@ from typing import IO, Any, Protocol
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     LeaseProgress,
     abort_lease,
@@ -86,17 +87,14 @@ def import_vm(
             lambda _: info.entity
         )
 
-    try:
-        made = ready_lease_info(connection, lease).bind(uploaded)
-        match made:
-            case Success():
-                lease.HttpNfcLeaseComplete()
-            case Failure():
-                abort_lease(connection, lease)
-    except BaseException:
-        abort_lease(connection, lease)
-        raise
-    return made
+    def completed(entity: Any) -> Any:
+        lease.HttpNfcLeaseComplete()
+        return entity
+
+    return undone_on_failure(
+        lambda: ready_lease_info(connection, lease).bind(uploaded).map(completed),
+        lambda: abort_lease(connection, lease),
+    )
 
 
 def _upload(

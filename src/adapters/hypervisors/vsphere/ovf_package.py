@@ -28,20 +28,24 @@ from urllib.parse import urljoin, urlsplit
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.downloads import (
-    ChecksumMismatchError,
-    DownloadError,
-    UnknownChecksumTypeError,
+    Download,
+    DownloadFields,
     checksum_algorithm,
     logged_progress,
     open_download,
 )
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.image_urls import UnsafeImageURLError
 
 # Finder and AppleDouble litter that macOS leaves in tars; never a descriptor.
 IGNORED_PREFIXES = ("__MACOSX/", "._")
 MAX_DESCRIPTOR_BYTES = 16 * 1024**2
+PACKAGE_FIELDS = DownloadFields(
+    fields.PREPARE_OVA_URL,
+    fields.PREPARE_CHECKSUM,
+    fields.PREPARE_CHECKSUM_TYPE,
+    doing="downloading the OVF package",
+)
 
 T = TypeVar("T")
 
@@ -106,16 +110,14 @@ def fetched_package(
         directory = Path(holds.enter_context(tempfile.TemporaryDirectory(prefix="pyrigaud-ova-")))
         is_ovf = urlsplit(url).path.lower().endswith(".ovf")
         main = directory / ("package.ovf" if is_ovf else "package.ova")
-        downloaded = _spec_errors(
-            lambda: _download(url, main, checksum, checksum_type, allow_loopback)
-        )
+        downloaded = _download(url, main, checksum, checksum_type, allow_loopback)
         if is_ovf:
             return downloaded.bind(lambda _: _descriptor_text(main.read_bytes())).map(
                 lambda descriptor: Package(descriptor=descriptor, _directory=directory)
             )
         return downloaded.bind(lambda _: read_tar(lambda: _tar_package(holds, main)))
 
-    return _spec_errors(lambda: checksum_algorithm(checksum_type)).bind(fetch)
+    return checksum_algorithm(checksum_type, PACKAGE_FIELDS.checksum_type).bind(fetch)
 
 
 def fetch_referenced(
@@ -127,9 +129,7 @@ def fetch_referenced(
 
     def fetch(href: str) -> Result[None, ProviderError]:
         return package._file(href).bind(
-            lambda path: _spec_errors(
-                lambda: _download(urljoin(url, href), path, "", "", allow_loopback)
-            )
+            lambda path: _download(urljoin(url, href), path, "", "", allow_loopback)
         )
 
     for href in hrefs:
@@ -148,15 +148,26 @@ def read_tar(action: Callable[[], Result[T, ProviderError]]) -> Result[T, Provid
         return Failure(_unusable(f"the OVA is not a readable tar archive: {error}"))
 
 
-def _download(url: str, target: Path, checksum: str, checksum_type: str, loopback: bool) -> None:
-    download = open_download(
-        url, checksum=checksum, checksum_type=checksum_type, allow_loopback=loopback
-    )
-    with contextlib.closing(download), target.open("wb") as out:
-        for chunk in logged_progress(
-            download.chunks, f"OVF package {target.name}", download.length
-        ):
-            out.write(chunk)
+def _download(
+    url: str, target: Path, checksum: str, checksum_type: str, loopback: bool
+) -> Result[None, ProviderError]:
+    """The file at `url` written whole to `target`, its checksum verified."""
+
+    def written(download: Download) -> Result[None, ProviderError]:
+        with contextlib.closing(download), target.open("wb") as out:
+            for chunk in logged_progress(
+                download.chunks, f"OVF package {target.name}", download.length
+            ):
+                out.write(chunk)
+        return download.chunks.outcome()
+
+    return open_download(
+        url,
+        checksum=checksum,
+        checksum_type=checksum_type,
+        allow_loopback=loopback,
+        named=PACKAGE_FIELDS,
+    ).bind(written)
 
 
 def _tar_package(holds: contextlib.ExitStack, path: Path) -> Result[Package, ProviderError]:
@@ -197,18 +208,3 @@ def _local_name(href: str) -> Result[str, ProviderError]:
 
 def _unusable(problem: str) -> ProviderError:
     return ProviderError.invalid_spec(fields.PREPARE_OVA_URL, problem)
-
-
-def _spec_errors(action: Callable[[], T]) -> Result[T, ProviderError]:
-    """`action()` (a download or its checksum's check), its failures as ProviderErrors naming
-    the request's fields."""
-    try:
-        return Success(action())
-    except UnsafeImageURLError as error:
-        return Failure(ProviderError.invalid_spec(fields.PREPARE_OVA_URL, str(error)))
-    except UnknownChecksumTypeError as error:
-        return Failure(ProviderError.invalid_spec(fields.PREPARE_CHECKSUM_TYPE, str(error)))
-    except ChecksumMismatchError as error:
-        return Failure(ProviderError.invalid_spec(fields.PREPARE_CHECKSUM, str(error)))
-    except DownloadError as error:
-        return Failure(ProviderError.unavailable(f"downloading the OVF package: {error}"))

@@ -3,14 +3,13 @@ deadline kept in the VM's extraConfig, where every replica reads it."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.vsphere.calls import run
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
+from pyrigaud.adapters.hypervisors.vsphere.calls import Faulted, answer, fault_is, or_none, run
+from pyrigaud.adapters.hypervisors.vsphere.faults import is_missing
 from pyrigaud.adapters.hypervisors.vsphere.tasks import TaskOperation, begin
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import SHUTDOWN_DEADLINE_KEY
@@ -45,11 +44,8 @@ class VSpherePowerControl:
         """The guest reboots itself (no Task: None), or the reset Task when it cannot."""
 
         def restart(vm: Any) -> Any:
-            try:
-                vm.RebootGuest()
-            except EXPECTED_FAILURES as error:
-                if is_missing(error):
-                    raise
+            refused = answer(vm.RebootGuest, lambda error: not is_missing(error))
+            if isinstance(refused, Faulted):
                 # No guest tools (or, on the simulator, no RebootGuest at all): reset instead.
                 return vm.ResetVM_Task()
             return None
@@ -62,9 +58,8 @@ class VSpherePowerControl:
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
         def shut_down(vm: Any, state: PowerState) -> None:
             if state is PowerState.ON:
-                with contextlib.suppress(vim.fault.ToolsUnavailable):
-                    # No VMware Tools to ask: the recorded deadline still forces the power-off.
-                    vm.ShutdownGuest()
+                # No VMware Tools to ask: the recorded deadline still forces the power-off.
+                or_none(vm.ShutdownGuest, fault_is(vim.fault.ToolsUnavailable))
 
         def asked(instance: Any, vm: Any) -> Result[None, ProviderError]:
             return (

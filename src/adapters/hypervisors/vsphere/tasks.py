@@ -16,11 +16,9 @@ from typing import Any, ClassVar
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.calls import run
+from pyrigaud.adapters.hypervisors.vsphere.calls import or_none, run
 from pyrigaud.adapters.hypervisors.vsphere.faults import (
-    EXPECTED_FAILURES,
     fault_message,
-    is_missing,
 )
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection, VSphereSession
@@ -68,12 +66,7 @@ class Progress:
 
 def progress(instance: Any, task: Any) -> Progress | None:
     """Where the task stands (one round trip); None once vCenter no longer knows it."""
-    try:
-        rows = retrieve(instance, [task], ("info.state", "info.error"))
-    except EXPECTED_FAILURES as error:
-        if is_missing(error):
-            return None
-        raise
+    rows = or_none(lambda: retrieve(instance, [task], ("info.state", "info.error")))
     if not rows:
         return None
     return Progress(state=rows[0].get("info.state"), error=rows[0].get("info.error"))

@@ -15,7 +15,7 @@ from typing import Any
 from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.vsphere.faults import EXPECTED_FAILURES, is_missing
+from pyrigaud.adapters.hypervisors.vsphere.calls import or_none
 from pyrigaud.adapters.hypervisors.vsphere.properties import (
     extra_config,
     retrieve,
@@ -68,12 +68,9 @@ class VCenter:
         moref = self._moref(instance, vm_id)
         if moref is None:
             return None
-        try:
-            rows = retrieve(instance, [vim.VirtualMachine(moref, instance._stub)], properties)
-        except EXPECTED_FAILURES as error:
-            if is_missing(error):
-                return None
-            raise
+        rows = or_none(
+            lambda: retrieve(instance, [vim.VirtualMachine(moref, instance._stub)], properties)
+        )
         return rows[0] if rows else None
 
     def remember_moref(self, row: Mapping[str, Any]) -> None:

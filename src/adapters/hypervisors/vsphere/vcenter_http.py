@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
+
 
 def open_request(
     stub: Any, method: str, url: str, headers: Mapping[str, str]
@@ -20,14 +22,14 @@ def open_request(
     host = stub.host if parts.hostname in (None, "*") else parts.netloc
     connection: http.client.HTTPConnection = stub.scheme(host, **stub.schemeArgs)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    try:
+
+    def sent() -> None:
         connection.putrequest(method, target)
         for name, value in headers.items():
             connection.putheader(name, value)
         if stub.cookie:
             connection.putheader("Cookie", stub.cookie)
         connection.endheaders()
-    except BaseException:
-        connection.close()
-        raise
+
+    undone_on_raise(sent, connection.close)
     return connection
