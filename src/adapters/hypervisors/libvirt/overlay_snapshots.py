@@ -47,7 +47,7 @@ from typing import Any
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
