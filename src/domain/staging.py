@@ -99,6 +99,11 @@ class StagedLocation(Value):
         """The key's folder inside the container ("" at its top)."""
         return self.key.rsplit("/", 1)[0] if "/" in self.key else ""
 
+    def companion(self, suffix: str) -> StagedLocation:
+        """The object staged beside this one, named after it with `suffix` (a disk's hardware
+        manifest): same container, options, credentials and checked address."""
+        return self.model_copy(update={"key": f"{self.key}{suffix}", "url": f"{self.url}{suffix}"})
+
 
 UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f?#&\\]")
 
