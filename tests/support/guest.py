@@ -55,6 +55,8 @@ class Hardware:
     disk_driver: str
     nic_driver: str
     scsi_controller: str | None = None  # the controller model, for bus scsi
+    # A SAS disk's address: Linux's mptsas attaches no end device without one.
+    disk_wwn: str | None = None
     uefi: bool = False
 
     def devices(self, disk_path: str) -> list[ET.Element]:
@@ -69,6 +71,8 @@ class Hardware:
         ET.SubElement(disk, "source", file=disk_path)
         prefix = "vd" if self.disk_bus == "virtio" else "sd"
         ET.SubElement(disk, "target", dev=f"{prefix}a", bus=self.disk_bus)
+        if self.disk_wwn is not None:
+            ET.SubElement(disk, "wwn").text = self.disk_wwn
         ET.SubElement(disk, "boot", order="1")
         nic = ET.Element("interface", type="user")
         ET.SubElement(nic, "model", type=self.nic_model)
@@ -98,7 +102,14 @@ class Hardware:
 
 HARDWARE = {
     "pvscsi": Hardware("scsi", "vmxnet3", "vmw_pvscsi", "vmxnet3", scsi_controller="vmpvscsi"),
-    "lsisas": Hardware("scsi", "e1000e", "mptsas", "e1000e", scsi_controller="lsisas1068"),
+    "lsisas": Hardware(
+        "scsi",
+        "e1000e",
+        "mptsas",
+        "e1000e",
+        scsi_controller="lsisas1068",
+        disk_wwn="0x5000000000000001",
+    ),
     "ahci": Hardware("sata", "e1000", "ahci", "e1000"),
     "virtio": Hardware("virtio", "virtio", "virtio_blk", "virtio_net"),
     "uefi": Hardware("virtio", "virtio", "virtio_blk", "virtio_net", uefi=True),
