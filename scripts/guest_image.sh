@@ -14,8 +14,8 @@
 # mounting anything, converted to a compressed qcow2.
 #
 # `guest_image.sh VARIANT` builds instead a guest born on one hardware set: its initramfs holds
-# that set's storage and NIC drivers and no others (no virtio, no agent unless the set is
-# virtio), the way a host-only initramfs does, so it boots only where those drivers reach its
+# that set's storage and NIC drivers and no others (no virtio unless the set is virtio, no
+# agent), the way a host-only initramfs does, so it boots only where those drivers reach its
 # disk. Its /init also prints which driver reached the disk (the block device whose sector
 # 2047 holds the marker written there at build time) and which NIC got a DHCP address:
 #   PYRIGAUD-DISK ok driver=<module>   (or PYRIGAUD-DISK none)
