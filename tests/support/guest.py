@@ -1,6 +1,11 @@
 """A real guest for the end-to-end tests: the image scripts/guest_image.sh builds, the
 markers it prints on its serial console, and commands run in it through its guest agent.
 
+Besides the default guest, the script builds hardware variants: guests born on one hardware
+set, whose initramfs holds only that set's storage and NIC drivers (no agent). `HARDWARE` maps
+each variant to that set in libvirt's terms; a variant prints which drivers reached its disk
+and its network (`DISK`, `NET`), or `none` on hardware it has no driver for.
+
 The guest keeps repeating its markers (see the script), so a console opened after boot still
 sees them. Commands through the agent run in the guest's initramfs (its RAM), which is what
 makes them a witness of memory state.
@@ -15,6 +20,7 @@ import json
 import re
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +36,92 @@ SEED = re.compile(
     r"PYRIGAUD-SEED (?:user-data-sha256=(?P<user>\w+) meta-data-sha256=(?P<meta>\w+)|none)"
 )
 POWEROFF = re.compile(r"PYRIGAUD-POWEROFF via=(?P<via>\w+)")
+# A hardware variant's: the module of the controller (or virtio driver) that reached the disk
+# carrying its build-time marker, and of the NIC that got a DHCP address.
+DISK = re.compile(r"PYRIGAUD-DISK (?:ok driver=(?P<driver>\w+)|none)")
+NET = re.compile(r"PYRIGAUD-NET (?:ok ip=(?P<ip>[0-9.]+) driver=(?P<driver>\w+)|none)")
 # How long libvirt waits for the agent's answer before "Guest agent not available for now":
 # a TCG guest on a loaded two-vCPU host can take more than 10 s to spawn a process.
 AGENT_SECONDS = 30
 
 
+@dataclass(frozen=True)
+class Hardware:
+    """A hardware set a variant's guest was born on, in libvirt's terms, and the modules its
+    guest reaches the disk and the network through."""
+
+    disk_bus: str  # libvirt's <target bus=...>
+    nic_model: str
+    disk_driver: str
+    nic_driver: str
+    scsi_controller: str | None = None  # the controller model, for bus scsi
+    # A SAS disk's address: Linux's mptsas attaches no end device without one.
+    disk_wwn: str | None = None
+    uefi: bool = False
+
+    def devices(self, disk_path: str) -> list[ET.Element]:
+        """The disk (a qcow2, booted first), its controller if any, and a user-mode NIC."""
+        devices: list[ET.Element] = []
+        if self.scsi_controller is not None:
+            devices.append(
+                ET.Element("controller", type="scsi", index="0", model=self.scsi_controller)
+            )
+        disk = ET.Element("disk", type="file", device="disk")
+        ET.SubElement(disk, "driver", name="qemu", type="qcow2")
+        ET.SubElement(disk, "source", file=disk_path)
+        prefix = "vd" if self.disk_bus == "virtio" else "sd"
+        ET.SubElement(disk, "target", dev=f"{prefix}a", bus=self.disk_bus)
+        if self.disk_wwn is not None:
+            ET.SubElement(disk, "wwn").text = self.disk_wwn
+        ET.SubElement(disk, "boot", order="1")
+        nic = ET.Element("interface", type="user")
+        ET.SubElement(nic, "model", type=self.nic_model)
+        return [*devices, disk, nic]
+
+    def devices_xml(self, disk_path: str) -> str:
+        """`devices` as the text to put in a domain's <devices>."""
+        return "".join(
+            ET.tostring(device, encoding="unicode") for device in self.devices(disk_path)
+        )
+
+    def domain_xml(self, name: str, disk_path: str, memory_mib: int = 256) -> str:
+        """A whole software-emulated domain on this hardware, its serial line a console."""
+        domain = ET.Element("domain", type="qemu")
+        ET.SubElement(domain, "name").text = name
+        ET.SubElement(domain, "memory", unit="MiB").text = str(memory_mib)
+        ET.SubElement(domain, "vcpu").text = "1"
+        boot = ET.SubElement(domain, "os", {"firmware": "efi"} if self.uefi else {})
+        ET.SubElement(boot, "type", arch="x86_64").text = "hvm"
+        ET.SubElement(ET.SubElement(domain, "features"), "acpi")
+        devices = ET.SubElement(domain, "devices")
+        devices.extend(self.devices(disk_path))
+        ET.SubElement(devices, "serial", type="pty")
+        ET.SubElement(devices, "console", type="pty")
+        return ET.tostring(domain, encoding="unicode")
+
+
+HARDWARE = {
+    "pvscsi": Hardware("scsi", "vmxnet3", "vmw_pvscsi", "vmxnet3", scsi_controller="vmpvscsi"),
+    "lsisas": Hardware(
+        "scsi",
+        "e1000e",
+        "mptsas",
+        "e1000e",
+        scsi_controller="lsisas1068",
+        disk_wwn="0x5000000000000001",
+    ),
+    "ahci": Hardware("sata", "e1000", "ahci", "e1000"),
+    "virtio": Hardware("virtio", "virtio", "virtio_blk", "virtio_net"),
+    "uefi": Hardware("virtio", "virtio", "virtio_blk", "virtio_net", uefi=True),
+}
+
+
 @functools.cache
-def guest_image() -> Path:
-    """The cached image (built on first use; needs root then); a failed build fails the test."""
+def guest_image(variant: str = "default") -> Path:
+    """The cached image of the default guest or of a `HARDWARE` variant (built on first use;
+    needs root then); a failed build fails the test."""
     built = subprocess.run(
-        [str(SCRIPT)], capture_output=True, text=True, timeout=BUILD_SECONDS, check=False
+        [str(SCRIPT), variant], capture_output=True, text=True, timeout=BUILD_SECONDS, check=False
     )
     if built.returncode != 0:
         raise AssertionError(f"{SCRIPT.name} failed ({built.returncode}): {built.stderr[-4000:]}")
