@@ -160,6 +160,12 @@ def test_the_root_disk_follows_its_guests_controller(
     root = host.xml(host.create("follows", hardware=hardware))
     assert disks(root)[0] == expected_disk
     assert scsi_models(root) == expected_scsi
+    # A disk on the SAS controller has a world wide name (Linux's mptsas needs one); no other.
+    names = [wwn.text or "" for wwn in root.iter("wwn")]
+    if controller is DiskController.LSI_LOGIC_SAS:
+        assert len(names) == 1 and names[0].startswith("0x5") and len(names[0]) == 18, names
+    else:
+        assert names == []
 
 
 def test_fallbacks_are_made_and_counted_never_refused(host: Host) -> None:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SCSI_BUS, DiskDevice
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SAS_CONTROLLER, SCSI_BUS, DiskDevice
 from pyrigaud.domain.hardware import DiskController, NicModel, VirtualHardware
 from pyrigaud.domain.models import NetworkAttachment
 
@@ -31,7 +31,7 @@ NIC_DEVICE = "nic"
 _SCSI_CONTROLLERS = {
     "virtio-scsi": DiskController.VIRTIO_SCSI,
     "vmpvscsi": DiskController.PVSCSI,
-    "lsisas1068": DiskController.LSI_LOGIC_SAS,
+    SAS_CONTROLLER: DiskController.LSI_LOGIC_SAS,
     # QEMU's `lsi` is the 53c895a (sym53c8xx), not the 53c1030 that vSphere's LSI Logic
     # presents (mptspi): the nearest word the domain has, not the same chip.
     "lsilogic": DiskController.LSI_LOGIC,
@@ -68,13 +68,13 @@ _EQUIVALENT_DISKS: dict[DiskController, tuple[str, str]] = {
     DiskController.VIRTIO_BLK: (NATIVE_BUS, ""),
     DiskController.VIRTIO_SCSI: (SCSI_BUS, "virtio-scsi"),
     DiskController.PVSCSI: (SCSI_BUS, "vmpvscsi"),
-    DiskController.LSI_LOGIC_SAS: (SCSI_BUS, "lsisas1068"),
+    DiskController.LSI_LOGIC_SAS: (SCSI_BUS, SAS_CONTROLLER),
     DiskController.SATA: ("sata", ""),
     DiskController.IDE: ("ide", ""),
 }
 # vSphere's LSI Logic parallel (the 53c1030, mptspi) has no QEMU model: the LSI SAS 1068's
 # mptsas is the same Fusion-MPT driver family, which generic initramfs images carry whole.
-_LSI_LOGIC_NEAREST = (SCSI_BUS, "lsisas1068")
+_LSI_LOGIC_NEAREST = (SCSI_BUS, SAS_CONTROLLER)
 # AHCI: the storage driver generic initramfs images and Windows ship, and q35's own.
 _ANY_GUEST_DISK = ("sata", "")
 _ANY_GUEST_NIC = "e1000"  # Intel's PRO/1000: a driver every OS ships

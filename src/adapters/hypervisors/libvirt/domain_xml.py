@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ SECURE_BOOT_MACHINE = "q35"
 HOTPLUG_ROOT_PORTS = 8
 LIBVIRT_PCI_DEVICES = 3
 DISK_TARGETS = "abcdefghijklmnopqrstuvwxyz"
+SAS_CONTROLLER = "lsisas1068"  # the LSI SAS 1068, whose disks need a world wide name
 # A disk's target name follows its bus (libvirt derives a drive's address from it); SCSI, SATA
 # and USB disks share the `sd` names.
 TARGET_PREFIXES = {"virtio": "vd", "ide": "hd"}
@@ -170,7 +172,16 @@ def disk_element(disk: DiskDevice) -> ET.Element:
     ET.SubElement(element, "driver", {"name": "qemu", "type": disk.format})
     ET.SubElement(element, "source", {"file": disk.path})
     ET.SubElement(element, "target", {"dev": disk.target, "bus": disk.bus})
+    if disk.controller == SAS_CONTROLLER:
+        ET.SubElement(element, "wwn").text = sas_wwn(disk.path)
     return element
+
+
+def sas_wwn(path: str) -> str:
+    """A SAS disk's world wide name: without one QEMU gives the disk SAS address 0, and
+    Linux's mptsas attaches no disk there (the guest boots from the BIOS and then finds no
+    root disk). An NAA-5 name made from the disk's path: stable, and distinct per disk."""
+    return f"0x5{hashlib.sha256(path.encode()).hexdigest()[:15]}"
 
 
 def seed_element(path: str) -> ET.Element:
