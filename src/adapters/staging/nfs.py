@@ -36,7 +36,7 @@ from pyrigaud.adapters.staging.streams import CHUNK_BYTES
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.staging import StagedLocation
-from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
+from pyrigaud.domain.staging_names import sweepable, temporary_name
 
 FILE_MODE = 0o640
 
@@ -53,6 +53,7 @@ def nfs_store(context: StoreContext) -> NfsStaging | None:
         clock=context.clock,
         retry_seconds=context.retry_seconds,
         aborts=context.aborts,
+        companion_suffixes=context.companion_suffixes,
     )
 
 
@@ -68,6 +69,7 @@ class NfsStaging:
     aborts: DeferredAborts = field(
         default_factory=lambda: DeferredAborts(SystemClock()), compare=False, repr=False
     )
+    companion_suffixes: tuple[str, ...] = ()  # what the sweep removes once its object is gone
 
     def open_read(self, location: StagedLocation) -> Result[NfsReader, ProviderError]:
         patience = Patience(self.clock, self.retry_seconds)
@@ -143,7 +145,8 @@ class NfsStaging:
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
-        """This provider's abandoned temporaries in the location's folder on the export."""
+        """This provider's abandoned temporaries in the location's folder on the export, and
+        the companions there whose object is gone (`sweepable`)."""
         deadline = self.clock.now() - older_than_seconds
 
         def swept(session: NfsSession) -> Result[int, ProviderError]:
@@ -153,11 +156,9 @@ class NfsStaging:
                     return Failure(error)
                 case Success(names):
                     pass
+            stale, orphans = sweepable(names, self.owner, deadline, self.companion_suffixes)
             removed = 0
-            for name in names:
-                started = temporary_started_at(name, self.owner)
-                if started is None or started > deadline:
-                    continue
+            for name in (*stale, *orphans):
                 path = f"{folder.rstrip('/')}/{name}"
                 match nfs_call(location, "sweep", functools.partial(session.unlink, path)):
                     case Success(_):
