@@ -26,6 +26,7 @@ from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
 from pyrigaud.application.backend import Backend
+from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
 from pyrigaud.application.hypervisor_plugin import BackendServices
 from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
@@ -160,7 +161,9 @@ def kubernetes_credentials(secret: str, provider_namespace: str, metrics: Metric
 def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingStores:
     """Where ExportDisk/ImportDisk stage disks (the mounted PVCs, S3 and NFS as installed),
     and the places the leftover sweep visits besides the PVCs, their credentials read from
-    their mounted Secret at each visit; its deferred aborts counted."""
+    their mounted Secret at each visit; its deferred aborts counted. The sweeps also remove a
+    hardware manifest whose staged disk is gone: the manager removes the disk, never the
+    manifest an export wrote beside it."""
     places = [
         StagingPlace(
             place.backend_type,
@@ -177,6 +180,7 @@ def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingSto
         str(settings.migration_storage_root),
         places,
         retry_seconds=settings.staging_retry_seconds,
+        companion_suffixes=(MANIFEST_SUFFIX,),
     )
     metrics.watch_deferred_aborts(staging.deferred_aborts)
     return staging

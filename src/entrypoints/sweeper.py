@@ -49,7 +49,9 @@ class LeftoverSweeper:
                     logger.info("removed the temporary volume of a dead transfer: %r", name)
                 if report.removed_staged:
                     logger.info(
-                        "removed %d staged temporaries of dead transfers", report.removed_staged
+                        "removed %d staged temporaries of dead transfers and hardware manifests "
+                        "whose disk is gone",
+                        report.removed_staged,
                     )
                 for failure in report.failures:
                     logger.warning("could not remove a leftover: %s", failure)

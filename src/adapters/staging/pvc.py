@@ -23,8 +23,8 @@ from pyrigaud.adapters.staging.rules import StoreContext
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.staging import StagedDigest, StagedLocation
-from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
+from pyrigaud.domain.staging import StagedDigest, StagedLocation, StagedSweep
+from pyrigaud.domain.staging_names import sweepable, temporary_name
 
 MIGRATION_STORAGE_ROOT = "/mnt/migration-storage"
 FILE_MODE = 0o640
@@ -33,7 +33,12 @@ W = TypeVar("W", bound="PvcWriter")
 
 def pvc_store(context: StoreContext) -> PvcStaging:
     """The pvc type's store: every machine can serve it."""
-    return PvcStaging(root=context.pvc_root, owner=context.owner, clock=context.clock)
+    return PvcStaging(
+        root=context.pvc_root,
+        owner=context.owner,
+        clock=context.clock,
+        companion_suffixes=context.companion_suffixes,
+    )
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class PvcStaging:
     owner: str = "pyrigaud"
     clock: Clock = field(default_factory=SystemClock)
     chunk_bytes: int = CHUNK_BYTES
+    companion_suffixes: tuple[str, ...] = ()  # what the sweep removes once its object is gone
 
     def open_read(self, location: StagedLocation) -> Result[PvcReader, ProviderError]:
         def opened(path: Path) -> Result[PvcReader, ProviderError]:
@@ -96,36 +102,37 @@ class PvcStaging:
     def sweep(
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
-        """This provider's abandoned temporaries anywhere on the location's PVC."""
+        """This provider's abandoned temporaries anywhere on the location's PVC, and the
+        companions there whose object is gone (`sweepable`, folder by folder)."""
         deadline = self.clock.now() - older_than_seconds
 
         def swept(mount: Path) -> Result[int, ProviderError]:
             removed = 0
             for folder, _, names in os.walk(mount):
-                for name in names:
-                    started = temporary_started_at(name, self.owner)
-                    if started is not None and started <= deadline:
-                        try:
-                            os.unlink(os.path.join(folder, name))
-                            removed += 1
-                        except FileNotFoundError:
-                            pass  # another replica swept it first
-                        except OSError as error:
-                            return Failure(_failure(error, f"cannot sweep {location.url}"))
+                stale, orphans = sweepable(names, self.owner, deadline, self.companion_suffixes)
+                for name in (*stale, *orphans):
+                    try:
+                        os.unlink(os.path.join(folder, name))
+                        removed += 1
+                    except FileNotFoundError:
+                        pass  # another replica swept it first
+                    except OSError as error:
+                        return Failure(_failure(error, f"cannot sweep {location.url}"))
             return Success(removed)
 
         return self._mount(location).bind(swept)
 
-    def sweep_mounted(self, older_than_seconds: float) -> Result[int, ProviderError]:
+    def sweep_mounted(self, older_than_seconds: float) -> StagedSweep:
         """`sweep` on every PVC mounted under the root: what a periodic sweep can find with
-        no request to name a location."""
+        no request to name a location. A PVC that cannot be swept is reported and does not
+        stop the others."""
         try:
             mounts = sorted(entry.name for entry in os.scandir(self.root) if entry.is_dir())
         except FileNotFoundError:
-            return Success(0)  # no PVC mounted at all
+            return StagedSweep()  # no PVC mounted at all
         except OSError as error:
-            return Failure(_failure(error, f"cannot list {self.root}"))
-        removed = 0
+            return StagedSweep(failures=(_failure(error, f"cannot list {self.root}"),))
+        removed, failures = 0, []
         for name in mounts:
             location = StagedLocation(
                 staging_type=PVC,
@@ -136,10 +143,10 @@ class PvcStaging:
             )
             match self.sweep(location, older_than_seconds):
                 case Failure(error):
-                    return Failure(error)
+                    failures.append(error)
                 case Success(count):
                     removed += count
-        return Success(removed)
+        return StagedSweep(removed=removed, failures=tuple(failures))
 
     def _mount(self, location: StagedLocation) -> Result[Path, ProviderError]:
         mount = Path(self.root, location.container)

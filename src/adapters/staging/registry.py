@@ -131,7 +131,7 @@ def _others(rules: StagingRules[Any]) -> tuple[StagingRules[Any], ...]:
 class SweptWithoutPlace(Protocol):
     """A store that finds its objects with no request naming them (PVC: every mounted one)."""
 
-    def sweep_mounted(self, older_than_seconds: float) -> Result[int, ProviderError]: ...
+    def sweep_mounted(self, older_than_seconds: float) -> StagedSweep: ...
 
 
 @dataclass(frozen=True)
@@ -196,10 +196,17 @@ class StagingByType:
         return adapter.sweep(location, older_than_seconds)
 
     def sweep_reachable(self, older_than_seconds: float) -> StagedSweep:
-        """The staged temporaries a sweep can find with no request naming a place: those each
-        store finds by itself (every PVC mounted under the root) and in each configured place.
-        Elsewhere on S3 and NFS, each transfer sweeps its own folder before it starts."""
-        removed, failures = 0, []
+        """The staged temporaries, and companions whose object is gone, that a sweep can find
+        with no request naming a place: those each store finds by itself (every PVC mounted
+        under the root) and in each configured place. Elsewhere on S3 and NFS, each transfer
+        sweeps its own folder before it starts. One place that cannot be swept is reported
+        and does not stop the others."""
+        removed, failures = 0, list[ProviderError]()
+        for adapter in self._adapters.values():
+            if isinstance(adapter, SweptWithoutPlace):
+                mounted = adapter.sweep_mounted(older_than_seconds)
+                removed += mounted.removed
+                failures.extend(mounted.failures)
         for swept in self._sweep_each_place(older_than_seconds):
             match swept:
                 case Success(count):
@@ -209,9 +216,6 @@ class StagingByType:
         return StagedSweep(removed=removed, failures=tuple(failures))
 
     def _sweep_each_place(self, older_than_seconds: float) -> Iterator[Result[int, ProviderError]]:
-        for adapter in self._adapters.values():
-            if isinstance(adapter, SweptWithoutPlace):
-                yield adapter.sweep_mounted(older_than_seconds)
         for place in self._places:
             yield parse_staging_place(place.staging_type, place.options, place.credentials()).bind(
                 lambda location: self.sweep(location, older_than_seconds)
@@ -229,12 +233,16 @@ def staging_by_type(
     clock: Clock,
     pvc_root: str = MIGRATION_STORAGE_ROOT,
     places: Sequence[StagingPlace] = (),
+    *,
     retry_seconds: float = STAGING_RETRY_SECONDS,
+    companion_suffixes: tuple[str, ...] = (),
 ) -> StagingByType:
     """Every type's store this machine can build. `retry_seconds`: how long S3 and NFS
-    transfers wait out a store that stopped answering (per part, read or write)."""
+    transfers wait out a store that stopped answering (per part, read or write);
+    `companion_suffixes`: the objects staged beside another (`<object><suffix>`) that the
+    sweeps remove once their object is gone."""
     aborts = DeferredAborts(clock)  # one thread and one bound for the whole provider
-    context = StoreContext(owner, clock, retry_seconds, aborts, pvc_root)
+    context = StoreContext(owner, clock, retry_seconds, aborts, pvc_root, companion_suffixes)
     adapters = {name: kind.store(context) for name, kind in STAGING_KINDS.items()}
     served = {name: store for name, store in adapters.items() if store is not None}
     return StagingByType(served, places, aborts)

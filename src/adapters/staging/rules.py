@@ -85,14 +85,16 @@ class StagingRules(Protocol[Options]):
 @dataclass(frozen=True)
 class StoreContext:
     """What a staging type's store is built with: the provider's owner mark and clock, how long
-    a transfer waits out a store that stopped answering, the one queue of deferred aborts, and
-    where the PVCs are mounted."""
+    a transfer waits out a store that stopped answering, the one queue of deferred aborts,
+    where the PVCs are mounted, and the suffixes of the companions staged beside an object
+    (`<object><suffix>`), which its sweep removes once their object is gone."""
 
     owner: str
     clock: Clock
     retry_seconds: float
     aborts: DeferredAborts
     pvc_root: str
+    companion_suffixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

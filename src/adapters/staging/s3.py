@@ -36,14 +36,14 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
-from pyrigaud.adapters.staging.s3_calls import calling, remove_marked_upload
+from pyrigaud.adapters.staging.s3_calls import calling, delete_object, remove_marked_upload
 from pyrigaud.adapters.staging.s3_location import s3_terms
 from pyrigaud.adapters.staging.s3_upload import MAX_OBJECT_BYTES, PART_BYTES, S3Writer, part_plan
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
-from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
+from pyrigaud.domain.staging_names import sweepable, temporary_name
 
 if TYPE_CHECKING:
     from botocore.response import StreamingBody
@@ -96,6 +96,7 @@ class S3Staging:
         default_factory=lambda: DeferredAborts(SystemClock()), compare=False, repr=False
     )
     clients: _ClientMaker = field(default_factory=_ClientMaker, compare=False, repr=False)
+    companion_suffixes: tuple[str, ...] = ()  # what the sweep removes once its object is gone
 
     def open_read(self, location: StagedLocation) -> Result[S3Reader, ProviderError]:
         def opened(client: S3Client) -> Result[S3Reader, ProviderError]:
@@ -149,7 +150,8 @@ class S3Staging:
         self, location: StagedLocation, older_than_seconds: float
     ) -> Result[int, ProviderError]:
         """Abort the uploads of this provider's stale markers in the location's folder and
-        the folders below it (a staging place's prefix holds one folder per migration)."""
+        the folders below it (a staging place's prefix holds one folder per migration), and
+        remove the companions there whose object is gone (`sweepable`, folder by folder)."""
 
         def swept(client: S3Client) -> Result[int, ProviderError]:
             deadline = self.clock.now() - older_than_seconds
@@ -161,15 +163,23 @@ class S3Staging:
                     return Failure(error)
                 case Success(listed):
                     pass
-            removed = 0
+            folders: dict[str, list[str]] = {}
             for page in listed:
                 for entry in page.get("Contents", []):
-                    started = temporary_started_at(entry["Key"].rsplit("/", 1)[-1], self.owner)
-                    if started is not None and started <= deadline:
-                        match remove_marked_upload(client, location, entry["Key"]):
-                            case Failure(error):
-                                return Failure(error)
-                        removed += 1
+                    folder, _, name = entry["Key"].rpartition("/")
+                    folders.setdefault(folder, []).append(name)
+            removed = 0
+            for folder, names in folders.items():
+                stale, orphans = sweepable(names, self.owner, deadline, self.companion_suffixes)
+                for marker in stale:
+                    match remove_marked_upload(client, location, _key(folder, marker)):
+                        case Failure(error):
+                            return Failure(error)
+                for orphan in orphans:
+                    match delete_object(client, location, _key(folder, orphan)):
+                        case Failure(error):
+                            return Failure(error)
+                removed += len(stale) + len(orphans)
             return Success(removed)
 
         return self._client(location).bind(swept)
@@ -273,4 +283,9 @@ class S3Reader:
 
 
 def _sibling(location: StagedLocation, name: str) -> str:
-    return f"{location.parent}/{name}" if location.parent else name
+    return _key(location.parent, name)
+
+
+def _key(folder: str, name: str) -> str:
+    """The key of `name` in `folder` ("": the bucket's top)."""
+    return f"{folder}/{name}" if folder else name

@@ -61,10 +61,15 @@ def remove_marked_upload(
 def delete_marker(
     client: S3Client, location: StagedLocation, marker: str
 ) -> Result[None, ProviderError]:
+    return delete_object(client, location, marker, "remove the marker of")
+
+
+def delete_object(
+    client: S3Client, location: StagedLocation, key: str, action: str = "sweep"
+) -> Result[None, ProviderError]:
+    """The object `key` in the location's bucket deleted (S3 answers a missing one alike)."""
     return calling(
-        location,
-        "remove the marker of",
-        lambda: client.delete_object(Bucket=location.container, Key=marker),
+        location, action, lambda: client.delete_object(Bucket=location.container, Key=key)
     ).map(lambda _: None)
 
 

@@ -147,6 +147,7 @@ def s3_store(context: StoreContext) -> StagingStorage | None:
         clock=context.clock,
         retry_seconds=context.retry_seconds,
         aborts=context.aborts,
+        companion_suffixes=context.companion_suffixes,
     )
 
 

@@ -1,7 +1,7 @@
 """What every staging adapter shares: the running digest and a writer's one-way life.
 
 Each step a store can fail returns a Result: the library's exceptions become a Failure once,
-where this package calls the library (`s3_calls.calling`, `nfs._nfs`, `pvc._failure`)."""
+where this package calls the library (`s3_calls.calling`, `nfs_calls.nfs_call`, `pvc._failure`)."""
 
 from __future__ import annotations
 
