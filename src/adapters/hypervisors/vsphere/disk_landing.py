@@ -14,7 +14,6 @@ beside the disk.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from typing import IO, Any, BinaryIO
@@ -40,6 +39,7 @@ from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_opti
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
+from pyrigaud.application.import_record import parse_record
 from pyrigaud.application.ports.disk_transfer import ReceivedDisk
 from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import (
@@ -86,11 +86,10 @@ class DatastoreSite:
         def judged(instance: Any, record: bytes | None) -> Result[bytes | None, ProviderError]:
             if record is None:
                 return Success(None)
-            try:
-                path = str(json.loads(record)["path"])
-            except (ValueError, KeyError, TypeError):
+            earlier = parse_record(record)
+            if earlier is None or not earlier.result.path:
                 return Success(record)  # not ours to judge: a clash
-            return datastore_files.exists(instance, path).bind(
+            return datastore_files.exists(instance, earlier.result.path).bind(
                 lambda there: (
                     Success(record)
                     if there
