@@ -30,8 +30,6 @@ from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.adapters.disk_images.scratch import file_chunks, open_scratch, scratch_file, spool
 from pyrigaud.adapters.disk_images.stream_optimized import (
     encode_stream_optimized,
-    is_stream_optimized,
-    stream_optimized_capacity,
 )
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
@@ -42,13 +40,7 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.import_record import parse_record
 from pyrigaud.application.ports.disk_transfer import ReceivedDisk
 from pyrigaud.domain import fields
-from pyrigaud.domain.disk_images import (
-    HEADER_BYTES,
-    IMPORT_RECORD_SUFFIX,
-    JudgedImage,
-    LandedDisk,
-    peek_header,
-)
+from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
@@ -148,11 +140,10 @@ class DatastoreSite:
         self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
     ) -> Result[int, ProviderError]:
         """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
-        header, rest = peek_header(chunks, HEADER_BYTES)
-        if image.format == "vmdk" and is_stream_optimized(header):
-            spool(rest, vmdk)
-            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).bind(
-                lambda _: stream_optimized_capacity(header)
+        if image.stream_optimized_vmdk:
+            spool(chunks, vmdk)
+            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).map(
+                lambda _: image.virtual_size_bytes
             )
         if image.format == "raw":
             if size_bytes is None:
@@ -161,11 +152,11 @@ class DatastoreSite:
                         fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
                     )
                 )
-            return _encoded(rest, size_bytes, vmdk)
+            return _encoded(chunks, size_bytes, vmdk)
         # A qcow2, a monolithicSparse vmdk: their disk as qemu reads it, through its map of
         # the staged file, else converted by qemu into a raw disk first.
         with scratch_file(self.scratch_dir) as staged:
-            spool(rest, staged)
+            spool(chunks, staged)
             mapped = mapped_disk(staged, image, self.scratch_dir)
             match mapped:
                 case Success(MappedDisk() as disk):
