@@ -27,6 +27,7 @@ from pyrigaud.application.ownership import (
     OwnershipRule,
 )
 from pyrigaud.application.ports import VMLifecycle
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.application.ports.staging import (
     StagedFile,
     StagedReader,
@@ -59,6 +60,7 @@ from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
+    DiskRead,
     DiskSpec,
     ExportRequest,
     ExportResult,
@@ -934,8 +936,10 @@ class ReadsAs:
 
     stream: MadeWholeFirst
 
-    def read_disk(self, request: ExportRequest) -> Result[MadeWholeFirst, ProviderError]:
-        del request
+    def read_disk(
+        self, disk: DiskRead, watch: TransferWatch
+    ) -> Result[MadeWholeFirst, ProviderError]:
+        del disk, watch
         return Success(self.stream)
 
 

@@ -179,7 +179,7 @@ class ImportDisk:
         watched.phase = TransferPhase.WRITE
         # The stream's own failure (a read, a cancelled call) is what happened when it cut the
         # bytes short: it is answered before the landing site's.
-        held = site.receive(rest, reader.size_bytes, image)
+        held = site.receive(rest, reader.size_bytes, image, progress)
         match chunks.outcome():
             case Failure(error):
                 watched.phase = TransferPhase.READ

@@ -38,7 +38,7 @@ from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.import_record import parse_record
-from pyrigaud.application.ports.disk_transfer import ReceivedDisk
+from pyrigaud.application.ports.disk_transfer import ReceivedDisk, TransferWatch
 from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk
 from pyrigaud.domain.errors import ProviderError
@@ -98,14 +98,19 @@ class DatastoreSite:
         )
 
     def receive(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        watch: TransferWatch,
     ) -> Result[ReceivedDisk, ProviderError]:
-        """The staged disk as a streamOptimized vmdk in a scratch file."""
+        """The staged disk as a streamOptimized vmdk in a scratch file, qemu-img's runs on the
+        way stopped through `watch`."""
 
         def received() -> Result[ReceivedDisk, ProviderError]:
             vmdk = open_scratch(self.scratch_dir)
             try:
-                written = self._stream_optimized(chunks, size_bytes, image, vmdk)
+                written = self._stream_optimized(chunks, size_bytes, image, vmdk, watch)
             except BaseException:
                 vmdk.close()
                 raise
@@ -137,12 +142,17 @@ class DatastoreSite:
         return run(self.vcenter.session, IMPORTING, keep)
 
     def _stream_optimized(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        vmdk: IO[bytes],
+        watch: TransferWatch,
     ) -> Result[int, ProviderError]:
         """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
         if image.stream_optimized_vmdk:
             spool(chunks, vmdk)
-            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).map(
+            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL, watch=watch).map(
                 lambda _: image.virtual_size_bytes
             )
         if image.format == "raw":
@@ -157,12 +167,12 @@ class DatastoreSite:
         # the staged file, else converted by qemu into a raw disk first.
         with scratch_file(self.scratch_dir) as staged:
             spool(chunks, staged)
-            mapped = mapped_disk(staged, image, self.scratch_dir)
+            mapped = mapped_disk(staged, image, self.scratch_dir, watch)
             match mapped:
                 case Success(MappedDisk() as disk):
                     return _encoded(disk.chunks, disk.capacity_bytes, vmdk)
             with scratch_file(self.scratch_dir) as raw:
-                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw)).bind(
+                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw, watch)).bind(
                     lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
                 )
 
@@ -176,7 +186,7 @@ def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[in
 
 
 def _read_by_qemu(
-    staged: IO[bytes], image: JudgedImage, raw: IO[bytes]
+    staged: IO[bytes], image: JudgedImage, raw: IO[bytes], watch: TransferWatch
 ) -> Result[int, ProviderError]:
     """The staged image's disk written to `raw` by qemu-img (bounded, and refusing what qemu
     finds corrupt); its size, `raw` read from its start."""
@@ -187,6 +197,7 @@ def _read_by_qemu(
             *(f"/dev/fd/{staged.fileno()}", f"/dev/fd/{raw.fileno()}"),
         ],
         doing=f"reading the staged {image.format} image",
+        watch=watch,
         limits=QemuImgLimits(
             address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),
