@@ -124,10 +124,11 @@ def _watched(
             return None
         except subprocess.TimeoutExpired:
             pass
-        match watch.check() if watch is not None else None:
-            case Failure(ProviderError() as error):
-                process.kill()
-                return error
+        if watch is not None:
+            match watch.check():
+                case Failure(ProviderError() as error):
+                    process.kill()
+                    return error
         if time.monotonic() > deadline:
             process.kill()
             return ProviderError.unavailable(f"{doing}: qemu-img did not finish in time")
