@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.ports.image_judge import ImageJudge
-from pyrigaud.application.ports.staging import StagingStores
 
 SETTINGS_MODEL = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 """The model configuration of every settings model, the common one and each hypervisor's."""
@@ -97,7 +96,6 @@ class BackendServices:
 
     clock: Clock
     credentials: Callable[[], Credentials]
-    staging: StagingStores  # where ExportDisk/ImportDisk stage disks (what to advertise)
     image_judge: ImageJudge  # judges every untrusted image before a byte is stored
     counters: HypervisorCounters
 

@@ -1,6 +1,8 @@
 """A transfer's log lines (start, every 256 MiB with throughput, end) and its stop when the
-caller is gone. Lines name the staged URL's backend and object, never a credential (the
-credentials travel beside the URL, never in it: the location refuses a URL that holds some)."""
+caller is gone: the `TransferWatch` a use case hands the hypervisor's part, built over the
+RPC's cancellation scope. Lines name the staged URL's backend and object, never a credential
+(the credentials travel beside the URL, never in it: the location refuses a URL that holds
+some)."""
 
 from __future__ import annotations
 
@@ -20,14 +22,17 @@ logger = logging.getLogger("pyrigaud.transfer")
 
 
 class TransferProgress:
-    """One transfer: `doing` (e.g. "export of VM 'web'") to or from `location`."""
+    """One transfer: `doing` (e.g. "export of VM 'web'") to or from `location`; or, not
+    `announced`, one part of one (the disk read into the pod before it is staged), whose
+    bytes are counted apart from the staged ones."""
 
-    def __init__(self, doing: str, location: StagedLocation) -> None:
+    def __init__(self, doing: str, location: StagedLocation, *, announced: bool = True) -> None:
         self.doing = doing
         self._where = f"{location.staging_type} {location.container}/{location.key}"
         self._started = time.monotonic()
         self._done = 0
-        logger.info("%s: started (%s)", doing, self._where)
+        if announced:
+            logger.info("%s: started (%s)", doing, self._where)
 
     def add(self, count: int) -> Result[None, ProviderError]:
         """`count` more bytes moved; a line at every PROGRESS_EVERY_BYTES; UNAVAILABLE once
@@ -41,6 +46,10 @@ class TransferProgress:
                 self._done // MiB,
                 self._done / MiB / seconds,
             )
+        return self.check()
+
+    def check(self) -> Result[None, ProviderError]:
+        """UNAVAILABLE once the RPC's client cancelled or its deadline passed."""
         return call_active(self.doing)
 
     def finished(self, digest: StagedDigest) -> None:

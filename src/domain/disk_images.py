@@ -23,11 +23,14 @@ class JudgedImage(Value):
     or "raw"; the size of the disk it holds; and whether it is a qcow2 a hypervisor may keep
     as the disk itself instead of converting it: plain (no internal snapshots, no
     incompatible feature: dirty, zstd, extended L2 entries), as qemu would make it, and with
-    its tables checked by the judge as its bytes passed."""
+    its tables checked by the judge as its bytes passed; and whether it is a streamOptimized
+    vmdk (its grains compressed, with markers: what vCenter takes as it is), as its header
+    says, so that no later step reads the header again."""
 
     format: str
     virtual_size_bytes: int = 0
     keepable_qcow2: bool = False
+    stream_optimized_vmdk: bool = False
 
 
 class LeftBehind(StrEnum):

@@ -298,6 +298,17 @@ class DiskQuery(Value):
     snapshot_id: str = ""
 
 
+class DiskRead(Value):
+    """What an export asks the hypervisor to read: one disk of a VM (`disk_id`; "" its root
+    disk) at a point in time (`snapshot_id`; None: as it is now) in `format`. Nothing of where
+    the bytes go (the staging location, its credentials) reaches the hypervisor."""
+
+    vm_id: str
+    disk_id: str = ""
+    snapshot_id: str | None = None
+    format: str = "qcow2"
+
+
 class TransferMode(StrEnum):
     """How the disk bytes travel. The manager resolves "auto" (and an empty mode) to relay:
     through the provider, between the hypervisor and the staging store."""

@@ -32,11 +32,11 @@ from pyrigaud.application.keyed_lock import KeyedLock
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.image_judge import ImageJudge
-from pyrigaud.application.ports.staging import StagingStorage, StagingStores
+from pyrigaud.application.ports.staging import StagingStores
 from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import TransferMetrics
 from pyrigaud.application.provider import ProviderUseCases, Unsupported
-from pyrigaud.application.use_cases.capabilities import GetCapabilities
+from pyrigaud.application.use_cases.capabilities import GetCapabilities, TransferClaims
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
@@ -84,17 +84,17 @@ def provider_use_cases(
     clock: Clock,
     ownership: OwnershipRule,
     *,
-    staging: StagingStorage,
+    staging: StagingStores,
     judge: ImageJudge,
     leftovers: LeftoverPolicy,
     transfer_metrics: TransferMetrics,
     storage_gate: StorageGate,
 ) -> ProviderUseCases:
     """`staging` is where disks move through (`storage_gate` says which of its stores a
-    request may name), `judge` tells a staged image's format,
-    `leftovers` when a transfer's staged temporaries count as abandoned, and
-    `transfer_metrics` what an operator sees of transfers."""
-    caps = backend.capabilities
+    request may name; the capabilities claim the types whose store it built), `judge` tells
+    a staged image's format, `leftovers` when a transfer's staged temporaries count as
+    abandoned, and `transfer_metrics` what an operator sees of transfers."""
+    caps = TransferClaims(backend.capabilities, staging.types)
     abandoned = leftovers.transfer_abandoned_after_seconds
     return ProviderUseCases(
         validate=ValidateProvider(backend.health),
@@ -263,7 +263,6 @@ class Container(containers.DeclarativeContainer):
             BackendServices,
             clock=clock,
             credentials=credentials.provider,
-            staging=staging,
             image_judge=image_judge,
             counters=providers.Factory(
                 PrometheusHypervisorCounters, metrics, settings.provided.provider_type

@@ -45,3 +45,23 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._now += seconds
+
+
+class CountingWatch:
+    """A transfer's watch as a use case hands it in: it counts the bytes it is told of, and
+    says stop (UNAVAILABLE) from its `stop_at`th question on (None: never)."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.bytes = 0
+        self.questions = 0
+        self._stop_at = stop_at
+
+    def add(self, count: int) -> Result[None, ProviderError]:
+        self.bytes += count
+        return self.check()
+
+    def check(self) -> Result[None, ProviderError]:
+        self.questions += 1
+        if self._stop_at is not None and self.questions >= self._stop_at:
+            return Failure(ProviderError.unavailable("the transfer's caller is gone"))
+        return Success(None)

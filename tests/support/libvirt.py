@@ -24,7 +24,7 @@ from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import CloneRequest, CreateRequest, OwnerMark
 
 from support import ManualClock, ok
-from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING, TRANSFER_OWNER
+from support.transfer import IMAGE_JUDGE, TRANSFER_OWNER
 
 BASE_IMAGE_NAME = "base.qcow2"
 GIB = 1024**3
@@ -88,7 +88,6 @@ def libvirt_test_backend(
         pools=pools or PoolSettings(),
         allow_loopback_urls=allow_loopback_urls,
         image_judge=IMAGE_JUDGE,
-        staging_types=REACHABLE_STAGING,
         transfer_owner=owner,
         volume_writer=volume_writer,
         scratch_dir=scratch_dir,

@@ -22,6 +22,7 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.staging import StagingStorage
 from pyrigaud.application.ports.storage_gate import StorageGate
+from pyrigaud.application.use_cases.capabilities import TransferClaims
 from pyrigaud.application.use_cases.export_disk import ExportDisk
 from pyrigaud.application.use_cases.import_disk import ImportDisk
 from pyrigaud.domain import fields
@@ -67,15 +68,16 @@ def disk_moves(
     storage_gate: StorageGate | None = None,
 ) -> DiskMoves:
     """The backend's disk transfer use cases through `staging` (a staging storage, or the PVC
-    root one is built over), as the backend's capabilities allow (or `capabilities`'), behind
-    `storage_gate` (default: the tests' stores on loopback allowed)."""
+    root one is built over), as the backend's capabilities allow (or `capabilities`'), with
+    the staging types this machine reaches claimed as the container claims the built ones,
+    behind `storage_gate` (default: the tests' stores on loopback allowed)."""
     disks = backend.disk_transfer
     assert disks is not None, "this backend has no disk transfer"
     if isinstance(staging, Path):
         staging = staging_by_type(
             owner, SystemClock(), str(staging), retry_seconds=STAGING_RETRY_SECONDS
         )
-    claimed = capabilities or backend.capabilities
+    claimed = TransferClaims(capabilities or backend.capabilities, REACHABLE_STAGING)
     gate = storage_gate or LOOPBACK_GATE
     return DiskMoves(
         export_disk=ExportDisk(disks, staging, claimed, storage_gate=gate),

@@ -39,7 +39,7 @@ from pyrigaud.domain.models import (
 
 from contract.harness import Harness, staging_root
 from support import ManualClock, error_kind
-from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.transfer import IMAGE_JUDGE
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "vcsim.sh"
@@ -78,7 +78,6 @@ def backend_over(
         defaults=defaults or Placement(),
         clock=clock or SystemClock(),
         on_resync=on_resync,
-        staging_types=REACHABLE_STAGING,
         owner=owner,
         image_judge=IMAGE_JUDGE,
         scratch_dir=scratch_dir,

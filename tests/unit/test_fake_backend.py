@@ -9,6 +9,7 @@ import pytest
 from pyrigaud.adapters.hypervisors.fake.backend import build_fake_backend, fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.backend import Backend
+from pyrigaud.application.use_cases.capabilities import TransferClaims
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -77,9 +78,7 @@ def test_the_fake_has_no_templates(backend: Backend) -> None:
 
 
 def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
-    backend = build_fake_backend(
-        ManualClock(), datastores=("fast", "slow"), latency={}, staging_types=(StagingType("pvc"),)
-    )
+    backend = build_fake_backend(ManualClock(), datastores=("fast", "slow"), latency={})
     ok(backend.lifecycle.start_create(request("on-default"), OWNER))
     ok(
         backend.lifecycle.start_create(
@@ -92,10 +91,22 @@ def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
     assert error.message.startswith(fields.PLACEMENT_DATASTORE)
 
 
-def test_build_fake_backend_claims_the_staging_types_it_is_given() -> None:
-    """The served fake advertises what this provider can stage to, not every type there is."""
-    backend = build_fake_backend(
-        ManualClock(), datastores=("default",), latency={}, staging_types=(StagingType("pvc"),)
-    )
-    caps = backend.capabilities.capabilities()
+def test_the_capabilities_claim_the_staging_types_built_and_relay_only() -> None:
+    """No backend claims staging types or modes: the application claims the types whose store
+    was built, and relay, over what the backend claims."""
+    backend = build_fake_backend(ManualClock(), datastores=("default",), latency={})
+    told = backend.capabilities.capabilities()
+    assert told.supported_export_backends == told.supported_transfer_modes == ()
+    caps = TransferClaims(backend.capabilities, (StagingType("pvc"),)).capabilities()
     assert caps.supported_export_backends == caps.supported_import_backends == ("pvc",)
+    assert caps.supported_transfer_modes == ("relay",)
+    assert (
+        caps.model_copy(
+            update={
+                "supported_export_backends": (),
+                "supported_import_backends": (),
+                "supported_transfer_modes": (),
+            }
+        )
+        == told
+    )

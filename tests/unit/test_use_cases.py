@@ -27,6 +27,7 @@ from pyrigaud.application.ownership import (
     OwnershipRule,
 )
 from pyrigaud.application.ports import VMLifecycle
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.application.ports.staging import (
     StagedFile,
     StagedReader,
@@ -35,6 +36,7 @@ from pyrigaud.application.ports.staging import (
 )
 from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.application.use_cases.capabilities import TransferClaims
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.application.use_cases.delete_vm import DeleteVM
@@ -58,6 +60,7 @@ from pyrigaud.domain.leftovers import CREATE_DEADLINE_SECONDS, LeftoverPolicy
 from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
+    DiskRead,
     DiskSpec,
     ExportRequest,
     ExportResult,
@@ -707,6 +710,12 @@ def test_memory_snapshots_downgrade_to_disk_only_where_unsupported(clock: Manual
     assert not snapshot.include_memory
 
 
+def claims(backend: Backend, staging: StagingStores) -> TransferClaims:
+    """The backend's capabilities as the container serves them: the built staging types and
+    relay claimed."""
+    return TransferClaims(backend.capabilities, staging.types)
+
+
 def test_export_refuses_unlisted_modes_and_compression(
     clock: ManualClock, staging: StagingStores
 ) -> None:
@@ -720,7 +729,7 @@ def test_export_refuses_unlisted_modes_and_compression(
     )
     vm_id = create(backend)
     export = ExportDisk(
-        served(backend.disk_transfer), staging, backend.capabilities, storage_gate=LOOPBACK_GATE
+        served(backend.disk_transfer), staging, claims(backend, staging), storage_gate=LOOPBACK_GATE
     )
     compressed = export(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x"), compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
@@ -731,7 +740,9 @@ def test_export_refuses_unlisted_modes_and_compression(
         capabilities=FakeCapabilities(
             FakeHypervisor(
                 clock,
-                capabilities=FAKE_CAPABILITIES.model_copy(update={"supported_transfer_modes": ()}),
+                capabilities=claims(backend, staging)
+                .capabilities()
+                .model_copy(update={"supported_transfer_modes": ()}),
             )
         ),
     )
@@ -746,7 +757,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
 ) -> None:
     """The manager's own rule: only NFS can be reached by the hypervisor itself."""
     export = ExportDisk(
-        served(backend.disk_transfer), staging, backend.capabilities, storage_gate=LOOPBACK_GATE
+        served(backend.disk_transfer), staging, claims(backend, staging), storage_gate=LOOPBACK_GATE
     )
     direct = export(
         ExportRequest(
@@ -763,7 +774,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
         served(backend.disk_transfer),
         staging,
         IMAGE_JUDGE,
-        backend.capabilities,
+        claims(backend, staging),
         storage_gate=LOOPBACK_GATE,
     )
     direct_import = importing(
@@ -849,19 +860,27 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
     disks = served(backend.disk_transfer)
     moves = transfers.DiskMoves(
         export_disk=ExportDisk(
-            disks, staging, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+            disks,
+            staging,
+            claims(backend, staging),
+            storage_gate=LOOPBACK_GATE,
+            metrics=metrics,
         ),
         import_disk=ImportDisk(
             disks,
             staging,
             IMAGE_JUDGE,
-            backend.capabilities,
+            claims(backend, staging),
             storage_gate=LOOPBACK_GATE,
             metrics=metrics,
         ),
     )
     refused = ExportDisk(
-        disks, RefusingStaging(), backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+        disks,
+        RefusingStaging(),
+        claims(backend, staging),
+        storage_gate=LOOPBACK_GATE,
+        metrics=metrics,
     )
     exported = ok(transfers.export_disk(moves, vm_id, "pvc://m/counted.qcow2"))
     transfers.export_disk(transfers.DiskMoves(refused, moves.import_disk), vm_id, "pvc://m/x")
@@ -917,8 +936,10 @@ class ReadsAs:
 
     stream: MadeWholeFirst
 
-    def read_disk(self, request: ExportRequest) -> Result[MadeWholeFirst, ProviderError]:
-        del request
+    def read_disk(
+        self, disk: DiskRead, watch: TransferWatch
+    ) -> Result[MadeWholeFirst, ProviderError]:
+        del disk, watch
         return Success(self.stream)
 
 
@@ -948,7 +969,11 @@ def test_an_image_made_whole_first_is_made_in_the_staged_file_where_the_store_ke
     stream, metrics = MadeWholeFirst(IMAGE), RecordedTransfers()
     store = staging if local_files else KeepsNoLocalFiles(staging)
     export = ExportDisk(
-        ReadsAs(stream), store, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+        ReadsAs(stream),
+        store,
+        claims(backend, staging),
+        storage_gate=LOOPBACK_GATE,
+        metrics=metrics,
     )
     exported = ok(transfers.export_request("any", "pvc://m/made.qcow2").bind(export))
     assert stream.made_in == [made_in]
@@ -964,7 +989,11 @@ def test_an_image_whose_making_fails_in_the_staged_file_leaves_nothing_there(
     stream = MadeWholeFirst(IMAGE, fails=ProviderError.unavailable("the lease was lost"))
     metrics = RecordedTransfers()
     export = ExportDisk(
-        ReadsAs(stream), staging, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+        ReadsAs(stream),
+        staging,
+        claims(backend, staging),
+        storage_gate=LOOPBACK_GATE,
+        metrics=metrics,
     )
     failed = transfers.export_request("any", "pvc://m/made.qcow2").bind(export)
     assert error_of(failed).message == "the lease was lost"
@@ -981,10 +1010,14 @@ def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(
     disks = served(backend.disk_transfer)
     moves = transfers.DiskMoves(
         export_disk=ExportDisk(
-            disks, staging, backend.capabilities, storage_gate=LOOPBACK_GATE, metrics=metrics
+            disks,
+            staging,
+            claims(backend, staging),
+            storage_gate=LOOPBACK_GATE,
+            metrics=metrics,
         ),
         import_disk=ImportDisk(
-            disks, staging, IMAGE_JUDGE, backend.capabilities, storage_gate=LOOPBACK_GATE
+            disks, staging, IMAGE_JUDGE, claims(backend, staging), storage_gate=LOOPBACK_GATE
         ),
     )
     ok(transfers.export_disk(moves, vm_id, "pvc://m/two.qcow2"))

@@ -33,6 +33,7 @@ from pyrigaud.adapters.disk_images.qcow2_tables import (
     MIN_CLUSTER_BITS,
     Qcow2TableCheck,
 )
+from pyrigaud.adapters.disk_images.stream_optimized import is_stream_optimized
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ProviderError
 
@@ -199,6 +200,8 @@ class ImageInspection:
                 format=name,
                 virtual_size_bytes=int(inspector.virtual_size),
                 keepable_qcow2=name == "qcow2" and self._keeps_qcow2_as_is(inspector),
+                stream_optimized_vmdk=name == "vmdk"
+                and is_stream_optimized(bytes(inspector.region("header").data)),
             )
         )
 

@@ -1,6 +1,7 @@
 """qemu-img in the pod, bounded, as OpenStack and KubeVirt CDI run it on untrusted images: under
 process limits (address space, CPU time, the size of any file it writes; `prlimit` sets them
-before qemu-img starts), and killed as soon as the RPC's caller is gone or its time is up.
+before qemu-img starts), and killed as soon as its transfer's watch says stop (the RPC's caller
+is gone) or its time is up.
 
 One run per transfer, never per request: the hot path (Validate, Describe, ListVMs) forks
 nothing.
@@ -20,7 +21,7 @@ from typing import IO
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.application.cancellation import call_active
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
@@ -72,6 +73,7 @@ def run_qemu_img(
     arguments: Sequence[str],
     *,
     doing: str,
+    watch: TransferWatch | None,
     limits: QemuImgLimits = QemuImgLimits(),
     pass_fds: Sequence[int] = (),
     refused: Callable[[str], ProviderError] = STAGED_IMAGE_REFUSED,
@@ -80,8 +82,9 @@ def run_qemu_img(
     """qemu-img's output (written to `output` instead, when given: output that grows with the
     image is kept out of memory, within `limits.file_size_bytes`); `refused(qemu's own reason)`
     when it refuses the image or goes past a limit, RESOURCE_EXHAUSTED when the file system
-    it writes to has no room left (the pod's, not the image's fault), UNAVAILABLE when the
-    caller went away or `limits.wall_seconds` passed."""
+    it writes to has no room left (the pod's, not the image's fault), `watch`'s failure once
+    it says stop (None: a run no caller stops, outside a transfer), UNAVAILABLE when
+    `limits.wall_seconds` passed."""
     command = ["prlimit", f"--as={limits.address_space_bytes}", f"--cpu={limits.cpu_seconds}"]
     if limits.file_size_bytes is not None:
         command.append(f"--fsize={limits.file_size_bytes}")
@@ -95,7 +98,7 @@ def run_qemu_img(
         start_new_session=True,
         env={**os.environ, "LC_ALL": "C"},
     )
-    stopped = _watched(process, doing, time.monotonic() + limits.wall_seconds)
+    stopped = _watched(process, doing, watch, time.monotonic() + limits.wall_seconds)
     stdout, stderr = process.communicate()
     if stopped is not None:
         return Failure(stopped)
@@ -110,29 +113,34 @@ def run_qemu_img(
     return Success(stdout.decode(errors="replace") if stdout is not None else "")
 
 
-def _watched(process: subprocess.Popen[bytes], doing: str, deadline: float) -> ProviderError | None:
-    """Wait for `process`; kill it (and say why) once the caller is gone or the deadline passed."""
+def _watched(
+    process: subprocess.Popen[bytes], doing: str, watch: TransferWatch | None, deadline: float
+) -> ProviderError | None:
+    """Wait for `process`; kill it (and say why) once `watch` says stop or the deadline
+    passed."""
     while True:
         try:
             process.wait(timeout=POLL_SECONDS)
             return None
         except subprocess.TimeoutExpired:
             pass
-        match call_active(doing):
-            case Failure(ProviderError() as error):
-                process.kill()
-                return error
+        if watch is not None:
+            match watch.check():
+                case Failure(ProviderError() as error):
+                    process.kill()
+                    return error
         if time.monotonic() > deadline:
             process.kill()
             return ProviderError.unavailable(f"{doing}: qemu-img did not finish in time")
 
 
 def checked_vmdk(
-    vmdk: IO[bytes], virtual_size_bytes: int, field: str
+    vmdk: IO[bytes], virtual_size_bytes: int, field: str, *, watch: TransferWatch | None
 ) -> Result[None, ProviderError]:
     """A vmdk goes to vCenter as it is: qemu reads it whole first (every grain decoded through
     its tables, into a null sink), so one cut short, garbled or with absurd markers is refused
-    with qemu's reason, naming `field`; a table check alone reads no grain."""
+    with qemu's reason, naming `field`; stopped through `watch` (None: outside a transfer).
+    A table check alone reads no grain."""
     vmdk.flush()
     descriptor = vmdk.fileno()
     return run_qemu_img(
@@ -141,6 +149,7 @@ def checked_vmdk(
             f"driver=null-co,size={virtual_size_bytes}",
         ],
         doing="reading a vmdk whole",
+        watch=watch,
         limits=QemuImgLimits(
             address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),

@@ -34,6 +34,7 @@ from pyrigaud.adapters.disk_images.qemu_img import (
     run_qemu_img,
 )
 from pyrigaud.adapters.disk_images.scratch import open_scratch
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain import fields
 from pyrigaud.domain.chunks import Chunks, successes
 from pyrigaud.domain.disk_images import JudgedImage
@@ -52,11 +53,12 @@ class MappedDisk:
 
 
 def mapped_disk(
-    image_file: IO[bytes], image: JudgedImage, scratch_dir: str | None
+    image_file: IO[bytes], image: JudgedImage, scratch_dir: str | None, watch: TransferWatch
 ) -> Result[MappedDisk | None, ProviderError]:
     """The disk of `image`, staged in the seekable `image_file`, read through qemu's map of it;
     None when qemu cannot point at its data (it is to be converted instead). The chunks read
-    `image_file` as they go: it stays open until they are read."""
+    `image_file` as they go: it stays open until they are read. qemu-img is stopped through
+    `watch`."""
     image_file.flush()
     descriptor = image_file.fileno()
     path = f"/dev/fd/{descriptor}"
@@ -67,6 +69,7 @@ def mapped_disk(
     mapped = run_qemu_img(
         ["map", "--output=human", "-f", image.format, path],
         doing=f"mapping the staged {image.format} image",
+        watch=watch,
         limits=QemuImgLimits(
             address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),

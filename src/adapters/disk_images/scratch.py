@@ -10,7 +10,7 @@ from typing import IO, BinaryIO
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.blocks import MAX_CHUNK_BYTES, all_zero
-from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 
@@ -61,13 +61,13 @@ def file_chunks(file: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def counted(chunks: Iterable[bytes], progress: TransferProgress) -> Chunks[bytes]:
-    """`chunks`, counted as they pass; cut short once the call is gone (UNAVAILABLE, their
-    outcome: a conversion reads them deep inside)."""
+def counted(chunks: Iterable[bytes], watch: TransferWatch) -> Chunks[bytes]:
+    """`chunks`, counted by `watch` as they pass; cut short once it says stop (its failure is
+    their outcome: a conversion reads them deep inside)."""
 
     def each() -> Iterator[Result[bytes, ProviderError]]:
         for chunk in chunks:
-            match progress.add(len(chunk)):
+            match watch.add(len(chunk)):
                 case Failure(error):
                     yield Failure(error)
                     return

@@ -15,7 +15,23 @@ from returns.result import Result
 
 from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
+from pyrigaud.domain.models import DiskDetails, DiskQuery, DiskRead
+
+
+class TransferWatch(Protocol):
+    """The transfer a hypervisor's part runs in, handed in by its use case: the bytes the
+    part moves on its own (read into a scratch file before an image is made of them) counted
+    toward its progress, and whether the transfer is still wanted. A part that stops on a
+    Failure here cleans up on its way out."""
+
+    def add(self, count: int) -> Result[None, ProviderError]:
+        """`count` more bytes moved; UNAVAILABLE once the RPC's caller is gone."""
+        ...
+
+    def check(self) -> Result[None, ProviderError]:
+        """UNAVAILABLE once the RPC's caller is gone: asked during a step that moves no bytes
+        of its own (a qemu-img run)."""
+        ...
 
 
 class DiskStream(Protocol):
@@ -53,11 +69,13 @@ class DiskStream(Protocol):
 
 
 class DiskReading(Protocol):
-    def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
-        """The disk the request names (its VM's, at its snapshot if it names one) in
-        `request.format`. Refused here, before a byte moves (FAILED_PRECONDITION naming why):
-        what cannot be read at one point in time, and what cannot move faithfully (a disk
-        shared, raw-mapped or independent of snapshots; a VM with passthrough devices)."""
+    def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
+        """The disk `disk` names (its VM's, at its snapshot if it names one) in `disk.format`;
+        what the hypervisor reads in the pod on its own way (a snapshot's file, a vmdk made a
+        qcow2) is counted and stopped through `watch`. Refused here, before a byte moves
+        (FAILED_PRECONDITION naming why): what cannot be read at one point in time, and what
+        cannot move faithfully (a disk shared, raw-mapped or independent of snapshots; a VM
+        with passthrough devices)."""
         ...
 
 
@@ -94,10 +112,15 @@ class LandingSite(Protocol):
         ...
 
     def receive(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        watch: TransferWatch,
     ) -> Result[ReceivedDisk, ProviderError]:
         """Every chunk, an image of the judged format, held on the hypervisor. The chunks may
-        end early (the caller then discards what it got)."""
+        end early (the caller then discards what it got); they are counted as they pass, and
+        whatever the site runs besides (a conversion in the pod) is stopped through `watch`."""
         ...
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:

@@ -25,7 +25,7 @@ from pyrigaud.application.use_cases.transfers import (
     sweep_dead_transfers,
 )
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import Capabilities, ExportRequest, ExportResult
+from pyrigaud.domain.models import Capabilities, DiskRead, ExportRequest, ExportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,15 @@ class ExportDisk:
     def _export(
         self, request: ExportRequest, destination: StagedLocation, watched: Watched
     ) -> Result[ExportResult, ProviderError]:
-        match self._disks.read_disk(request):
+        doing = f"export of VM {request.vm_id!r}"
+        disk = DiskRead(
+            vm_id=request.vm_id,
+            disk_id=request.disk_id,
+            snapshot_id=request.snapshot_id or None,
+            format=request.format,
+        )
+        reading = TransferProgress(f"{doing}, reading the disk", destination, announced=False)
+        match self._disks.read_disk(disk, reading):
             case Failure(error):
                 return Failure(error)
             case Success(stream):
@@ -96,7 +104,7 @@ class ExportDisk:
             self._metrics.left_behind(destination.staging_type, what)
         try:
             sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
-            staged = self._staged(stream, destination, f"export of VM {request.vm_id!r}", watched)
+            staged = self._staged(stream, destination, doing, watched)
         finally:
             stream.close()
         return staged.map(

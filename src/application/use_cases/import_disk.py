@@ -11,12 +11,12 @@ of the first says, without importing again; other bytes under that name are ALRE
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.import_record import ImportRecord, parse_record, render_record
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.disk_transfer import DiskLanding, LandingSite, ReceivedDisk
 from pyrigaud.application.ports.image_judge import ImageJudge
@@ -138,7 +138,9 @@ class ImportDisk:
             actual_size_bytes=digest.size_bytes,
             checksum=digest.sha256,
         )
-        return site.keep_record(_record(result), disk).map(lambda _: result)
+        return site.keep_record(render_record(ImportRecord(result=result)), disk).map(
+            lambda _: result
+        )
 
     def _land(
         self,
@@ -177,7 +179,7 @@ class ImportDisk:
         watched.phase = TransferPhase.WRITE
         # The stream's own failure (a read, a cancelled call) is what happened when it cut the
         # bytes short: it is answered before the landing site's.
-        held = site.receive(rest, reader.size_bytes, image)
+        held = site.receive(rest, reader.size_bytes, image, progress)
         match chunks.outcome():
             case Failure(error):
                 watched.phase = TransferPhase.READ
@@ -295,9 +297,10 @@ def _answer_again(
     """A retried import (its first answer was lost) of the same staged bytes answers what
     the record says, without importing again; other bytes under that name (even ones that
     would convert to the same disk) are a clash."""
-    earlier = _earlier_result(record)
-    if earlier is None:
+    parsed = parse_record(record)
+    if parsed is None:
         return Failure(_clash(site))
+    earlier = parsed.result
     staged: Result[str, ProviderError] = (
         Success(expected)
         if expected is not None
@@ -323,15 +326,3 @@ def _checksum_mismatch(actual: str, expected: str) -> ProviderError:
         f"expected_checksum: the staged object's sha256 is {actual}, not {expected}; "
         "nothing was imported (export the disk again)"
     )
-
-
-def _record(result: ImportResult) -> bytes:
-    """The record kept beside an imported disk (the same bytes every release has kept)."""
-    return json.dumps(result.model_dump()).encode()
-
-
-def _earlier_result(record: bytes) -> ImportResult | None:
-    try:
-        return ImportResult.model_validate(json.loads(record))
-    except ValueError:
-        return None

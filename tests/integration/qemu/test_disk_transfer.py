@@ -35,6 +35,7 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
     volume_chunks,
 )
 from pyrigaud.application.backend import Backend
+from pyrigaud.application.use_cases.capabilities import TransferClaims
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CreateRequest,
@@ -64,7 +65,14 @@ from support.staging import (
     s3_credentials,
     s3_options,
 )
-from support.transfer import TRANSFER_OWNER, DiskMoves, disk_moves, export_disk, import_disk
+from support.transfer import (
+    REACHABLE_STAGING,
+    TRANSFER_OWNER,
+    DiskMoves,
+    disk_moves,
+    export_disk,
+    import_disk,
+)
 
 POOL = "pyrigaud-transfer"
 POOL_PATH = Path("/var/lib/pyrigaud-test/transfer")
@@ -198,7 +206,10 @@ def _sha256(content: bytes | None) -> str:
 
 
 def test_capabilities_tell_what_moves_and_how(site: Site) -> None:
-    caps = site.backend.capabilities.capabilities()
+    told = site.backend.capabilities.capabilities()
+    # As the container serves them: the staging types and the mode are the application's.
+    caps = TransferClaims(site.backend.capabilities, REACHABLE_STAGING).capabilities()
+    assert told.supported_export_backends == told.supported_transfer_modes == ()
 
     assert caps.supports_disk_export
     assert caps.supports_disk_import

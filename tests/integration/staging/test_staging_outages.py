@@ -30,8 +30,15 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.patience import LONGEST_PAUSE_SECONDS
 from pyrigaud.adapters.staging.s3 import S3Staging
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain.errors import ErrorKind, ProviderError
-from pyrigaud.domain.models import CreateRequest, ExportRequest, OwnerMark, VMClass, VMImage
+from pyrigaud.domain.models import (
+    CreateRequest,
+    DiskRead,
+    OwnerMark,
+    VMClass,
+    VMImage,
+)
 
 from support import ManualClock, error_of, ok
 from support.fault_proxy import FaultProxy, fault_proxy
@@ -94,7 +101,9 @@ class _CountedSite:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.site, name)
 
-    def receive(self, chunks: Iterable[bytes], size_bytes: int | None, image: Any) -> Any:
+    def receive(
+        self, chunks: Iterable[bytes], size_bytes: int | None, image: Any, watch: Any
+    ) -> Any:
         def counted() -> Iterator[bytes]:
             received = 0
             for chunk in chunks:
@@ -102,7 +111,7 @@ class _CountedSite:
                 self.passed(received)
                 yield chunk
 
-        return self.site.receive(counted(), size_bytes, image)
+        return self.site.receive(counted(), size_bytes, image, watch)
 
 
 @dataclass
@@ -116,8 +125,8 @@ class DiskOfSize:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fake, name)
 
-    def read_disk(self, request: ExportRequest) -> Result[_Disk, ProviderError]:
-        return self.fake.read_disk(request).map(lambda _: _Disk(self.passed))
+    def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[_Disk, ProviderError]:
+        return self.fake.read_disk(disk, watch).map(lambda _: _Disk(self.passed))
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[_CountedSite, ProviderError]:
         found = self.fake.landing_site(stem, storage_hint)

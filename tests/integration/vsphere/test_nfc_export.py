@@ -29,7 +29,7 @@ from pyrigaud.domain.models import ImageSource, Placement, PrepareImageRequest
 from support import error_of, ok
 from support.image_server import serving
 from support.ova import DATASTORE, ova_of, ovf_descriptor, stream_optimized_vmdk
-from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.transfer import IMAGE_JUDGE
 from support.vsphere import TEMPLATE_VM, Simulator, vim
 
 vmodl: Any = untyped_vmodl  # pyVmomi's fault classes are untyped
@@ -68,7 +68,6 @@ def imported_vm(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=True,
-        staging_types=REACHABLE_STAGING,
         owner="tests/vsphere-nfc-export",
         image_judge=IMAGE_JUDGE,
     )

@@ -40,7 +40,7 @@ from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
 from support import error_kind, error_of, ok
-from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.transfer import IMAGE_JUDGE
 from support.vsphere import (
     TEMPLATE_VM,
     Simulator,
@@ -367,7 +367,6 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
             insecure=True,
             defaults=Placement(),
             on_relogin=lambda: None,
-            staging_types=REACHABLE_STAGING,
             owner=OWNER.provider,
             image_judge=IMAGE_JUDGE,
         )

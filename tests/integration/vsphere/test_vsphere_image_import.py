@@ -41,7 +41,7 @@ from support.ova import (
     read_datastore_file,
     tiny_disk,
 )
-from support.transfer import IMAGE_JUDGE, REACHABLE_STAGING
+from support.transfer import IMAGE_JUDGE
 from support.vsphere import (
     TEMPLATE_VM,
     Simulator,
@@ -61,7 +61,6 @@ def images_backend(simulator: Simulator) -> Backend:
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=True,
-        staging_types=REACHABLE_STAGING,
         owner=OWNER.provider,
         image_judge=IMAGE_JUDGE,
     )
@@ -256,7 +255,6 @@ def test_the_url_rules_refuse_before_any_traffic(
         defaults=Placement(),
         clock=SystemClock(),
         allow_loopback_urls=allow_loopback,
-        staging_types=REACHABLE_STAGING,
         owner=OWNER.provider,
         image_judge=IMAGE_JUDGE,
     )

@@ -101,6 +101,22 @@ def test_a_qcow2_kept_as_it_is_is_plain_and_its_tables_watched(
     assert ok(judged(with_data(tmp_path, disk_format, *options))).keepable_qcow2 is keepable
 
 
+@pytest.mark.parametrize(
+    ("disk_format", "options", "stream_optimized"),
+    [
+        ("vmdk", ["-o", "subformat=streamOptimized"], True),
+        ("vmdk", [], False),  # monolithicSparse
+        ("qcow2", [], False),
+        ("raw", [], False),
+    ],
+)
+def test_the_verdict_says_whether_the_image_is_a_stream_optimized_vmdk(
+    tmp_path: Path, disk_format: str, options: list[str], stream_optimized: bool
+) -> None:
+    image = ok(judged(with_data(tmp_path, disk_format, *options)))
+    assert image.stream_optimized_vmdk is stream_optimized
+
+
 def test_a_qcow2_with_internal_snapshots_is_a_qcow2_but_not_one_kept_as_it_is(
     tmp_path: Path,
 ) -> None:

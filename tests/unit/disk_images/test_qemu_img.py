@@ -11,11 +11,13 @@ from pathlib import Path
 
 from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
 from pyrigaud.application.cancellation import serving_call
+from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 
-from support import error_of, ok
+from support import CountingWatch, error_of, ok
 from support.disk_image import qemu_img
 from support.small_filesystem import small_filesystem
+from support.transfer import staged
 
 
 def test_an_image_qemu_refuses_is_bad_input_with_qemus_reason(tmp_path: Path) -> None:
@@ -26,7 +28,9 @@ def test_an_image_qemu_refuses_is_bad_input_with_qemus_reason(tmp_path: Path) ->
     struct.pack_into(">Q", header, 40, l1_offset + 8)  # no longer cluster-aligned
     image.write_bytes(bytes(header))
 
-    refused = error_of(run_qemu_img(["info", "-f", "qcow2", str(image)], doing="judging"))
+    refused = error_of(
+        run_qemu_img(["info", "-f", "qcow2", str(image)], doing="judging", watch=None)
+    )
 
     assert refused.kind is ErrorKind.INVALID_SPEC
     assert refused.message.startswith("source_url: qemu-img refuses the image: ")
@@ -37,7 +41,7 @@ def test_a_run_within_its_limits_answers_qemus_output(tmp_path: Path) -> None:
     image = tmp_path / "fine.qcow2"
     qemu_img("create", "-f", "qcow2", image, "1M")
     assert '"format": "qcow2"' in ok(
-        run_qemu_img(["info", "--output=json", str(image)], doing="judging")
+        run_qemu_img(["info", "--output=json", str(image)], doing="judging", watch=None)
     )
 
 
@@ -45,22 +49,36 @@ def test_a_run_past_its_address_space_is_refused(tmp_path: Path) -> None:
     image = tmp_path / "fine.qcow2"
     qemu_img("create", "-f", "qcow2", image, "1M")
     tiny = QemuImgLimits(address_space_bytes=16 * 1024**2)
-    refused = error_of(run_qemu_img(["info", str(image)], doing="judging", limits=tiny))
+    refused = error_of(run_qemu_img(["info", str(image)], doing="judging", watch=None, limits=tiny))
     assert refused.kind is ErrorKind.INVALID_SPEC
 
 
-def test_a_conversion_whose_caller_went_away_is_killed_at_once(tmp_path: Path) -> None:
+def test_a_conversion_whose_transfer_says_stop_is_killed_at_once(tmp_path: Path) -> None:
     source = tmp_path / "big.raw"
     qemu_img("create", "-f", "raw", source, "64G")  # sparse: converting it reads for long
+    watch = CountingWatch(stop_at=3)
     started = time.monotonic()
-    with serving_call(lambda: time.monotonic() - started < 0.5):
-        stopped = run_qemu_img(
-            ["convert", "-f", "raw", "-O", "raw", "-S", "0", str(source), str(tmp_path / "out")],
-            doing="converting",
-            limits=QemuImgLimits(cpu_seconds=600, wall_seconds=600),
-        )
-    assert error_of(stopped).kind is ErrorKind.UNAVAILABLE
+    stopped = run_qemu_img(
+        ["convert", "-f", "raw", "-O", "raw", "-S", "0", str(source), str(tmp_path / "out")],
+        doing="converting",
+        watch=watch,
+        limits=QemuImgLimits(cpu_seconds=600, wall_seconds=600),
+    )
+    assert error_of(stopped) == ProviderError.unavailable("the transfer's caller is gone")
+    assert watch.questions == 3
     assert time.monotonic() - started < 2.5
+
+
+def test_a_transfer_watch_says_stop_once_the_rpcs_caller_is_gone() -> None:
+    """What the use cases hand in: their progress, over the RPC's cancellation scope."""
+    progress = TransferProgress("export of VM 'web'", staged("pvc://m/web.qcow2"))
+    gone = False
+    with serving_call(lambda: not gone):
+        assert ok(progress.check()) is None
+        gone = True
+        stopped = error_of(progress.check())
+    assert stopped.kind is ErrorKind.UNAVAILABLE
+    assert stopped.message.startswith("export of VM 'web' stopped")
 
 
 def test_a_conversion_with_no_room_left_is_resource_exhausted_not_the_images_fault(
@@ -75,6 +93,7 @@ def test_a_conversion_with_no_room_left_is_resource_exhausted_not_the_images_fau
             run_qemu_img(
                 ["convert", "-f", "raw", "-O", "qcow2", str(source), str(small / "out.qcow2")],
                 doing="converting",
+                watch=None,
                 refused=ProviderError.failed_precondition,
             )
         )

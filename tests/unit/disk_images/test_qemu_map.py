@@ -13,7 +13,7 @@ from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ErrorKind
 
-from support import error_of, ok
+from support import CountingWatch, error_of, ok
 from support.disk_image import qemu_img, qemu_info
 from support.image_corpus import CorpusImage, oracle_raw, valid_image
 
@@ -43,7 +43,7 @@ def _read(image: Path, judged: JudgedImage, scratch: Path) -> tuple[MappedDisk |
     """mapped_disk's answer for `image`, and the disk its chunks gave (all of it, or up to the
     failure that cut them short)."""
     with image.open("rb") as file:
-        mapped = ok(mapped_disk(file, judged, str(scratch)))
+        mapped = ok(mapped_disk(file, judged, str(scratch), CountingWatch()))
         return mapped, b"" if mapped is None else b"".join(mapped.chunks)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.disk_transfer import FakeDiskTransfer
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities, FakeHealth
-from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
+from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.images import FakeImages
 from pyrigaud.adapters.hypervisors.fake.inventory import FakeInventory
 from pyrigaud.adapters.hypervisors.fake.power import FakePowerControl
@@ -17,7 +17,6 @@ from pyrigaud.adapters.hypervisors.fake.tasks import FakeTaskTracker
 from pyrigaud.adapters.hypervisors.fake.virtual_hardware import FakeHardwareFacts
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
-from pyrigaud.domain.staging import StagingType
 
 
 def fake_backend(hypervisor: FakeHypervisor) -> Backend:
@@ -44,16 +43,6 @@ def build_fake_backend(
     *,
     datastores: tuple[str, ...],
     latency: Mapping[str, float],
-    staging_types: tuple[StagingType, ...],
 ) -> Backend:
-    """The demo server's fake: a fresh hypervisor with these datastores and injected latency,
-    claiming the staging types this provider can stage to, as libvirt and vSphere do."""
-    capabilities = FAKE_CAPABILITIES.model_copy(
-        update={
-            "supported_export_backends": staging_types,
-            "supported_import_backends": staging_types,
-        }
-    )
-    return fake_backend(
-        FakeHypervisor(clock, datastores=datastores, latency=latency, capabilities=capabilities)
-    )
+    """The demo server's fake: a fresh hypervisor with these datastores and injected latency."""
+    return fake_backend(FakeHypervisor(clock, datastores=datastores, latency=latency))

@@ -20,9 +20,10 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeImage,
     FakeVM,
 )
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
+from pyrigaud.domain.models import DiskDetails, DiskQuery, DiskRead
 
 GIB = 1024**3
 IMPORTED_DISK_GIB = 1
@@ -37,20 +38,24 @@ class FakeDiskTransfer:
     def disk_suffix(self) -> str:
         return DISK_SUFFIX
 
-    def read_disk(self, request: ExportRequest) -> Result[_FakeDiskStream, ProviderError]:
-        def read(disk: FakeDisk) -> _FakeDiskStream:
-            at = request.snapshot_id or "now"
-            content = f"fake disk {disk.id} of {disk.size_gib} GiB at {at} as {request.format}\n"
-            others = len(self.hypervisor.vms[request.vm_id].disks) > 1
+    def read_disk(
+        self, disk: DiskRead, watch: TransferWatch
+    ) -> Result[_FakeDiskStream, ProviderError]:
+        del watch  # nothing is read into the pod first: the use case counts every byte
+
+        def read(found: FakeDisk) -> _FakeDiskStream:
+            at = disk.snapshot_id or "now"
+            content = f"fake disk {found.id} of {found.size_gib} GiB at {at} as {disk.format}\n"
+            others = len(self.hypervisor.vms[disk.vm_id].disks) > 1
             return _FakeDiskStream(
                 [content.encode()],
                 (LeftBehind.OTHER_DISKS,) if others else (),
-                made_whole_first=request.format == "qcow2",
+                made_whole_first=disk.format == "qcow2",
             )
 
         return self.hypervisor.serve(
             "read_disk",
-            lambda: self._disk(request.vm_id, request.disk_id, request.snapshot_id).map(read),
+            lambda: self._disk(disk.vm_id, disk.disk_id, disk.snapshot_id or "").map(read),
         )
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[_FakeSite, ProviderError]:
@@ -147,9 +152,13 @@ class _FakeSite:
         return self.hypervisor.serve("earlier_record", lambda: Success(earlier()))
 
     def receive(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        watch: TransferWatch,
     ) -> Result[_FakeReceived, ProviderError]:
-        del size_bytes, image  # any image stands for a disk here
+        del size_bytes, image, watch  # any image stands for a disk here, held at once
         return Success(_FakeReceived(self, b"".join(chunks)))
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:

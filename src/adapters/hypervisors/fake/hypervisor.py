@@ -49,9 +49,6 @@ FAKE_CAPABILITIES = Capabilities(
     supported_export_formats=("qcow2", "raw"),
     supported_import_formats=("qcow2", "raw"),
     supports_export_compression=True,
-    supported_export_backends=("pvc", "nfs", "s3"),
-    supported_import_backends=("pvc", "nfs", "s3"),
-    supported_transfer_modes=("relay",),
     supports_clone=True,
     supports_hardware_upgrade=True,
 )

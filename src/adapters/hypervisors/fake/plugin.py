@@ -49,7 +49,6 @@ def build(common: CommonSettings, own: FakeSettings, services: BackendServices) 
         services.clock,
         datastores=(common.default_datastore or "default",),
         latency=own.latency_by_operation,
-        staging_types=services.staging.types,
     )
 
 

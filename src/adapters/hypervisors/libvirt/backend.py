@@ -27,7 +27,6 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import TransferVolumes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.image_judge import ImageJudge
-from pyrigaud.domain.models import StagingType
 
 
 def build_libvirt_backend(
@@ -38,7 +37,6 @@ def build_libvirt_backend(
     pools: PoolSettings,
     allow_loopback_urls: bool,
     image_judge: ImageJudge,
-    staging_types: tuple[StagingType, ...],
     transfer_owner: str,
     volume_writer: VolumeWriter = upload_volume,
     scratch_dir: str | None = None,
@@ -47,8 +45,7 @@ def build_libvirt_backend(
     """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
 
-    `staging_types` are where ExportDisk/ImportDisk can stage disks (pvc, s3, nfs: what
-    this machine reaches, advertised); `image_judge` judges every image downloaded or read for
+    `image_judge` judges every image downloaded or read for
     Create and ImagePrepare before a byte is stored; `transfer_owner` marks the temporary volumes of
     transfers as this provider's, for the sweep; `volume_writer` puts bytes into a volume (a
     libvirt stream unless a test's driver cannot stream); `scratch_dir` is where a snapshot's
@@ -83,7 +80,7 @@ def build_libvirt_backend(
         power=LibvirtPowerControl(host),
         inventory=inventory,
         health=LibvirtHealth(host),
-        capabilities=LibvirtCapabilities(host, staging_types),
+        capabilities=LibvirtCapabilities(host),
         tasks=LibvirtTasks(),
         snapshots=LibvirtSnapshots(host),
         cloning=LibvirtCloning(host),

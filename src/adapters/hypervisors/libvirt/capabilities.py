@@ -6,7 +6,7 @@ from returns.result import Failure, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
-from pyrigaud.domain.models import Capabilities, StagingType
+from pyrigaud.domain.models import Capabilities
 
 TEST_DRIVER = "TEST"  # virConnectGetType of libvirt's test driver
 LIBVIRT_CAPABILITIES = Capabilities(
@@ -21,12 +21,11 @@ LIBVIRT_CAPABILITIES = Capabilities(
     supports_clone=True,
     supports_hardware_upgrade=False,  # a machine-type bump is not a meaningful upgrade
     # Streamed between libvirt and the staging storage (disk_transfer.py); a powered-off VM.
-    # The backends are those the staging storage reaches on this machine (LibvirtCapabilities).
+    # The staging types and the transfer mode are the application's to claim (TransferClaims).
     supports_disk_export=True,
     supports_disk_import=True,
     supported_export_formats=EXPORT_FORMATS,
     supported_import_formats=IMPORT_FORMATS,
-    supported_transfer_modes=("relay",),
 )
 
 
@@ -34,14 +33,10 @@ class LibvirtCapabilities:
     """What the backend can do on its host. Disk export and import need volume streams, which
     libvirt's test driver lacks (it answers them UNIMPLEMENTED): there they are not claimed."""
 
-    def __init__(self, host: LibvirtHost, staging_types: tuple[StagingType, ...]) -> None:
-        """`staging_types`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
-        names = staging_types
+    def __init__(self, host: LibvirtHost) -> None:
         self._host = host
         self._streams: bool | None = None  # whether the driver has volume streams: not asked yet
-        self._capabilities = LIBVIRT_CAPABILITIES.model_copy(
-            update={"supported_export_backends": names, "supported_import_backends": names}
-        )
+        self._capabilities = LIBVIRT_CAPABILITIES
         self._without_streams = LIBVIRT_CAPABILITIES.model_copy(
             update={
                 "supports_disk_export": False,

@@ -58,12 +58,11 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
     refusing_unsupported,
     volume_chunks,
 )
-from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite
-from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, TransferWatch
 from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest
+from pyrigaud.domain.models import DiskDetails, DiskQuery, DiskRead
 
 EXPORT_FORMATS = ("qcow2", "raw")
 IMPORT_FORMATS = ("qcow2", "raw", "vmdk")  # what the staged bytes may be; the volume is qcow2
@@ -90,12 +89,12 @@ class LibvirtDiskTransfer:
     def disk_suffix(self) -> str:
         return DISK_SUFFIX
 
-    def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
-        doing = f"export disk of {request.vm_id!r}"
+    def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
+        doing = f"export disk of {disk.vm_id!r}"
         return self.host.run(
             doing,
-            lambda conn: Guest.by_id(conn, request.vm_id).bind(
-                lambda guest: self._opened(conn, guest.dom, request, doing)
+            lambda conn: Guest.by_id(conn, disk.vm_id).bind(
+                lambda guest: self._opened(conn, guest.dom, _Asked(disk, watch), doing)
             ),
         )
 
@@ -131,7 +130,7 @@ class LibvirtDiskTransfer:
         )
 
     def _opened(
-        self, conn: VirConnect, dom: VirDomain, request: ExportRequest, doing: str
+        self, conn: VirConnect, dom: VirDomain, asked: _Asked, doing: str
     ) -> Result[DiskStream, ProviderError]:
         xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         facts = parse_domain(xml)
@@ -140,9 +139,7 @@ class LibvirtDiskTransfer:
             disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
         ) -> Result[DiskStream, ProviderError]:
             holds = contextlib.ExitStack()
-            read = undone_on_failure(
-                lambda: self._read(conn, dom, holds, disk, request), holds.close
-            )
+            read = undone_on_failure(lambda: self._read(conn, dom, holds, disk, asked), holds.close)
             return read.map(
                 lambda found: ChunkStream(
                     found.chunks,
@@ -158,7 +155,7 @@ class LibvirtDiskTransfer:
         def unless_running(
             disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
         ) -> Result[DiskStream, ProviderError]:
-            if dom.isActive() and not request.snapshot_id:
+            if dom.isActive() and asked.disk.snapshot_id is None:
                 return Failure(
                     ProviderError.failed_precondition(
                         f"VM {facts.name!r} is running (QEMU is writing to its disk): power it "
@@ -167,7 +164,7 @@ class LibvirtDiskTransfer:
                 )
             return opened(disk, left_behind)
 
-        return chosen_disk(facts.name, facts.disks, request.disk_id).bind(
+        return chosen_disk(facts.name, facts.disks, asked.disk.disk_id).bind(
             lambda disk: _preflight(facts, xml).bind(
                 lambda left_behind: unless_running(disk, left_behind)
             )
@@ -179,24 +176,25 @@ class LibvirtDiskTransfer:
         dom: VirDomain,
         holds: contextlib.ExitStack,
         disk: DiskDevice,
-        request: ExportRequest,
+        asked: _Asked,
     ) -> Result[_Read, ProviderError]:
         """The disk's chunks as asked (at a snapshot, else now), what they hold kept by `holds`.
         At an external snapshot (a UEFI VM's) that is the image under its overlay, as it is."""
-        if not request.snapshot_id:
-            return Success(self._as_it_is(conn, holds, disk.path, request.format))
+        snapshot_id = asked.disk.snapshot_id
+        if snapshot_id is None:
+            return Success(self._as_it_is(conn, holds, disk.path, asked.disk.format))
 
         def at(snapshot: Any) -> Result[_Read, ProviderError]:
             later = (LeftBehind.LATER_SNAPSHOTS,) if snapshot.numChildren(0) else ()
             image = image_at(conn, snapshot, disk.target)
             read = (
-                Success(self._as_it_is(conn, holds, image, request.format))
+                Success(self._as_it_is(conn, holds, image, asked.disk.format))
                 if image
-                else self._at_snapshot(conn, holds, disk.path, request)
+                else self._at_snapshot(conn, holds, disk.path, snapshot_id, asked)
             )
             return read.map(lambda read: _Read(read.chunks, read.size, later))
 
-        return find_snapshot(Guest(dom), request.snapshot_id).bind(at)
+        return find_snapshot(Guest(dom), snapshot_id).bind(at)
 
     def _as_it_is(
         self, conn: VirConnect, holds: contextlib.ExitStack, path: str, disk_format: str
@@ -210,16 +208,15 @@ class LibvirtDiskTransfer:
         conn: VirConnect,
         holds: contextlib.ExitStack,
         path: str,
-        request: ExportRequest,
+        snapshot_id: str,
+        asked: _Asked,
     ) -> Result[_Read, ProviderError]:
-        """The disk at an internal snapshot in the asked format, as qemu reads it
-        (snapshot_export.py), made whole when it is first read."""
+        """The disk at internal snapshot `snapshot_id` in the asked format, as qemu reads it
+        (snapshot_export.py), made whole when it is first read: the file's bytes read into the
+        pod are counted, and qemu-img stopped, through the asked watch."""
         disk = volume_facts(conn, path)
         if disk is None:
             return Failure(ProviderError.not_found(f"no volume at {path!r}"))
-        reading = TransferProgress(
-            f"export of snapshot {request.snapshot_id!r}, reading the disk", request.destination
-        )
         backing = (
             holds.enter_context(
                 self._standalone_volume(conn, disk.backing_path, BACKING_FORMATS_READ_AS_THEY_ARE)
@@ -233,16 +230,16 @@ class LibvirtDiskTransfer:
             return snapshot_image(
                 conn,
                 disk,
-                request.snapshot_id,
-                disk_format=request.format,
+                snapshot_id,
+                disk_format=asked.disk.format,
                 backing=backing,
                 scratch_dir=self.scratch_dir,
-                progress=reading,
+                watch=asked.watch,
                 files=holds,
                 out=out,
             ).map(lambda _: out)
 
-        doing = f"export of snapshot {request.snapshot_id!r}"
+        doing = f"export of snapshot {snapshot_id!r}"
         return Success(_Read(lambda given: self.host.attempt(doing, lambda: made(given)), None))
 
     @contextlib.contextmanager
@@ -263,6 +260,14 @@ class LibvirtDiskTransfer:
         made = pool.createXMLFrom(volume_xml(name, capacity, volume_format=formats[0]), volume, 0)
         with self.volumes.temporary(conn, str(made.path())) as copy:
             yield StandaloneVolume(conn.storageVolLookupByPath(copy), formats[0])
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """The disk asked for, and the watch of the export that asked."""
+
+    disk: DiskRead
+    watch: TransferWatch
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,6 @@ def build(common: CommonSettings, own: LibvirtSettings, services: BackendService
         pools=PoolSettings(default_pool=common.default_datastore or "default"),
         allow_loopback_urls=common.image_url_allow_loopback,
         image_judge=services.image_judge,
-        staging_types=services.staging.types,
         transfer_owner=common.owner_mark,
         scratch_dir=common.scratch_dir,
         hardware_fallbacks=FallbackCounts(

@@ -36,7 +36,7 @@ from pyrigaud.adapters.disk_images.scratch import counted, scratch_file, spool_s
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import VirStorageVol, volume_chunks
-from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
@@ -53,13 +53,14 @@ def snapshot_image(
     disk_format: str,
     backing: StandaloneVolume | None,
     scratch_dir: str | None,
-    progress: TransferProgress,
+    watch: TransferWatch,
     files: contextlib.ExitStack,
     out: BinaryIO,
 ) -> Result[None, ProviderError]:
     """`disk` (a qcow2 volume) as internal snapshot `snapshot` has it, made in `out` (empty)
     as a `disk_format` image; `backing` is the image it grew from, if any, standing alone.
-    The scratch files are `files`' to close."""
+    The bytes downloaded are counted, and qemu-img stopped, through `watch`. The scratch
+    files are `files`' to close."""
     if disk.format != "qcow2":
         return Failure(
             ProviderError.failed_precondition(
@@ -68,14 +69,12 @@ def snapshot_image(
         )
     overlay = files.enter_context(scratch_file(scratch_dir))
     volume = conn.storageVolLookupByPath(disk.path)
-    spooled = _spooled(counted(volume_chunks(conn, volume), progress), overlay)
+    spooled = _spooled(counted(volume_chunks(conn, volume), watch), overlay)
     image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
     descriptors = [overlay.fileno()]
     if backing is not None:
         chain, base = backing.volume, files.enter_context(scratch_file(scratch_dir))
-        spooled = spooled.bind(
-            lambda _: _spooled(counted(volume_chunks(conn, chain), progress), base)
-        )
+        spooled = spooled.bind(lambda _: _spooled(counted(volume_chunks(conn, chain), watch), base))
         image["backing"] = _backing(backing.format, base)
         descriptors.append(base.fileno())
     return spooled.bind(
@@ -86,7 +85,7 @@ def snapshot_image(
             image=image,
             descriptors=descriptors,
             out=out,
-            progress=progress,
+            watch=watch,
         )
     )
 
@@ -121,7 +120,7 @@ def _converted(
     image: dict[str, object],
     descriptors: list[int],
     out: BinaryIO,
-    progress: TransferProgress,
+    watch: TransferWatch,
 ) -> Result[None, ProviderError]:
     """qemu-img's conversion of snapshot `snapshot` of `image` (read through `descriptors`)
     into `out`."""
@@ -131,7 +130,8 @@ def _converted(
             f"json:{json.dumps(image)}",
             _path(out),
         ],
-        doing=progress.doing,
+        doing=f"export of snapshot {snapshot!r}",
+        watch=watch,
         limits=QemuImgLimits(
             address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),

@@ -28,7 +28,7 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import Clock, Credentials
 from pyrigaud.application.ports.image_judge import ImageJudge
-from pyrigaud.domain.models import Placement, StagingType
+from pyrigaud.domain.models import Placement
 
 
 def build_vsphere_backend(
@@ -41,7 +41,6 @@ def build_vsphere_backend(
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
     on_call: Callable[[], None] = lambda: None,
-    staging_types: tuple[StagingType, ...],
     owner: str,
     image_judge: ImageJudge,
     scratch_dir: str | None = None,
@@ -52,12 +51,11 @@ def build_vsphere_backend(
     cache's update feed broke and reads the whole inventory again, `on_call` each call the
     ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
     lets ImagePrepare fetch from loopback (tests only); `image_judge` judges the disks of an OVA
-    before vCenter sees them; `staging_types` are where ExportDisk
-    and ImportDisk can stage disks (advertised), `scratch_dir` where their format conversions
-    keep anonymous scratch files (None: the system's temporary directory); `owner` is this
-    provider's owner mark, written on the VMs imports make until they are complete;
-    `fallbacks` are told of each VM made around a migrated disk with a device its guest had no
-    equivalent of."""
+    before vCenter sees them; `scratch_dir` is where ExportDisk's and ImportDisk's format
+    conversions keep anonymous scratch files (None: the system's temporary directory);
+    `owner` is this provider's owner mark, written on the VMs imports make until they are
+    complete; `fallbacks` are told of each VM made around a migrated disk with a device its
+    guest had no equivalent of."""
     clock = SystemClock()
     session = VSphereSession(
         endpoint, credentials_from(credentials), insecure, on_relogin, on_call, clock=clock
@@ -68,7 +66,6 @@ def build_vsphere_backend(
         clock=clock,
         allow_loopback_urls=allow_loopback_urls,
         on_resync=on_resync,
-        staging_types=staging_types,
         owner=owner,
         image_judge=image_judge,
         scratch_dir=scratch_dir,
@@ -83,7 +80,6 @@ def vsphere_backend(
     clock: Clock,
     allow_loopback_urls: bool = False,
     on_resync: Callable[[], None] = lambda: None,
-    staging_types: tuple[StagingType, ...],
     owner: str,
     image_judge: ImageJudge,
     scratch_dir: str | None = None,
@@ -107,7 +103,7 @@ def vsphere_backend(
         power=_refreshing(VSpherePowerControl(vcenter), cache),
         inventory=VSphereInventory(vcenter, cache),
         health=VSphereHealth(session),
-        capabilities=VSphereCapabilities(staging_types),
+        capabilities=VSphereCapabilities(),
         tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
         snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
         cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),

@@ -14,7 +14,6 @@ beside the disk.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from typing import IO, Any, BinaryIO
@@ -31,8 +30,6 @@ from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.adapters.disk_images.scratch import file_chunks, open_scratch, scratch_file, spool
 from pyrigaud.adapters.disk_images.stream_optimized import (
     encode_stream_optimized,
-    is_stream_optimized,
-    stream_optimized_capacity,
 )
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
@@ -41,15 +38,10 @@ from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_opti
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
-from pyrigaud.application.ports.disk_transfer import ReceivedDisk
+from pyrigaud.application.import_record import parse_record
+from pyrigaud.application.ports.disk_transfer import ReceivedDisk, TransferWatch
 from pyrigaud.domain import fields
-from pyrigaud.domain.disk_images import (
-    HEADER_BYTES,
-    IMPORT_RECORD_SUFFIX,
-    JudgedImage,
-    LandedDisk,
-    peek_header,
-)
+from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
@@ -94,11 +86,10 @@ class DatastoreSite:
         def judged(instance: Any, record: bytes | None) -> Result[bytes | None, ProviderError]:
             if record is None:
                 return Success(None)
-            try:
-                path = str(json.loads(record)["path"])
-            except (ValueError, KeyError, TypeError):
+            earlier = parse_record(record)
+            if earlier is None or not earlier.result.path:
                 return Success(record)  # not ours to judge: a clash
-            return datastore_files.exists(instance, path).bind(
+            return datastore_files.exists(instance, earlier.result.path).bind(
                 lambda there: (
                     Success(record)
                     if there
@@ -115,14 +106,19 @@ class DatastoreSite:
         )
 
     def receive(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        watch: TransferWatch,
     ) -> Result[ReceivedDisk, ProviderError]:
-        """The staged disk as a streamOptimized vmdk in a scratch file."""
+        """The staged disk as a streamOptimized vmdk in a scratch file, qemu-img's runs on the
+        way stopped through `watch`."""
 
         def received() -> Result[ReceivedDisk, ProviderError]:
             vmdk = open_scratch(self.scratch_dir)
             written = undone_on_failure(
-                lambda: self._stream_optimized(chunks, size_bytes, image, vmdk), vmdk.close
+                lambda: self._stream_optimized(chunks, size_bytes, image, vmdk, watch), vmdk.close
             )
             return written.map(lambda capacity: _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity))
 
@@ -144,14 +140,18 @@ class DatastoreSite:
         return run(self.vcenter.session, IMPORTING, keep)
 
     def _stream_optimized(
-        self, chunks: Iterable[bytes], size_bytes: int | None, image: JudgedImage, vmdk: IO[bytes]
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        vmdk: IO[bytes],
+        watch: TransferWatch,
     ) -> Result[int, ProviderError]:
         """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
-        header, rest = peek_header(chunks, HEADER_BYTES)
-        if image.format == "vmdk" and is_stream_optimized(header):
-            spool(rest, vmdk)
-            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL).bind(
-                lambda _: stream_optimized_capacity(header)
+        if image.stream_optimized_vmdk:
+            spool(chunks, vmdk)
+            return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL, watch=watch).map(
+                lambda _: image.virtual_size_bytes
             )
         if image.format == "raw":
             if size_bytes is None:
@@ -160,17 +160,17 @@ class DatastoreSite:
                         fields.SOURCE_URL, "the staging storage does not tell the raw image's size"
                     )
                 )
-            return _encoded(rest, size_bytes, vmdk)
+            return _encoded(chunks, size_bytes, vmdk)
         # A qcow2, a monolithicSparse vmdk: their disk as qemu reads it, through its map of
         # the staged file, else converted by qemu into a raw disk first.
         with scratch_file(self.scratch_dir) as staged:
-            spool(rest, staged)
-            mapped = mapped_disk(staged, image, self.scratch_dir)
+            spool(chunks, staged)
+            mapped = mapped_disk(staged, image, self.scratch_dir, watch)
             match mapped:
                 case Success(MappedDisk() as disk):
                     return _encoded(disk.chunks, disk.capacity_bytes, vmdk)
             with scratch_file(self.scratch_dir) as raw:
-                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw)).bind(
+                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw, watch)).bind(
                     lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
                 )
 
@@ -184,7 +184,7 @@ def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[in
 
 
 def _read_by_qemu(
-    staged: IO[bytes], image: JudgedImage, raw: IO[bytes]
+    staged: IO[bytes], image: JudgedImage, raw: IO[bytes], watch: TransferWatch
 ) -> Result[int, ProviderError]:
     """The staged image's disk written to `raw` by qemu-img (bounded, and refusing what qemu
     finds corrupt); its size, `raw` read from its start."""
@@ -195,6 +195,7 @@ def _read_by_qemu(
             *(f"/dev/fd/{staged.fileno()}", f"/dev/fd/{raw.fileno()}"),
         ],
         doing=f"reading the staged {image.format} image",
+        watch=watch,
         limits=QemuImgLimits(
             address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
             cpu_seconds=int(TRANSFER_DEADLINE_SECONDS),

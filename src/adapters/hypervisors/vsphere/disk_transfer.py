@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from pyVmomi import vim as untyped_vim
@@ -42,15 +43,14 @@ from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
     power_state,
     virtual_disks,
 )
-from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite
-from pyrigaud.application.transfer_progress import TransferProgress
+from pyrigaud.application.ports.disk_transfer import DiskStream, LandingSite, TransferWatch
 from pyrigaud.domain.disk_images import (
     HEADER_BYTES,
     LeftBehind,
     peek_header,
 )
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import DiskDetails, DiskQuery, ExportRequest, Placement
+from pyrigaud.domain.models import DiskDetails, DiskQuery, DiskRead, Placement
 from pyrigaud.domain.power import PowerState
 
 # pyVmomi's stubs leave its data-object classes untyped: use them dynamically.
@@ -99,14 +99,14 @@ class VSphereDiskTransfer:
             ).bind(details),
         )
 
-    def read_disk(self, request: ExportRequest) -> Result[DiskStream, ProviderError]:
-        doing = f"exporting a disk of VM {request.vm_id!r}"
+    def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
+        doing = f"exporting a disk of VM {disk.vm_id!r}"
         properties = ("name", "runtime.powerState", "config.hardware.device", "config.firmware")
         return run(
             self.vcenter.session,
             doing,
-            lambda instance: self.vcenter.found_row(instance, request.vm_id, properties).bind(
-                lambda row: self._read_from(instance, request, doing, row)
+            lambda instance: self.vcenter.found_row(instance, disk.vm_id, properties).bind(
+                lambda row: self._read_from(instance, _Asked(disk, watch), doing, row)
             ),
         )
 
@@ -135,27 +135,25 @@ class VSphereDiskTransfer:
         return run(self.vcenter.session, IMPORTING, site)
 
     def _read_from(
-        self, instance: Any, request: ExportRequest, doing: str, row: Mapping[str, Any]
+        self, instance: Any, asked: _Asked, doing: str, row: Mapping[str, Any]
     ) -> Result[DiskStream, ProviderError]:
-        name = str(row.get("name") or request.vm_id)
+        name = str(row.get("name") or asked.disk.vm_id)
         disks = virtual_disks(row)
         chosen = Result.do(
             (index, left_behind + source[1], source[0])
-            for index in disk_index(disks, request.disk_id, name)
+            for index in disk_index(disks, asked.disk.disk_id, name)
             for left_behind in preflight(name, disks[index], row)
-            for source in self._source(instance, request, row, name)
+            for source in self._source(instance, asked.disk, row, name)
         )
-        return chosen.bind(lambda found: self._stream(instance, request, doing, name, *found))
+        return chosen.bind(lambda found: self._stream(instance, asked, doing, name, *found))
 
     def _source(
-        self, instance: Any, request: ExportRequest, row: Mapping[str, Any], name: str
+        self, instance: Any, disk: DiskRead, row: Mapping[str, Any], name: str
     ) -> Result[tuple[Any, tuple[LeftBehind, ...]], ProviderError]:
         """What the disk is read from (the VM, or the snapshot asked for) and what later
         snapshots stay behind; a running VM is refused unless a snapshot is named."""
-        if request.snapshot_id:
-            return find_snapshot_tree(
-                self.vcenter, instance, request.vm_id, request.snapshot_id
-            ).map(
+        if disk.snapshot_id is not None:
+            return find_snapshot_tree(self.vcenter, instance, disk.vm_id, disk.snapshot_id).map(
                 lambda node: (
                     node.snapshot,
                     (LeftBehind.LATER_SNAPSHOTS,) if node.childSnapshotList else (),
@@ -173,7 +171,7 @@ class VSphereDiskTransfer:
     def _stream(  # noqa: PLR0917 (what _read_from chose, in order)
         self,
         instance: Any,
-        request: ExportRequest,
+        asked: _Asked,
         doing: str,
         name: str,
         index: int,
@@ -185,7 +183,7 @@ class VSphereDiskTransfer:
         holds = contextlib.ExitStack()
         try:
             opened = export_disk(instance, source, index, holds).bind(
-                lambda disk: self._converted(holds, disk, request, name, doing)
+                lambda disk: self._converted(holds, disk, asked, name, doing)
             )
         except BaseException:
             holds.__exit__(*sys.exc_info())  # the lease is aborted, not completed
@@ -204,38 +202,30 @@ class VSphereDiskTransfer:
         self,
         holds: contextlib.ExitStack,
         disk: ExportedDisk,
-        request: ExportRequest,
+        asked: _Asked,
         name: str,
         doing: str,
     ) -> Result[tuple[Iterator[bytes] | Make, int | None], ProviderError]:
         """The disk's chunks in the format asked for (or how its image is made), and their
         size when known."""
         vmdk = disk.chunks()
-        if request.format == "vmdk":
+        if asked.disk.format == "vmdk":
             return Success((vmdk, disk.size_bytes))
-        if request.format == "raw":
+        if asked.disk.format == "raw":
             header, rest = peek_header(vmdk, HEADER_BYTES)
             return stream_optimized_capacity(header).map(
                 lambda capacity: (decode_stream_optimized(rest), capacity)
             )
-        return Success((self._as_qcow2(holds, vmdk, request, name, doing), None))
+        return Success((self._as_qcow2(holds, vmdk, asked.watch, doing), None))
 
     def _as_qcow2(
-        self,
-        holds: contextlib.ExitStack,
-        vmdk: Iterator[bytes],
-        request: ExportRequest,
-        name: str,
-        doing: str,
+        self, holds: contextlib.ExitStack, vmdk: Iterator[bytes], watch: TransferWatch, doing: str
     ) -> Make:
         """qcow2's tables come before its data: the image is made whole in a file first, the
-        whole disk read off the lease meanwhile."""
-        reading = TransferProgress(
-            f"export of VM {name!r}, reading from vCenter", request.destination
-        )
+        whole disk read off the lease meanwhile (counted, and stopped, through `watch`)."""
 
         def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
-            header, rest = peek_header(counted(vmdk, reading), HEADER_BYTES)
+            header, rest = peek_header(counted(vmdk, watch), HEADER_BYTES)
             file = given_or_scratch(given, self.scratch_dir, holds)
             return (
                 rest.outcome()
@@ -245,6 +235,14 @@ class VSphereDiskTransfer:
             )
 
         return lambda given: attempt(doing, lambda: made(given))
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """The disk asked for, and the watch of the export that asked."""
+
+    disk: DiskRead
+    watch: TransferWatch
 
 
 def preflight(

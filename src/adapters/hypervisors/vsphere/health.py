@@ -8,7 +8,7 @@ from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.devices import DISK_PROVISIONING
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.domain.models import Capabilities, HealthReport, StagingType
+from pyrigaud.domain.models import Capabilities, HealthReport
 
 
 class VSphereHealth:
@@ -34,23 +34,15 @@ VSPHERE_CAPABILITIES = Capabilities(
     supports_hardware_upgrade=True,
     supported_disk_types=tuple(DISK_PROVISIONING),
     supported_network_types=("portgroup", "distributed-portgroup"),
-    # Through NFC export and import leases, converted in the pod (disk_transfer.py); the
-    # backends are those the staging storage reaches on this machine (VSphereCapabilities).
+    # Through NFC export and import leases, converted in the pod (disk_transfer.py). The
+    # staging types and the transfer mode are the application's to claim (TransferClaims).
     supports_disk_export=True,
     supports_disk_import=True,
     supported_export_formats=EXPORT_FORMATS,
     supported_import_formats=IMPORT_FORMATS,
-    supported_transfer_modes=("relay",),
 )
 
 
 class VSphereCapabilities:
-    def __init__(self, staging_types: tuple[StagingType, ...]) -> None:
-        """`staging_types`: where disks can be staged here (S3 needs the extra, NFS libnfs)."""
-        names = staging_types
-        self._capabilities = VSPHERE_CAPABILITIES.model_copy(
-            update={"supported_export_backends": names, "supported_import_backends": names}
-        )
-
     def capabilities(self) -> Capabilities:
-        return self._capabilities
+        return VSPHERE_CAPABILITIES

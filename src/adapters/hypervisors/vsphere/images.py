@@ -205,12 +205,17 @@ def _verdict(
     inspection: ImageInspection, copy: IO[bytes], href: str
 ) -> Result[None, ProviderError]:
     """The judge's verdict on the whole disk, then qemu's reading of the copy; a refusal
-    names the package's disk."""
+    names the package's disk. ImagePrepare is no transfer its caller stops: qemu is bounded by
+    its limits alone."""
     checked = (
         inspection.first_look()
         .bind(lambda _: inspection.verdict())
         .bind(_a_vmdk)
-        .bind(lambda image: checked_vmdk(copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL))
+        .bind(
+            lambda image: checked_vmdk(
+                copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL, watch=None
+            )
+        )
     )
     return checked.alt(
         lambda error: error.model_copy(

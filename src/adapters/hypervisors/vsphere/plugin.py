@@ -58,7 +58,6 @@ def build(common: CommonSettings, own: VSphereSettings, services: BackendService
         allow_loopback_urls=common.image_url_allow_loopback,
         on_resync=services.counters.on_resync,
         on_call=services.counters.on_round_trip,
-        staging_types=services.staging.types,
         owner=common.owner_mark,
         image_judge=services.image_judge,
         scratch_dir=common.scratch_dir,
