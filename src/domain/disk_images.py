@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 
 from pyrigaud.domain.chunks import Chunks, successes
+from pyrigaud.domain.hardware import BootNeed
 from pyrigaud.domain.values import Value
 
 # The header a converter reads first (a qcow2's, a sparse vmdk's).
@@ -25,12 +26,14 @@ class JudgedImage(Value):
     incompatible feature: dirty, zstd, extended L2 entries), as qemu would make it, and with
     its tables checked by the judge as its bytes passed; and whether it is a streamOptimized
     vmdk (its grains compressed, with markers: what vCenter takes as it is), as its header
-    says, so that no later step reads the header again."""
+    says, so that no later step reads the header again. The whole image's verdict also says
+    what firmware the disk can boot by, from the guest's first sectors as they passed."""
 
     format: str
     virtual_size_bytes: int = 0
     keepable_qcow2: bool = False
     stream_optimized_vmdk: bool = False
+    boot: BootNeed = BootNeed.UNKNOWN
 
 
 class LeftBehind(StrEnum):

@@ -27,18 +27,16 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES, round_up
-from pyrigaud.adapters.disk_images.inspection import (
-    QCOW2_CORRUPT,
-    QCOW2_EXTENDED_L2,
-    QCOW2_FEATURES_OFFSET,
-    QCOW2_KNOWN_FEATURES,
-)
 from pyrigaud.adapters.disk_images.qcow2 import MAGIC as QCOW2_MAGIC
 from pyrigaud.adapters.disk_images.qcow2_tables import (
     COMPRESSED,
     MAX_CLUSTER_BITS,
     MIN_CLUSTER_BITS,
     OFFSET_MASK,
+    QCOW2_CORRUPT,
+    QCOW2_EXTENDED_L2,
+    QCOW2_FEATURES_OFFSET,
+    QCOW2_KNOWN_FEATURES,
 )
 from pyrigaud.adapters.disk_images.stream_optimized import (
     COMPRESS_DEFLATE,

@@ -28,14 +28,21 @@ from typing import TYPE_CHECKING
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
 from pyrigaud.adapters.disk_images.qcow2_tables import (
     MAX_CLUSTER_BITS,
     MIN_CLUSTER_BITS,
+    QCOW2_CORRUPT,
+    QCOW2_EXTENDED_L2,
+    QCOW2_FEATURES_OFFSET,
+    QCOW2_KNOWN_FEATURES,
     Qcow2TableCheck,
 )
 from pyrigaud.adapters.disk_images.stream_optimized import is_stream_optimized
+from pyrigaud.domain.boot_sectors import boot_need
 from pyrigaud.domain.disk_images import JudgedImage
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.hardware import BootNeed
 
 if TYPE_CHECKING:
     from oslo_utils.imageutils.format_inspector import FileInspector
@@ -74,15 +81,9 @@ MAGIC_NUMBERS = {
 }
 SIGNATURE_BYTES = max(len(signature) for signature in [*OTHER_SIGNATURES, *MAGIC_NUMBERS])
 VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
-# qcow2's header (qemu's docs/interop/qcow2.txt): the encryption method at byte 32, and the
-# incompatible feature bits (qemu's docs/interop/qcow2.txt): 0 dirty, 1 corrupt,
-# 2 external data file, 3 compression type, 4 extended L2 entries; qemu knows no other.
-QCOW2_FEATURES_OFFSET = 72
+# qcow2's header (qemu's docs/interop/qcow2.txt); its feature bits are qcow2_tables.py's.
 QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
-QCOW2_CORRUPT = 1 << 1
-QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
-QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 
 
 class InspectingJudge:
@@ -115,12 +116,15 @@ class ImageInspection:
         # A qcow2's tables, checked as they pass when it may be kept as it is (dropped at the
         # first look otherwise).
         self._tables: Qcow2TableCheck | None = Qcow2TableCheck()
+        # The guest's first sectors, for the firmware the disk can boot by.
+        self._first_sectors = FirstSectors()
 
     def feed(self, chunk: bytes) -> None:
         """The next bytes; an inspector that finds they are not its format drops out."""
         if len(self._start) < SIGNATURE_BYTES:
             self._start += chunk[: SIGNATURE_BYTES - len(self._start)]
         self._fed += len(chunk)
+        self._first_sectors.feed(chunk)
         if self._tables is not None:
             self._tables.feed(chunk)
         for name, inspector in list(self._inspectors.items()):
@@ -166,12 +170,17 @@ class ImageInspection:
         return judged
 
     def verdict(self) -> Result[JudgedImage, ProviderError]:
-        """The whole image judged, once the last byte was fed (after `first_look`)."""
+        """The whole image judged, once the last byte was fed (after `first_look`), with the
+        firmware its guest's first sectors say it can boot by."""
         if self._chosen is None:
             return self.first_look()
+        first_sectors = self._first_sectors.captured()
+        boot = BootNeed.UNKNOWN if first_sectors is None else boot_need(first_sectors)
         if self._chosen.format == "raw":
-            return Success(self._chosen.model_copy(update={"virtual_size_bytes": self._fed}))
-        chosen = self._chosen
+            return Success(
+                self._chosen.model_copy(update={"virtual_size_bytes": self._fed, "boot": boot})
+            )
+        chosen = self._chosen.model_copy(update={"boot": boot})
         inspector = self._inspectors[chosen.format]
         inspector.finish()
         problem = _unsafe(chosen.format, inspector)

@@ -35,6 +35,13 @@ _ENTRY_BYTES = _ENTRY.size
 MIN_CLUSTER_BITS, MAX_CLUSTER_BITS = 9, 21  # qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS
 OFFSET_MASK = 0x00FFFFFFFFFFFE00  # an L1 or L2 entry's offset bits
 REFCOUNT_OFFSET_MASK = 0xFFFFFFFFFFFFFE00  # a refcount table entry's
+# qcow2's incompatible feature bits (qemu's docs/interop/qcow2.txt; a version 3 header's
+# 8 bytes at QCOW2_FEATURES_OFFSET): 0 dirty, 1 corrupt, 2 external data file, 3 compression
+# type, 4 extended L2 entries; qemu knows no other.
+QCOW2_FEATURES_OFFSET = 72
+QCOW2_CORRUPT = 1 << 1
+QCOW2_EXTENDED_L2 = 1 << 4
+QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
 MAX_REFCOUNT_TABLE_BYTES = 8 * 1024 * 1024  # qemu's QCOW_MAX_REFTABLE_SIZE
 
