@@ -39,7 +39,18 @@ def manifest_name(staged_name: str) -> str:
 
 def render(hardware: VirtualHardware, disk_sha256: str) -> bytes:
     """The manifest of the staged disk whose SHA-256 is `disk_sha256`."""
-    fields = {
+    manifest = {
+        "kind": KIND,
+        "version": VERSION,
+        "disk_sha256": disk_sha256.lower(),
+        "hardware": hardware_fields(hardware),
+    }
+    return json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def hardware_fields(hardware: VirtualHardware) -> dict[str, Any]:
+    """The hardware as the manifest's `hardware` object (and the import record's) holds it."""
+    return {
         "source_hypervisor": hardware.source_hypervisor,
         "firmware": hardware.firmware.value,
         "secure_boot": hardware.secure_boot,
@@ -48,13 +59,6 @@ def render(hardware: VirtualHardware, disk_sha256: str) -> bytes:
         "machine_type": hardware.machine_type,
         "guest_os": hardware.guest_os,
     }
-    manifest = {
-        "kind": KIND,
-        "version": VERSION,
-        "disk_sha256": disk_sha256.lower(),
-        "hardware": fields,
-    }
-    return json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
 
 
 def read(raw: bytes, staged_sha256: str) -> tuple[VirtualHardware | None, str]:
@@ -77,13 +81,13 @@ def read(raw: bytes, staged_sha256: str) -> tuple[VirtualHardware | None, str]:
         return None, "its disk_sha256 is not a SHA-256"
     if checksum != staged_sha256.lower():
         return None, "its disk_sha256 is not the staged disk's (a manifest of another export)"
-    fields = manifest.get("hardware")
+    return hardware_from(manifest.get("hardware"))
+
+
+def hardware_from(fields: object) -> tuple[VirtualHardware | None, str]:
+    """The hardware a `hardware` object holds, and ""; or None and why it cannot be read."""
     if not isinstance(fields, dict):
         return None, "its hardware is not a JSON object"
-    return _hardware(fields)
-
-
-def _hardware(fields: dict[str, Any]) -> tuple[VirtualHardware | None, str]:
     texts = {
         name: fields.get(name, "") for name in ("source_hypervisor", "machine_type", "guest_os")
     }

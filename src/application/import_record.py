@@ -15,22 +15,32 @@ import json
 
 from pydantic import ValidationError
 
+from pyrigaud.application.hardware_manifest import hardware_fields, hardware_from
+from pyrigaud.domain.hardware import BootNeed, VirtualHardware
 from pyrigaud.domain.models import ImportResult
 from pyrigaud.domain.values import Value
 
+_BOOT_NEEDS = {need.value: need for need in BootNeed}
+
 
 class ImportRecord(Value):
-    """What an import kept beside its disk: its answer (`result`). A part added later is an
-    optional field here, None when the import did not know it; `render_record` writes it under
-    its field's name, `parse_record` reads it from there."""
+    """What an import kept beside its disk: its answer (`result`), and what Create from the
+    disk needs to know of its guest: the hardware its source's manifest described (`hardware`,
+    None without one) and the firmware the disk's first sectors can boot by (`boot`)."""
 
     result: ImportResult
+    hardware: VirtualHardware | None = None
+    boot: BootNeed = BootNeed.UNKNOWN
 
 
 def render_record(record: ImportRecord) -> bytes:
-    """The record's bytes: the answer's fields at the top level, then every other part set."""
-    document = record.result.model_dump()
-    document.update(record.model_dump(mode="json", exclude={"result"}, exclude_none=True))
+    """The record's bytes: the answer's fields at the top level, then every other part known
+    (a record of an import that knew nothing more is the bytes every release has kept)."""
+    document: dict[str, object] = dict(record.result.model_dump())
+    if record.hardware is not None:
+        document["hardware"] = hardware_fields(record.hardware)
+    if record.boot is not BootNeed.UNKNOWN:
+        document["boot"] = record.boot.value
     return json.dumps(document).encode()
 
 
@@ -44,12 +54,16 @@ def parse_record(record: bytes) -> ImportRecord | None:
     if not isinstance(document, dict):
         return None
     answer = {name: document[name] for name in ImportResult.model_fields if name in document}
-    parts = {
-        name: document[name]
-        for name in ImportRecord.model_fields
-        if name != "result" and name in document
-    }
     try:
-        return ImportRecord.model_validate({"result": answer, **parts})
+        result = ImportResult.model_validate(answer)
     except ValidationError:
         return None
+    # The parts beyond the answer are read as a manifest is: a value this release does not
+    # know (a later release's) is unknown, never a reason to take the record for another's.
+    hardware, _ = hardware_from(document["hardware"]) if "hardware" in document else (None, "")
+    boot = document.get("boot")
+    return ImportRecord(
+        result=result,
+        hardware=hardware,
+        boot=_BOOT_NEEDS.get(boot, BootNeed.UNKNOWN) if isinstance(boot, str) else BootNeed.UNKNOWN,
+    )
