@@ -1,6 +1,12 @@
 """ExportDisk: a VM's disk read off the hypervisor (`DiskReading`) at a point in time into the
 staging storage, behind the storage gate, counted, logged and stopped when the caller is gone.
-Nothing is ever left half-written under the staged object's name."""
+Nothing is ever left half-written under the staged object's name.
+
+Beside the staged disk goes its hardware manifest (`application/hardware_manifest.py`): what
+the VM's guest boots on, read off the hypervisor (`HardwareFacts`), so that the VM made from
+the disk elsewhere gets hardware its guest has drivers for. It is written once the disk is
+committed (it names the disk's checksum), and a manifest that cannot be made is a warning,
+never a failed export: an import without one is what upstream's exports give anyway."""
 
 from __future__ import annotations
 
@@ -9,11 +15,14 @@ from collections.abc import Callable
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
+from pyrigaud.application.hardware_manifest import render as render_manifest
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.disk_transfer import DiskReading, DiskStream
 from pyrigaud.application.ports.staging import StagedFile, StagedWriter, StagingStorage
 from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import TransferMetrics, TransferPhase
+from pyrigaud.application.ports.virtual_hardware import HardwareFacts
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.application.use_cases.capabilities import require
 from pyrigaud.application.use_cases.transfers import (
@@ -25,6 +34,7 @@ from pyrigaud.application.use_cases.transfers import (
     sweep_dead_transfers,
 )
 from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.hardware import VirtualHardware
 from pyrigaud.domain.models import Capabilities, DiskRead, ExportRequest, ExportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
@@ -41,8 +51,10 @@ class ExportDisk:
         storage_gate: StorageGate,
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
         metrics: TransferMetrics = UNCOUNTED,
+        hardware: HardwareFacts | None = None,
     ) -> None:
         self._disks = disks
+        self._hardware = hardware
         self._staging = staging
         self._storage_gate = storage_gate
         self._capabilities = capabilities
@@ -102,11 +114,15 @@ class ExportDisk:
             )
         for what in stream.left_behind:
             self._metrics.left_behind(destination.staging_type, what)
+        hardware = self._guest_hardware(request)
         try:
             sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
             staged = self._staged(stream, destination, doing, watched)
         finally:
             stream.close()
+        match staged:
+            case Success(digest) if hardware is not None:
+                self._stage_manifest(destination, hardware, digest)
         return staged.map(
             lambda digest: ExportResult(
                 export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
@@ -114,6 +130,43 @@ class ExportDisk:
                 checksum=digest.sha256,
             )
         )
+
+    def _guest_hardware(self, request: ExportRequest) -> VirtualHardware | None:
+        """What the VM's guest boots on, for its manifest; None (and a warning) when the
+        hypervisor cannot tell."""
+        if self._hardware is None:
+            return None
+        read = self._hardware.hardware_of(request.vm_id, request.disk_id)
+        match read:
+            case Success(VirtualHardware() as hardware):
+                return hardware
+            case Failure(error):
+                logger.warning(
+                    "export of VM %r: no hardware manifest, its hardware could not be read: %s",
+                    request.vm_id,
+                    error.message,
+                )
+        return None
+
+    def _stage_manifest(
+        self, destination: StagedLocation, hardware: VirtualHardware, digest: StagedDigest
+    ) -> None:
+        """The manifest beside the committed disk, bound to its checksum."""
+        manifest = render_manifest(hardware, digest.sha256)
+        beside = destination.companion(MANIFEST_SUFFIX)
+        written = self._staging.open_write(beside, len(manifest)).bind(
+            lambda writer: writer.write(manifest).bind(lambda _: writer.commit())
+        )
+        match written:
+            case Success(_):
+                logger.info("staged the hardware manifest %s", beside.url)
+            case Failure(error):
+                logger.warning(
+                    "the hardware manifest beside %s could not be staged (a VM made from the "
+                    "disk gets the target's devices unless its disk says otherwise): %s",
+                    destination.url,
+                    error.message,
+                )
 
     def _staged(
         self, stream: DiskStream, destination: StagedLocation, doing: str, watched: Watched

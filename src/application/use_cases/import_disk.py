@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX, MAX_MANIFEST_BYTES
+from pyrigaud.application.hardware_manifest import read as read_manifest
 from pyrigaud.application.import_record import ImportRecord, parse_record, render_record
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.disk_transfer import DiskLanding, LandingSite, ReceivedDisk
@@ -36,7 +39,8 @@ from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
 from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage, LandedDisk, peek_header
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.domain.hardware import BootNeed, VirtualHardware
 from pyrigaud.domain.models import Capabilities, ImportRequest, ImportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
@@ -111,6 +115,7 @@ class ImportDisk:
             case Success(site):
                 pass
         sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
+        manifest = _staged_manifest(self._staging, source)
         match self._staging.open_read(source):
             case Failure(error):
                 return Failure(error)
@@ -129,8 +134,8 @@ class ImportDisk:
         match landed:
             case Failure(error):
                 return Failure(error)
-            case Success(landed_disk):
-                disk, digest = landed_disk
+            case Success(_Landed(disk, digest, boot)):
+                pass
         watched.phase = TransferPhase.COMMIT
         result = ImportResult(
             disk_id=site.disk_name,
@@ -138,9 +143,10 @@ class ImportDisk:
             actual_size_bytes=digest.size_bytes,
             checksum=digest.sha256,
         )
-        return site.keep_record(render_record(ImportRecord(result=result)), disk).map(
-            lambda _: result
+        kept = ImportRecord(
+            result=result, hardware=_guest_hardware(manifest, digest, source), boot=boot
         )
+        return site.keep_record(render_record(kept), disk).map(lambda _: result)
 
     def _land(
         self,
@@ -149,9 +155,9 @@ class ImportDisk:
         source: StagedLocation,
         expected: str | None,
         watched: Watched,
-    ) -> Result[tuple[LandedDisk, StagedDigest], ProviderError]:
+    ) -> Result[_Landed, ProviderError]:
         """The staged bytes received by the hypervisor, checked, then made the disk; with the
-        digest of the staged bytes."""
+        digest of the staged bytes and what firmware the disk can boot by."""
         return self._received(site, reader, source, expected, watched).bind(
             lambda held: _made_disk(*held, watched)
         )
@@ -163,9 +169,10 @@ class ImportDisk:
         source: StagedLocation,
         expected: str | None,
         watched: Watched,
-    ) -> Result[tuple[ReceivedDisk, StagedDigest], ProviderError]:
+    ) -> Result[tuple[ReceivedDisk, StagedDigest, BootNeed], ProviderError]:
         """The staged bytes held by the hypervisor once their format is judged and their
-        checksum matches; nothing is held otherwise."""
+        checksum matches, with the firmware the judge says the disk boots by; nothing is held
+        otherwise."""
         progress = TransferProgress(f"import of {source.name!r}", source)
         inspection = self._judge.inspect(reader.size_bytes, fields.SOURCE_URL)
         chunks = _staged_chunks(reader, progress, watched, inspection.feed)
@@ -194,25 +201,96 @@ class ImportDisk:
                 pass
         digest = reader.digest()
         watched.phase = TransferPhase.VERIFY
-        checked = inspection.verdict().bind(lambda _: _checksum_matches(digest.sha256, expected))
+        checked = inspection.verdict().bind(
+            lambda whole: _checksum_matches(digest.sha256, expected).map(lambda _: whole.boot)
+        )
         match checked:
             case Failure(error):
                 received.discard()
                 return Failure(error)
+            case Success(boot):
+                pass
         progress.finished(digest)
-        return Success((received, digest))
+        return Success((received, digest, boot))
+
+
+@dataclass(frozen=True)
+class _Landed:
+    disk: LandedDisk
+    digest: StagedDigest  # of the staged bytes
+    boot: BootNeed  # the firmware the disk can boot by, as its first sectors say
 
 
 def _made_disk(
-    received: ReceivedDisk, digest: StagedDigest, watched: Watched
-) -> Result[tuple[LandedDisk, StagedDigest], ProviderError]:
+    received: ReceivedDisk, digest: StagedDigest, boot: BootNeed, watched: Watched
+) -> Result[_Landed, ProviderError]:
     """The received bytes made the disk; whatever landing left over discarded."""
     watched.phase = TransferPhase.COMMIT
     try:
         landed = received.land()
     finally:
         received.discard()
-    return landed.map(lambda disk: (disk, digest))
+    return landed.map(lambda disk: _Landed(disk, digest, boot))
+
+
+def _staged_manifest(staging: StagingStorage, source: StagedLocation) -> bytes | None:
+    """The hardware manifest staged beside the disk (an export of this project wrote it), read
+    whole up to one byte past its bound; None when there is none (upstream's exports write
+    none) or it cannot be read: the disk is imported all the same."""
+    match staging.open_read(source.companion(MANIFEST_SUFFIX)):
+        case Failure(error):
+            if error.kind is not ErrorKind.NOT_FOUND:
+                logger.warning(
+                    "import of %r: its hardware manifest could not be read, imported without "
+                    "it: %s",
+                    source.name,
+                    error.message,
+                )
+            return None
+        case Success(reader):
+            pass
+    raw = b""
+    try:
+        while len(raw) <= MAX_MANIFEST_BYTES:
+            match reader.read_chunk():
+                case Failure(error):
+                    logger.warning(
+                        "import of %r: its hardware manifest could not be read, imported "
+                        "without it: %s",
+                        source.name,
+                        error.message,
+                    )
+                    return None
+                case Success(b""):
+                    break
+                case Success(chunk):
+                    raw += chunk
+    finally:
+        reader.close()
+    return raw
+
+
+def _guest_hardware(
+    manifest: bytes | None, digest: StagedDigest, source: StagedLocation
+) -> VirtualHardware | None:
+    """What the manifest says the guest boots on, when it is one to trust for these bytes; a
+    manifest that is not is ignored with a warning naming why, never a failed import."""
+    if manifest is None:
+        logger.info("import of %r: no hardware manifest beside it", source.name)
+        return None
+    hardware, why = read_manifest(manifest, digest.sha256)
+    if hardware is None:
+        logger.warning("import of %r: hardware manifest ignored: %s", source.name, why)
+        return None
+    logger.info(
+        "import of %r: its guest booted on %s (%s, disk on %s, NICs %s)",
+        source.name,
+        hardware.source_hypervisor or "another hypervisor",
+        hardware.firmware.value,
+        hardware.disk_controller or "an unknown controller",
+        ", ".join(model or "unknown" for model in hardware.nic_models) or "none",
+    )
+    return hardware
 
 
 def _imported_stem(
