@@ -98,7 +98,7 @@ def provider_use_cases(
     abandoned = leftovers.transfer_abandoned_after_seconds
     return ProviderUseCases(
         validate=ValidateProvider(backend.health),
-        create_vm=CreateVM(backend.lifecycle, ownership),
+        create_vm=CreateVM(backend.lifecycle, ownership, hardware=backend.hardware),
         delete_vm=DeleteVM(backend.lifecycle),
         power_vm=PowerVM(backend.power, clock),
         reconfigure_vm=ReconfigureVM(backend.lifecycle, backend.inventory),
@@ -123,6 +123,7 @@ def provider_use_cases(
                 storage_gate=storage_gate,
                 abandoned_after_seconds=abandoned,
                 metrics=transfer_metrics,
+                hardware=backend.hardware,
             ),
         ),
         import_disk=_served(

@@ -1,20 +1,34 @@
-"""Create: idempotent by name for VMs this provider owns, and safe after a crash part-way."""
+"""Create: idempotent by name for VMs this provider owns, and safe after a crash part-way.
+
+A VM made around an imported disk (`image.path`) is given what its guest boots on, from the
+import's record beside the disk (`application/guest_hardware.py`: the firmware the disk or its
+source needs, and the guest's devices for the backend to match)."""
 
 from __future__ import annotations
 
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
+from pyrigaud.application.guest_hardware import DevicesWanted, devices_wanted, fitted
+from pyrigaud.application.import_record import ImportRecord, parse_record
 from pyrigaud.application.ownership import OwnershipRule
 from pyrigaud.application.ports import VMLifecycle
+from pyrigaud.application.ports.virtual_hardware import HardwareFacts
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
-from pyrigaud.domain.errors import ProviderError
+from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.domain.hardware import BootNeed
 from pyrigaud.domain.models import CreateRequest, OwnerMark
 
 
 class CreateVM:
-    def __init__(self, lifecycle: VMLifecycle, ownership: OwnershipRule) -> None:
+    def __init__(
+        self,
+        lifecycle: VMLifecycle,
+        ownership: OwnershipRule,
+        hardware: HardwareFacts | None = None,
+    ) -> None:
         self._lifecycle = lifecycle
         self._ownership = ownership
+        self._hardware = hardware
 
     def __call__(self, request: CreateRequest) -> Result[CreatedVM, ProviderError]:
         """Differences between the request and an existing VM are Reconfigure's job, not ours."""
@@ -24,7 +38,42 @@ class CreateVM:
 
     def _start(self, request: CreateRequest, owner: OwnerMark) -> Result[CreatedVM, ProviderError]:
         """A class no hypervisor can make is refused here, once, for every backend."""
-        refusal = request.vm_class.refusal()
-        if refusal is not None:
-            return Failure(refusal)
-        return self._lifecycle.start_create(request, owner)
+        return (
+            devices_wanted(request)
+            .bind(lambda wanted: self._fitted(request, wanted))
+            .bind(_allowed)
+            .bind(lambda fit: self._lifecycle.start_create(fit, owner))
+        )
+
+    def _fitted(
+        self, request: CreateRequest, wanted: DevicesWanted
+    ) -> Result[CreateRequest, ProviderError]:
+        """The request with what the imported disk's guest boots on, when its record says."""
+        if self._hardware is None or not request.image.path:
+            return Success(request)
+        return _import_record(self._hardware, request.image.path).map(
+            lambda record: fitted(
+                request,
+                record.hardware if record else None,
+                record.boot if record else BootNeed.UNKNOWN,
+                wanted,
+            )
+        )
+
+
+def _import_record(
+    hardware: HardwareFacts, path: str
+) -> Result[ImportRecord | None, ProviderError]:
+    """The record kept beside the disk at `path`; None when there is none to read (the disk was
+    not imported here, or names nothing: Create itself says so)."""
+    match hardware.import_record_of(path):
+        case Success(bytes() as raw):
+            return Success(parse_record(raw))
+        case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
+            return Failure(error)
+    return Success(None)
+
+
+def _allowed(request: CreateRequest) -> Result[CreateRequest, ProviderError]:
+    refusal = request.vm_class.refusal()
+    return Success(request) if refusal is None else Failure(refusal)
