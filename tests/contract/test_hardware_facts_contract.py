@@ -1,6 +1,9 @@
 """HardwareFacts on every backend that has it: the record an import kept is found again from
 the Path ImportDisk answered, and a VM made from that disk with the guest's hardware reads it
-back (what the export of a migrated VM writes into its hardware manifest)."""
+back (what the export of a migrated VM writes into its hardware manifest). And the whole
+travel on each backend: ExportDisk stages the manifest beside the disk, ImportDisk keeps what
+it says in its record (unless it describes another disk), and Create from the imported disk
+gives the guest that hardware, on a class saying BIOS, the CRD's default."""
 
 from __future__ import annotations
 
@@ -9,13 +12,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
+from pyrigaud.application.hardware_manifest import read as read_manifest
+from pyrigaud.application.hardware_manifest import render as render_manifest
+from pyrigaud.application.import_record import parse_record
 from pyrigaud.application.ports.virtual_hardware import HardwareFacts
+from pyrigaud.application.use_cases.create_vm import CreateVM
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.hardware import DiskController, Firmware, NicModel, VirtualHardware
 from pyrigaud.domain.models import OwnerMark, SecurityProfile, VMClass, VMImage
 
 from contract.conftest import BACKENDS, harness_of
-from contract.harness import Harness
+from contract.harness import Harness, made
 from contract.steps import MISSING_IDS, create
 from support import error_kind, ok
 from support.transfer import export_disk, import_disk
@@ -100,3 +108,74 @@ def test_no_such_vm_or_disk_is_not_found(
     assert error_kind(facts.hardware_of(missing, "")) is ErrorKind.NOT_FOUND
     vm_id = create(hardware_harness, owner, "contract-hw-disks")
     assert error_kind(facts.hardware_of(vm_id, "no-such-disk")) is ErrorKind.NOT_FOUND
+
+
+def _uefi_pvscsi_source(harness: Harness, owner: OwnerMark, name: str) -> str:
+    """A VM whose guest boots by UEFI from a ParaVirtual disk, with a vmxnet3 NIC."""
+    path = _imported_path(harness, owner, f"{name}-disk")
+    given = VirtualHardware(
+        source_hypervisor="elsewhere",
+        firmware=Firmware.UEFI,
+        disk_controller=DiskController.PVSCSI,
+        nic_models=(NicModel.VMXNET3,),
+    )
+    return create(
+        harness,
+        owner,
+        name,
+        vm_class=VMClass(cpu=1, memory_mib=256, firmware=Firmware.UEFI),
+        image=VMImage(path=path, format="vmdk"),
+        hardware=given,
+    )
+
+
+def test_the_guest_s_hardware_travels_with_its_disk(
+    hardware_harness: Harness, owner: OwnerMark
+) -> None:
+    harness = hardware_harness
+    source = _uefi_pvscsi_source(harness, owner, "contract-hw-travel")
+    port = harness.moves()
+    url = harness.staged_url("contract-hw-travel.qcow2")
+    exported = ok(export_disk(port, source, url))
+    manifest = harness.staged_file("contract-hw-travel.qcow2" + MANIFEST_SUFFIX).read_bytes()
+    written, why = read_manifest(manifest, exported.checksum)
+    assert written is not None, why
+    assert (written.firmware, written.disk_controller) == (Firmware.UEFI, DiskController.PVSCSI)
+    imported = ok(
+        import_disk(port, url, target_name="contract-hw-moved", expected_checksum=exported.checksum)
+    )
+    record = parse_record(ok(_facts(harness).import_record_of(imported.path)) or b"")
+    assert record is not None
+    assert record.hardware == written
+
+    create_vm = CreateVM(
+        harness.backend.lifecycle, harness.ownership(owner), hardware=harness.backend.hardware
+    )
+    bios = harness.request(
+        "contract-hw-moved",
+        vm_class=VMClass(cpu=1, memory_mib=256),  # BIOS, as the CRD defaults it
+        image=VMImage(path=imported.path, format="qcow2"),
+    )
+    moved_id = made(harness.backend.tasks, create_vm(bios))
+    moved = ok(_facts(harness).hardware_of(moved_id, ""))
+    assert (moved.firmware, moved.disk_controller) == (Firmware.UEFI, DiskController.PVSCSI)
+
+
+def test_a_manifest_of_another_disk_is_not_kept(
+    hardware_harness: Harness, owner: OwnerMark
+) -> None:
+    harness = hardware_harness
+    source = _uefi_pvscsi_source(harness, owner, "contract-hw-stale")
+    port = harness.moves()
+    url = harness.staged_url("contract-hw-stale.qcow2")
+    exported = ok(export_disk(port, source, url))
+    beside = harness.staged_file("contract-hw-stale.qcow2" + MANIFEST_SUFFIX)
+    stale = VirtualHardware(source_hypervisor="elsewhere", disk_controller=DiskController.IDE)
+    beside.write_bytes(render_manifest(stale, "0" * 64))  # an earlier export's
+    imported = ok(
+        import_disk(port, url, target_name="contract-hw-fresh", expected_checksum=exported.checksum)
+    )
+    record = parse_record(ok(_facts(harness).import_record_of(imported.path)) or b"")
+    assert record is not None
+    assert record.result.checksum == exported.checksum
+    assert record.hardware is None

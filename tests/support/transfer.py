@@ -80,7 +80,9 @@ def disk_moves(
     claimed = TransferClaims(capabilities or backend.capabilities, REACHABLE_STAGING)
     gate = storage_gate or LOOPBACK_GATE
     return DiskMoves(
-        export_disk=ExportDisk(disks, staging, claimed, storage_gate=gate),
+        export_disk=ExportDisk(
+            disks, staging, claimed, storage_gate=gate, hardware=backend.hardware
+        ),
         import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, claimed, storage_gate=gate),
     )
 
