@@ -46,6 +46,7 @@ class Replica:
 
     def _start(self) -> tuple[subprocess.Popen[str], grpc.Channel, pb_grpc.ProviderStub]:
         port, health_port = free_port(), free_port()
+        self.health_url = f"http://127.0.0.1:{health_port}"  # /healthz, /readyz, /metrics
         with self.log_path.open("a") as log:  # a file, not a pipe nobody drains
             popen = subprocess.Popen(
                 [
