@@ -1,4 +1,5 @@
-"""Loaded before any test module: the process-wide settings every test process needs."""
+"""Loaded before any test module: the process-wide settings every test process needs, and the
+skip policy (support.skip_policy)."""
 
 # Import the entrypoints package first: it turns gRPC's fork handlers off before grpc is
 # imported (see its docstring), as `pyrigaud serve` does, for the servers tests run in-process.
@@ -9,6 +10,8 @@ import pytest
 import pyrigaud.entrypoints  # noqa: F401
 
 from support.staging import NfsServer, S3Server, ganesha_nfs, moto_s3
+
+pytest_plugins = ["support.skip_policy"]
 
 
 @pytest.fixture(scope="session")
