@@ -53,8 +53,9 @@ def skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
 class SkipPolicy:
     """Counts the skips of a session by reason; in CI, an unlisted one fails the session."""
 
-    def __init__(self, allowed: list[AllowedSkip], enforced: bool) -> None:
-        self.allowed = allowed
+    def __init__(self, allow_list: Path, enforced: bool) -> None:
+        self.allow_list = allow_list
+        self.allowed = load_allowed(allow_list)
         self.enforced = enforced
         self.reasons: Counter[str] = Counter()
 
@@ -89,7 +90,7 @@ class SkipPolicy:
         if self.enforced and self.unallowed():
             terminalreporter.line(
                 f"CI=true: {sum(self.reasons[r] for r in self.unallowed())} skipped test(s) "
-                f"with a reason {ALLOW_LIST.name} does not allow: the run fails",
+                f"with a reason {self.allow_list} does not allow: the run fails",
                 red=True,
                 bold=True,
             )
@@ -105,5 +106,5 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    allowed = load_allowed(config.getoption("--allowed-skips"))
-    config.pluginmanager.register(SkipPolicy(allowed, enforced=in_ci()), "skip-policy")
+    policy = SkipPolicy(config.getoption("--allowed-skips"), enforced=in_ci())
+    config.pluginmanager.register(policy, "skip-policy")
