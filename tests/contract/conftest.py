@@ -23,7 +23,7 @@ from pyrigaud.domain.models import Capabilities, OwnerMark, VMImage
 from contract.harness import Harness, staging_root
 from support import ManualClock
 from support.libvirt import add_base_image, isolated_host_uri, make_backend
-from support.qemu import qemu_enabled, qemu_harness
+from support.qemu import qemu_harness, qemu_param
 from support.vsphere import contract_harness as vsphere_simulator_harness
 
 
@@ -80,6 +80,7 @@ def _libvirt_test_driver() -> Iterator[Harness]:
 class BackendUnderTest:
     harness: Callable[[], Iterator[Harness]]
     lacks: frozenset[str] = field(default_factory=frozenset)  # optional ports it has not
+    needs_qemu: bool = False  # the real libvirtd + QEMU
 
 
 BACKENDS: dict[str, BackendUnderTest] = {
@@ -90,25 +91,36 @@ BACKENDS: dict[str, BackendUnderTest] = {
     ),
     "libvirt-test": BackendUnderTest(_libvirt_test_driver),
     "vsphere-sim": BackendUnderTest(vsphere_simulator_harness),
+    # Real libvirtd + QEMU: wanted with PYRIGAUD_TEST_QEMU=1, as it needs root and
+    # scripts/libvirtd.sh; skipped otherwise (support.qemu).
+    "libvirt-qemu": BackendUnderTest(qemu_harness, needs_qemu=True),
 }
-if qemu_enabled():  # real libvirtd + QEMU: opt-in, as it needs root and scripts/libvirtd.sh
-    BACKENDS["libvirt-qemu"] = BackendUnderTest(qemu_harness)
 
 
-def backends_with(port: str) -> list[str]:
-    return sorted(name for name, backend in BACKENDS.items() if port not in backend.lacks)
+def backend_params(names: list[str]) -> list[object]:
+    """The backends' names as parameters, those that need the daemon marked so."""
+    return [qemu_param(name) if BACKENDS[name].needs_qemu else name for name in sorted(names)]
 
 
-def lacked_ports() -> list[tuple[str, str]]:
-    """(backend, port) for every optional port a backend under test lacks."""
-    return sorted((name, port) for name, backend in BACKENDS.items() for port in backend.lacks)
+def backends_with(port: str) -> list[object]:
+    return backend_params([name for name, backend in BACKENDS.items() if port not in backend.lacks])
+
+
+def lacked_ports() -> list[object]:
+    """(backend, port) for every optional port a backend under test lacks, as parameters."""
+    return [
+        qemu_param(name, port) if BACKENDS[name].needs_qemu else (name, port)
+        for name, port in sorted(
+            (name, port) for name, backend in BACKENDS.items() for port in backend.lacks
+        )
+    ]
 
 
 def harness_of(name: str) -> Iterator[Harness]:
     yield from BACKENDS[name].harness()
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=backend_params(list(BACKENDS)))
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """Every backend: for the ports every backend has."""
     yield from harness_of(request.param)

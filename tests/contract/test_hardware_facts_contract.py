@@ -22,14 +22,14 @@ from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.hardware import DiskController, Firmware, NicModel, VirtualHardware
 from pyrigaud.domain.models import OwnerMark, SecurityProfile, VMClass, VMImage
 
-from contract.conftest import BACKENDS, harness_of
+from contract.conftest import backend_params, harness_of
 from contract.harness import Harness, made
 from contract.steps import MISSING_IDS, create
 from support import error_kind, ok
 from support.transfer import export_disk, import_disk
 
 # The backends that move disks (libvirt's test driver has no volume streams to import with).
-WITH_HARDWARE_FACTS = [name for name in ("fake", "vsphere-sim", "libvirt-qemu") if name in BACKENDS]
+WITH_HARDWARE_FACTS = backend_params(["fake", "vsphere-sim", "libvirt-qemu"])
 UEFI_CLASS = VMClass(
     cpu=1, memory_mib=256, firmware=Firmware.UEFI, security=SecurityProfile(secure_boot=True)
 )

@@ -17,7 +17,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,6 @@ RUN_FLAGS = [
 ]
 # File systems a mount may be writable on: memory and kernel ones, never the image's disk.
 PSEUDO_FILESYSTEMS = {"tmpfs", "proc", "devpts", "mqueue", "sysfs", "cgroup", "cgroup2"}
-STOP_SECONDS = 5.0
 
 
 def podman(*arguments: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -199,12 +197,11 @@ def test_image_serves_the_manager_as_the_pod_runs_it_and_stops_on_sigterm(
     assert all(table[point][1] in PSEUDO_FILESYSTEMS for point in writable), table
     assert interfaces(pid) == {"lo"}
 
-    stopping = time.monotonic()
+    # SIGTERM alone (podman kill sends no SIGKILL after it): exit status 0 and the last line
+    # "pyrigaud stopped" say the server drained and stopped on it.
     assert podman("kill", "--signal=TERM", container).returncode == 0
     waited = podman("wait", container, timeout=60)
-    stopped_in = time.monotonic() - stopping
     assert waited.stdout.strip() == "0", waited.stderr
-    assert stopped_in < STOP_SECONDS
     logs = podman("logs", container)
     output = logs.stdout + logs.stderr
     lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
@@ -214,4 +211,3 @@ def test_image_serves_the_manager_as_the_pod_runs_it_and_stops_on_sigterm(
     assert not [line for line in lines if line["level"] in ("error", "critical")], lines
     for complaint in ("Read-only file system", "Permission denied", "Traceback"):
         assert complaint not in output
-    print(f"\nSIGTERM to exit code 0 in {stopped_in:.2f} s")

@@ -29,7 +29,7 @@ from support.qemu import (
     TEST_POOL_PATH,
     ensure_dir_pool,
     open_qemu,
-    qemu_enabled,
+    qemu_param,
     remove_pool_leftovers,
 )
 
@@ -149,9 +149,8 @@ BACKENDS: dict[str, Backend] = {
     "fake": _fake,
     "libvirt-test-driver": _libvirt_test_driver,
     "vsphere-simulator": _vsphere,
+    "libvirt-qemu": _qemu,  # wanted with PYRIGAUD_TEST_QEMU=1, skipped otherwise (support.qemu)
 }
-if qemu_enabled():  # opt-in, as every libvirt-on-QEMU test (PYRIGAUD_TEST_QEMU=1)
-    BACKENDS["libvirt-qemu"] = _qemu
 # What each backend claims, so a skip is only ever an unclaimed feature; images and disk
 # transfers run wherever they are claimed (the test driver has no image source or staging).
 TRANSFERS = {"image-prepare", "disk-export-import"}
@@ -163,6 +162,11 @@ EXPECTED_SKIPS = {
     "libvirt-qemu": {*UNCLAIMED, "hardware-upgrade"},
     "vsphere-simulator": UNCLAIMED,
 }
+
+
+def _params(backend: str, *rest: str) -> object:
+    """A test's parameters on `backend`, marked when the backend needs the real daemon."""
+    return qemu_param(backend, *rest) if backend == "libvirt-qemu" else pytest.param(backend, *rest)
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ def kit_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], KitRun
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("backend", "clause"), [(backend, key) for backend in BACKENDS for key in ALL_KEYS]
+    ("backend", "clause"), [_params(backend, key) for backend in BACKENDS for key in ALL_KEYS]
 )
 def test_the_clause_holds_on_pyrigaud(
     backend: str, clause: str, kit_runs: Callable[[str], KitRun]
@@ -224,7 +228,7 @@ def test_the_clause_holds_on_pyrigaud(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", [_params(backend) for backend in BACKENDS])
 def test_the_run_is_conformant_reported_and_leaves_no_vm(
     backend: str, kit_runs: Callable[[str], KitRun]
 ) -> None:
@@ -239,9 +243,7 @@ def test_the_run_is_conformant_reported_and_leaves_no_vm(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "backend", [backend for backend in ("vsphere-simulator", "libvirt-qemu") if backend in BACKENDS]
-)
+@pytest.mark.parametrize("backend", [_params("vsphere-simulator"), _params("libvirt-qemu")])
 def test_images_and_transfers_ran_and_what_they_made_is_gone_or_named(
     backend: str, kit_runs: Callable[[str], KitRun]
 ) -> None:

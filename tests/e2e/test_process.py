@@ -23,9 +23,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
+from support import wait_until
 from support.e2e import CLASS_JSON
 
 PYRIGAUD = [sys.executable, "-m", "pyrigaud.entrypoints.cli"]
+# A Create lasts this long on the served fake: time for a test to see the server draining it.
+CREATE_LATENCY = 5
+LIVENESS_SECONDS = 20  # bounds of the waits for a state, never speed claims
 
 
 def free_port() -> int:
@@ -117,7 +121,9 @@ def run_to_exit(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProc
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Process]:
-    process = start({"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": "create=2"}, tmp_path)
+    process = start(
+        {"PROVIDER_TYPE": "fake", "PYRIGAUD_FAKE_LATENCY": f"create={CREATE_LATENCY}"}, tmp_path
+    )
     yield process
     if process.popen.poll() is None:
         process.popen.kill()
@@ -163,12 +169,16 @@ def test_sigterm_drains_in_flight_rpcs_then_exits_zero(served: Process) -> None:
     with served.channel() as channel:
         stub = pb_grpc.ProviderStub(channel)
         in_flight = stub.Create.future(
-            pb.CreateRequest(name="drained", class_json=CLASS_JSON), timeout=15
+            pb.CreateRequest(name="drained", class_json=CLASS_JSON), timeout=30
         )
-        time.sleep(0.5)
+        wait_until(
+            lambda: "pyrigaud_inflight_mutations 1.0" in served.get("/metrics")[1],
+            LIVENESS_SECONDS,
+            "the Create in flight",
+        )
         served.popen.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        assert served.get("/readyz")[0] == 503
+        # Not ready while draining: the Create (CREATE_LATENCY long) is still in flight.
+        wait_until(lambda: served.get("/readyz")[0] == 503, LIVENESS_SECONDS, "/readyz 503")
         assert in_flight.result().id
     _, stderr = served.popen.communicate(timeout=20)
     assert served.popen.returncode == 0

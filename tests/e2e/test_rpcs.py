@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -13,6 +12,7 @@ import pytest
 
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
+from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
 from support.e2e import CLASS_JSON, RunningProvider, create_vm, start_provider
 
@@ -305,24 +305,50 @@ def test_a_bug_is_internal_and_the_server_keeps_serving(provider: RunningProvide
     assert provider.stub.Validate(pb.ValidateRequest(), timeout=5).ok
 
 
-def test_slow_creates_never_stall_describe(provider: RunningProvider) -> None:
-    """More slow Creates than mutation slots: reads still answer at once."""
+MUTATION_SLOTS = 8  # PYRIGAUD_MAX_CONCURRENT_OPS's default
+HELD_SECONDS = 60  # a liveness bound on the held Creates, never reached: the test lets them go
+
+
+class HeldCreates:
+    """The fake's Creates held on entry, each in a mutation slot, until `let_go`."""
+
+    def __init__(self, provider: RunningProvider) -> None:
+        self.entered = threading.Semaphore(0)
+        self.released = threading.Event()
+        provider.fake.faults.on_entry("create", self._hold)
+
+    def _hold(self) -> None:
+        self.entered.release()
+        self.released.wait(HELD_SECONDS)
+
+    def wait_for(self, count: int) -> None:
+        for held in range(count):
+            assert self.entered.acquire(timeout=HELD_SECONDS), f"only {held} Creates came in"
+
+    def let_go(self) -> None:
+        self.released.set()
+
+
+def create_held(stub: pb_grpc.ProviderStub, name: str) -> None:
+    """A Create that may be held, or refused RESOURCE_EXHAUSTED beyond the bound."""
+    with contextlib.suppress(grpc.RpcError):
+        stub.Create(pb.CreateRequest(name=name, class_json=CLASS_JSON), timeout=HELD_SECONDS)
+
+
+def test_creates_holding_every_slot_never_stall_describe(provider: RunningProvider) -> None:
+    """More Creates than mutation slots, every slot held: reads still answer (they take no
+    slot) while the Creates are held."""
     vm_id = create_vm(provider.stub, "e2e-hot")
-    provider.fake.faults.slow("create", 1.5)
-    done = threading.Event()
-
-    def flood(index: int) -> None:
-        with contextlib.suppress(grpc.RpcError):  # RESOURCE_EXHAUSTED beyond the bound is fine
-            create_vm(provider.stub, f"e2e-slow-{index}")
-
+    held = HeldCreates(provider)
     pool = ThreadPoolExecutor(12)
-    futures = [pool.submit(flood, index) for index in range(12)]
+    futures = [pool.submit(create_held, provider.stub, f"e2e-slow-{i}") for i in range(12)]
     try:
+        held.wait_for(MUTATION_SLOTS)
         for _ in range(20):
-            assert provider.stub.Describe(pb.DescribeRequest(id=vm_id), timeout=0.5).exists
-            assert provider.stub.Validate(pb.ValidateRequest(), timeout=0.5).ok
+            assert provider.stub.Describe(pb.DescribeRequest(id=vm_id), timeout=30).exists
+            assert provider.stub.Validate(pb.ValidateRequest(), timeout=30).ok
     finally:
-        done.set()
+        held.let_go()
         for future in futures:
             future.result()
         pool.shutdown()
@@ -331,17 +357,20 @@ def test_slow_creates_never_stall_describe(provider: RunningProvider) -> None:
 def test_mutations_beyond_the_bound_wait_then_get_resource_exhausted(
     provider: RunningProvider,
 ) -> None:
-    provider.fake.faults.slow("create", 3.0)
-    pool = ThreadPoolExecutor(8)
-    blockers = [pool.submit(create_vm, provider.stub, f"e2e-block-{index}") for index in range(8)]
+    held = HeldCreates(provider)
+    pool = ThreadPoolExecutor(MUTATION_SLOTS)
+    blockers = [
+        pool.submit(create_held, provider.stub, f"e2e-block-{i}") for i in range(MUTATION_SLOTS)
+    ]
     try:
-        time.sleep(0.5)  # let the 8 slots fill
+        held.wait_for(MUTATION_SLOTS)  # every slot is held
         request = pb.CreateRequest(name="e2e-late", class_json=CLASS_JSON)
         with pytest.raises(grpc.RpcError) as raised:
-            provider.stub.Create(request, timeout=1.5)
+            provider.stub.Create(request, timeout=2)
         assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "too many operations" in raised.value.details()
     finally:
+        held.let_go()
         for blocker in blockers:
             blocker.result()
         pool.shutdown()

@@ -1,8 +1,11 @@
-"""Small pieces shared by the test suites: assertions on Results, and a manual clock."""
+"""Small pieces shared by the test suites: assertions on Results, a manual clock, and a bounded
+wait for a condition."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
@@ -65,3 +68,12 @@ class CountingWatch:
         if self._stop_at is not None and self.questions >= self._stop_at:
             return Failure(ProviderError.unavailable("the transfer's caller is gone"))
         return Success(None)
+
+
+def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    """Return once `condition()` holds (polled); a test failure naming `what` when it has not
+    within `seconds`. The bound is a liveness bound, never a speed claim: make it generous."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.05)

@@ -44,6 +44,11 @@ class FaultProxy:
             self._refuse_seconds = refuse_seconds
             self.outage_began = self.outage_ended = None
 
+    def end_outage(self) -> None:
+        """Listen again now, whatever was left of the outage's seconds."""
+        with self._lock:
+            self._down_until = 0.0
+
     def wait_until_back(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while self.outage_began is None or self.outage_ended is None:

@@ -1,9 +1,11 @@
 """The libvirt backend on a real libvirtd + QEMU (`qemu:///system`), for the qemu and contract
 suites.
 
-Opt-in: harnesses register only when PYRIGAUD_TEST_QEMU=1 (the test command sets it after
-scripts/libvirtd.sh has started the daemon), so developer runs without root still work. Once
-selected, an unreachable daemon fails the test: nothing is skipped.
+Wanted only with PYRIGAUD_TEST_QEMU=1 (the test command sets it after scripts/libvirtd.sh has
+started the daemon), so developer runs without root still work: without it, every test that
+needs the daemon is still collected, and skipped with `QEMU_NOT_WANTED` as its reason (the
+`qemu` marker, or a module in one of `QEMU_FOLDERS`; see tests/conftest.py). Once wanted, an
+unreachable daemon fails the test: nothing is skipped.
 
 Everything a test makes lives in one dedicated dir pool, so cleanup is exact: every domain
 with a disk in that pool and every volume in it goes, before a test (a crashed run leaves
@@ -51,8 +53,22 @@ BASE_IMAGE_BYTES = 64 * 1024**2
 SESSION_PREFIX = f"base-{secrets.token_hex(4)}"
 
 
+# Every test module under these folders (relative to tests/) needs the daemon.
+QEMU_FOLDERS = ("integration/qemu", "integration/guest", "integration/ssh")
+QEMU_NOT_WANTED = (
+    f"needs the real libvirtd + QEMU, not wanted in this run: {ENABLE_VARIABLE}=1 wants it "
+    "(scripts/test sets it after scripts/libvirtd.sh)"
+)
+
+
 def qemu_enabled() -> bool:
     return os.environ.get(ENABLE_VARIABLE) == "1"
+
+
+def qemu_param(*values: object) -> Any:
+    """A parameter set (a backend's name) that needs the daemon: marked `qemu`, so a run that
+    does not want QEMU shows its tests skipped instead of leaving them out."""
+    return pytest.param(*values, marks=pytest.mark.qemu)
 
 
 def open_qemu() -> VirConnect:

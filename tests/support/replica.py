@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -71,6 +72,7 @@ class Replica:
                 text=True,
             )
         _wait_ready(popen, health_port, self.log_path)
+        self._health_port = health_port
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         return popen, channel, pb_grpc.ProviderStub(channel)
 
@@ -100,6 +102,19 @@ class Replica:
                 return False
             time.sleep(0.2)
         return True
+
+    def metric(self, sample: str, **labels: str) -> float:
+        """The sum of the process's `/metrics` samples named `sample` whose labels include
+        `labels` (0 when there is none yet), e.g. the bytes a transfer has moved so far."""
+        url = f"http://127.0.0.1:{self._health_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            found.value
+            for family in text_string_to_metric_families(text)
+            for found in family.samples
+            if found.name == sample and labels.items() <= found.labels.items()
+        )
 
     @property
     def pid(self) -> int:

@@ -1,6 +1,6 @@
 """The real-guest end-to-end tests: a `pyrigaud serve` process on the real libvirtd + QEMU,
-booting the image scripts/guest_image.sh builds. Collected only with PYRIGAUD_TEST_QEMU=1
-(see support.qemu); once selected, anything missing fails the test, nothing is skipped."""
+booting the image scripts/guest_image.sh builds. Run only with PYRIGAUD_TEST_QEMU=1, shown
+skipped otherwise (see support.qemu); once wanted, anything missing fails the test."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ import pytest
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
 from support.guest import guest_image
-from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, qemu_enabled, remove_pool_leftovers
+from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
 from support.replica import Replica
-
-collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
 # Not support.qemu's pool: other QEMU suites sweep that one whole while they run.
 GUEST_POOL = "pyrigaud-guest"

@@ -1,4 +1,5 @@
-"""Real libvirtd + QEMU tests: collected only with PYRIGAUD_TEST_QEMU=1 (see support.qemu)."""
+"""Real libvirtd + QEMU tests: run only with PYRIGAUD_TEST_QEMU=1, shown skipped otherwise
+(see support.qemu and tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ from typing import Any
 
 import pytest
 
-from support.qemu import QemuHost, open_qemu, qemu_enabled, qemu_host
-
-# Without the daemon (a developer run without root) these are not collected, never skipped.
-collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
+from support.qemu import QemuHost, open_qemu, qemu_host
 
 
 @pytest.fixture

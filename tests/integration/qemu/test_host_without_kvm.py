@@ -2,7 +2,10 @@
 
 The machine's daemon offers KVM, so this test starts a second libvirtd in its own mount and
 network namespaces (`unshare`, as root), where /dev/kvm is an empty file: QEMU's probe cannot
-use KVM there, so libvirt offers only `qemu` domains, as on a host without KVM. Every directory
+use KVM there, so libvirt offers only `qemu` domains, as on a host without KVM. The daemon is
+the one scripts/libvirtd.sh starts: the monolithic `libvirtd` where the package ships it, else
+the modular `virtqemud` with `virtstoraged` (which virtqemud reaches for the storage calls
+through its default socket in /run/libvirt, here the namespace's own tmpfs). Every directory
 libvirt keeps configuration, state, caches and logs in is a fresh tmpfs in that namespace; the
 daemon's pid file and unix sockets are in a temporary directory outside those mounts, which the
 test reaches with `qemu+unix:///system?socket=...`. Mounts made there are private: the test's
@@ -65,18 +68,32 @@ PRIVATE_DIRECTORIES = tuple(
         )
     )
 )
-# Runs as root in the new namespaces: private tmpfs mounts, /dev/kvm hidden, then the daemon
-# (same pid: `unshare` and `exec` start no new process).
+# Runs as root in the new namespaces: private tmpfs mounts, /dev/kvm hidden, the modular
+# storage daemon if there is one (in the background; the QEMU daemon needs its socket), then
+# the daemon the test talks to (same pid: `unshare` and `exec` start no new process).
 LAUNCHER = f"""
 set -eu
-private=$1; shift
+private=$1; daemon=$2; storage=$3; shift 3
 for directory in "$@"; do mount -t tmpfs -o mode=0755 {MOUNT_SOURCE} "$directory"; done
 if [ -e {KVM} ]; then mount --bind "$private/no-kvm" {KVM}; fi
-exec libvirtd --config "$private/libvirtd.conf" --pid-file "$private/libvirtd.pid"
+if [ -n "$storage" ]; then
+    "$storage" --config "$private/storage.conf" &
+    tries=600
+    until [ -S /run/libvirt/virtstoraged-sock ]; do
+        tries=$((tries - 1))
+        if [ "$tries" -eq 0 ]; then echo "$storage made no socket" >&2; exit 1; fi
+        sleep 0.1
+    done
+fi
+exec "$daemon" --config "$private/daemon.conf" --pid-file "$private/daemon.pid"
 """
 UNSHARE = ["unshare", "--mount", "--net", "--propagation", "private"]
 START_SECONDS = 60
 STOP_SECONDS = 30
+# The daemon that offers qemu:///system and the storage daemon beside it ("" when the first
+# holds the storage driver itself), as scripts/libvirtd.sh chooses them.
+MONOLITHIC = ("libvirtd", "")
+MODULAR = ("virtqemud", "virtstoraged")
 
 
 @dataclass(frozen=True)
@@ -86,11 +103,18 @@ class PrivateDaemon:
     private: Path  # its configuration, pid file and sockets
 
 
+def daemons_here() -> tuple[str, str]:
+    """The monolithic daemon where the package ships it, else the modular ones."""
+    if shutil.which(MONOLITHIC[0]) is not None:
+        return MONOLITHIC
+    if all(shutil.which(daemon) is not None for daemon in MODULAR):
+        return MODULAR
+    pytest.fail("neither libvirtd nor virtqemud with virtstoraged: run scripts/libvirtd.sh")
+
+
 def skip_unless_namespaces_permitted(private: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root: a mount namespace and a second libvirtd")
-    if shutil.which("libvirtd") is None:
-        pytest.skip("no monolithic libvirtd here to start a second daemon with")
     probe = subprocess.run(
         [*UNSHARE, "mount", "-t", "tmpfs", MOUNT_SOURCE, str(private)],
         capture_output=True,
@@ -103,17 +127,19 @@ def skip_unless_namespaces_permitted(private: Path) -> None:
 
 
 def write_configuration(private: Path) -> None:
-    """The daemon's sockets in `private`, root's only; no polkit (none runs here)."""
+    """The daemon's sockets in `private`, root's only; the storage daemon's in the namespace's
+    /run/libvirt, where virtqemud looks for them; no polkit (none runs here)."""
     sockets = private / "sockets"
     sockets.mkdir(mode=0o700)
     (private / "no-kvm").touch()
-    (private / "libvirtd.conf").write_text(
-        f'unix_sock_dir = "{sockets}"\n'
+    root_only = (
         'unix_sock_rw_perms = "0700"\n'
         'unix_sock_ro_perms = "0700"\n'
         'auth_unix_rw = "none"\n'
         'auth_unix_ro = "none"\n'
     )
+    (private / "daemon.conf").write_text(f'unix_sock_dir = "{sockets}"\n{root_only}')
+    (private / "storage.conf").write_text(root_only)
 
 
 def wait_until_answering(daemon: subprocess.Popen[bytes], uri: str, log: Path) -> None:
@@ -131,9 +157,9 @@ def wait_until_answering(daemon: subprocess.Popen[bytes], uri: str, log: Path) -
 
 
 def stop(daemon: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, SIGKILL if it hangs, then whatever of its process group is left (the QEMU it
-    probes capabilities with)."""
-    daemon.terminate()
+    """SIGTERM to its process group (the storage daemon beside it too), SIGKILL if it hangs,
+    then whatever of the group is left (the QEMU it probes capabilities with)."""
+    os.killpg(daemon.pid, signal.SIGTERM)
     try:
         daemon.wait(timeout=STOP_SECONDS)
     except subprocess.TimeoutExpired:
@@ -149,26 +175,38 @@ def daemon_without_kvm() -> Iterator[PrivateDaemon]:
     private = Path(tempfile.mkdtemp(prefix="pyrigaud-no-kvm-"))
     try:
         skip_unless_namespaces_permitted(private)
+        name, storage = daemons_here()
         write_configuration(private)
-        log = private / "libvirtd.log"
+        log = private / "daemon.log"
         with log.open("wb") as output:
             daemon = subprocess.Popen(
-                [*UNSHARE, "sh", "-c", LAUNCHER, "launcher", str(private), *PRIVATE_DIRECTORIES],
+                [
+                    *UNSHARE,
+                    "sh",
+                    "-c",
+                    LAUNCHER,
+                    "launcher",
+                    str(private),
+                    name,
+                    storage,
+                    *PRIVATE_DIRECTORIES,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         try:
-            uri = f"qemu+unix:///system?socket={private}/sockets/libvirt-sock"
+            socket = "libvirt-sock" if name == MONOLITHIC[0] else f"{name}-sock"
+            uri = f"qemu+unix:///system?socket={private}/sockets/{socket}"
             wait_until_answering(daemon, uri, log)
             namespace = os.readlink(f"/proc/{daemon.pid}/ns/mnt")
             yield PrivateDaemon(uri=uri, mount_namespace=namespace, private=private)
         finally:
             stop(daemon)
-        # A clean shutdown: libvirtd removed its own sockets and pid file.
+        # A clean shutdown: the daemon removed its own sockets and pid file.
         assert not list((private / "sockets").iterdir())
-        assert not (private / "libvirtd.pid").exists()
+        assert not (private / "daemon.pid").exists()
     finally:
         shutil.rmtree(private)
 

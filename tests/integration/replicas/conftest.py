@@ -1,5 +1,5 @@
 """Two `pyrigaud serve` replicas on one hypervisor: the vSphere simulator always, real libvirtd +
-QEMU only with PYRIGAUD_TEST_QEMU=1 (the parameter is absent otherwise, never skipped)."""
+QEMU only with PYRIGAUD_TEST_QEMU=1 (its parameter shows skipped otherwise, see support.qemu)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from support.qemu import (
     QEMU_URI,
     ensure_dir_pool,
     open_qemu,
-    qemu_enabled,
+    qemu_param,
     remove_pool_leftovers,
 )
 from support.replica import NAME_PREFIX, Pair, Replica, listed_vms
 from support.vsphere import TEMPLATE_VM, running_simulator
 
-BACKENDS = ["vsphere", *(["libvirt"] if qemu_enabled() else [])]
+BACKENDS = ["vsphere", qemu_param("libvirt")]
 # Not support.qemu's pyrigaud-test pool: other QEMU suites sweep that one whole, and would
 # remove these VMs (and these tests theirs) when they run at the same time.
 REPLICA_POOL = "pyrigaud-replicas"

