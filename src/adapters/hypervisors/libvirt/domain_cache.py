@@ -20,6 +20,7 @@ start or a reconnect soon find it warm without the background work crowding them
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -387,6 +388,7 @@ class DomainCache:
                 name="libvirt-domain-cache",
                 daemon=True,
             )
+            _REFRESHERS[self._refresher] = self._wake
             self._refresher.start()
 
 
@@ -409,15 +411,34 @@ class Load:
         self.cache._keep_addresses_of(self.begun, vm_ids)
 
 
+# Each running refresher and what wakes it; the exit stops them all.
+_REFRESHERS: weakref.WeakKeyDictionary[threading.Thread, threading.Event] = (
+    weakref.WeakKeyDictionary()
+)
+_EXITING = threading.Event()
+EXIT_WAIT_SECONDS = 10.0  # a tick's libvirt calls in flight; past that, the exit goes on
+
+
+@atexit.register
+def _stop_refreshers() -> None:
+    """At exit, before the interpreter (and libvirt's client in it) is torn down, the refreshers
+    stop: one still inside a libvirt call then (a guest's addresses) crashed the process."""
+    _EXITING.set()
+    for thread, wake in list(_REFRESHERS.items()):
+        wake.set()
+        thread.join(EXIT_WAIT_SECONDS)
+
+
 def _refresh_while_used(
     cache_ref: weakref.ref[DomainCache], wake: threading.Event, tick_seconds: float
 ) -> None:
-    """The refresher holds its cache weakly, so a backend nobody uses takes its thread along."""
+    """The refresher holds its cache weakly, so a backend nobody uses takes its thread along;
+    the process's exit stops it too."""
     while True:
         wake.wait(tick_seconds)
         wake.clear()
         cache = cache_ref()
-        if cache is None:
+        if cache is None or _EXITING.is_set():
             return
         try:
             cache._tick()
