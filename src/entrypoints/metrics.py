@@ -32,7 +32,6 @@ from prometheus_client.registry import Collector
 
 from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.domain.disk_images import LeftBehind
-from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2
 
 # From a sub-millisecond Describe on the fake to a minutes-long Create or disk import.
 LATENCY_BUCKETS_SECONDS = (
@@ -72,9 +71,6 @@ STORAGES = ("pvc", "s3", "nfs")
 DIRECTIONS = ("export", "import")
 RELOADING_CREDENTIAL_SOURCES = ("files", "kubernetes")
 FALLBACK_DEVICES = ("disk_controller", "nic")
-PROVIDER_RPCS = tuple(
-    method.name for method in provider_pb2.DESCRIPTOR.services_by_name["Provider"].methods
-)
 
 
 class _ThreadCounts:
@@ -219,8 +215,6 @@ class Metrics:
             ),
         )
         self.registry.register(self.rpcs)
-        for method in PROVIDER_RPCS:
-            self.rpcs.expect(method, "OK")
         self.hypervisor_calls = CallTally(
             (
                 "pyrigaud_hypervisor_calls",
@@ -329,6 +323,13 @@ class Metrics:
             (*TRANSFER_LABELS, "phase"),
             registry=self.registry,
         )
+
+    def expect_rpc(self, method: str, *, mutation: bool) -> None:
+        """Show the RPC's OK count at 0 from the start, and a mutation's refusals for load
+        (RESOURCE_EXHAUSTED, which a panel reads by name)."""
+        self.rpcs.expect(method, "OK")
+        if mutation:
+            self.rpcs.expect(method, "RESOURCE_EXHAUSTED")
 
     def expect_hypervisor_calls(self, operations: Iterable[str]) -> None:
         """Show each port operation's ok count at 0 from the start."""
