@@ -64,10 +64,9 @@ TRANSFER_BUCKETS_BYTES_PER_SECOND = tuple(
     float(mib * MiB) for mib in (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048)
 )
 TRANSFER_LABELS = ("backend", "storage", "direction")
-# The labels whose series exist from the start: the storages the manager names
-# (spec.storage.type), both directions, the credential sources that reload, the devices a
-# hardware fallback is counted for.
-STORAGES = ("pvc", "s3", "nfs")
+# The labels whose series exist from the start (with the storages a provider can stage to):
+# both directions, the credential sources that reload, the devices a hardware fallback is
+# counted for.
 DIRECTIONS = ("export", "import")
 RELOADING_CREDENTIAL_SOURCES = ("files", "kubernetes")
 FALLBACK_DEVICES = ("disk_controller", "nic")
@@ -353,13 +352,13 @@ class Metrics:
 
 class PrometheusTransfers:
     """The TransferMetrics port on these metrics, for the hypervisor `backend` serving; its
-    series, for each storage and direction (and failure phase, and what an export leaves
-    behind), are shown at 0 from the start."""
+    series, for each of the `storages` it can stage to and each direction (and failure phase,
+    and what an export leaves behind), are shown at 0 from the start."""
 
-    def __init__(self, metrics: Metrics, backend: str) -> None:
+    def __init__(self, metrics: Metrics, backend: str, storages: Iterable[str]) -> None:
         self._metrics = metrics
         self._backend = backend
-        for storage in STORAGES:
+        for storage in storages:
             for direction in DIRECTIONS:
                 labels = (backend, storage, direction)
                 metrics.transfer_bytes.labels(*labels)

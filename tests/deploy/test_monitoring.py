@@ -22,6 +22,7 @@ import pytest
 import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from pyrigaud.adapters.staging.registry import STAGING_KINDS
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
@@ -470,7 +471,7 @@ def test_a_fresh_server_has_every_series_the_dashboard_and_the_alerts_read(
         ("pyrigaud_hardware_fallbacks_total", {"backend": backend, "device": device})
         for device in ("disk_controller", "nic")
     ]
-    for storage in ("pvc", "s3", "nfs"):
+    for storage in STAGING_KINDS:  # every one: the test command installs what each needs
         for direction in ("export", "import"):
             labels = {"backend": backend, "storage": storage, "direction": direction}
             wanted += [

@@ -282,7 +282,7 @@ def test_what_ended_threads_recorded_is_kept_in_one_total() -> None:
 
 def test_the_series_panels_and_alerts_read_are_at_zero_before_anything_happens() -> None:
     metrics = Metrics()
-    PrometheusTransfers(metrics, "libvirt")
+    PrometheusTransfers(metrics, "libvirt", ("pvc", "s3", "nfs"))
     PrometheusHypervisorCounters(metrics, "libvirt")
     metrics.expect_hypervisor_calls(["check", "describe"])
     sample = metrics.registry.get_sample_value
