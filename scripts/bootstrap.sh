@@ -27,6 +27,33 @@ ensure_system_packages() {
     fi
 }
 
+archive_offers_newer() {
+    # $1: a Debian root (a debootstrap tree, a mounted image). Whether the apt sources the root
+    # lists now offer a newer version of any package installed there, read with this
+    # machine's apt, the root's dpkg status and lists of its own: a cache made before an
+    # update is stale. Status 2 when the sources cannot be read (offline): keep what you have.
+    local root=$1 state upgrades
+    state=$(mktemp -d)
+    mkdir -p "$state/lists/partial" "$state/cache/archives/partial"
+    local apt_options=(
+        -o Dir::Etc::SourceList="$root/etc/apt/sources.list"
+        -o Dir::Etc::SourceParts="$root/etc/apt/sources.list.d"
+        -o Dir::Etc::Preferences="$state/none" -o Dir::Etc::PreferencesParts="$state/none"
+        -o Dir::State::Lists="$state/lists" -o Dir::Cache="$state/cache"
+        -o Dir::State::status="$root/var/lib/dpkg/status"
+        -o Dir::State::extended_states="$state/extended_states"
+        -o APT::Default-Release= -o Debug::NoLocking=1 -o APT::Sandbox::User=root
+    )
+    if ! apt-get "${apt_options[@]}" update -qq >/dev/null 2>&1; then
+        rm -rf "$state"
+        echo "cannot read the apt sources of $root to tell whether it is current: kept" >&2
+        return 2
+    fi
+    upgrades=$(apt-get "${apt_options[@]}" -s dist-upgrade 2>/dev/null | grep -c '^Inst ' || true)
+    rm -rf "$state"
+    [ "$upgrades" -gt 0 ]
+}
+
 ensure_libnfs() {
     # libnfs for adapters/staging/nfs.py: this Debian release's package (libnfs13 on 12,
     # libnfs14 on 13), as scripts/libnfs-package.sh names it.

@@ -4,8 +4,9 @@
 #
 # BASE (the Dockerfile's build argument): PYRIGAUD_IMAGE_BASE when set (e.g.
 # python:3.11-slim-bookworm where Docker Hub is reachable), else a Debian bookworm root made by
-# debootstrap from the Debian mirror, kept as localhost/pyrigaud-base:bookworm and remade once
-# a week (it carries the security updates of the day it was made). The store
+# debootstrap from the Debian mirror, kept as localhost/pyrigaud-base:bookworm and remade when
+# what it is made from changed: the way it is made (make_debootstrap_base), or a package
+# bookworm (with its updates and security updates) now has a newer version of. The store
 # (tools/container-engine/storage.conf) outlives a run: the base is kept, and the image is
 # rebuilt only when what it is built from changed. docs/container.md explains it all.
 source "$(dirname "$0")/bootstrap.sh"
@@ -14,7 +15,8 @@ IMAGE=localhost/pyrigaud:test
 # The digest of what the image was built from: an image with the current one is not rebuilt.
 INPUTS_LABEL=io.pyrigaud.build-inputs
 DEBOOTSTRAP_BASE=localhost/pyrigaud-base:bookworm
-BASE_MAX_AGE_SECONDS=$((7 * 24 * 3600))
+# The digest of how the base was made (base_recipe).
+BASE_RECIPE_LABEL=io.pyrigaud.base-recipe
 MIRROR=http://deb.debian.org/debian
 # The host's CA bundle, mounted into the build for pip only: where a TLS-inspecting proxy
 # stands before PyPI, the host trusts it and the base image does not.
@@ -29,11 +31,22 @@ fi
 export CONTAINERS_STORAGE_CONF=$ROOT/tools/container-engine/storage.conf
 export CONTAINERS_CONF=$ROOT/tools/container-engine/containers.conf
 
-base_is_fresh() {
-    local created
-    created=$(podman image inspect --format '{{.Created.Unix}}' "$DEBOOTSTRAP_BASE" 2>/dev/null) \
-        || return 1
-    [ $(($(date +%s) - created)) -lt "$BASE_MAX_AGE_SECONDS" ]
+base_recipe() {
+    # How the base is made: make_debootstrap_base's own text (its sources included).
+    { declare -f make_debootstrap_base; echo "$MIRROR"; } | sha256sum | cut -d' ' -f1
+}
+
+base_is_current() {
+    # Made as make_debootstrap_base makes it now, and holding the newest version bookworm's
+    # sources (those it lists) have of each of its packages.
+    [ "$(podman image inspect --format "{{index .Labels \"$BASE_RECIPE_LABEL\"}}" \
+        "$DEBOOTSTRAP_BASE" 2>/dev/null)" = "$(base_recipe)" ] || return 1
+    local rootfs newer=0
+    rootfs=$(podman image mount "$DEBOOTSTRAP_BASE") || return 1
+    archive_offers_newer "$rootfs" || newer=$?
+    podman image unmount "$DEBOOTSTRAP_BASE" >/dev/null
+    if [ "$newer" -eq 0 ]; then echo "container-image.sh: bookworm has newer packages" >&3; fi
+    [ "$newer" -ne 0 ]
 }
 
 make_debootstrap_base() {
@@ -60,7 +73,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        --cmd /bin/bash "$container"
+        --cmd /bin/bash --label "$BASE_RECIPE_LABEL=$(base_recipe)" "$container"
     buildah run --isolation chroot "$container" -- sh -c \
         'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get upgrade -y -qq \
          && apt-get clean && rm -rf /var/lib/apt/lists/*' >&2
@@ -71,7 +84,8 @@ EOF
 inputs_digest() {
     # $1: the base; then the build's arguments. A digest of all the build reads: the
     # Dockerfile, its context (every file under the paths .dockerignore lets in, with its
-    # `!path` lines; a superset of what it lets through), the base image and the arguments.
+    # `!path` lines; a superset of what it lets through), the base image, the arguments, and
+    # this script, which runs the build.
     local base_id
     base_id=$(podman image inspect --format '{{.Id}}' "$1" 2>/dev/null || echo "$1")
     (
@@ -79,7 +93,7 @@ inputs_digest() {
         local context
         mapfile -t context < <(sed -n 's|^!\(.*[^/]\)/*$|\1|p' .dockerignore)
         printf '%s\n' "$base_id" "${@:2}"
-        find Dockerfile .dockerignore "${context[@]}" -type f -print0 \
+        find Dockerfile .dockerignore scripts/container-image.sh "${context[@]}" -type f -print0 \
             | sort -z | xargs -0 sha256sum
     ) | sha256sum | cut -d' ' -f1
 }
@@ -125,7 +139,7 @@ trap show_log_on_failure EXIT
 if [ -n "${PYRIGAUD_IMAGE_BASE:-}" ]; then
     build "$PYRIGAUD_IMAGE_BASE"
 else
-    base_is_fresh || make_debootstrap_base
+    base_is_current || make_debootstrap_base
     build "$DEBOOTSTRAP_BASE"
 fi
 echo "$IMAGE"

@@ -7,25 +7,38 @@
 # The PID and mount namespaces end every server and undo every mount when pytest exits.
 #
 # The root, venv included, is kept in PYRIGAUD_TRIXIE_ROOT (default
-# /var/cache/pyrigaud/trixie-root) and made again when missing or when its package list
-# changes; delete it to refresh it. Needs root (debootstrap, chroot, namespaces).
+# /var/cache/pyrigaud/trixie-root) and made again when what it is made from changed: the way
+# it is made (make_root below, its package list), or a package trixie now has a newer version
+# of than the root holds. Needs root (debootstrap, chroot, namespaces) and iproute2's `ip`.
 source "$(dirname "$0")/bootstrap.sh"
 
 TRIXIE_ROOT=${PYRIGAUD_TRIXIE_ROOT:-/var/cache/pyrigaud/trixie-root}
 PACKAGES="python3,python3-venv,nfs-ganesha,nfs-ganesha-vfs,rpcbind,$(sh "$ROOT/scripts/libnfs-package.sh" trixie)"
-STAMP=.pyrigaud-packages  # the package list the root was made with
+STAMP=.pyrigaud-recipe  # the digest of how the root was made
 INSIDE_REPO=/srv/pyrigaud  # where the repository is copied, inside the root
 INSIDE_VENV=/opt/pyrigaud-venv
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt  # Debian's ca-certificates
 PYTEST_ARGS=(-k nfs tests/unit/test_libnfs_releases.py tests/integration/staging)
 
+root_recipe() {
+    # How the root is made: make_root's own text, and the packages it installs.
+    { declare -f make_root; echo "$PACKAGES"; } | sha256sum | cut -d' ' -f1
+}
+
+root_is_current() {
+    [ "$(cat "$TRIXIE_ROOT/$STAMP" 2>/dev/null)" = "$(root_recipe)" ] || return 1
+    local newer=0
+    archive_offers_newer "$TRIXIE_ROOT" || newer=$?
+    if [ "$newer" -eq 0 ]; then echo "trixie has newer packages than $TRIXIE_ROOT" >&2; fi
+    [ "$newer" -ne 0 ]
+}
+
 make_root() {
-    if [ "$(cat "$TRIXIE_ROOT/$STAMP" 2>/dev/null)" = "$PACKAGES" ]; then return; fi
     ensure_system_packages debootstrap
     echo "making a Debian 13 root in $TRIXIE_ROOT" >&2
     rm -rf "$TRIXIE_ROOT" "$TRIXIE_ROOT.new"
     debootstrap --variant=minbase --include="$PACKAGES" trixie "$TRIXIE_ROOT.new" >/dev/null
-    echo "$PACKAGES" >"$TRIXIE_ROOT.new/$STAMP"
+    root_recipe >"$TRIXIE_ROOT.new/$STAMP"
     mv "$TRIXIE_ROOT.new" "$TRIXIE_ROOT"
 }
 
@@ -63,9 +76,10 @@ run_tests() {
 }
 
 echo "== NFS staging tests on Debian 13 (a trixie root, in a network namespace of its own)"
+ensure_system_packages iproute2  # `ip`, in the namespace
 mkdir -p "$(dirname "$TRIXIE_ROOT")"
 exec 9>"$TRIXIE_ROOT.lock"
 flock 9  # one run at a time uses the root and its venv
-make_root
+root_is_current || make_root
 install_repository
 run_tests

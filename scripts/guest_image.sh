@@ -108,13 +108,22 @@ pinned_packages() {
     done
 }
 
+# The host packages whose libraries qemu-ga's copy takes along: the agent libraries, libc6, and
+# what they depend on (glib's libpcre2, libffi, libmount, ...), as installed here.
+copied_library_packages() {
+    apt-cache depends --recurse --installed --no-recommends --no-suggests --no-conflicts \
+        --no-breaks --no-replaces --no-enhances "${AGENT_LIBRARIES[@]}" libc6 \
+        | grep -v '^ ' | sort -u
+}
+
 cache_key() {
     local variant=$1 packages=$2
     {
         cat "$0"
         echo "$variant"
         echo "$packages"
-        dpkg-query -W -f='${Package}=${Version}\n' "${AGENT_LIBRARIES[@]}" libc6 \
+        # shellcheck disable=SC2046 # one argument per package
+        dpkg-query -W -f='${Package}=${Version}\n' $(copied_library_packages) \
             "${BOOT_CODE_PACKAGES[@]}"
     } | sha256sum | cut -c1-16
 }

@@ -1,14 +1,16 @@
 #!/bin/sh
 # Build the vCenter simulator launcher (tools/vcsim) offline from Debian's govmomi source.
 # Installs golang-go and golang-github-vmware-govmomi-dev with apt when missing; rebuilds only
-# when the launcher source changed. Prints the binary's path on stdout.
+# when what the binary is built from changed: the launcher's source, this script, or a Debian
+# Go package (the toolchain, govmomi and the libraries it builds with). Prints the binary's
+# path on stdout.
 set -eu
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 source_file="$repo/tools/vcsim/main.go"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/pyrigaud/vcsim"
 binary="$cache/vcsim-launcher"
-stamp="$cache/source.sha256"
+stamp="$cache/inputs.sha256"
 govmomi=/usr/share/gocode/src/github.com/vmware/govmomi/simulator
 
 if ! command -v go >/dev/null 2>&1 || [ ! -d "$govmomi" ]; then
@@ -16,7 +18,14 @@ if ! command -v go >/dev/null 2>&1 || [ ! -d "$govmomi" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-github-vmware-govmomi-dev >&2
 fi
 
-digest=$( (sha256sum "$source_file"; go version) | sha256sum | cut -d' ' -f1)
+# Every Go package builds from /usr/share/gocode or is the toolchain: all their versions count.
+digest=$(
+    {
+        sha256sum "$source_file" "$0"
+        go version
+        dpkg-query -W -f='${Package}=${Version}\n' 'golang-*'
+    } | sha256sum | cut -d' ' -f1
+)
 if [ -x "$binary" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
     echo "$binary"
     exit 0

@@ -63,9 +63,9 @@ def common_settings(info: ValidationInfo) -> CommonSettings | None:
 
 
 class HypervisorCounters(Protocol):
-    """The counts a hypervisor's adapters bump, labelled with the hypervisor. A counter's
-    series shows (at 0) once its callable is taken, at build time, so the first count is a rise
-    a rate sees; a hypervisor shows only the series it takes."""
+    """The counts a hypervisor's adapters bump, labelled with the hypervisor. Every series
+    shows (at 0) from the start, whichever a hypervisor takes, so the first count is a rise a
+    rate sees and a panel shows zero rather than no data."""
 
     @property
     def on_reconnect(self) -> Callable[[], None]:

@@ -297,7 +297,7 @@ class Container(containers.DeclarativeContainer):
         judge=image_judge,
         leftovers=leftovers,
         transfer_metrics=providers.Singleton(
-            PrometheusTransfers, metrics, settings.provided.provider_type
+            PrometheusTransfers, metrics, settings.provided.provider_type, staging.provided.types
         ),
         storage_gate=providers.Singleton(ResolvingGate, settings.provided.staging_gate),
     )

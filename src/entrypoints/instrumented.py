@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from returns.result import Failure, Success
@@ -23,13 +24,28 @@ _Port = TypeVar("_Port")
 
 
 def instrument_backend(backend: Backend, metrics: Metrics) -> Backend:
-    """`backend` with each port it has wrapped by `instrument`; a missing port stays None."""
+    """`backend` with each port it has wrapped by `instrument`; a missing port stays None.
+    The operations of the ports it has are counted (at 0) from the start."""
     ports = {
         field.name: instrument(port, metrics)
         for field in dataclasses.fields(backend)
         if (port := getattr(backend, field.name)) is not None
     }
+    metrics.expect_hypervisor_calls(_operations_of(ports))
     return dataclasses.replace(backend, **ports)
+
+
+def _operations_of(ports: dict[str, object]) -> Iterator[str]:
+    """The methods the port protocols of `ports` declare (Backend's field types)."""
+    declared = typing.get_type_hints(Backend)
+    for name in ports:
+        for protocol in typing.get_args(declared[name]) or (declared[name],):
+            if protocol is not type(None):
+                yield from (
+                    member
+                    for member in dir(protocol)
+                    if not member.startswith("_") and callable(getattr(protocol, member))
+                )
 
 
 def instrument(port: _Port, metrics: Metrics) -> _Port:

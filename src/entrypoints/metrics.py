@@ -7,13 +7,18 @@ collide. Every RPC and every hypervisor call is recorded (`record_rpc`,
 tally, with no lock, and a scrape adds them up. prometheus_client's labelled children took
 eight lock round trips and ~10 µs per Describe, which under 32-way load cost ~10% of the
 server's throughput.
+
+The series an operator's panels and alerts read exist at 0 from the start (each Provider
+RPC's OK count, each port operation's ok count, each transfer's labels, each backend
+counter): a `rate()` or `increase()` sees the first count as a rise, and a panel shows zero
+rather than no data.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -59,6 +64,12 @@ TRANSFER_BUCKETS_BYTES_PER_SECOND = tuple(
     float(mib * MiB) for mib in (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048)
 )
 TRANSFER_LABELS = ("backend", "storage", "direction")
+# The labels whose series exist from the start (with the storages a provider can stage to):
+# both directions, the credential sources that reload, the devices a hardware fallback is
+# counted for.
+DIRECTIONS = ("export", "import")
+RELOADING_CREDENTIAL_SOURCES = ("files", "kubernetes")
+FALLBACK_DEVICES = ("disk_controller", "nic")
 
 
 class _ThreadCounts:
@@ -124,6 +135,13 @@ class CallTally(Collector):
             else:
                 self._ended_threads.absorb(counts)
         self._threads = running
+
+    def expect(self, key: str, outcome: str) -> None:
+        """Show (key, outcome) at 0, and key's histogram empty, until a call is recorded."""
+        with self._joining:
+            ended = self._ended_threads
+            ended.outcomes.setdefault((key, outcome), 0)
+            ended.durations.setdefault(key, [0.0] * (len(LATENCY_BUCKETS_SECONDS) + 2))
 
     def begin(self) -> None:
         """One call in flight until its `record`."""
@@ -235,6 +253,8 @@ class Metrics:
             ["source"],
             registry=self.registry,
         )
+        for source in RELOADING_CREDENTIAL_SOURCES:
+            self.credential_reloads.labels(source)
         self.inventory_resyncs = Counter(
             "pyrigaud_inventory_resyncs",
             "Inventory caches read afresh after their update feed broke, by backend.",
@@ -243,8 +263,8 @@ class Metrics:
         )
         self.hypervisor_round_trips = Counter(
             "pyrigaud_hypervisor_round_trips",
-            "Calls the ports made into the hypervisor's API (vCenter), by backend: what a "
-            "cached answer saves.",
+            "Calls the ports made into the hypervisor's API (libvirt, vCenter), by backend: "
+            "what a cached answer saves.",
             ["backend"],
             registry=self.registry,
         )
@@ -303,6 +323,18 @@ class Metrics:
             registry=self.registry,
         )
 
+    def expect_rpc(self, method: str, *, mutation: bool) -> None:
+        """Show the RPC's OK count at 0 from the start, and a mutation's refusals for load
+        (RESOURCE_EXHAUSTED, which a panel reads by name)."""
+        self.rpcs.expect(method, "OK")
+        if mutation:
+            self.rpcs.expect(method, "RESOURCE_EXHAUSTED")
+
+    def expect_hypervisor_calls(self, operations: Iterable[str]) -> None:
+        """Show each port operation's ok count at 0 from the start."""
+        for operation in operations:
+            self.hypervisor_calls.expect(operation, "ok")
+
     def watch_deferred_aborts(self, count: Callable[[], int]) -> None:
         """Read the staging aborts waiting for their store at scrape time from their owner."""
         self.staging_deferred_aborts.set_function(count)
@@ -319,11 +351,24 @@ class Metrics:
 
 
 class PrometheusTransfers:
-    """The TransferMetrics port on these metrics, for the hypervisor `backend` serving."""
+    """The TransferMetrics port on these metrics, for the hypervisor `backend` serving; its
+    series, for each of the `storages` it can stage to and each direction (and failure phase,
+    and what an export leaves behind), are shown at 0 from the start."""
 
-    def __init__(self, metrics: Metrics, backend: str) -> None:
+    def __init__(self, metrics: Metrics, backend: str, storages: Iterable[str]) -> None:
         self._metrics = metrics
         self._backend = backend
+        for storage in storages:
+            for direction in DIRECTIONS:
+                labels = (backend, storage, direction)
+                metrics.transfer_bytes.labels(*labels)
+                metrics.transfers_in_flight.labels(*labels)
+                metrics.transfer_duration.labels(*labels)
+                metrics.transfer_throughput.labels(*labels)
+                for phase in TransferPhase:
+                    metrics.transfer_failures.labels(*labels, phase.value)
+            for what in LeftBehind:
+                metrics.transfer_left_behind.labels(backend, storage, what.value)
 
     def started(self, direction: str, storage: str) -> None:
         self._metrics.transfers_in_flight.labels(self._backend, storage, direction).inc()
@@ -353,12 +398,17 @@ class PrometheusTransfers:
 
 
 class PrometheusHypervisorCounters:
-    """The HypervisorCounters a builder takes, labelled with the hypervisor `backend`: a
-    series is made (at 0) when its callable is taken."""
+    """The HypervisorCounters a builder takes, labelled with the hypervisor `backend`: every
+    series is shown (at 0) from the start, whether or not this hypervisor counts it."""
 
     def __init__(self, metrics: Metrics, backend: str) -> None:
         self._metrics = metrics
         self._backend = backend
+        metrics.session_reconnects.labels(backend)
+        metrics.inventory_resyncs.labels(backend)
+        metrics.hypervisor_round_trips.labels(backend)
+        for device in FALLBACK_DEVICES:
+            metrics.hardware_fallbacks.labels(backend, device)
 
     @property
     def on_reconnect(self) -> Callable[[], None]:

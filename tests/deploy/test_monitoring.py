@@ -1,8 +1,10 @@
 """deploy/monitoring/: the alert rules pass promtool and their unit tests, the Grafana dashboard
 imports, and every metric either of them reads is one a running `pyrigaud serve` exports.
 
-The metrics are scraped from a real server process on the fake backend after real RPCs and a
-disk export and import through a PVC, with the Accept header Prometheus sends.
+The metrics are scraped from a real server process with the Accept header Prometheus sends: on
+the fake backend after real RPCs and a disk export and import through a PVC, and on each
+backend (the fake, libvirt's test driver, the vSphere simulator) freshly started, before any
+request, where every series a panel or an alert reads must already be there.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import pytest
 import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from pyrigaud.adapters.staging.registry import STAGING_KINDS
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
 from support.e2e import create_vm
-from support.kit import served
+from support.kit import Served, served
+from support.libvirt import isolated_host_uri
+from support.vsphere import shared_simulator
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -309,15 +314,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                 ),
                 timeout=30,
             )
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{server.health_port}/metrics",
-            headers={"Accept": PROMETHEUS_ACCEPT},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            page = response.read().decode()
+        page = scrape(server)
     families = list(text_string_to_metric_families(page))
     sampled = {family.name for family in families if family.samples}
-    # The transfer families carry their labels once a transfer has run.
     assert {
         "pyrigaud_transfer_bytes",
         "pyrigaud_transfers_in_flight",
@@ -327,6 +326,16 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "pyrigaud_transfer_left_behind",
     } <= sampled
     return {family.name: family.type for family in families}
+
+
+def scrape(server: Served) -> str:
+    """/metrics as Prometheus asks for it."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.health_port}/metrics",
+        headers={"Accept": PROMETHEUS_ACCEPT},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return str(response.read().decode())
 
 
 def family_of(series: str, exported: dict[str, str]) -> str | None:
@@ -364,3 +373,120 @@ def test_docs_list_every_exported_family(exported: dict[str, str]) -> None:
     for family, kind in exported.items():
         named = family + "_total" if kind == "counter" else family
         assert f"`{named}`" in docs, f"docs/monitoring.md does not list {named}"
+
+
+# --- a freshly started server: every series read, before any request ------------------------
+
+# Labels Prometheus adds to each series it scrapes, and a histogram bucket's own.
+SCRAPE_LABELS = {"namespace", "job", "instance", "le"}
+SELECTOR = re.compile(r"(?<![\w.:])([a-zA-Z_:][\w:]*)\s*\{([^}]*)\}")
+MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+GROUPED_BY = re.compile(r"\bby\s*\(([^)]*)\)")
+
+
+def series_read(expr: str) -> dict[str, tuple[set[str], set[tuple[str, str]]]]:
+    """Per metric name an expression reads: the labels its series must carry (those its
+    selectors match on and those the expression groups by) and the (label, value) pairs its
+    selectors require exactly (a panel showing one code or one operation)."""
+    grouped = {label.strip() for found in GROUPED_BY.findall(expr) for label in found.split(",")}
+    read: dict[str, tuple[set[str], set[tuple[str, str]]]] = {
+        name: (set(grouped) - SCRAPE_LABELS, set()) for name in metric_names(expr)
+    }
+    for name, matchers in SELECTOR.findall(expr):
+        if name not in read:
+            continue  # a function's braces, never a selector's
+        labels, values = read[name]
+        for label, operator, value in MATCHER.findall(matchers):
+            if label in SCRAPE_LABELS:
+                continue
+            labels.add(label)
+            if operator == "=" and "$" not in value:
+                values.add((label, value))
+    return read
+
+
+def test_series_read_are_told_with_their_labels_and_values() -> None:
+    read = series_read(
+        'sum by (instance, outcome) (rate(c_total{job=~"$job", operation="check",'
+        ' outcome!="ok"}[5m])) / sum(rate(d_total[5m]))'
+    )
+    assert read == {
+        "c_total": ({"outcome", "operation"}, {("operation", "check")}),
+        "d_total": ({"outcome"}, set()),
+    }
+
+
+@pytest.fixture(params=["fake", "libvirt", "vsphere"])
+def fresh_samples(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[str, list[tuple[str, dict[str, str]]]]:
+    """(backend, every (series, labels) on /metrics) of `pyrigaud serve` on the backend,
+    scraped as soon as it is ready, before any RPC."""
+    backend = request.param
+    env = {
+        "fake": lambda: {"PROVIDER_TYPE": "fake"},
+        "libvirt": lambda: {
+            "PROVIDER_TYPE": "libvirt",
+            "PROVIDER_ENDPOINT": isolated_host_uri(tmp_path),
+            "LIBVIRT_DOMAIN_TYPE": "test",
+        },
+        "vsphere": lambda: shared_simulator().serve_environ(),
+    }[backend]()
+    with served(env, tmp_path) as server:
+        page = scrape(server)
+    samples = [
+        (sample.name, dict(sample.labels))
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+    ]
+    return backend, samples
+
+
+def test_a_fresh_server_has_every_series_the_dashboard_and_the_alerts_read(
+    fresh_samples: tuple[str, list[tuple[str, dict[str, str]]]],
+) -> None:
+    backend, samples = fresh_samples
+    expressions = [
+        *dashboard_queries(),
+        *((f"alert {rule['alert']}", rule["expr"]) for rule in rules()),
+    ]
+    missing = []
+    for where, expr in expressions:
+        for name, (labels, values) in series_read(expr).items():
+            if name in PROMETHEUS_OWN:
+                continue
+            if not any(
+                series == name and labels <= shown.keys() and values <= shown.items()
+                for series, shown in samples
+            ):
+                missing.append((where, name, sorted(labels), sorted(values)))
+    assert not missing, f"{backend}: not on a fresh /metrics: {missing}"
+    # The label sets an operator's panels and alerts need, each at 0.
+    present = {(series, frozenset(shown.items())) for series, shown in samples}
+    wanted = [
+        (f"pyrigaud_{counter}_total", {"backend": backend})
+        for counter in ("inventory_resyncs", "hypervisor_round_trips", "session_reconnects")
+    ]
+    wanted += [
+        ("pyrigaud_hardware_fallbacks_total", {"backend": backend, "device": device})
+        for device in ("disk_controller", "nic")
+    ]
+    for storage in STAGING_KINDS:  # every one: the test command installs what each needs
+        for direction in ("export", "import"):
+            labels = {"backend": backend, "storage": storage, "direction": direction}
+            wanted += [
+                ("pyrigaud_transfer_bytes_total", labels),
+                ("pyrigaud_transfers_in_flight", labels),
+                ("pyrigaud_transfer_duration_seconds_count", labels),
+                ("pyrigaud_transfer_throughput_bytes_per_second_count", labels),
+            ]
+            wanted += [
+                ("pyrigaud_transfer_failures_total", {**labels, "phase": phase})
+                for phase in ("open", "read", "write", "verify", "commit")
+            ]
+    absent = [
+        (series, labels)
+        for series, labels in wanted
+        if (series, frozenset(labels.items())) not in present
+    ]
+    assert not absent, f"{backend}: not on a fresh /metrics: {absent}"

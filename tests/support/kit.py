@@ -45,6 +45,8 @@ def served(env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
         [*PYRIGAUD, "serve", f"--port={port}", f"--health-port={health_port}"],
         env={
             "PATH": os.environ.get("PATH", ""),
+            # The pyrigaud this test imports, where a path chooses it over the installed one.
+            **{key: os.environ[key] for key in ("PYTHONPATH",) if key in os.environ},
             "HOME": str(tmp_path),
             "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
             "VIRTRIGAUD_PROVIDER_INSECURE": "true",

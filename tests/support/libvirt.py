@@ -7,7 +7,7 @@ the disk or the network, so each test gets a clean hypervisor.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ def libvirt_test_backend(
     owner: str = TRANSFER_OWNER,
     scratch_dir: str | None = None,
     hardware_fallbacks: FallbackCounts | None = None,
+    on_resync: Callable[[], None] = lambda: None,
 ) -> Backend:
     """The libvirt backend as the container builds it, with the defaults the suites share."""
     return build_libvirt_backend(
@@ -92,6 +93,7 @@ def libvirt_test_backend(
         volume_writer=volume_writer,
         scratch_dir=scratch_dir,
         hardware_fallbacks=hardware_fallbacks,
+        on_resync=on_resync,
     )
 
 

@@ -50,16 +50,18 @@ def test_the_backend_is_chosen_by_provider_type() -> None:
     assert adapter_package(fake) == "fake"
 
 
-def test_a_hypervisor_shows_the_series_of_the_counters_it_takes_from_start_up() -> None:
-    """libvirt counts reconnects (at 0 before the first); the fake counts none."""
-    libvirt = Container(settings=load_settings({}))
-    libvirt.backend()
-    exposed = libvirt.metrics().exposition()[0].decode()
-    assert 'pyrigaud_session_reconnects_total{backend="libvirt"} 0.0' in exposed
-    assert 'pyrigaud_inventory_resyncs_total{backend="libvirt"}' not in exposed
-    fake = Container(settings=load_settings({"PROVIDER_TYPE": "fake"}))
-    fake.backend()
-    assert 'backend="fake"' not in fake.metrics().exposition()[0].decode()
+def test_every_hypervisor_shows_its_counters_at_zero_from_start_up() -> None:
+    """Whichever counters a hypervisor takes: panels show zero rather than no data."""
+    for provider_type in ("libvirt", "fake"):
+        container = Container(settings=load_settings({"PROVIDER_TYPE": provider_type}))
+        container.backend()
+        exposed = container.metrics().exposition()[0].decode()
+        for counter in ("session_reconnects", "inventory_resyncs", "hypervisor_round_trips"):
+            assert f'pyrigaud_{counter}_total{{backend="{provider_type}"}} 0.0' in exposed
+        assert (
+            f'pyrigaud_hardware_fallbacks_total{{backend="{provider_type}",device="nic"}} 0.0'
+            in exposed
+        )
 
 
 def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:

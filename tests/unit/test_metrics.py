@@ -19,7 +19,12 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
 from pyrigaud.entrypoints.instrumented import instrument, instrument_backend
-from pyrigaud.entrypoints.metrics import LATENCY_BUCKETS_SECONDS, Metrics
+from pyrigaud.entrypoints.metrics import (
+    LATENCY_BUCKETS_SECONDS,
+    Metrics,
+    PrometheusHypervisorCounters,
+    PrometheusTransfers,
+)
 
 from support import ManualClock
 from support.e2e import CLASS_JSON, start_provider
@@ -273,3 +278,55 @@ def test_what_ended_threads_recorded_is_kept_in_one_total() -> None:
     # Only threads still running keep counts of their own (private: the bound is the point).
     assert len(metrics.rpcs._threads) == 1
     assert len(metrics.hypervisor_calls._threads) == 1
+
+
+def test_the_series_panels_and_alerts_read_are_at_zero_before_anything_happens() -> None:
+    metrics = Metrics()
+    PrometheusTransfers(metrics, "libvirt", ("pvc", "s3", "nfs"))
+    PrometheusHypervisorCounters(metrics, "libvirt")
+    metrics.expect_hypervisor_calls(["check", "describe"])
+    sample = metrics.registry.get_sample_value
+    assert calls(metrics, "check", "ok") == 0
+    assert sample("pyrigaud_hypervisor_call_duration_seconds_count", {"operation": "check"}) == 0
+    for counter in ("hypervisor_round_trips", "inventory_resyncs", "session_reconnects"):
+        assert sample(f"pyrigaud_{counter}_total", {"backend": "libvirt"}) == 0, counter
+    for device in ("disk_controller", "nic"):
+        labels = {"backend": "libvirt", "device": device}
+        assert sample("pyrigaud_hardware_fallbacks_total", labels) == 0
+    assert sample("pyrigaud_credential_reloads_total", {"source": "files"}) == 0
+    for storage in ("pvc", "s3", "nfs"):
+        for direction in ("export", "import"):
+            labels = {"backend": "libvirt", "storage": storage, "direction": direction}
+            assert sample("pyrigaud_transfer_bytes_total", labels) == 0
+            assert sample("pyrigaud_transfers_in_flight", labels) == 0
+            assert sample("pyrigaud_transfer_duration_seconds_count", labels) == 0
+            assert sample("pyrigaud_transfer_throughput_bytes_per_second_count", labels) == 0
+            assert sample("pyrigaud_transfer_failures_total", {**labels, "phase": "verify"}) == 0
+        left = {"backend": "libvirt", "storage": storage, "what": "tpm"}
+        assert sample("pyrigaud_transfer_left_behind_total", left) == 0
+
+
+def test_a_call_expected_at_zero_counts_from_there() -> None:
+    metrics = Metrics()
+    metrics.expect_hypervisor_calls(["check"])
+    metrics.record_hypervisor_call("check", "ok", 0.002)
+    metrics.expect_hypervisor_calls(["check"])  # a second backend built: nothing is reset
+    assert calls(metrics, "check", "ok") == 1
+    assert (
+        metrics.registry.get_sample_value(
+            "pyrigaud_hypervisor_call_duration_seconds_bucket",
+            {"operation": "check", "le": "0.0025"},
+        )
+        == 1
+    )
+
+
+def test_a_served_provider_shows_each_rpc_and_each_port_operation_before_any_request() -> None:
+    metrics = Metrics()
+    with served_on_fake(metrics):
+        assert requests(metrics, "Describe", "OK") == 0
+        assert rpc_count(metrics, "Describe") == 0
+        assert requests(metrics, "Create", "RESOURCE_EXHAUSTED") == 0  # refused for load
+        assert requests(metrics, "Describe", "RESOURCE_EXHAUSTED") is None  # never refused
+        assert calls(metrics, "check", "ok") == 0
+        assert calls(metrics, "describe", "ok") == 0

@@ -68,6 +68,7 @@ class RpcRecord(_Layer):
     def wrap(self, rpc: AnyRpc, behaviour: _Behaviour) -> _Behaviour:
         name, level = rpc.name, logging.INFO if rpc.mutation else logging.DEBUG
         began, count = self._metrics.rpc_began, self._metrics.record_rpc
+        self._metrics.expect_rpc(name, mutation=rpc.mutation)
 
         def recorded(request: Any, context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()

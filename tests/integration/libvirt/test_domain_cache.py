@@ -259,6 +259,49 @@ def test_a_connection_closed_under_the_adapter_is_replaced(
     eventually(lambda: described(backend, vm_id).power_state is PowerState.OFF)
 
 
+class Tally:
+    """A counter callback, as the metrics give the adapters."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def test_a_describe_the_cache_answers_makes_no_round_trip_and_a_new_feed_is_a_resync(
+    other: Any, gate: EventGate
+) -> None:
+    round_trips, resyncs = Tally(), Tally()
+    connection = LibvirtConnection(URI, on_round_trip=round_trips)
+    backend = libvirt_test_backend(
+        connection,
+        ManualClock(),
+        domain_type="test",
+        pools=PoolSettings(default_pool="default-pool"),
+        on_resync=resyncs,
+    )
+    try:
+        ok(backend.inventory.list_vms())  # subscribes, after the gate
+        vm_id = create(backend, "round-trips")
+        gate.settle()  # the "defined" event, which drops the view, is behind us
+        before = round_trips.count
+        described(backend, vm_id)  # our own write dropped it: read from libvirt
+        assert round_trips.count == before + 1
+        described(backend, vm_id)
+        described(backend, vm_id)
+        assert round_trips.count == before + 1  # answered from the cache
+        ok(backend.power.power_on(vm_id))
+        assert round_trips.count == before + 2
+        assert resyncs.count == 0  # the first feed is no resync
+        connection.close()  # as a dropped daemon connection would be replaced
+        described(backend, vm_id)
+        assert resyncs.count == 1
+        assert round_trips.count == before + 3  # nothing from before survives: read again
+    finally:
+        connection.close()
+
+
 def test_addresses_come_from_the_background_once_known(backend: Backend, other: Any) -> None:
     vm_id = create(backend, "addresses")
     ok(backend.power.power_on(vm_id))

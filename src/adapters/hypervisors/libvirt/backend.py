@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyrigaud.adapters.hypervisors.libvirt.capabilities import LibvirtCapabilities
 from pyrigaud.adapters.hypervisors.libvirt.cloning import LibvirtCloning
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
@@ -41,6 +43,7 @@ def build_libvirt_backend(
     volume_writer: VolumeWriter = upload_volume,
     scratch_dir: str | None = None,
     hardware_fallbacks: FallbackCounts | None = None,
+    on_resync: Callable[[], None] = lambda: None,
 ) -> Backend:
     """Every port on `connection`, thread-safe; the only state kept is a cache of what libvirt
     says (domain_cache.py), kept current by libvirt's events and by the ports' own writes.
@@ -50,7 +53,9 @@ def build_libvirt_backend(
     transfers as this provider's, for the sweep; `volume_writer` puts bytes into a volume (a
     libvirt stream unless a test's driver cannot stream); `scratch_dir` is where a snapshot's
     export keeps its anonymous scratch files (None: the system's temporary directory);
-    `hardware_fallbacks` counts the devices a migrated guest gets for want of an equivalent.
+    `hardware_fallbacks` counts the devices a migrated guest gets for want of an equivalent;
+    `on_resync` is told each time the domain cache is read afresh because its connection's
+    event feed broke.
     """
     inventory: LibvirtInventory
     # The cache fills itself by the inventory's listing, which reads through the cache: the
@@ -58,6 +63,7 @@ def build_libvirt_backend(
     domains = DomainCache(
         guest_addresses,
         warm_up=lambda conn: inventory.warm_up(conn),  # noqa: PLW0108
+        on_resync=on_resync,
     )
     connection.on_close(domains.detach)
     host = LibvirtHost(

@@ -94,7 +94,8 @@ class LibvirtConnection:
     """Opens lazily (construction never fails), so an unreachable host is an answer, not a crash.
 
     `opener` replaces libvirt's authenticated open (tests count calls with it);
-    `on_reconnect` is told each time a lost connection is opened again (a metric).
+    `on_reconnect` is told each time a lost connection is opened again, `on_round_trip` each
+    call into libvirt's API (one request or more), as `count_round_trip` (metrics).
     Hooks added with `on_close` see each raw connection just before it is closed.
     """
 
@@ -107,6 +108,7 @@ class LibvirtConnection:
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
         slot_wait_seconds: float = CALL_SLOT_WAIT_SECONDS,
         on_reconnect: Callable[[], None] = lambda: None,
+        on_round_trip: Callable[[], None] = lambda: None,
         opener: Opener | None = None,
     ) -> None:
         self.uri = display_uri(uri)
@@ -120,20 +122,27 @@ class LibvirtConnection:
         self._max_concurrent_calls = max_concurrent_calls
         self._slot_wait_seconds = slot_wait_seconds
         self._on_reconnect = on_reconnect
+        self.count_round_trip = on_round_trip
         self._handle: Reopening[VirConnect] = Reopening(self._open)
         self._opened_before = False
         self._hooks_lock = threading.Lock()
         self._close_hooks: list[weakref.WeakMethod[CloseHook]] = []
 
     def call(
-        self, action: Callable[[VirConnect], T], *, once: bool = False
+        self, action: Callable[[VirConnect], T], *, once: bool = False, from_cache: bool = False
     ) -> Result[T, ProviderError]:
         """Run `action` on the live connection; once more on a fresh one if it died meanwhile,
         unless `once` (an action that consumes a stream cannot start over).
 
+        Each call is counted as a round trip into libvirt, unless `from_cache`: an action that
+        may answer from the domain cache counts its own reads of libvirt (`count_round_trip`),
+        so that a cache hit makes none.
+
         At most `max_concurrent_calls` run at once; the others wait for a slot. Busy slots and
         a host that cannot be reached are Failures; what `action` raises rises to the edge.
         """
+        if not from_cache:
+            self.count_round_trip()
         if not self._slots.acquire(timeout=self._slot_wait_seconds):
             return Failure(
                 ProviderError.resource_exhausted(

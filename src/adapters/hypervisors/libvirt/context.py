@@ -55,6 +55,15 @@ class LibvirtHost:
         """`action` on the live connection, at the edge: a libvirtError says what was `doing`."""
         return self.attempt(doing, lambda: flatten(self.connection.call(action)))
 
+    def read_through_cache(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
+        """`run` for a read the domain cache may answer: `action` counts its own call into
+        libvirt (`count_round_trip`) when it reads libvirt; a cache hit makes none."""
+        return self.attempt(doing, lambda: flatten(self.connection.call(action, from_cache=True)))
+
+    def count_round_trip(self) -> None:
+        """A `read_through_cache` action read libvirt: one round trip (or more)."""
+        self.connection.count_round_trip()
+
     def run_once(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`run`, never started over on a reopened connection: for an action that consumes a
         stream of bytes, which a second start would take up part-way."""

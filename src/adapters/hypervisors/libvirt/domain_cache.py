@@ -128,11 +128,14 @@ class DomainCache:
         tick_seconds: float = TICK_SECONDS,
         refreshes_per_tick: int = REFRESHES_PER_TICK,
         address_max_age_seconds: float = ADDRESS_MAX_AGE_SECONDS,
+        on_resync: Callable[[], None] = lambda: None,
     ) -> None:
         """`read_addresses` may block on a guest agent: only the refresher and a first read
         of a domain never seen running call it. `warm_up` reads every domain through the
         cache (a listing that gives up if `claim_warm_up` says another listing came first); the
-        background thread runs it once per new connection."""
+        background thread runs it once per new connection. `on_resync` is told each time the
+        cache starts afresh on a new connection after an earlier one fed it events: their feed
+        broke (the connection died or was replaced), and everything is read again (a metric)."""
         self._read_addresses = read_addresses
         self._warm_up = warm_up
         self._cold: VirConnect | None = None  # a new connection no listing has read yet
@@ -146,6 +149,8 @@ class DomainCache:
         self._conn: VirConnect | None = None
         self._callback_ids: list[int] = []
         self._caching = False  # events arrive from self._conn: views may be kept
+        self._fed_before = False  # some connection has fed this cache events
+        self._on_resync = on_resync
         self._views: dict[str, DomainView] = {}
         self._addresses: dict[str, _Addresses] = {}
         self._sequence = 0
@@ -172,6 +177,7 @@ class DomainCache:
         if old is not None:
             _deregister(old, old_ids)
         ids = self._register(conn)
+        resynced = False
         with self._lock:
             current = self._conn is conn
             if current:
@@ -179,8 +185,12 @@ class DomainCache:
                 self._caching = ids is not None
                 self._reset_locked()  # what was loaded while registering may have missed events
                 self._cold = conn if self._caching else None
+                resynced = self._caching and self._fed_before
+                self._fed_before = self._fed_before or self._caching
         if not current and ids:  # replaced meanwhile: its successor registers itself
             _deregister(conn, ids)
+        if resynced:
+            self._on_resync()
         self._start_refresher()
         self._wake.set()
 

@@ -87,12 +87,14 @@ class LibvirtInventory:
         self._listing = threading.Lock()
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
-        """From the cache when it holds the VM (no libvirt call at all), else read and kept."""
+        """From the cache when it holds the VM (no libvirt call at all, none counted), else
+        read, kept and counted as one round trip."""
 
         def describe(conn: VirConnect) -> VMDescription | None:
             self._domains.attach(conn)
             view, dom = self._domains.view(vm_id), None
             if view is None or view.live is None:
+                self._host.count_round_trip()
                 guest = Guest.lookup(conn, vm_id)
                 if guest is None:
                     return None
@@ -108,7 +110,9 @@ class LibvirtInventory:
                 raw=_raw(view.facts.uuid, live, view.state, persistent=view.facts),
             )
 
-        return self._host.run(f"describe {vm_id!r}", lambda conn: Success(describe(conn)))
+        return self._host.read_through_cache(
+            f"describe {vm_id!r}", lambda conn: Success(describe(conn))
+        )
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
         """Read from libvirt, never the cache: Reconfigure decides from it what to change."""
@@ -174,13 +178,15 @@ class LibvirtInventory:
     def _last_addresses(
         self, conn: VirConnect, view: DomainView, dom: VirDomain | None
     ) -> tuple[str, ...]:
-        """The guest's last known addresses; read now only if never read since it started."""
+        """The guest's last known addresses; read now only if never read since it started (a
+        round trip, counted unless the domain `dom` was just read)."""
         if not view.running:
             return ()
         known = self._domains.addresses(view.facts.uuid)
         if known is not None:
             return known
         if dom is None:
+            self._host.count_round_trip()
             guest = Guest.lookup(conn, view.facts.uuid)
             dom = guest.dom if guest is not None else None
         return self._domains.read_addresses(view.facts.uuid, dom) if dom is not None else ()

@@ -35,8 +35,10 @@ class LibvirtSettings(BaseModel):
 
 def build(common: CommonSettings, own: LibvirtSettings, services: BackendServices) -> Backend:
     """Remote (`qemu+ssh://`, `qemu+libssh://`) endpoints take their SSH key, known_hosts and
-    password from the credentials; each reopen after a lost connection is counted, and each
-    device a migrated guest gets for want of an equivalent."""
+    password from the credentials; each reopen after a lost connection is counted, each call
+    into libvirt the ports make (a Describe the domain cache answers makes none), each time the
+    domain cache is read afresh because its event feed broke, and each device a migrated guest
+    gets for want of an equivalent."""
     from pyrigaud.adapters.hypervisors.libvirt.backend import (  # noqa: PLC0415
         build_libvirt_backend,
     )
@@ -56,6 +58,7 @@ def build(common: CommonSettings, own: LibvirtSettings, services: BackendService
         verify_host_key=not own.insecure_skip_host_key_verification,
         max_concurrent_calls=own.max_concurrent_calls,
         on_reconnect=services.counters.on_reconnect,
+        on_round_trip=services.counters.on_round_trip,
     )
     return build_libvirt_backend(
         connection,
@@ -70,6 +73,7 @@ def build(common: CommonSettings, own: LibvirtSettings, services: BackendService
             disk_controller=services.counters.on_hardware_fallback(DISK_CONTROLLER_DEVICE),
             nic=services.counters.on_hardware_fallback(NIC_DEVICE),
         ),
+        on_resync=services.counters.on_resync,
     )
 
 
