@@ -16,6 +16,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from support.guest import guest_image
 from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
 from support.replica import Replica
+from support.vsphere import SIMULATOR_DATASTORE, shared_simulator
 
 # Not support.qemu's pool: other QEMU suites sweep that one whole while they run.
 GUEST_POOL = "pyrigaud-guest"
@@ -80,3 +81,20 @@ def prepared_image(provider: Replica, image: Path) -> str:
     prepared = provider.stub.ImagePrepare(request, timeout=300)
     assert prepared.prepared_image_path, prepared
     return prepared.prepared_image_path
+
+
+@pytest.fixture(scope="module")
+def vsphere(
+    migration_root: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Replica]:
+    """`pyrigaud serve` on the vSphere simulator, mounting the same PVCs as the libvirt one."""
+    name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    environ = shared_simulator().serve_environ(
+        PROVIDER_DEFAULT_DATASTORE=SIMULATOR_DATASTORE,
+        PROVIDER_NAMESPACE="ns",
+        PROVIDER_NAME=f"{name}-vsphere",
+        PYRIGAUD_MIGRATION_STORAGE_ROOT=str(migration_root),
+    )
+    replica = Replica(environ, tmp_path_factory.mktemp(f"{name}-vsphere"))
+    yield replica
+    replica.stop()

@@ -14,7 +14,6 @@ import hashlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +25,12 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 from support.guest import READY, console
 from support.migration import TRANSFER_SECONDS, Storage, manager_image_json, manager_storage
 from support.replica import Replica
-from support.vsphere import shared_simulator
+from support.vsphere import SIMULATOR_DATASTORE
 
 pytestmark = pytest.mark.timeout(900)
 
 CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
 BOOT_SECONDS = 120
-DATASTORE = "LocalDS_0"
-
-
-@pytest.fixture(scope="module")
-def vsphere(migration_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    """`pyrigaud serve` on the vSphere simulator, mounting the same PVCs as the libvirt one."""
-    environ = shared_simulator().serve_environ(
-        PROVIDER_DEFAULT_DATASTORE=DATASTORE,
-        PROVIDER_NAMESPACE="ns",
-        PROVIDER_NAME="cross-vsphere",
-        PYRIGAUD_MIGRATION_STORAGE_ROOT=str(migration_root),
-    )
-    replica = Replica(environ, tmp_path_factory.mktemp("cross-vsphere"))
-    yield replica
-    replica.stop()
 
 
 def _migrate(
@@ -155,7 +139,7 @@ def test_the_guest_goes_to_vsphere_and_back_and_boots(
             target_name="cross-vs",
             import_format="qcow2",
         )
-        assert on_vsphere.path.startswith(f"[{DATASTORE}] ")
+        assert on_vsphere.path.startswith(f"[{SIMULATOR_DATASTORE}] ")
         kvm.Delete(pb.DeleteRequest(id=source), timeout=300)
         made.remove((kvm, source))
         vs_vm = _create_from(vs, "cross-vs", on_vsphere, "vmdk")

@@ -48,7 +48,6 @@ from support.vsphere import shared_simulator
 
 pytestmark = pytest.mark.timeout(1800)
 
-DATASTORE = "LocalDS_0"
 BOOT_SECONDS = 300  # bounds on waits (software emulation on two busy cores), not speed checks
 MARKER_SECONDS = 240
 # The VMClass CRD's default firmware: what the manager sends when nobody chose one.
@@ -66,20 +65,6 @@ BORN_ON_VSPHERE = {
     "lsisas": (DiskController.LSI_LOGIC_SAS, NicModel.E1000E, "s3"),
     "ahci": (DiskController.SATA, NicModel.E1000, "nfs"),
 }
-
-
-@pytest.fixture(scope="module")
-def vsphere(migration_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    """`pyrigaud serve` on the vSphere simulator, mounting the same PVCs as the libvirt one."""
-    environ = shared_simulator().serve_environ(
-        PROVIDER_DEFAULT_DATASTORE=DATASTORE,
-        PROVIDER_NAMESPACE="ns",
-        PROVIDER_NAME="hardware-vsphere",
-        PYRIGAUD_MIGRATION_STORAGE_ROOT=str(migration_root),
-    )
-    replica = Replica(environ, tmp_path_factory.mktemp("hardware-vsphere"))
-    yield replica
-    replica.stop()
 
 
 class Made:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -23,3 +24,11 @@ def backend(simulator: Simulator) -> Iterator[Backend]:
     before = {vm.id for vm in ports.inventory.list_vms().unwrap()}
     yield ports
     remove_vms_made_since(ports, before)
+
+
+@pytest.fixture
+def instance(simulator: Simulator) -> Iterator[Any]:
+    """A logged-in service instance of the simulator, for a test's own pyVmomi calls."""
+    session = simulator.session()
+    yield session.call(lambda connection: connection)
+    session.close()

@@ -33,17 +33,10 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, Placement, VMClass,
 from contract.harness import made
 from support import error_of, ok
 from support.ova import DATASTORE, stream_optimized_vmdk
-from support.vsphere import Simulator, vim, vm_ref
+from support.vsphere import vim, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-disk-import")
 RAW = random.Random(20261203).randbytes(1024 * 1024)
-
-
-@pytest.fixture
-def instance(simulator: Simulator) -> Iterator[Any]:
-    session = simulator.session()
-    yield session.call(lambda connection: connection)
-    session.close()
 
 
 @pytest.fixture

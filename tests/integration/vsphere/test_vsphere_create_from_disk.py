@@ -4,7 +4,6 @@ except from a VM still marked as building (a crashed Create), which leaves it fo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,13 +31,6 @@ from support.vsphere import Simulator, create_use_case, running_simulator, vim, 
 
 OWNER = OwnerMark(provider="tests/vsphere-disk-vm")
 CONTENT = raw_image(64 * 1024)
-
-
-@pytest.fixture
-def instance(simulator: Simulator) -> Iterator[Any]:
-    session = simulator.session()
-    yield session.call(lambda connection: connection)
-    session.close()
 
 
 def _imported_disk(simulator: Simulator, instance: Any, name: str) -> str:

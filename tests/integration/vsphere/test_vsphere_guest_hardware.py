@@ -82,13 +82,6 @@ def backend(simulator: Simulator, fallbacks: Counted) -> Iterator[Backend]:
     remove_vms_made_since(ports, before)
 
 
-@pytest.fixture
-def instance(simulator: Simulator) -> Iterator[Any]:
-    session = simulator.session()
-    yield session.call(lambda connection: connection)
-    session.close()
-
-
 def _imported_disk(simulator: Simulator, instance: Any, name: str) -> str:
     path = f"[{DATASTORE}] {name}/{name}.vmdk"
     write_datastore_file(simulator, instance, path, raw_image(64 * 1024))

@@ -66,13 +66,6 @@ def images_backend(simulator: Simulator) -> Backend:
     )
 
 
-@pytest.fixture
-def instance(simulator: Simulator) -> Iterator[Any]:
-    session = simulator.session()
-    yield session.call(lambda connection: connection)
-    session.close()
-
-
 @pytest.fixture(scope="module")
 def disk(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
     return tiny_disk(tmp_path_factory.mktemp("ova"))

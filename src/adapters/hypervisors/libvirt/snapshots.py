@@ -13,6 +13,7 @@ still libvirt's.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from typing import Any
 
 import libvirt
@@ -48,35 +49,42 @@ class LibvirtSnapshots:
         )
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def delete(conn: VirConnect, guest: Guest) -> Result[None, ProviderError]:
-            def deleted(snapshot: Any) -> Result[None, ProviderError]:
-                if overlays_of(snapshot):
-                    return delete_overlay_snapshot(conn, guest, snapshot, self._host.clock)
-                snapshot.delete(0)
-                return Success(None)
+        def deleted(conn: VirConnect, guest: Guest, snapshot: Any) -> Result[None, ProviderError]:
+            if overlays_of(snapshot):
+                return delete_overlay_snapshot(conn, guest, snapshot, self._host.clock)
+            snapshot.delete(0)
+            return Success(None)
 
-            return find_snapshot(guest, snapshot_id).bind(deleted)
-
-        return self._host.mutate(
-            vm_id,
-            f"delete snapshot {snapshot_id!r} of {vm_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).bind(lambda guest: delete(conn, guest)),
-        )
+        doing = f"delete snapshot {snapshot_id!r} of {vm_id!r}"
+        return self._on_snapshot(vm_id, snapshot_id, doing, deleted)
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        def revert(conn: VirConnect, guest: Guest) -> Result[None, ProviderError]:
-            def reverted(snapshot: Any) -> Result[None, ProviderError]:
-                if overlays_of(snapshot):
-                    return revert_overlay_snapshot(conn, guest, snapshot)
-                guest.dom.revertToSnapshot(snapshot, 0)
-                return Success(None)
+        def reverted(conn: VirConnect, guest: Guest, snapshot: Any) -> Result[None, ProviderError]:
+            if overlays_of(snapshot):
+                return revert_overlay_snapshot(conn, guest, snapshot)
+            guest.dom.revertToSnapshot(snapshot, 0)
+            return Success(None)
 
-            return find_snapshot(guest, snapshot_id).bind(reverted)
+        doing = f"revert {vm_id!r} to snapshot {snapshot_id!r}"
+        return self._on_snapshot(vm_id, snapshot_id, doing, reverted)
 
+    def _on_snapshot(
+        self,
+        vm_id: str,
+        snapshot_id: str,
+        doing: str,
+        act: Callable[[VirConnect, Guest, Any], Result[None, ProviderError]],
+    ) -> Result[None, ProviderError]:
+        """`act` on the VM's snapshot of that name (an internal one, or pyrigaud's overlays),
+        as one mutation of the VM."""
         return self._host.mutate(
             vm_id,
-            f"revert {vm_id!r} to snapshot {snapshot_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).bind(lambda guest: revert(conn, guest)),
+            doing,
+            lambda conn: Guest.by_id(conn, vm_id).bind(
+                lambda guest: find_snapshot(guest, snapshot_id).bind(
+                    lambda snapshot: act(conn, guest, snapshot)
+                )
+            ),
         )
 
 
