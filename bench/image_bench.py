@@ -77,6 +77,7 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
+from support import present
 from support.transfer import IMAGE_JUDGE, disk_moves, export_disk, import_disk
 from support.vsphere import SIMULATOR_DATASTORE, backend_over, create_use_case, running_simulator
 
@@ -141,7 +142,6 @@ def _libvirt(
         pools=PoolSettings(default_pool=POOL, default_pool_path=str(POOL_PATH)),
         allow_loopback_urls=False,
         image_judge=IMAGE_JUDGE,
-        staging_types=staging.types,
         transfer_owner=OWNER,
     )
     moves = disk_moves(backend, staging)
@@ -156,13 +156,13 @@ def _libvirt(
         seconds, rss, imported = measured(lambda: unwrapped(staged_import()))  # noqa: B023
         floor_file = POOL_PATH / f"bench-floor-{staged}.qcow2"
         source = folder / f"in.{staged}"
-        convert = ["convert", "-f", staged, "-O", "qcow2", source, floor_file]
+        convert: list[str | Path] = ["convert", "-f", staged, "-O", "qcow2", source, floor_file]
         floor = timed(lambda: qemu_img(*convert))  # noqa: B023
         floor_file.unlink()
         rows.append(row(f"import {staged}", seconds, floor, imported.actual_size_bytes, rss / MiB))
     base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
-    with raw.open("rb") as source:
-        upload_volume(conn, base, iter(lambda: source.read(CHUNK), b""))
+    with raw.open("rb") as raw_bytes:
+        upload_volume(conn, base, iter(lambda: raw_bytes.read(CHUNK), b""))
     request = CreateRequest(
         name="pyrigaud-bench-images",
         vm_class=VMClass(cpu=1, memory_mib=256),
@@ -171,9 +171,9 @@ def _libvirt(
     vm_id = made(backend.tasks, backend.lifecycle.start_create(request, OwnerMark(provider=OWNER)))
     try:
         snapshot = unwrapped(
-            backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="bench"))
+            present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=vm_id, name="bench"))
         )
-        disk = unwrapped(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).path
+        disk = unwrapped(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=vm_id))).path
         url = place.url("out.qcow2")
         seconds, rss, exported = measured(
             lambda: unwrapped(
@@ -198,10 +198,16 @@ def _vsphere(stack: ExitStack, place: PvcFolder, staging: Any) -> list[Row]:
     row = functools.partial(Row, "vsphere")
     folder = place.folder
     rows = []
-    stream_optimized = ["-O", "vmdk", "-o", "subformat=streamOptimized"]
-    read_whole = ["-n", "-f", "vmdk", "--target-image-opts", folder / "in.vmdk"]
+    stream_optimized: list[str | Path] = ["-O", "vmdk", "-o", "subformat=streamOptimized"]
+    read_whole: list[str | Path] = ["-n", "-f", "vmdk", "--target-image-opts", folder / "in.vmdk"]
     null_sink = f"driver=null-co,size={_virtual_size(folder / 'in.vmdk')}"
-    into_vmdk = ["-f", "qcow2", *stream_optimized, folder / "in.qcow2", folder / "floor.vmdk"]
+    into_vmdk: list[str | Path] = [
+        "-f",
+        "qcow2",
+        *stream_optimized,
+        folder / "in.qcow2",
+        folder / "floor.vmdk",
+    ]
     floors = {
         "qcow2": lambda: qemu_img("convert", *into_vmdk),
         "vmdk": lambda: qemu_img("convert", *read_whole, null_sink),

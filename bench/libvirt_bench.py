@@ -67,7 +67,6 @@ from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
-from pyrigaud.adapters.staging.registry import staging_by_type
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -406,7 +405,6 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
         pools=PoolSettings(),
         allow_loopback_urls=False,
         image_judge=InspectingJudge(load_settings({}).max_image_virtual_bytes),
-        staging_types=staging_by_type("bench", SystemClock()).types,
         transfer_owner="bench",
     )
     backend.health.check()  # opens the connection (parses the host) outside the measurements

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import io
 import json
@@ -458,16 +459,15 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
         vsphere_times: list[float] = []
         fake_times: list[float] = []
         for vm_id in chosen:
-            vsphere_times += timed(
-                lambda vm_id=vm_id: stub.Describe(pb.DescribeRequest(id=vm_id), timeout=60), 1
-            ).latencies
+            vsphere_call = functools.partial(
+                stub.Describe, pb.DescribeRequest(id=vm_id), timeout=60
+            )
+            vsphere_times += timed(vsphere_call, 1).latencies
             fake_id = rng.choice(fake_ids)
-            fake_times += timed(
-                lambda fake_id=fake_id: fake_stub.Describe(
-                    pb.DescribeRequest(id=fake_id), timeout=60
-                ),
-                1,
-            ).latencies
+            fake_call = functools.partial(
+                fake_stub.Describe, pb.DescribeRequest(id=fake_id), timeout=60
+            )
+            fake_times += timed(fake_call, 1).latencies
         per_describe = (server.round_trips() - round_trips_before) / calls
         describes["gRPC"] = Timings(sorted(vsphere_times), float("nan"))
         describes["fake gRPC"] = Timings(sorted(fake_times), float("nan"))
@@ -477,7 +477,7 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
             return str(json.loads(answer.provider_raw_json or "{}").get("name", ""))
 
         outside = [
-            outside_change_seen(ref, lambda ref=ref: described_name(ref._moId))
+            outside_change_seen(ref, functools.partial(described_name, ref._moId))
             for ref in rng.sample(refs, OUTSIDE_CHANGES)
         ]
         report = SizeReport(

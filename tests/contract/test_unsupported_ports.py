@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+from returns.result import Result
 
 from pyrigaud.adapters.staging.registry import staging_by_type
 from pyrigaud.application.ports.transfer_metrics import UncountedTransfers
 from pyrigaud.application.provider import ProviderUseCases
-from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.fields import SOURCE_URL
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import (
@@ -28,7 +32,7 @@ from support import error_kind
 from support.transfer import IMAGE_JUDGE, LOOPBACK_GATE, staged
 
 # Each optional port's RPCs, as the servicer calls them.
-CALLS_BY_PORT = {
+CALLS_BY_PORT: dict[str, list[Callable[[Any], Result[object, ProviderError]]]] = {
     "snapshots": [
         lambda use: use.create_snapshot(SnapshotRequest(vm_id="x", name="s")),
         lambda use: use.delete_snapshot("x", "s"),

@@ -120,7 +120,9 @@ def wait_for_serving(channel: grpc.Channel, server: subprocess.Popen[str], secon
         if server.poll() is not None:
             raise AssertionError(f"pyrigaud exited early: {server.communicate(timeout=10)}")
         try:
-            reply = health.Check(health_pb2.HealthCheckRequest(service="provider"), timeout=2)
+            # types-grpcio-health-checking declares no methods on HealthStub.
+            check = health.Check  # type: ignore[attr-defined]
+            reply = check(health_pb2.HealthCheckRequest(service="provider"), timeout=2)
             if reply.status == health_pb2.HealthCheckResponse.SERVING:
                 return
         except grpc.RpcError:

@@ -57,7 +57,7 @@ def test_a_vm_through_its_life(endpoint: str, tmp_path: Path) -> None:
         "Off",  # protobuf's JSON writes int64 as a string
     )
     cli(endpoint, "vm", "power", vm_id, "on", "--wait")
-    assert cli(endpoint, "vm", "describe", vm_id)["power_state"] == "On"  # type: ignore[index]
+    assert cli(endpoint, "vm", "describe", vm_id)["power_state"] == "On"  # type: ignore[call-overload]
     cli(endpoint, "vm", "reconfigure", vm_id, "--cpu", "4", "--memory", "2Gi", "--wait")
     assert (listed(endpoint, "life")["cpu"], listed(endpoint, "life")["memory_mib"]) == (4, "2048")
     snapshot = cli(endpoint, "snapshot", "create", vm_id, "--name", "before", "--wait")

@@ -152,10 +152,13 @@ def test_grpc_health_and_reflection(served: Process) -> None:
     with served.channel() as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "provider"):
-            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            # types-grpcio-health-checking declares no methods on HealthStub.
+            check = health.Check  # type: ignore[attr-defined]
+            answer = check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        replies = reflection.ServerReflectionInfo(
+        # types-grpcio-reflection types the stub loosely.
+        replies = reflection.ServerReflectionInfo(  # type: ignore[operator]
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
         )
         services = {

@@ -51,7 +51,7 @@ def test_creates_beyond_the_burst_with_a_short_deadline_get_resource_exhausted(
         with pytest.raises(grpc.RpcError) as raised:
             stub.Create(pb.CreateRequest(name=name, class_json=CLASS_JSON), timeout=1.05)
         assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "rate limit of 2 mutations/s reached" in raised.value.details()
+        assert "rate limit of 2 mutations/s reached" in (raised.value.details() or "")
         assert stub.Describe(pb.DescribeRequest(id=first), timeout=10).exists
     assert stub.Validate(pb.ValidateRequest(), timeout=10).ok
     listed = stub.ListVMs(pb.ListVMsRequest(), timeout=5)

@@ -18,17 +18,25 @@ T = TypeVar("T")
 def ok(result: Result[T, object]) -> T:
     """The success value, or a test failure showing the error."""
     assert isinstance(result, Success), result
-    return result.unwrap()
+    value: T = result.unwrap()
+    return value
 
 
 def error_kind(result: Result[object, ProviderError]) -> ErrorKind:
-    assert isinstance(result, Failure), result
-    return result.failure().kind
+    return error_of(result).kind
 
 
 def error_of(result: Result[object, ProviderError]) -> ProviderError:
     assert isinstance(result, Failure), result
-    return result.failure()
+    error: ProviderError = result.failure()
+    return error
+
+
+def present(part: T | None) -> T:
+    """A backend's optional part (snapshots, cloning, ...) that the backend under test has: a
+    test failure, not an AttributeError on None, when it lacks it."""
+    assert part is not None, "the backend under test lacks this part"
+    return part
 
 
 class ManualClock:

@@ -336,7 +336,7 @@ def flaky_proxy(target_endpoint: str) -> Iterator[FlakyProxy]:
                 proxy.ranges.append(self.headers.get("Range", ""))
             cut = proxy.should_cut(self.command, self.path)
             self.send_response(answer.status)
-            dropped = ("transfer-encoding", "connection")
+            dropped: tuple[str, ...] = ("transfer-encoding", "connection")
             if self.command != "HEAD":  # a HEAD's length is the object's: keep it
                 dropped = (*dropped, "content-length")
                 self.send_header("Content-Length", str(len(payload)))
@@ -468,7 +468,10 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
 
     def stored(location: StagedLocation) -> bytes | None:
         try:
-            return client.get_object(Bucket=location.container, Key=location.key)["Body"].read()
+            body: bytes = client.get_object(Bucket=location.container, Key=location.key)[
+                "Body"
+            ].read()
+            return body
         except client.exceptions.NoSuchKey:
             return None
 

@@ -122,7 +122,7 @@ def test_every_rpc_of_the_proto_has_a_spec() -> None:
 @pytest.mark.parametrize("readers", [{}, {"read": str, "parse": Success}])
 def test_a_spec_takes_its_request_one_way(readers: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="exactly one of read and parse"):
-        RpcSpec("Describe", pb.DescribeRequest, pb.DescribeResponse, Success, str, **readers)
+        RpcSpec("Describe", pb.DescribeRequest, pb.DescribeResponse, Success, str, **readers)  # type: ignore[arg-type]
 
 
 def test_plaintext_is_decided_and_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -78,7 +78,8 @@ def test_an_image_made_in_the_callers_file_leaves_nothing_to_read() -> None:
 def test_an_image_read_without_a_file_is_made_once_in_scratch_at_the_first_read() -> None:
     holds, released = held()
     stream, made_in = made_stream(holds)
-    assert stream.size_bytes is None  # not known before it is made
+    size_before = stream.size_bytes
+    assert size_before is None  # not known before it is made
     assert read_all(stream) == IMAGE
     assert stream.size_bytes == len(IMAGE)
     stream.close()

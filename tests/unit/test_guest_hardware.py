@@ -74,8 +74,9 @@ def test_the_guest_hardware_reaches_the_backend_unless_native_devices_are_wanted
 
 def test_the_override_key_is_read_and_checked() -> None:
     assert devices_wanted(_request()) == Success(DevicesWanted.GUEST)
-    assert devices_wanted(_request(**{DEVICES_KEY: " Native "})) == Success(DevicesWanted.NATIVE)
-    match devices_wanted(_request(**{DEVICES_KEY: "virtio"})):
+    native = _request(**{DEVICES_KEY: " Native "})  # type: ignore[arg-type]
+    assert devices_wanted(native) == Success(DevicesWanted.NATIVE)
+    match devices_wanted(_request(**{DEVICES_KEY: "virtio"})):  # type: ignore[arg-type]
         case Failure(error):
             assert error.kind is ErrorKind.INVALID_SPEC
             assert error.field == f'vm_class.extra_config["{DEVICES_KEY}"]'

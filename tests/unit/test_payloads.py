@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from returns.result import Result
 
 from pyrigaud.domain import fields
-from pyrigaud.domain.errors import ErrorKind
-from pyrigaud.domain.models import Firmware
+from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.domain.models import CreateRequest, Firmware
 from pyrigaud.domain.power import PowerOp
 from pyrigaud.domain.quantity import quantity_to_mib
 from pyrigaud.entrypoints.grpc import wire as payloads
@@ -58,10 +60,10 @@ GO_NETWORK = {
 }
 
 
-def create(**fields: object) -> object:
-    arguments: dict[str, object] = {"name": "web-1", "class_json": json.dumps(GO_CLASS)}
+def create(**fields: object) -> Result[CreateRequest, ProviderError]:
+    arguments: dict[str, Any] = {"name": "web-1", "class_json": json.dumps(GO_CLASS)}
     arguments.update(fields)
-    return payloads.parse_create(**arguments)  # type: ignore[arg-type]
+    return payloads.parse_create(**arguments)
 
 
 def test_the_managers_create_payload_parses_completely() -> None:
@@ -331,7 +333,7 @@ def test_power_ops_outside_the_enum_and_bad_timeouts_are_invalid() -> None:
 
 
 def test_disk_transfer_requests_are_checked() -> None:
-    common = {
+    common: dict[str, Any] = {
         "vm_id": "vm",
         "disk_id": "",
         "snapshot_id": "",
@@ -344,15 +346,15 @@ def test_disk_transfer_requests_are_checked() -> None:
         payloads.parse_export(
             destination_url="pvc://mig/vm.qcow2", disk_format="", backend_type="", **common
         )
-    )  # type: ignore[arg-type]
+    )
     assert (export.format, export.staging_type, export.mode.value) == ("qcow2", "pvc", "relay")
     wrong_scheme = payloads.parse_export(
         destination_url="s3://b/k", disk_format="", backend_type="pvc", **common
-    )  # type: ignore[arg-type]
+    )
     assert error_of(wrong_scheme).message.startswith("destination_url")
     bad_format = payloads.parse_export(
         destination_url="pvc://m/x", disk_format="iso", backend_type="", **common
-    )  # type: ignore[arg-type]
+    )
     assert error_of(bad_format).message.startswith("format")
 
 
@@ -369,4 +371,4 @@ def test_bad_fields_are_named_as_every_backend_names_them() -> None:
         (bad_disk, fields.disk_type(0)),
         (bad_placement, fields.PLACEMENT_DATASTORE),
     ):
-        assert error_of(result).message.startswith(f"{wire_name(field)}: ")  # type: ignore[arg-type]
+        assert error_of(result).message.startswith(f"{wire_name(field)}: ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
@@ -81,8 +82,13 @@ def test_shutdown_lets_queued_calls_finish_then_refuses_new_ones() -> None:
     workers = RpcWorkers(2, name_prefix="ending")
     gate = threading.Event()
     done: list[int] = []
+
+    def finish(index: int) -> None:
+        gate.wait(WAIT)
+        done.append(index)
+
     for index in range(6):
-        workers.submit(lambda index=index: (gate.wait(WAIT), done.append(index)))
+        workers.submit(functools.partial(finish, index))
     stopper = threading.Thread(target=workers.shutdown)
     stopper.start()
     gate.set()

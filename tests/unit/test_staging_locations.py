@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import pytest
 from returns.result import Result
 
-from pyrigaud.adapters.staging.nfs_location import NFS
+from pyrigaud.adapters.staging.nfs_location import NFS, NfsOptions
 from pyrigaud.adapters.staging.pvc_location import PVC
 from pyrigaud.adapters.staging.registry import parse_staged_location, parse_staging_place
-from pyrigaud.adapters.staging.s3_location import S3
+from pyrigaud.adapters.staging.s3_location import S3, S3Credentials, S3Options
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import StagingType
-from pyrigaud.domain.staging import StagedLocation
+from pyrigaud.domain.staging import StagedLocation, StagingOptions
 from pyrigaud.domain.staging_names import temporary_name, temporary_started_at
 from pyrigaud.entrypoints.grpc.wire.field_names import for_the_manager
 
 from support import error_of, ok
+
+OptionsT = TypeVar("OptionsT", bound=StagingOptions)
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 TOKEN = "FwoGZXIvYXdzEXAMPLETOKEN"
@@ -64,6 +68,12 @@ def nfs(
     )
 
 
+def options_of(location: StagedLocation, kind: type[OptionsT]) -> OptionsT:
+    """The location's options as its staging type's adapter made them."""
+    assert isinstance(location.options, kind), location.options
+    return location.options
+
+
 def invalid_field(result: Result[StagedLocation, ProviderError]) -> str:
     error = error_of(result)
     assert error.kind is ErrorKind.INVALID_SPEC, error
@@ -102,20 +112,21 @@ def test_an_s3_url_drops_its_first_segment_only_when_it_is_the_bucket() -> None:
 
 
 def test_s3_options_are_typed_and_the_endpoint_normalised() -> None:
-    options = ok(s3()).options
+    options = options_of(ok(s3()), S3Options)
     assert (options.endpoint, options.region, options.use_path_style) == (
         "http://10.0.0.9:9000",
         "eu-west-3",
         True,
     )
-    bare = ok(s3(options={"bucket": "mig", "endpoint": "minio.lab:9000"})).options
+    bare = options_of(ok(s3(options={"bucket": "mig", "endpoint": "minio.lab:9000"})), S3Options)
     assert (bare.endpoint, bare.region, bare.use_path_style) == (
         "https://minio.lab:9000",
         "us-east-1",
         False,
     )
-    assert ok(s3(options={"bucket": "mig"})).options.endpoint == ""  # AWS itself
-    assert ok(s3(options={"bucket": "mig", "usePathStyle": "true"})).options.use_path_style
+    assert options_of(ok(s3(options={"bucket": "mig"})), S3Options).endpoint == ""  # AWS itself
+    path_style = ok(s3(options={"bucket": "mig", "usePathStyle": "true"}))
+    assert options_of(path_style, S3Options).use_path_style
 
 
 @pytest.mark.parametrize(
@@ -146,12 +157,13 @@ def test_a_missing_credential_key_is_named_and_no_secret_is_shown(missing: str) 
 
 def test_credentials_never_show_in_a_repr() -> None:
     location = ok(s3())
-    assert location.credentials is not None
+    credentials = location.credentials
+    assert isinstance(credentials, S3Credentials), credentials
     for text in (repr(location), str(location), repr(location.credentials)):
         assert SECRET not in text
         assert TOKEN not in text
-    assert location.credentials.secret_access_key.get_secret_value() == SECRET
-    assert location.credentials.session_token is not None
+    assert credentials.secret_access_key.get_secret_value() == SECRET
+    assert credentials.session_token is not None
 
 
 @pytest.mark.parametrize("url", ["s3://mig/", "s3://mig", "s3://mig/dir/", "s3://mig/x#y"])
@@ -163,13 +175,14 @@ def test_an_nfs_url_splits_at_the_export_and_its_uid_gid_win() -> None:
     location = ok(nfs())
     assert location.container == "/export/migrations"
     assert location.key == "vr/vmmigrations-ns-m1-export.qcow2"
-    assert (location.options.server, location.options.uid, location.options.gid) == (
+    options = options_of(location, NfsOptions)
+    assert (options.server, options.uid, options.gid) == (
         "10.0.0.5",
         1002,
         1001,
     )
-    plain = ok(nfs("nfs://10.0.0.5/export/migrations/vr/x.qcow2"))
-    assert (plain.options.uid, plain.options.gid) == (1000, 1000)  # the options' then
+    plain = options_of(ok(nfs("nfs://10.0.0.5/export/migrations/vr/x.qcow2")), NfsOptions)
+    assert (plain.uid, plain.gid) == (1000, 1000)  # the options' then
 
 
 def test_an_nfs_url_without_export_option_mounts_the_files_folder() -> None:

@@ -15,6 +15,7 @@ from returns.result import Result, Success
 import pyrigaud
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging import registry
+from pyrigaud.adapters.staging.pvc import pvc_store
 from pyrigaud.adapters.staging.rules import StagingKind, invalid
 from pyrigaud.domain import fields, models
 from pyrigaud.domain.errors import ProviderError
@@ -160,7 +161,7 @@ def test_a_type_added_by_one_registry_line_is_read_and_served(
     refused = error_of(mem_export({}))
     assert for_the_manager(refused) == "backend_type: must be pvc, nfs or s3"
 
-    line = {MEM: StagingKind(MemRules(), registry.pvc_store)}  # files stand in for memory
+    line = {MEM: StagingKind(MemRules(), pvc_store)}  # files stand in for memory
     monkeypatch.setattr(registry, "STAGING_KINDS", {**registry.STAGING_KINDS, **line})
     request = ok(mem_export({"boxLimit": 3}))
     destination = request.destination

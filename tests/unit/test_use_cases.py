@@ -6,7 +6,7 @@ import hashlib
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import pytest
 from returns.result import Failure, Result, Success
@@ -120,7 +120,7 @@ def served(port: P | None) -> P:
 
 
 def request(name: str = "vm-1", cpu: int = 2, memory: int = 1024, **extra: object) -> CreateRequest:
-    return CreateRequest(name=name, vm_class=VMClass(cpu=cpu, memory_mib=memory), **extra)  # type: ignore[arg-type]
+    return CreateRequest(name=name, vm_class=VMClass(cpu=cpu, memory_mib=memory), **extra)
 
 
 def ownership(lifecycle: VMLifecycle, clock: ManualClock | None = None) -> OwnershipRule:
@@ -138,7 +138,7 @@ def clone_vm(backend: Backend) -> CloneVM:
     return CloneVM(served(backend.cloning), backend.capabilities, ownership(backend.lifecycle))
 
 
-def create(backend: Backend, name: str = "vm-1", **extra: object) -> str:
+def create(backend: Backend, name: str = "vm-1", **extra: Any) -> str:
     return ok(create_vm(backend)(request(name, **extra))).id
 
 
@@ -967,10 +967,11 @@ def test_an_image_made_whole_first_is_made_in_the_staged_file_where_the_store_ke
     backend: Backend, staging: StagingStores, tmp_path: Path, local_files: bool, made_in: str
 ) -> None:
     stream, metrics = MadeWholeFirst(IMAGE), RecordedTransfers()
+    # KeepsNoLocalFiles hands every other call on to the stores it wraps.
     store = staging if local_files else KeepsNoLocalFiles(staging)
     export = ExportDisk(
         ReadsAs(stream),
-        store,
+        store,  # type: ignore[arg-type]
         claims(backend, staging),
         storage_gate=LOOPBACK_GATE,
         metrics=metrics,

@@ -74,7 +74,7 @@ class Made:
         self.vms: list[tuple[pb_grpc.ProviderStub, str]] = []
 
     def create(
-        self, stub: pb_grpc.ProviderStub, name: str, class_json: str, path: str, **more: str
+        self, stub: pb_grpc.ProviderStub, name: str, class_json: str, path: str, **more: Any
     ) -> str:
         created = stub.Create(
             pb.CreateRequest(

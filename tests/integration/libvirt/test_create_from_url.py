@@ -18,7 +18,7 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import CreateRequest, DiskQuery, OwnerMark, VMClass, VMImage
 
-from support import ManualClock, error_of, ok
+from support import ManualClock, error_of, ok, present
 from support.image_server import ImageServer, raw_image, serving
 from support.libvirt import add_base_image, create_vm, isolated_host_uri, make_backend
 
@@ -93,7 +93,9 @@ def test_a_path_wins_over_a_url_and_is_overlaid_not_downloaded(
     base = add_base_image(connection)
     image = VMImage(path=base, url=images.url("/disk.raw"))
     vm_id = ok(create_vm(backend, request(image), OWNER))
-    assert ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))).backing_file == base
+    assert (
+        ok(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=vm_id))).backing_file == base
+    )
     assert images.requests == []
 
 

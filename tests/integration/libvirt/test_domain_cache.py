@@ -36,7 +36,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from support import ManualClock, ok
+from support import ManualClock, ok, present
 from support.libvirt import clone_vm, create_vm, libvirt_test_backend
 
 URI = "test:///default"
@@ -196,7 +196,7 @@ def test_another_writers_changes_arrive_by_events(backend: Backend, other: Any) 
 
 def test_own_writes_are_read_back_before_any_event(backend: Backend, gate: EventGate) -> None:
     vm_id = create(backend, "writes")
-    ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="off")))
+    ok(present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=vm_id, name="off")))
     assert described(backend, vm_id).power_state is PowerState.OFF
     gate.close()  # from here on the backend hears no event
     ok(backend.power.power_on(vm_id))
@@ -209,7 +209,7 @@ def test_own_writes_are_read_back_before_any_event(backend: Backend, gate: Event
     assert live_cpu(described(backend, vm_id)) == "2"
     assert next(vm.cpu for vm in ok(backend.inventory.list_vms()) if vm.id == vm_id) == 2
     ok(backend.power.power_on(vm_id))
-    ok(backend.snapshots.revert_snapshot(vm_id, "off"))
+    ok(present(backend.snapshots).revert_snapshot(vm_id, "off"))
     assert described(backend, vm_id).power_state is PowerState.OFF
     assert live_cpu(described(backend, vm_id)) == "1"
     clone_id = ok(

@@ -16,10 +16,9 @@ from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.application.backend import Backend
-from pyrigaud.application.ports.vm_lifecycle import CreateRequest
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind, ProviderError
-from pyrigaud.domain.models import Firmware, OwnerMark, SecurityProfile, VMClass
+from pyrigaud.domain.models import CreateRequest, Firmware, OwnerMark, SecurityProfile, VMClass
 
 from support import ManualClock, error_of, ok
 from support.libvirt import create_vm, isolated_host_uri, make_backend
@@ -64,6 +63,6 @@ def test_a_vtpm_is_an_emulated_tpm_device(
     tpm = ET.fromstring(xml).find("devices/tpm")
     assert tpm is not None
     assert tpm.get("model") == model
-    backend = tpm.find("backend")
-    assert backend is not None
-    assert (backend.get("type"), backend.get("version")) == ("emulator", version or "2.0")
+    tpm_backend = tpm.find("backend")
+    assert tpm_backend is not None
+    assert (tpm_backend.get("type"), tpm_backend.get("version")) == ("emulator", version or "2.0")

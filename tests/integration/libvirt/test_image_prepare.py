@@ -31,7 +31,7 @@ from pyrigaud.domain.models import (
     VMImage,
 )
 
-from support import ManualClock, error_of, ok
+from support import ManualClock, error_of, ok, present
 from support.disk_image import qemu_img
 from support.libvirt import (
     add_base_image,
@@ -132,11 +132,13 @@ def test_a_url_image_is_downloaded_verified_and_stored_once(
     backend, connection = host
     checksum = hashlib.new(algorithm, IMAGE).hexdigest()
     request = from_url(f"{server.base}/image.qcow2", checksum=checksum, checksum_type=algorithm)
-    prepared = ok(backend.images.prepare_image(request))
+    prepared = ok(present(backend.images).prepare_image(request))
     assert prepared.id == "fetched"
     assert Path(prepared.path).name == "fetched.qcow2"
     assert Path(prepared.path).read_bytes() == IMAGE
-    assert ok(backend.images.prepare_image(request)) == prepared  # idempotent: no second download
+    assert (
+        ok(present(backend.images).prepare_image(request)) == prepared
+    )  # idempotent: no second download
     assert server.requests == ["/image.qcow2"]
     assert pool_volumes(connection) == {"fetched.qcow2"}
 
@@ -144,7 +146,11 @@ def test_a_url_image_is_downloaded_verified_and_stored_once(
 def test_sha256_is_the_default_checksum_type(host: Host, server: ImageServer) -> None:
     backend, _ = host
     checksum = hashlib.sha256(IMAGE).hexdigest().upper()
-    ok(backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=checksum)))
+    ok(
+        present(backend.images).prepare_image(
+            from_url(f"{server.base}/image.qcow2", checksum=checksum)
+        )
+    )
 
 
 def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
@@ -153,7 +159,9 @@ def test_a_checksum_mismatch_is_invalid_and_leaves_no_volume(
     backend, connection = host
     wrong = hashlib.sha256(b"another image").hexdigest()
     error = error_of(
-        backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", checksum=wrong))
+        present(backend.images).prepare_image(
+            from_url(f"{server.base}/image.qcow2", checksum=wrong)
+        )
     )
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("source.checksum:")
@@ -164,7 +172,7 @@ def test_a_qcow2_naming_a_backing_file_is_refused_before_anything_is_stored(
     host: Host, server: ImageServer
 ) -> None:
     backend, connection = host
-    error = error_of(backend.images.prepare_image(from_url(f"{server.base}/backed.qcow2")))
+    error = error_of(present(backend.images).prepare_image(from_url(f"{server.base}/backed.qcow2")))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("source.url:")
     assert "backing file" in error.message
@@ -176,7 +184,7 @@ def test_an_image_that_is_not_the_format_the_spec_says_is_refused(
 ) -> None:
     backend, connection = host
     error = error_of(
-        backend.images.prepare_image(from_url(f"{server.base}/image.qcow2", format="raw"))
+        present(backend.images).prepare_image(from_url(f"{server.base}/image.qcow2", format="raw"))
     )
     assert error.kind is ErrorKind.INVALID_SPEC
     assert "source.format: the image is qcow2, not raw" in error.message
@@ -188,7 +196,7 @@ def test_an_unknown_checksum_type_is_refused_before_any_request(
 ) -> None:
     backend, _ = host
     request = from_url(f"{server.base}/image.qcow2", checksum="ab", checksum_type="crc32")
-    error = error_of(backend.images.prepare_image(request))
+    error = error_of(present(backend.images).prepare_image(request))
     assert (error.kind, error.message.split(":")[0]) == (
         ErrorKind.INVALID_SPEC,
         "source.checksum_type",
@@ -198,7 +206,9 @@ def test_an_unknown_checksum_type_is_refused_before_any_request(
 
 def test_an_http_error_is_unavailable_and_leaves_no_volume(host: Host, server: ImageServer) -> None:
     backend, connection = host
-    error = error_of(backend.images.prepare_image(from_url(f"{server.base}/missing.qcow2")))
+    error = error_of(
+        present(backend.images).prepare_image(from_url(f"{server.base}/missing.qcow2"))
+    )
     assert error.kind is ErrorKind.UNAVAILABLE
     assert "404" in error.message
     assert pool_volumes(connection) == set()
@@ -210,7 +220,7 @@ def test_loopback_is_refused_without_the_setting(tmp_path: Path, server: ImageSe
     )
     try:
         for base in (server.base, server.base.replace("127.0.0.1", "localhost")):
-            error = error_of(backend.images.prepare_image(from_url(f"{base}/image.qcow2")))
+            error = error_of(present(backend.images).prepare_image(from_url(f"{base}/image.qcow2")))
             assert error.kind is ErrorKind.INVALID_SPEC
             assert error.message.startswith("source.url:")
             assert "loopback" in error.message
@@ -227,7 +237,7 @@ def test_link_local_metadata_and_non_http_urls_are_refused_even_with_loopback_al
     host: Host, url: str
 ) -> None:
     backend, _ = host
-    error = error_of(backend.images.prepare_image(from_url(url)))
+    error = error_of(present(backend.images).prepare_image(from_url(url)))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("source.url:")
 
@@ -293,7 +303,9 @@ def test_the_stream_upload_is_unsupported_on_the_test_driver(
         isolated_host_uri(tmp_path), ManualClock(), allow_loopback_urls=True
     )
     try:
-        error = error_of(backend.images.prepare_image(from_url(f"{server.base}/image.qcow2")))
+        error = error_of(
+            present(backend.images).prepare_image(from_url(f"{server.base}/image.qcow2"))
+        )
         assert error.kind is ErrorKind.UNSUPPORTED
         assert "virStorageVolUpload" in error.message
         assert pool_volumes(connection) == set()
@@ -308,7 +320,7 @@ def test_a_host_file_is_imported_into_the_pool(host: Host, tmp_path: Path) -> No
     request = PrepareImageRequest(
         source=ImageSource(path=str(image), format="raw"), target_name="from-file"
     )
-    prepared = ok(backend.images.prepare_image(request))
+    prepared = ok(present(backend.images).prepare_image(request))
     assert Path(prepared.path).name == "from-file.raw"
     assert Path(prepared.path).read_bytes() == RAW_IMAGE
 
@@ -320,7 +332,7 @@ def test_a_host_file_is_judged_like_a_download(host: Host, tmp_path: Path) -> No
     backed = tmp_path / "backed.qcow2"
     backed.write_bytes(BACKED_IMAGE)
     request = PrepareImageRequest(source=ImageSource(path=str(backed)), target_name="backed")
-    error = error_of(backend.images.prepare_image(request))
+    error = error_of(present(backend.images).prepare_image(request))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("source.path:")
     assert "backing file" in error.message
@@ -329,7 +341,7 @@ def test_a_host_file_is_judged_like_a_download(host: Host, tmp_path: Path) -> No
     request = PrepareImageRequest(
         source=ImageSource(path=str(disguised), format="raw"), target_name="disguised"
     )
-    error = error_of(backend.images.prepare_image(request))
+    error = error_of(present(backend.images).prepare_image(request))
     assert error.message == "source.format: the image is qcow2, not raw"
     assert pool_volumes(connection) == set()
 
@@ -338,7 +350,7 @@ def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -
     backend, connection = host
     base = add_base_image(connection)
     request = PrepareImageRequest(source=ImageSource(path=base), target_name="golden")
-    prepared = ok(backend.images.prepare_image(request))
+    prepared = ok(present(backend.images).prepare_image(request))
     assert (prepared.id, Path(prepared.path).name) == ("golden", "golden.qcow2")
     disks = []
     for name in ("vm-a", "vm-b"):
@@ -346,7 +358,7 @@ def test_a_volume_is_copied_and_vms_from_it_get_their_own_overlays(host: Host) -
             name=name, vm_class=VMClass(cpu=1, memory_mib=256), image=VMImage(path=prepared.path)
         )
         vm_id = ok(create_vm(backend, create, OWNER))
-        disks.append(ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=vm_id))))
+        disks.append(ok(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=vm_id))))
     assert disks[0].path != disks[1].path
     assert {disk.backing_file for disk in disks} == {prepared.path}
 
@@ -371,6 +383,6 @@ def test_bad_sources_are_invalid_specs_naming_the_field(
 ) -> None:
     backend, _ = host
     request = PrepareImageRequest(source=source, target_name="bad", storage_hint=storage_hint)
-    error = error_of(backend.images.prepare_image(request))
+    error = error_of(present(backend.images).prepare_image(request))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith(f"{field}:")

@@ -171,7 +171,7 @@ def test_uefi_and_secure_boot_reach_the_domain_os(host: Any) -> None:
     features = {f.get("name"): f.get("enabled") for f in root.iterfind("os/firmware/feature")}
     assert features == {"secure-boot": "yes", "enrolled-keys": "yes"}
     assert root.find("features/smm").get("state") == "on"  # type: ignore[union-attr]
-    assert ok(backend.inventory.vm_info(vm_id)).provider_raw["firmware"] == "UEFI"  # type: ignore[union-attr]
+    assert ok(backend.inventory.vm_info(vm_id)).provider_raw["firmware"] == "UEFI"
     ok(
         backend.lifecycle.delete(vm_id)
     )  # the test driver refuses the NVRAM flag: delete still works
@@ -358,7 +358,7 @@ def test_paused_is_off_and_power_on_resumes(host: Any) -> None:
     ok(backend.power.power_on(vm_id))
     ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).suspend()))
     assert ok(backend.power.power_state(vm_id)) is PowerState.OFF
-    assert ok(backend.inventory.describe(vm_id)).raw["state"] == "paused"  # type: ignore[union-attr]
+    assert ok(backend.inventory.describe(vm_id)).raw["state"] == "paused"
     ok(backend.power.power_on(vm_id))
     state = ok(connection.call(lambda conn: conn.lookupByUUIDString(vm_id).state()))
     assert state[0] == libvirt.VIR_DOMAIN_RUNNING
@@ -407,7 +407,7 @@ def test_the_test_driver_cannot_grow_volumes_and_says_so(host: Any) -> None:
     error = error_of(backend.lifecycle.reconfigure(vm_id, VMChanges(root_disk_gib=40)))
     assert error.kind is ErrorKind.UNSUPPORTED
     assert "virStorageVolResize" in error.message
-    assert ok(backend.inventory.vm_info(vm_id)).disks[0].size_gib == 20  # type: ignore[union-attr]
+    assert ok(backend.inventory.vm_info(vm_id)).disks[0].size_gib == 20
 
 
 def test_a_linked_clone_of_a_running_source_is_refused(host: Any) -> None:

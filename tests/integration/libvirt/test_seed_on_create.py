@@ -81,6 +81,7 @@ def test_user_data_becomes_a_read_only_cidata_cdrom_recorded_as_ours(host: Host)
     root = domain_xml(connection, vm_id)
     seed = cdrom(root)
     path = seed.find("source").get("file")  # type: ignore[union-attr]
+    assert path is not None
     assert seed.find("readonly") is not None
     assert seed.find("target").get("bus") == "sata"  # type: ignore[union-attr]
     recorded = [node.get("path") for node in root.findall("metadata/p:vm/p:volumes/p:volume", NS)]

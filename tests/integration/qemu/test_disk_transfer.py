@@ -15,7 +15,7 @@ import logging
 import os
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,7 +174,7 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
 
 def _site(
     kind: str, request: pytest.FixtureRequest, root: Path, scratch_dir: Path | None = None
-) -> Iterator[Site]:
+) -> Generator[Site]:
     """The site staging through `kind`; a PVC's folders are made under `root`, scratch files
     in `scratch_dir` (None: the system's temporary directory)."""
     conn = open_qemu()

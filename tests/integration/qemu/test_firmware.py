@@ -14,10 +14,10 @@ from typing import Any
 import libvirt
 
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import HOTPLUG_ROOT_PORTS
-from pyrigaud.application.ports.vm_lifecycle import CreateRequest
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
+    CreateRequest,
     DiskSpec,
     Firmware,
     OwnerMark,

@@ -55,7 +55,8 @@ def uploads_and_markers(server: S3Server) -> list[str]:
 
 def stored(server: S3Server, location: StagedLocation) -> bool:
     listed = server.client().list_objects_v2(Bucket=server.bucket, Prefix=location.key)
-    return listed.get("KeyCount", 0) > 0
+    count: int = listed.get("KeyCount", 0)
+    return count > 0
 
 
 def part_threads() -> list[threading.Thread]:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import pytest
-from pyVim.task import WaitForTask  # type: ignore[import-untyped]
+from pyVim.task import WaitForTask
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.vsphere import datastore_files, disk_import
+from pyrigaud.adapters.hypervisors.vsphere import datastore_files, disk_import, ovf_import
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
 from pyrigaud.adapters.hypervisors.vsphere.placement import (
@@ -264,7 +264,7 @@ def test_an_import_that_loses_its_name_meanwhile_leaves_the_winner_alone(
     folder = f"[{DATASTORE}] {name}"
     folders.append(folder)
     theirs = f"{folder}/{name}.vmx"
-    checked_then_import_spec = disk_import.import_spec
+    checked_then_import_spec = ovf_import.import_spec
 
     def another_import_gets_there_first(*args: Any, **kwargs: Any) -> Any:
         ok(datastore_files.write_small(instance, theirs, b"the other import's VM"))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyVim.task import WaitForTask  # type: ignore[import-untyped]
+from pyVim.task import WaitForTask
 from pyVmomi import vmodl as untyped_vmodl
 from returns.result import Result
 

@@ -39,7 +39,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerState
 
 from contract.harness import made
-from support import error_kind, error_of, ok
+from support import error_kind, error_of, ok, present
 from support.transfer import IMAGE_JUDGE
 from support.vsphere import (
     TEMPLATE_VM,
@@ -216,28 +216,37 @@ def test_a_running_vm_without_hot_add_refuses_cpu_and_memory_changes(
 
 def test_snapshots_are_found_by_their_id_and_gone_after_delete(backend: Backend) -> None:
     vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-snap"), OWNER))
-    snapshot = ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="before")))
+    snapshot = ok(
+        present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=vm_id, name="before"))
+    )
     assert snapshot.id.startswith("snapshot-")
-    ok(backend.snapshots.revert_snapshot(vm_id, snapshot.id))
-    ok(backend.snapshots.delete_snapshot(vm_id, snapshot.id))
-    assert error_kind(backend.snapshots.revert_snapshot(vm_id, snapshot.id)) is ErrorKind.NOT_FOUND
-    assert error_kind(backend.snapshots.delete_snapshot(vm_id, "nope")) is ErrorKind.NOT_FOUND
+    ok(present(backend.snapshots).revert_snapshot(vm_id, snapshot.id))
+    ok(present(backend.snapshots).delete_snapshot(vm_id, snapshot.id))
+    assert (
+        error_kind(present(backend.snapshots).revert_snapshot(vm_id, snapshot.id))
+        is ErrorKind.NOT_FOUND
+    )
+    assert (
+        error_kind(present(backend.snapshots).delete_snapshot(vm_id, "nope")) is ErrorKind.NOT_FOUND
+    )
 
 
 def test_full_clone_applies_cpu(backend: Backend) -> None:
     source = made(backend.tasks, backend.lifecycle.start_create(request("vs-src"), OWNER))
     target = made(
         backend.tasks,
-        backend.cloning.start_clone(
+        present(backend.cloning).start_clone(
             CloneRequest(source_vm_id=source, target_name="vs-copy", cpu=4), OWNER
         ),
     )
     info = ok(backend.inventory.vm_info(target))
     assert info is not None
     assert (info.name, info.cpu) == ("vs-copy", 4)
-    assert ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=target))).backing_file == ""
+    assert (
+        ok(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=target))).backing_file == ""
+    )
     missing = CloneRequest(source_vm_id="vm-999999", target_name="vs-none")
-    assert error_kind(backend.cloning.start_clone(missing, OWNER)) is ErrorKind.NOT_FOUND
+    assert error_kind(present(backend.cloning).start_clone(missing, OWNER)) is ErrorKind.NOT_FOUND
 
 
 def test_a_linked_clone_has_child_disks_of_the_newest_snapshot(
@@ -246,15 +255,15 @@ def test_a_linked_clone_has_child_disks_of_the_newest_snapshot(
     assert backend.capabilities.capabilities().supports_linked_clones
     source = made(backend.tasks, backend.lifecycle.start_create(request("vs-linked-src"), OWNER))
     linked = CloneRequest(source_vm_id=source, target_name="vs-linked", linked=True, cpu=3)
-    refused = backend.cloning.start_clone(linked, OWNER)
+    refused = present(backend.cloning).start_clone(linked, OWNER)
     assert error_kind(refused) is ErrorKind.FAILED_PRECONDITION
     assert "SnapshotCreate" in error_of(refused).message
     assert ok(backend.lifecycle.find_by_name("vs-linked")) is None
-    ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="older")))
-    ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=source, name="newest")))
-    target = made(backend.tasks, backend.cloning.start_clone(linked, OWNER))
-    source_disk = ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=source)))
-    clone_disk = ok(backend.disk_transfer.disk_details(DiskQuery(vm_id=target)))
+    ok(present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=source, name="older")))
+    ok(present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=source, name="newest")))
+    target = made(backend.tasks, present(backend.cloning).start_clone(linked, OWNER))
+    source_disk = ok(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=source)))
+    clone_disk = ok(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=target)))
     assert clone_disk.backing_file == source_disk.path
     assert clone_disk.path != source_disk.path
     info = ok(backend.inventory.vm_info(target))
@@ -276,7 +285,7 @@ def test_clone_customization_sets_networks_user_data_and_host_name(
         ),
     )
     clone = CloneRequest(source_vm_id=source, target_name="vs-custom", customization=customization)
-    target = made(backend.tasks, backend.cloning.start_clone(clone, OWNER))
+    target = made(backend.tasks, present(backend.cloning).start_clone(clone, OWNER))
     extra = extra_config(read_vm(simulator, target, ("config.extraConfig",)))
     assert json.loads(base64.b64decode(extra["guestinfo.metadata"])) == {
         "local-hostname": "web-1.example.test"

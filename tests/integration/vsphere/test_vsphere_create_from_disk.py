@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from pyVim.task import WaitForTask  # type: ignore[import-untyped]
+from pyVim.task import WaitForTask
 
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, OWNER_KEY
 from pyrigaud.application.backend import Backend

@@ -27,7 +27,7 @@ from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskRef, TaskState
 
 from contract.harness import made, settle
-from support import error_kind, ok
+from support import error_kind, ok, present
 from support.vsphere import TEMPLATE_VM, Simulator, create_use_case, running_simulator
 
 OWNER = OwnerMark(provider="tests/vsphere-create-tasks")
@@ -70,7 +70,7 @@ def test_create_returns_the_clone_task_and_the_instance_uuid_at_once(
 def test_clone_returns_its_task_and_the_instance_uuid(backend: Backend) -> None:
     source = made(backend.tasks, backend.lifecycle.start_create(request("vs-task-src"), OWNER))
     cloned = ok(
-        backend.cloning.start_clone(
+        present(backend.cloning).start_clone(
             CloneRequest(source_vm_id=source, target_name="vs-task-copy"), OWNER
         )
     )

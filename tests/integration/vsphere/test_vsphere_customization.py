@@ -25,7 +25,7 @@ from pyrigaud.domain.models import (
 )
 
 from contract.harness import made
-from support import error_kind, error_of, ok
+from support import error_kind, error_of, ok, present
 from support.vsphere import Simulator, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-customization")
@@ -86,7 +86,7 @@ def test_clone_customization_sets_fixed_ip_dns_and_host_name(
         ),
     )
     clone = CloneRequest(source_vm_id=source, target_name="vs-cust", customization=customization)
-    target = made(backend.tasks, backend.cloning.start_clone(clone, OWNER))
+    target = made(backend.tasks, present(backend.cloning).start_clone(clone, OWNER))
     ok(backend.power.power_on(target))
     row = read_vm(simulator, target, ("guest.hostName", "guest.net"))
     assert row["guest.hostName"] == "web-2"
@@ -145,7 +145,7 @@ def test_customization_vsphere_cannot_apply_is_refused_before_cloning(
 ) -> None:
     source = made(backend.tasks, backend.lifecycle.start_create(request("vs-refused-src"), OWNER))
     clone = CloneRequest(source_vm_id=source, target_name="vs-refused", customization=customization)
-    result = backend.cloning.start_clone(clone, OWNER)
+    result = present(backend.cloning).start_clone(clone, OWNER)
     assert error_kind(result) is kind
     assert error_of(result).message.startswith(field)
     assert ok(backend.lifecycle.find_by_name("vs-refused")) is None

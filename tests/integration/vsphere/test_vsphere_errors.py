@@ -110,5 +110,6 @@ def test_a_fault_pyvmomi_cannot_read_is_unavailable_never_internal(name: str, bo
 
 def test_a_bug_of_ours_stays_a_bug() -> None:
     """Only what pyVmomi's reader raises is taken for a newer server's reply."""
+    nothing: dict[str, int] = {}
     with pytest.raises(KeyError):
-        attempt("looking something up", lambda: Success({}["missing"]))
+        attempt("looking something up", lambda: Success(nothing["missing"]))

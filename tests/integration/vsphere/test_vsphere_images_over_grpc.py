@@ -12,7 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from pyVim.task import WaitForTask  # type: ignore[import-untyped]
+from pyVim.task import WaitForTask
 
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve_all_vms
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb

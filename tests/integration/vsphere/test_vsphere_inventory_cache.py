@@ -77,7 +77,9 @@ class Replica:
         """TaskStatus of the task until done, as the manager polls it (None: no task)."""
         if task is None:
             return
-        state = eventually(lambda: self.backend.tasks.task_state(task.id), lambda s: s.done)
+        state = eventually(
+            lambda: self.backend.tasks.task_state(task.id), lambda s: s is not None and s.done
+        )
         assert state == TaskState.succeeded()
 
 

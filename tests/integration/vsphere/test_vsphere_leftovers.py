@@ -18,7 +18,7 @@ from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import CloneRequest, OwnerMark
 
 from contract.harness import made
-from support import ManualClock, ok
+from support import ManualClock, ok, present
 from support.vsphere import TEMPLATE_VM, Simulator, create_use_case, template_request, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-leftovers")
@@ -79,7 +79,7 @@ def test_a_completed_create_or_clone_leaves_no_building_mark(
     assert (record.owner, record.building_since) == (OWNER, None)
     copy = made(
         backend.tasks,
-        backend.cloning.start_clone(
+        present(backend.cloning).start_clone(
             CloneRequest(source_vm_id=vm_id, target_name="vs-finished-2"), OWNER
         ),
     )

@@ -32,7 +32,7 @@ from pyrigaud.domain.power import PowerOp, PowerState
 from pyrigaud.domain.tasks import ShutdownTask, TaskRef, TaskState
 
 from contract.harness import made
-from support import ManualClock, error_kind, error_of, ok
+from support import ManualClock, error_kind, error_of, ok, present
 from support.vsphere import TEMPLATE_VM, Simulator, running_simulator, vm_ref
 
 OWNER = OwnerMark(provider="tests/vsphere-tasks")
@@ -87,14 +87,16 @@ def test_power_upgrade_and_snapshot_tasks_report_done(backend: Backend) -> None:
     vm_id = create(backend, "vs-task-power")
     upgrade = issued(backend.lifecycle.upgrade_hardware(vm_id, 0))
     assert backend.tasks.task_state(upgrade.id) == TaskState.succeeded()
-    snapshot = ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="base")))
+    snapshot = ok(
+        present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=vm_id, name="base"))
+    )
     on = issued(backend.power.power_on(vm_id))
     assert backend.tasks.task_state(on.id) == TaskState.succeeded()
     assert ok(backend.power.power_on(vm_id)) is None  # already on: nothing to do
     # Reading task.info whole fails after a revert or removal on the simulator; state does not.
-    revert = issued(backend.snapshots.revert_snapshot(vm_id, snapshot.id))
+    revert = issued(present(backend.snapshots).revert_snapshot(vm_id, snapshot.id))
     assert backend.tasks.task_state(revert.id) == TaskState.succeeded()
-    removal = issued(backend.snapshots.delete_snapshot(vm_id, snapshot.id))
+    removal = issued(present(backend.snapshots).delete_snapshot(vm_id, snapshot.id))
     assert backend.tasks.task_state(removal.id) == TaskState.succeeded()
     off = issued(backend.power.power_off(vm_id))
     assert backend.tasks.task_state(off.id) == TaskState.succeeded()
@@ -163,7 +165,9 @@ def test_reconfigure_upgrade_and_snapshot_use_cases_hand_back_vsphere_tasks(
     upgrade = issued(
         UpgradeHardware(lifecycle=backend.lifecycle, capabilities=backend.capabilities)(vm_id, 0)
     )
-    snapshot = ok(backend.snapshots.create_snapshot(SnapshotRequest(vm_id=vm_id, name="small")))
+    snapshot = ok(
+        present(backend.snapshots).create_snapshot(SnapshotRequest(vm_id=vm_id, name="small"))
+    )
     issued(reconfigure(vm_id, VMChanges(cpu=4)))
     revert = issued(RevertSnapshot(snapshots, backend.capabilities)(vm_id, snapshot.id))
     removal = issued(DeleteSnapshot(snapshots, backend.capabilities)(vm_id, snapshot.id))

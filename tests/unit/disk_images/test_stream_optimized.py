@@ -161,7 +161,8 @@ def refusal(stream: Chunks[bytes]) -> ProviderError:
         pass
     match stream.outcome():
         case Failure(error):
-            return error
+            refused: ProviderError = error
+            return refused
     pytest.fail("the stream ended as a whole one")
 
 
