@@ -473,15 +473,15 @@ def test_a_fresh_server_has_every_series_the_dashboard_and_the_alerts_read(
     ]
     for storage in STAGING_KINDS:  # every one: the test command installs what each needs
         for direction in ("export", "import"):
-            labels = {"backend": backend, "storage": storage, "direction": direction}
+            transfer = {"backend": backend, "storage": storage, "direction": direction}
             wanted += [
-                ("pyrigaud_transfer_bytes_total", labels),
-                ("pyrigaud_transfers_in_flight", labels),
-                ("pyrigaud_transfer_duration_seconds_count", labels),
-                ("pyrigaud_transfer_throughput_bytes_per_second_count", labels),
+                ("pyrigaud_transfer_bytes_total", transfer),
+                ("pyrigaud_transfers_in_flight", transfer),
+                ("pyrigaud_transfer_duration_seconds_count", transfer),
+                ("pyrigaud_transfer_throughput_bytes_per_second_count", transfer),
             ]
             wanted += [
-                ("pyrigaud_transfer_failures_total", {**labels, "phase": phase})
+                ("pyrigaud_transfer_failures_total", {**transfer, "phase": phase})
                 for phase in ("open", "read", "write", "verify", "commit")
             ]
     absent = [
