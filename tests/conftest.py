@@ -10,7 +10,7 @@ import pytest
 
 import pyrigaud.entrypoints  # noqa: F401
 
-from support.qemu import QEMU_FOLDERS, QEMU_NOT_WANTED, qemu_enabled
+from support.qemu_wanted import QEMU_FOLDERS, QEMU_NOT_WANTED, qemu_enabled
 from support.staging import NfsServer, S3Server, ganesha_nfs, moto_s3
 
 pytest_plugins = ["support.skip_policy"]

@@ -23,7 +23,8 @@ from pyrigaud.domain.models import Capabilities, OwnerMark, VMImage
 from contract.harness import Harness, staging_root
 from support import ManualClock
 from support.libvirt import add_base_image, isolated_host_uri, make_backend
-from support.qemu import qemu_harness, qemu_param
+from support.qemu import qemu_harness
+from support.qemu_wanted import qemu_param
 from support.vsphere import contract_harness as vsphere_simulator_harness
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import subprocess
 import tempfile
@@ -43,32 +42,14 @@ from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 from contract.harness import Harness, staging_root
 from support import ManualClock
 from support.libvirt import libvirt_test_backend
+from support.qemu_wanted import ENABLE_VARIABLE
 
 QEMU_URI = "qemu:///system"
-ENABLE_VARIABLE = "PYRIGAUD_TEST_QEMU"
 TEST_POOL = "pyrigaud-test"
 # QEMU runs as libvirt-qemu: every directory up to the disks must let it in (0755, not 0700).
 TEST_POOL_PATH = Path("/var/lib/pyrigaud-test/pool")
 BASE_IMAGE_BYTES = 64 * 1024**2
 SESSION_PREFIX = f"base-{secrets.token_hex(4)}"
-
-
-# Every test module under these folders (relative to tests/) needs the daemon.
-QEMU_FOLDERS = ("integration/qemu", "integration/guest", "integration/ssh")
-QEMU_NOT_WANTED = (
-    f"needs the real libvirtd + QEMU, not wanted in this run: {ENABLE_VARIABLE}=1 wants it "
-    "(scripts/test sets it after scripts/libvirtd.sh)"
-)
-
-
-def qemu_enabled() -> bool:
-    return os.environ.get(ENABLE_VARIABLE) == "1"
-
-
-def qemu_param(*values: object) -> Any:
-    """A parameter set (a backend's name) that needs the daemon: marked `qemu`, so a run that
-    does not want QEMU shows its tests skipped instead of leaving them out."""
-    return pytest.param(*values, marks=pytest.mark.qemu)
 
 
 def open_qemu() -> VirConnect:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support.qemu import QEMU_NOT_WANTED
+from support.qemu_wanted import QEMU_NOT_WANTED
 from support.skip_policy import ALLOW_LIST, load_allowed
 
 TESTS = Path(__file__).parents[1]
