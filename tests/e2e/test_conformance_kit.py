@@ -29,9 +29,9 @@ from support.qemu import (
     TEST_POOL_PATH,
     ensure_dir_pool,
     open_qemu,
-    qemu_param,
     remove_pool_leftovers,
 )
+from support.qemu_wanted import qemu_param
 
 ALL_KEYS = [clause.key for clause in CLAUSES]
 

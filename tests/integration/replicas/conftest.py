@@ -16,9 +16,9 @@ from support.qemu import (
     QEMU_URI,
     ensure_dir_pool,
     open_qemu,
-    qemu_param,
     remove_pool_leftovers,
 )
+from support.qemu_wanted import qemu_param
 from support.replica import NAME_PREFIX, Pair, Replica, listed_vms
 from support.vsphere import TEMPLATE_VM, running_simulator
 
