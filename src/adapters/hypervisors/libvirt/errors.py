@@ -79,8 +79,16 @@ def is_missing(error: libvirt.libvirtError) -> bool:
     return error_code(error) in MISSING_CODES
 
 
+# A code the table does not name (libvirt's VIR_ERR_INTERNAL_ERROR among them: a child process
+# such as the host's qemu-img that failed, a monitor that answered oddly) is libvirt refusing
+# the operation as things stand: FAILED_PRECONDITION, with libvirt's reason, so the manager
+# neither retries it blindly nor counts it against the provider's circuit breaker.
+UNNAMED_CODE_KIND = ErrorKind.FAILED_PRECONDITION
+
+
 def provider_error(error: libvirt.libvirtError, doing: str) -> ProviderError:
-    """The ProviderError for a libvirt failure while `doing` something (unknown codes: INTERNAL)."""
-    kind = KIND_BY_CODE.get(error_code(error), ErrorKind.INTERNAL)
+    """The ProviderError for a libvirt failure while `doing` something (a code the table does
+    not name: UNNAMED_CODE_KIND)."""
+    kind = KIND_BY_CODE.get(error_code(error), UNNAMED_CODE_KIND)
     message = error.get_error_message() or str(error)
     return ProviderError(kind=kind, message=f"{doing}: {message}")
