@@ -3,7 +3,8 @@
 Every expected failure in pyrigaud is a `ProviderError` value of one `ErrorKind`, carried in a
 `returns` Result from the adapter edge where a library's exception became it to the gRPC
 entrypoint, which maps each kind to exactly one status code (docs/architecture.md, "Error
-model"). Exceptions are for bugs only.
+model"). Exceptions are for bugs only, so no kind here is INTERNAL: a bug raises, and the gRPC
+edge alone answers it INTERNAL.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ class ErrorKind(StrEnum):
     UNSUPPORTED = "unsupported"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNAVAILABLE = "unavailable"
-    INTERNAL = "internal"
 
 
 class ProviderError(BaseModel):
@@ -92,10 +92,6 @@ class ProviderError(BaseModel):
     @classmethod
     def unavailable(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.UNAVAILABLE, message=message)
-
-    @classmethod
-    def internal(cls, message: str) -> ProviderError:
-        return cls(kind=ErrorKind.INTERNAL, message=message)
 
     def mentioning(self, *paths: str) -> ProviderError:
         """This error, its message naming the domain paths `paths` too."""

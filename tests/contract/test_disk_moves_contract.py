@@ -10,6 +10,7 @@ from pyrigaud.domain.models import DiskDefaults, OwnerMark, VMClass, VMImage
 from contract.harness import Harness
 from contract.steps import create
 from support import error_kind, error_of, ok
+from support.disk_image import qemu_img
 from support.transfer import export_disk, import_disk
 
 SMALL_DISK = VMClass(cpu=1, memory_mib=256, disk_defaults=DiskDefaults(size_gib=1))
@@ -87,3 +88,26 @@ def test_other_bytes_under_a_taken_name_and_a_wrong_checksum_are_refused(
         port, qcow2, target_name="contract-checked", expected_checksum=exported.checksum
     )
     assert ok(landed).checksum == exported.checksum
+
+
+def test_an_image_of_virtual_size_0_is_refused_by_name_and_lands_nothing(
+    disk_transfer_harness: Harness,
+) -> None:
+    """An empty disk (qemu-img makes one) is bad input on every backend, never a disk one
+    target holds and another cannot; the name stays free for the disk meant."""
+    harness = disk_transfer_harness
+    port = harness.moves()
+    for name, size in (("empty.qcow2", "0"), ("small.qcow2", "1M")):
+        staged = harness.staged_file(name)
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        qemu_img("create", "-q", "-f", "qcow2", staged, size)
+
+    refused = import_disk(port, harness.staged_url("empty.qcow2"), target_name="contract-empty")
+
+    if not harness.moves_bytes:  # a hypervisor that cannot hold bytes says so first
+        assert error_kind(refused) is ErrorKind.UNSUPPORTED
+        return
+    assert error_kind(refused) is ErrorKind.INVALID_SPEC
+    assert "the image holds an empty disk (virtual size 0)" in error_of(refused).message
+    landed = import_disk(port, harness.staged_url("small.qcow2"), target_name="contract-empty")
+    assert ok(landed).disk_id

@@ -17,7 +17,8 @@ to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector
 external data file, encryption or the corrupt bit, a qcow2 whose cluster size or L1 or
 refcount table qemu would refuse at open (clusters outside 512 B to 2 MiB, a table not on a
 cluster, an L1 too small for the disk or above qemu's 32 MiB),
-a vmdk naming other extent files, and any image whose virtual size is above the bound.
+a vmdk naming other extent files, and any image whose virtual size is above the bound or 0
+(an empty disk, which no target holds alike: vCenter makes no file for it).
 """
 
 from __future__ import annotations
@@ -223,6 +224,8 @@ class ImageInspection:
         return keepable
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
+        if image.virtual_size_bytes == 0:
+            return self._refused("the image holds an empty disk (virtual size 0)")
         if image.virtual_size_bytes > self._max_virtual_bytes:
             return self._refused(
                 f"the {image.format} image claims a virtual size of "

@@ -127,7 +127,7 @@ class NfsReader:
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
         if self._closed:
-            return Failure(ProviderError.internal(f"{self._location.url} is closed"))
+            raise RuntimeError(f"read of {self._location.url} after it was closed")
         return self._patience.retried(
             f"read {self._location.url} from byte {self._offset}",
             lambda: self._file.use("read", self._read_at_offset),

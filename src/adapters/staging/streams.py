@@ -33,7 +33,8 @@ class RunningDigest:
 
 class TemporaryWriter(ABC):
     """A writer that is open, then committed or aborted, never both. A failed write or commit
-    aborts at once, so no caller can forget to and nothing is left behind."""
+    aborts at once, so no caller can forget to and nothing is left behind. Using one once it is
+    finished is a bug of its caller: it raises."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -42,7 +43,7 @@ class TemporaryWriter(ABC):
 
     def write(self, chunk: bytes) -> Result[None, ProviderError]:
         if self._finished:
-            return Failure(ProviderError.internal(f"write to {self.url} after it was finished"))
+            raise RuntimeError(f"write to {self.url} after it was finished")
         result = self._write(chunk)
         match result:
             case Success(_):
@@ -53,7 +54,7 @@ class TemporaryWriter(ABC):
 
     def commit(self) -> Result[StagedDigest, ProviderError]:
         if self._finished:
-            return Failure(ProviderError.internal(f"commit of {self.url} after it was finished"))
+            raise RuntimeError(f"commit of {self.url} after it was finished")
         match self._commit():
             case Failure(error):
                 self.abort()

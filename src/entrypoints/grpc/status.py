@@ -1,7 +1,8 @@
 """The one table from error kinds to gRPC status codes (docs/contract.md: status codes).
 
 The manager's circuit breaker counts UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL and UNKNOWN
-against every VM on the provider, so an expected failure never maps to INTERNAL/UNKNOWN.
+against every VM on the provider, so no expected failure maps to INTERNAL/UNKNOWN: INTERNAL is
+only the servicer's answer to an exception (a bug).
 """
 
 from __future__ import annotations
@@ -19,5 +20,4 @@ STATUS_BY_KIND: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorKind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }

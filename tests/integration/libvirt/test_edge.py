@@ -13,6 +13,7 @@ from returns.result import Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.connection import prepare_libvirt_for_process
 from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.edge import caught
+from pyrigaud.adapters.hypervisors.libvirt.errors import host_qemu_img_refusal
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 from support import error_of
@@ -53,3 +54,19 @@ def test_a_file_that_cannot_be_written_is_a_failure_naming_why() -> None:
 def test_a_file_error_where_no_file_was_expected_is_a_bug_and_rises() -> None:
     with pytest.raises(OSError, match="No space"):
         caught(full_disk, lambda _error: None)
+
+
+def test_the_host_qemu_img_refusing_a_disk_is_told_in_qemu_s_words() -> None:
+    """libvirt's message when the host's qemu-img fails (an overlay on a landed qcow2 whose
+    header qemu refuses): qemu's reason, not libvirt's command line."""
+    said = host_qemu_img_refusal(
+        "internal error: Child process (/usr/bin/qemu-img create -f qcow2 -b /pool/in.qcow2 "
+        "-o backing_fmt=qcow2,compat=1.1 /pool/vm-root.qcow2 1024K) unexpected exit status 1: "
+        "qemu-img: /pool/vm-root.qcow2: qcow2 header exceeds cluster size\n"
+        "Could not open backing image.\n"
+    )
+    assert said == (
+        "the host's qemu-img cannot read the disk image: /pool/vm-root.qcow2: qcow2 header "
+        "exceeds cluster size; Could not open backing image."
+    )
+    assert host_qemu_img_refusal("internal error: Child process (/usr/bin/dnsmasq) failed") is None

@@ -42,7 +42,8 @@ vmodl: Any = untyped_vmodl
         (OSError(errno.ENOSPC, "No space left on device"), ErrorKind.RESOURCE_EXHAUSTED),
         (OSError(errno.EDQUOT, "Disk quota exceeded"), ErrorKind.RESOURCE_EXHAUSTED),
         (LoginError("127.0.0.1:1 is down or is not a VIM server"), ErrorKind.UNAVAILABLE),
-        (vmodl.fault.SystemError(), ErrorKind.INTERNAL),
+        (vmodl.fault.SystemError(), ErrorKind.UNAVAILABLE),
+        (vim.fault.FileNotFound(), ErrorKind.FAILED_PRECONDITION),  # a fault the table omits
     ],
 )
 def test_each_fault_has_its_kind_and_the_message_says_what_was_being_done(

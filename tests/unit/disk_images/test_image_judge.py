@@ -295,6 +295,25 @@ def test_an_empty_image_is_refused(tmp_path: Path) -> None:
     assert "empty" in error_of(judged(image)).message
 
 
+@pytest.mark.parametrize(
+    ("disk_format", "options"),
+    [
+        ("qcow2", ()),
+        ("vmdk", ("-o", "subformat=monolithicSparse")),
+        ("vmdk", ("-o", "subformat=streamOptimized")),
+    ],
+)
+def test_an_image_of_virtual_size_0_is_refused_by_name(
+    tmp_path: Path, disk_format: str, options: tuple[str, ...]
+) -> None:
+    """qemu-img makes and reads such an image, but it holds no disk a target could take alike
+    (vCenter makes no file for it): refused at the first look, as bad input."""
+    image = made(tmp_path, disk_format, *options, size="0")
+    refused = error_of(judged(image))
+    assert refused.kind is ErrorKind.INVALID_SPEC
+    assert refused.message == "source_url: the image holds an empty disk (virtual size 0)"
+
+
 def test_scratch_file_leaves_no_name_and_closes(tmp_path: Path) -> None:
     with scratch_file(str(tmp_path)) as file:
         file.write(b"scratch")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import libvirt
@@ -79,8 +80,40 @@ def is_missing(error: libvirt.libvirtError) -> bool:
     return error_code(error) in MISSING_CODES
 
 
+# A code the table does not name (libvirt's VIR_ERR_INTERNAL_ERROR among them: a child process
+# such as the host's qemu-img that failed, a monitor that answered oddly) is libvirt refusing
+# the operation as things stand: FAILED_PRECONDITION, with libvirt's reason, so the manager
+# neither retries it blindly nor counts it against the provider's circuit breaker.
+UNNAMED_CODE_KIND = ErrorKind.FAILED_PRECONDITION
+
+
+# How libvirt tells that a program it ran on the host failed (virCommandRun), with that
+# program's own words after the colon: "Child process (/usr/bin/qemu-img create ... ) unexpected
+# exit status 1: qemu-img: <file>: qcow2 header exceeds cluster size".
+HOST_QEMU_IMG_FAILED = re.compile(
+    r"Child process \(\S*qemu-img [^)]*\) unexpected exit status \d+: (?P<said>.*)", re.DOTALL
+)
+
+
 def provider_error(error: libvirt.libvirtError, doing: str) -> ProviderError:
-    """The ProviderError for a libvirt failure while `doing` something (unknown codes: INTERNAL)."""
-    kind = KIND_BY_CODE.get(error_code(error), ErrorKind.INTERNAL)
+    """The ProviderError for a libvirt failure while `doing` something (a code the table does
+    not name: UNNAMED_CODE_KIND)."""
     message = error.get_error_message() or str(error)
+    refused = host_qemu_img_refusal(message)
+    if refused is not None:
+        return ProviderError.failed_precondition(f"{doing}: {refused}")
+    kind = KIND_BY_CODE.get(error_code(error), UNNAMED_CODE_KIND)
     return ProviderError(kind=kind, message=f"{doing}: {message}")
+
+
+def host_qemu_img_refusal(message: str) -> str | None:
+    """The host's qemu-img refusing a disk libvirt had it read (an overlay on a landed image, a
+    volume's copy or conversion), told in qemu's words; None for any other message. The disk
+    is there but qemu cannot read it (corrupt, unreadable): a state of the disk, not a failure
+    of the provider, whatever code libvirt gave it (VIR_ERR_INTERNAL_ERROR)."""
+    found = HOST_QEMU_IMG_FAILED.search(message)
+    if found is None:
+        return None
+    lines = (line.strip() for line in found["said"].splitlines())
+    said = "; ".join(line.removeprefix("qemu-img: ") for line in lines if line)
+    return f"the host's qemu-img cannot read the disk image: {said}"

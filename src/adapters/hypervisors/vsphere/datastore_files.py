@@ -141,12 +141,16 @@ def _resolve(connection: Connection, datastore_path: str) -> Result[_File, Provi
     found = DATASTORE_PATH.fullmatch(datastore_path)
     if found is None:
         return Failure(
-            ProviderError.internal(f"{datastore_path!r} is not a datastore path '[ds] dir/file'")
+            ProviderError.failed_precondition(
+                f"{datastore_path!r} is not a datastore path '[ds] dir/file'"
+            )
         )
     path = found["path"].lstrip("/")
     if ".." in path.split("/"):
         return Failure(
-            ProviderError.internal(f"{datastore_path!r} leaves its datastore folder ('..')")
+            ProviderError.failed_precondition(
+                f"{datastore_path!r} leaves its datastore folder ('..')"
+            )
         )
     name = found["datastore"]
     rows = [

@@ -204,7 +204,9 @@ def _keep_disk(connection: Connection, vm: Any) -> Result[str, ProviderError]:
     disks = [d for d in devices or () if isinstance(d, vim.vm.device.VirtualDisk)]
     if len(disks) != 1:
         return Failure(
-            ProviderError.internal(f"the disk import made a VM with {len(disks)} disks, not 1")
+            ProviderError.failed_precondition(
+                f"the disk import made a VM with {len(disks)} disks, not 1"
+            )
         )
     # No fileOperation: the device goes, the file stays.
     removal = vim.vm.device.VirtualDeviceSpec(operation="remove", device=disks[0])
@@ -219,8 +221,9 @@ def _keep_disk(connection: Connection, vm: Any) -> Result[str, ProviderError]:
 
 
 def _refused(problems: str) -> ProviderError:
-    """vCenter refusing the descriptor this module wrote is this module's fault."""
-    return ProviderError.internal(f"vCenter refuses the disk import's OVF: {problems}")
+    """vCenter refusing the descriptor this module wrote from a judged image: the target (its
+    datastore, its pool) cannot take the disk as it stands."""
+    return ProviderError.failed_precondition(f"vCenter refuses the disk import's OVF: {problems}")
 
 
 def _ovf(tag: str) -> str:

@@ -41,10 +41,17 @@ KIND_BY_FAULT: Sequence[tuple[type[BaseException], ErrorKind]] = (
     (vim.fault.InvalidLogin, ErrorKind.UNAVAILABLE),
     (vim.fault.NotAuthenticated, ErrorKind.UNAVAILABLE),
     (vmodl.fault.HostCommunication, ErrorKind.UNAVAILABLE),
+    # vCenter's own failure inside a call (its "internal error"): the server's, not ours.
+    (vmodl.fault.SystemError, ErrorKind.UNAVAILABLE),
     (ssl.SSLError, ErrorKind.UNAVAILABLE),
     (OSError, ErrorKind.UNAVAILABLE),
     (http.client.HTTPException, ErrorKind.UNAVAILABLE),
 )
+
+# A fault the table does not name (a FileFault, an InvalidDeviceSpec, ...) is vCenter refusing
+# the operation as things stand: FAILED_PRECONDITION, with vCenter's reason, so the manager
+# neither retries it blindly nor counts it against the provider's circuit breaker.
+UNNAMED_FAULT_KIND = ErrorKind.FAILED_PRECONDITION
 
 # A file of this pod with no room left (a full PVC a qcow2 export is made in, a full scratch
 # directory): no network error, and no use trying again at once.
@@ -62,7 +69,7 @@ def fault_kind(error: BaseException) -> ErrorKind:
     if isinstance(error, OSError) and error.errno in NO_ROOM:
         return ErrorKind.RESOURCE_EXHAUSTED
     return next(
-        (kind for fault, kind in KIND_BY_FAULT if isinstance(error, fault)), ErrorKind.INTERNAL
+        (kind for fault, kind in KIND_BY_FAULT if isinstance(error, fault)), UNNAMED_FAULT_KIND
     )
 
 
@@ -71,7 +78,8 @@ def is_missing(error: BaseException) -> bool:
 
 
 def provider_error(error: BaseException, doing: str) -> ProviderError:
-    """The ProviderError for a failure while `doing` something (unknown faults: INTERNAL)."""
+    """The ProviderError for a failure while `doing` something (a fault the table
+    does not name: UNNAMED_FAULT_KIND)."""
     message = getattr(error, "msg", "") or str(error) or type(error).__name__
     return ProviderError(kind=fault_kind(error), message=f"{doing}: {message}")
 

@@ -37,7 +37,7 @@ PROGRESS_EVERY_SECONDS = 5.0
 def ready_lease_info(
     connection: Connection,
     lease: Any,
-    failed: Callable[[str], ProviderError] = ProviderError.internal,
+    failed: Callable[[str], ProviderError],
 ) -> Result[Any, ProviderError]:
     """The lease's info once it is ready (its device URLs), polled by the connection's clock;
     a lease in error is its fault, as the `failed` kind of error."""

@@ -92,7 +92,11 @@ def import_vm(
         return entity
 
     return undone_on_failure(
-        lambda: ready_lease_info(connection, lease).bind(uploaded).map(completed),
+        lambda: (
+            ready_lease_info(connection, lease, ProviderError.failed_precondition)
+            .bind(uploaded)
+            .map(completed)
+        ),
         lambda: abort_lease(connection, lease),
     )
 
@@ -133,7 +137,9 @@ def _upload(
         device = by_key.get(str(item.deviceId))
         if device is None:
             return Failure(
-                ProviderError.internal(f"the import lease has no upload URL for {item.path!r}")
+                ProviderError.failed_precondition(
+                    f"the import lease has no upload URL for {item.path!r}"
+                )
             )
         match send(device, item):
             case Failure() as failed:

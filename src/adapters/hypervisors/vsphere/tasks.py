@@ -89,7 +89,7 @@ def wait(connection: Connection, task: Any) -> Result[Any, ProviderError]:
         if found.failed:
             if isinstance(found.error, BaseException):
                 raise found.error
-            return Failure(ProviderError.internal(fault_message(found.error)))
+            return Failure(ProviderError.failed_precondition(fault_message(found.error)))
         if clock.now() > deadline:
             return Failure(ProviderError.unavailable("vSphere task did not finish in time"))
         clock.sleep(delay)
