@@ -68,6 +68,7 @@ from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     ready_lease_info,
     send_to_lease,
 )
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
@@ -522,7 +523,7 @@ def _nfc_import(instance: Any, vmdk: Path, descriptor: str, size: int) -> tuple[
 
     def send() -> Any:
         lease = cluster.resourcePool.ImportVApp(spec=spec.importSpec, folder=datacenter.vmFolder)
-        info = ok(ready_lease_info(instance, lease))
+        info = ok(ready_lease_info(instance, lease, ProviderError.failed_precondition))
         progress = LeaseProgress(lease, size)
         with vmdk.open("rb") as reader:
             ok(

@@ -30,7 +30,7 @@ def _offences(tree: ast.AST, may_name_status: bool) -> Iterator[tuple[int, str]]
                 yield node.lineno, "StatusCode.INTERNAL outside the gRPC edge"
         called = node.func if isinstance(node, ast.Call) else None
         if isinstance(called, ast.Attribute) and called.attr == "internal":
-            yield node.lineno, ".internal(...): a bug raises, an expected failure has a kind"
+            yield called.lineno, ".internal(...): a bug raises, an expected failure has a kind"
         if isinstance(node, ast.Constant) and node.value == "internal":
             yield node.lineno, "'internal' spelled as a kind's value"
 
