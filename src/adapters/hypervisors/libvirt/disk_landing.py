@@ -44,7 +44,9 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     delete_volume,
     find_pool,
     find_volume,
+    refreshed_view,
     volume_facts,
+    volume_made_from,
     volume_xml,
     write_new_volume,
 )
@@ -147,6 +149,7 @@ class PoolSite:
                 volume_xml(self.landing_mark_name, len(mark), volume_format="raw"),
                 (mark,),
                 self.host.write_volume,
+                read_back=False,
             )
 
         def taken(error: libvirt.libvirtError) -> ProviderError | None:
@@ -179,20 +182,33 @@ class PoolSite:
         disk_format: str,
     ) -> Result[str, ProviderError]:
         """The bytes in new volume `name`, a raw placeholder of their exact size: the upload
-        leaves exactly them, and the pool's refresh reads their format and virtual size back
-        (a pool that reads another format back is refused, the volume removed)."""
+        leaves exactly them, and a refresh of the pool reads their format and virtual size
+        back, which libvirt's conversion and every later use of the disk go by. The view is
+        read under the refresh, where no build of this process can have refused it
+        (pool_jobs.py); a refresh refused all the same, or a volume gone meanwhile, is
+        transient (UNAVAILABLE). A pool that, freshly refreshed, reads another format back than
+        the judge's cannot hold the image (UNIMPLEMENTED). Either way, the volume goes."""
 
-        def recognised(path: str) -> Result[str, ProviderError]:
-            landed = volume_facts(conn, path)
-            if landed is None or landed.format != disk_format:
-                delete_volume(conn, path)
+        def read_back(path: str) -> Result[str, ProviderError]:
+            with refreshed_view(pool) as fresh:
+                landed = volume_facts(conn, path) if fresh else None
+            if landed is not None and landed.format == disk_format:
+                return Success(path)
+            delete_volume(conn, path)
+            if landed is None:
                 return Failure(
-                    ProviderError.unsupported(
-                        f"storage pool {self.pool!r} did not recognise the staged "
-                        f"{disk_format} image: import into a directory pool"
+                    ProviderError.unavailable(
+                        f"{self.place} could not be refreshed to read the staged {disk_format} "
+                        "image back (another client is building a volume in it, or the pool "
+                        "stopped); retry later"
                     )
                 )
-            return Success(path)
+            return Failure(
+                ProviderError.unsupported(
+                    f"storage pool {self.pool!r} did not recognise the staged "
+                    f"{disk_format} image: import into a directory pool"
+                )
+            )
 
         return refusing_unsupported(
             "upload",
@@ -202,8 +218,9 @@ class PoolSite:
                 volume_xml(name, size_bytes or 0, volume_format="raw"),
                 chunks,
                 self.host.write_volume,
+                read_back=False,
             ),
-        ).bind(recognised)
+        ).bind(read_back)
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
         """The record in a small volume beside the disk; a disk this import made goes if its
@@ -227,6 +244,7 @@ class PoolSite:
                     ),
                     (record,),
                     self.host.write_volume,
+                    read_back=False,
                 )
                 return Success(None)
 
@@ -377,7 +395,7 @@ def _converted(
         )
 
     return caught(
-        lambda: Success(str(pool.createXMLFrom(volume_xml(name, capacity), origin, 0).path())),
+        lambda: Success(volume_made_from(pool, volume_xml(name, capacity), origin)),
         refused,
     )
 

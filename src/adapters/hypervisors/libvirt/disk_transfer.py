@@ -50,6 +50,7 @@ from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     find_pool,
     volume_facts,
+    volume_made_from,
     volume_xml,
 )
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
@@ -257,8 +258,8 @@ class LibvirtDiskTransfer:
         capacity = int(volume.info()[1])
         pool = volume.storagePoolLookupByVolume()
         name = self.volumes.name("export", formats[0])
-        made = pool.createXMLFrom(volume_xml(name, capacity, volume_format=formats[0]), volume, 0)
-        with self.volumes.temporary(conn, str(made.path())) as copy:
+        made = volume_made_from(pool, volume_xml(name, capacity, volume_format=formats[0]), volume)
+        with self.volumes.temporary(conn, made) as copy:
             yield StandaloneVolume(conn.storageVolLookupByPath(copy), formats[0])
 
 

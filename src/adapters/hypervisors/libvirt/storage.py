@@ -6,9 +6,10 @@ remote host; the test driver cannot upload and answers VIR_ERR_NO_SUPPORT.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,8 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, or_none
+from pyrigaud.adapters.hypervisors.libvirt.edge import ANY_CODE, best_effort, or_none, refusal
+from pyrigaud.adapters.hypervisors.libvirt.pool_jobs import building_in, refreshing
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 
@@ -126,7 +128,36 @@ def planned_volume_path(pool: VirStoragePool, name: str) -> str:
 def create_volume(
     pool: VirStoragePool, name: str, capacity_bytes: int, backing: VolumeFacts | None = None
 ) -> str:
-    return str(pool.createXML(volume_xml(name, capacity_bytes, backing), 0).path())
+    return str(made_volume(pool, volume_xml(name, capacity_bytes, backing)).path())
+
+
+def made_volume(pool: VirStoragePool, xml: str) -> VirStorageVol:
+    """A volume of `pool` made from `xml` (a build: no refresh of the pool meanwhile)."""
+    with building_in(pool):
+        return pool.createXML(xml, 0)
+
+
+def volume_made_from(pool: VirStoragePool, xml: str, origin: VirStorageVol) -> str:
+    """The path of a volume of `pool` made from `xml` with `origin`'s disk, converted by
+    libvirt on its host as the pool's view of `origin` says (a build: no refresh of the pool
+    meanwhile)."""
+    with building_in(pool):
+        return str(pool.createXMLFrom(xml, origin, 0).path())
+
+
+@contextlib.contextmanager
+def refreshed_view(pool: VirStoragePool) -> Iterator[bool]:
+    """Whether `pool` was refreshed, with no build of this process in it under way (see
+    pool_jobs.py); while the block runs, no refresh of this process changes what it reads.
+    False: libvirt refused (another client's build is under way, or the pool stopped)."""
+    with refreshing(pool):
+        yield refusal(lambda: pool.refresh(0), ANY_CODE) is None
+
+
+def refresh_pool(pool: VirStoragePool) -> bool:
+    """`refreshed_view` with nothing read under it: at best, for a view that may lag."""
+    with refreshed_view(pool) as fresh:
+        return fresh
 
 
 def copy_volume(conn: VirConnect, source_path: str, name: str) -> str:
@@ -134,13 +165,14 @@ def copy_volume(conn: VirConnect, source_path: str, name: str) -> str:
     source = conn.storageVolLookupByPath(source_path)
     pool = source.storagePoolLookupByVolume()
     capacity = int(source.info()[1])
-    return str(pool.createXMLFrom(volume_xml(name, capacity), source, 0).path())
+    return volume_made_from(pool, volume_xml(name, capacity), source)
 
 
 def upload_volume(conn: VirConnect, volume: VirStorageVol, chunks: Iterable[bytes]) -> None:
     """Stream the chunks into the volume from offset 0; an error part-way aborts the stream."""
     stream = conn.newStream(0)
-    volume.upload(stream, 0, 0, 0)  # length 0: up to the end of what is sent
+    with building_in(volume.storagePoolLookupByVolume()):  # libvirtd counts its start as a job
+        volume.upload(stream, 0, 0, 0)  # length 0: up to the end of what is sent
 
     def sent() -> None:
         for chunk in chunks:
@@ -166,14 +198,20 @@ def write_new_volume(
     xml: str,
     chunks: Iterable[bytes],
     writer: VolumeWriter,
+    *,
+    read_back: bool = True,
 ) -> str:
-    """A volume created from `xml` and filled with the chunks; on any failure, no volume."""
-    volume = pool.createXML(xml, 0)
+    """A volume created from `xml` and filled with the chunks; on any failure, no volume.
+    `read_back`: the pool refreshed after (at best), so that its view of the volume tells the
+    uploaded image's format and size; a caller that needs that view for sure refreshes
+    itself (`refreshed_view`)."""
+    volume = made_volume(pool, xml)
     path = str(volume.path())
 
     def written() -> None:
         writer(conn, volume, chunks)
-        best_effort(lambda: pool.refresh(0))  # capacity of an uploaded image
+        if read_back:
+            refresh_pool(pool)
 
     undone_on_raise(written, lambda: delete_volume(conn, path))
     return path
@@ -193,7 +231,7 @@ def copy_volume_into(
         return Failure(ProviderError.not_found(f"no volume at {source_path!r}"))
     xml = volume_xml(name, source.capacity_bytes, volume_format=source.format)
     origin = conn.storageVolLookupByPath(source_path)
-    return Success(str(pool.createXMLFrom(xml, origin, 0).path()))
+    return Success(volume_made_from(pool, xml, origin))
 
 
 def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:

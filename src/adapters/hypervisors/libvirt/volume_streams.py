@@ -28,10 +28,12 @@ from returns.result import Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught, or_none, refusal
 from pyrigaud.adapters.hypervisors.libvirt.errors import MISSING_CODES, error_code
+from pyrigaud.adapters.hypervisors.libvirt.pool_jobs import building_in
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
     delete_volume,
     find_volume,
+    refresh_pool,
 )
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX
@@ -68,9 +70,10 @@ def volume_chunks(conn: VirConnect, volume: VirStorageVol) -> Iterator[bytes]:
     """
     offset = 0
     sparse = True
+    pool = volume.storagePoolLookupByVolume()
     while True:
         received = 0
-        segment, sparse = _opened_segment(conn, volume, offset, sparse=sparse)
+        segment, sparse = _opened_segment(conn, pool, volume, offset, sparse=sparse)
         for chunk in segment:
             received += len(chunk)
             yield chunk
@@ -80,22 +83,25 @@ def volume_chunks(conn: VirConnect, volume: VirStorageVol) -> Iterator[bytes]:
 
 
 def _opened_segment(
-    conn: VirConnect, volume: VirStorageVol, offset: int, *, sparse: bool
+    conn: VirConnect, pool: VirStoragePool, volume: VirStorageVol, offset: int, *, sparse: bool
 ) -> tuple[Iterator[bytes], bool]:
-    """The download of one segment, and whether it is sparse (the flag is dropped for good
-    once refused)."""
+    """The download of one segment of `pool`'s `volume`, and whether it is sparse (the flag is
+    dropped for good once refused). libvirtd counts a download's start as a job of the pool,
+    during which it refuses the pool's refresh: a build, as pool_jobs.py keeps them."""
     if sparse:
         stream = conn.newStream(0)
-        refused = refusal(
-            lambda: volume.download(
-                stream, offset, SEGMENT_BYTES, libvirt.VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM
-            ),
-            SPARSE_REFUSALS,
-        )
+        with building_in(pool):
+            refused = refusal(
+                lambda: volume.download(
+                    stream, offset, SEGMENT_BYTES, libvirt.VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM
+                ),
+                SPARSE_REFUSALS,
+            )
         if refused is None:
             return _segment(stream, sparse=True), True
     stream = conn.newStream(0)
-    volume.download(stream, offset, SEGMENT_BYTES, 0)
+    with building_in(pool):
+        volume.download(stream, offset, SEGMENT_BYTES, 0)
     return _segment(stream, sparse=False), False
 
 
@@ -227,5 +233,5 @@ def _unfinished_landing_removed(
 
 
 def _volumes(pool: VirStoragePool) -> list[VirStorageVol]:
-    best_effort(lambda: pool.refresh(0))  # a volume that vanished meanwhile
+    refresh_pool(pool)  # at best: a volume that vanished meanwhile
     return list(or_none(lambda: pool.listAllVolumes(0)) or ())
