@@ -70,7 +70,9 @@ def boot_reports(conn: Any, pool: Any, variant: str, hardware: str) -> tuple[str
         dom.undefineFlags(EVERYTHING_OF_THE_DOMAIN)
 
 
-@pytest.mark.parametrize("variant", sorted(HARDWARE))
+# The variants born on vSphere boot on their own hardware at the end of their travel
+# (test_hardware_travels.py); the KVM-born one travels to the simulator, which runs no guest.
+@pytest.mark.parametrize("variant", ["virtio"])
 def test_a_variant_boots_on_its_own_hardware(conn: Any, pool: Any, variant: str) -> None:
     hardware = HARDWARE[variant]
     disk_marker, net_marker = boot_reports(conn, pool, variant, variant)
@@ -78,7 +80,8 @@ def test_a_variant_boots_on_its_own_hardware(conn: Any, pool: Any, variant: str)
     assert net_marker == f"PYRIGAUD-NET ok ip={USER_NETWORK_ADDRESS} driver={hardware.nic_driver}"
 
 
-@pytest.mark.parametrize(("variant", "hardware"), [("pvscsi", "virtio"), ("virtio", "pvscsi")])
+# pvscsi on virtio is test_hardware_travels.py's proof that it can fail.
+@pytest.mark.parametrize(("variant", "hardware"), [("virtio", "pvscsi")])
 def test_a_variant_on_foreign_hardware_reaches_no_disk(
     conn: Any, pool: Any, variant: str, hardware: str
 ) -> None:
