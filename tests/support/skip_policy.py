@@ -80,9 +80,10 @@ class SkipPolicy:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.reasons:
-            return
         terminalreporter.section(SECTION)
+        if not self.reasons:
+            terminalreporter.line("none: no test skipped")
+            return
         for reason, count in self.reasons.most_common():
             why = self.why_allowed(reason)
             verdict = f"allowed: {why}" if why is not None else "not allowed in CI"
