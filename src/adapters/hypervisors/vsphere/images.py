@@ -123,32 +123,31 @@ class VSphereImages:
         files are gone once it is made."""
         loopback = self._allow_loopback_urls
 
+        def judged(package: Package, spec: Any, _fetched: None) -> Result[None, ProviderError]:
+            for item in spec.fileItem or ():
+                if item.cimType == CIM_DISK_DRIVE:
+                    match _judged_disk(self._judge, package, str(item.path), self._scratch_dir):
+                        case Failure() as failed:
+                            return failed
+            return Success(None)
+
+        def vm_made(package: Package, spec: Any, _judged: None) -> Result[Any, ProviderError]:
+            # A tar damaged where a file lies fails while the lease reads it.
+            marks = self._marks.building()
+            return read_tar(partial(import_vm, instance, package, spec, location, marks))
+
+        def imported(package: Package, spec: Any) -> Result[Any, ProviderError]:
+            hrefs = [str(item.path) for item in spec.fileItem or ()]
+            return (
+                fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
+                .bind(partial(judged, package, spec))
+                .bind(partial(vm_made, package, spec))
+            )
+
         def made(package: Package) -> Result[Any, ProviderError]:
-            def imported(spec: Any) -> Result[Any, ProviderError]:
-                def judged(_fetched: None) -> Result[None, ProviderError]:
-                    for item in spec.fileItem or ():
-                        if item.cimType == CIM_DISK_DRIVE:
-                            href = str(item.path)
-                            match _judged_disk(self._judge, package, href, self._scratch_dir):
-                                case Failure() as failed:
-                                    return failed
-                    return Success(None)
-
-                def vm_made(_judged: None) -> Result[Any, ProviderError]:
-                    # A tar damaged where a file lies fails while the lease reads it.
-                    marks = self._marks.building()
-                    return read_tar(partial(import_vm, instance, package, spec, location, marks))
-
-                hrefs = [str(item.path) for item in spec.fileItem or ()]
-                return (
-                    fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
-                    .bind(judged)
-                    .bind(vm_made)
-                )
-
             return import_spec(
                 instance, package.descriptor, request.target_name, location, _refused_package
-            ).bind(imported)
+            ).bind(partial(imported, package))
 
         with contextlib.ExitStack() as holds:
             return fetched_package(
