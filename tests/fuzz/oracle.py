@@ -48,6 +48,19 @@ _CONVERT_LIMITS = QemuImgLimits(
     file_size_bytes=MAX_VIRTUAL_BYTES + 1024 * 1024,
     wall_seconds=QEMU_IMG_SECONDS,
 )
+# How the judge and qemu-img may disagree, and each one's short name (regression files').
+RAISED = "the judge raised"
+UNREADABLE = "the judge accepts what qemu-img cannot read"
+CORRUPT = "the judge accepts what qemu-img check finds corrupt"
+OTHER_SIZE = "the judge's virtual size is not the disk qemu-img reads"
+OTHER_DISK = "the disk pyrigaud lands is not the disk qemu-img reads"
+SHORT_NAMES = {
+    RAISED: "raised",
+    UNREADABLE: "unreadable",
+    CORRUPT: "corrupt",
+    OTHER_SIZE: "other-size",
+    OTHER_DISK: "other-disk",
+}
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,7 @@ def outcome(recipe: Recipe) -> Outcome:
     try:
         verdict = judged(image, recipe.chunk_bytes)
     except Exception as error:  # a crash of the judge is a disagreement of its own
-        return Outcome(f"raised {error!r}", "not asked", "the judge raised", judge_accepted=False)
+        return Outcome(f"raised {error!r}", "not asked", RAISED, judge_accepted=False)
     match verdict:
         case Failure(refusal):
             return Outcome(f"refuses: {refusal.message}", "not asked", None, judge_accepted=False)
@@ -110,13 +123,13 @@ def _against_qemu(path: Path, accepted: JudgedImage, said: str, folder: Path) ->
     raw = folder / "disk.raw"
     unread = _qemu_convert(path, accepted.format, raw)
     if unread is not None:
-        return Outcome(said, unread, "the judge accepts what qemu-img cannot read", True)
+        return Outcome(said, unread, UNREADABLE, True)
     corrupt = _qemu_check(path, accepted.format, folder)
     if corrupt is not None:
-        return Outcome(said, corrupt, "the judge accepts what qemu-img check finds corrupt", True)
+        return Outcome(said, corrupt, CORRUPT, True)
     qemu = f"reads a disk of {raw.stat().st_size} bytes"
     if raw.stat().st_size != accepted.virtual_size_bytes:
-        return Outcome(said, qemu, "the judge's virtual size is not the disk qemu-img reads", True)
+        return Outcome(said, qemu, OTHER_SIZE, True)
     with contextlib.ExitStack() as holds:
         landed = _landed(path, accepted, folder, holds)
         match landed:
@@ -126,9 +139,7 @@ def _against_qemu(path: Path, accepted: JudgedImage, said: str, folder: Path) ->
                 return Outcome(said, qemu, None, True)
             case Success(chunks):
                 if not _same_bytes(chunks, file_chunks(raw)):
-                    return Outcome(
-                        said, qemu, "the disk pyrigaud lands is not the disk qemu-img reads", True
-                    )
+                    return Outcome(said, qemu, OTHER_DISK, True)
     return Outcome(said, qemu, None, True)
 
 
@@ -205,12 +216,13 @@ class Classified:
     outcome: Outcome
     signature: str | None
     recipe: Recipe
+    name: str  # a file name for its regression case: format, structure, disagreement
 
 
 def classified(recipe: Recipe) -> Classified:
     found = outcome(recipe)
     if found.disagreement is None:
-        return Classified(found, None, recipe)
+        return Classified(found, None, recipe, "")
     smallest, shown = recipe, found
     if len(recipe.mutations) > 1:
         for mutation in recipe.mutations:
@@ -220,4 +232,6 @@ def classified(recipe: Recipe) -> Classified:
                 break
     kinds = " + ".join(sorted({mutation.kind for mutation in smallest.mutations}))
     image_format = SEED_FORMATS[recipe.seed_image]
-    return Classified(shown, f"{image_format}: {kinds}: {found.disagreement}", smallest)
+    words = f"{image_format} {kinds} {SHORT_NAMES[found.disagreement]}"
+    name = "-".join("".join(c if c.isalnum() else " " for c in words.lower()).split())
+    return Classified(shown, f"{image_format}: {kinds}: {found.disagreement}", smallest, name)
