@@ -12,10 +12,8 @@ the import then fails cleanly, with INVALID_SPEC."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -130,16 +128,11 @@ def _against_qemu(path: Path, accepted: JudgedImage, said: str, folder: Path) ->
     qemu = f"reads a disk of {raw.stat().st_size} bytes"
     if raw.stat().st_size != accepted.virtual_size_bytes:
         return Outcome(said, qemu, OTHER_SIZE, True)
-    with contextlib.ExitStack() as holds:
-        landed = _landed(path, accepted, folder, holds)
-        match landed:
-            case Failure(error):  # pyrigaud's landing refuses it: stricter than qemu
-                return Outcome(f"{said}; its landing refuses: {error.message}", qemu, None, True)
-            case Success(None):  # qemu converts it itself
-                return Outcome(said, qemu, None, True)
-            case Success(chunks):
-                if not _same_bytes(chunks, file_chunks(raw)):
-                    return Outcome(said, qemu, OTHER_DISK, True)
+    match _landed(path, accepted, folder):
+        case Failure(error):  # pyrigaud's landing refuses it: stricter than qemu
+            return Outcome(f"{said}; its landing refuses: {error.message}", qemu, None, True)
+        case Success(bytes() as disk) if disk != raw.read_bytes():
+            return Outcome(said, qemu, OTHER_DISK, True)
     return Outcome(said, qemu, None, True)
 
 
@@ -186,25 +179,19 @@ def _qemu_convert(path: Path, disk_format: str, raw: Path) -> str | None:
     return None
 
 
-def _landed(
-    path: Path, accepted: JudgedImage, folder: Path, holds: contextlib.ExitStack
-) -> Result[Iterator[bytes] | None, ProviderError]:
+def _landed(path: Path, accepted: JudgedImage, folder: Path) -> Result[bytes | None, ProviderError]:
     """The disk as pyrigaud's own path reads it; None where qemu-img converts it instead."""
     if accepted.stream_optimized_vmdk:
         decoded = decode_stream_optimized(file_chunks(path))
-        whole = b"".join(decoded)
-        return decoded.outcome().map(lambda _: iter((whole,)))
-    image_file = holds.enter_context(path.open("rb"))
-    mapped = mapped_disk(image_file, accepted, str(folder), _NoCaller())
-    match mapped:
-        case Success(MappedDisk() as disk):
-            whole = b"".join(disk.chunks)
-            return disk.chunks.outcome().map(lambda _: iter((whole,)))
+        disk = b"".join(decoded)
+        return decoded.outcome().map(lambda _: disk)
+    with path.open("rb") as image_file:
+        mapped = mapped_disk(image_file, accepted, str(folder), _NoCaller())
+        match mapped:
+            case Success(MappedDisk() as read):
+                disk = b"".join(read.chunks)
+                return read.chunks.outcome().map(lambda _: disk)
     return mapped.map(lambda _: None)
-
-
-def _same_bytes(landed: Iterator[bytes], read_by_qemu: Iterator[bytes]) -> bool:
-    return b"".join(landed) == b"".join(read_by_qemu)
 
 
 @dataclass(frozen=True)
