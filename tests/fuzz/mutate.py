@@ -4,6 +4,7 @@ image cut short. The same generator state always makes the same recipe."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 
@@ -11,17 +12,15 @@ from fuzz.layout import Field, Layout, qcow2_layout, vmdk_layout
 from fuzz.recipes import Mutation, Recipe
 from fuzz.seeds import SEED_FORMATS, SEED_IMAGES, seed_image
 
-# The pieces the judge is fed: odd sizes put structures across their edges. (512-byte pieces
-# would find the same and cost a second an image.)
+# The pieces the judge is fed: odd sizes put structures across their edges (512-byte pieces
+# cost about a second an image).
 CHUNK_SIZES = (4093, 65536, 1048573, 4 * 1024 * 1024)
-_LAYOUTS: dict[str, Layout] = {}
 
 
+@functools.cache
 def layout_of(name: str) -> Layout:
-    if name not in _LAYOUTS:
-        parse = qcow2_layout if SEED_FORMATS[name] == "qcow2" else vmdk_layout
-        _LAYOUTS[name] = parse(seed_image(name))
-    return _LAYOUTS[name]
+    parse = qcow2_layout if SEED_FORMATS[name] == "qcow2" else vmdk_layout
+    return parse(seed_image(name))
 
 
 def random_recipe(chooser: random.Random) -> Recipe:
@@ -43,7 +42,7 @@ def _field_mutation(chooser: random.Random, image: bytes, layout: Layout) -> Mut
     kind = chooser.choice(sorted(layout.fields))
     candidates = layout.fields[kind]
     # Most of a table's entries are unused: aim mostly at the ones that say something.
-    used = [field for field in candidates if any(_current(image, field).to_bytes(field.width))]
+    used = [field for field in candidates if _current(image, field)]
     target = chooser.choice(used if used and chooser.random() < 0.75 else candidates)
     old = _current(image, target)
     new = _new_value(chooser, old, target, image, layout)
