@@ -17,8 +17,6 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fuzz.recipes import Recipe
-from fuzz.seeds import SEED_FORMATS, seed_image
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
@@ -32,6 +30,8 @@ from pyrigaud.adapters.disk_images.stream_optimized import decode_stream_optimiz
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
 from pyrigaud.domain.errors import ProviderError
 
+from fuzz.recipes import Recipe
+from fuzz.seeds import SEED_FORMATS, seed_image
 from support.disk_image import chunked, file_chunks
 
 # The largest disk the judge accepts here: big enough for every header size the mutations

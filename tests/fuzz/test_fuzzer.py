@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from fuzz.mutate import random_recipe
 from fuzz.oracle import classified, outcome
 from fuzz.recipes import Recipe, load_regressions, regression_json

@@ -6,6 +6,7 @@ refuses it, the run says so, and the case is closed by setting known_open to fal
 from __future__ import annotations
 
 import pytest
+
 from fuzz.oracle import outcome
 from fuzz.recipes import Regression, load_regressions
 
