@@ -38,8 +38,9 @@ from support.disk_image import chunked, file_chunks
 # make around the seeds' 4 MiB, small enough that qemu-img's raw copy stays cheap.
 MAX_VIRTUAL_BYTES = 64 * 1024 * 1024
 # Each qemu-img run's bounds: the provider's own (1 GiB of address space and 30 s of CPU
-# to judge, 2 GiB to convert), with a wall-clock limit a seed image's run never nears.
-QEMU_IMG_SECONDS = 20.0
+# to judge, 2 GiB to convert), and a wall-clock limit a hundred times what a seed image's run
+# takes: a mutant's run past it counts as qemu-img refusing the mutant.
+QEMU_IMG_SECONDS = 10.0
 _CHECK_LIMITS = QemuImgLimits(wall_seconds=QEMU_IMG_SECONDS)
 _CONVERT_LIMITS = QemuImgLimits(
     address_space_bytes=CONVERSION_ADDRESS_SPACE_BYTES,
