@@ -71,8 +71,8 @@ def _import_record(
     match hardware.import_record_of(path):
         case Success(bytes() as raw):
             return Success(parse_record(raw))
-        case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
-            return Failure(error)
+        case Failure(error) as failed if error.kind is not ErrorKind.NOT_FOUND:
+            return failed
     return Success(None)
 
 
