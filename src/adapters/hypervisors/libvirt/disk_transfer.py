@@ -106,9 +106,8 @@ class LibvirtDiskTransfer:
             landing = PoolSite(self.host, self.volumes, pool, f"{stem}{DISK_SUFFIX}")
             return Result.do(
                 landing
-                for _ in find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT).bind(
-                    landing.unfinished
-                )
+                for found in find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT)
+                for _ in landing.unfinished(found)
             )
 
         return self.host.run("import disk", site)
