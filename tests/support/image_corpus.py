@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import subprocess
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,10 @@ VMDK_CAPACITY = (12, "<Q")
 VMDK_GRAIN_SIZE = (20, "<Q")
 VMDK_GTES_PER_GT = (44, "<I")
 L2_OFFSET_MASK = 0x00FFFFFFFFFFFE00
+QCOW2_COMPRESSED = 1 << 62
+QCOW2_COMPRESSED_OFFSET_MASK = (1 << 54) - 1  # of 64 KiB clusters
+QCOW2_HEADER_LENGTH = (100, ">I")
+QCOW2_COMPRESSION_TYPE = (104, ">B")
 
 
 def _set(field: tuple[int, str], value: int) -> Callable[[bytearray], None]:
@@ -131,6 +136,67 @@ def _misaligned_l2_entry(data: bytearray) -> None:
     raise AssertionError("no allocated cluster in the first L2 table")
 
 
+def _compressed_entries(data: bytearray) -> list[tuple[int, int]]:
+    """Where the first L2 table's compressed cluster descriptors are, and their values (64 KiB
+    clusters: 54 offset bits, then the count of further 512-byte sectors)."""
+    (l1_offset,) = struct.unpack_from(">Q", data, QCOW2_L1_OFFSET[0])
+    (l1_entry,) = struct.unpack_from(">Q", data, l1_offset)
+    l2_offset = l1_entry & L2_OFFSET_MASK
+    table = data[l2_offset : l2_offset + 65536]
+    entries = [
+        (l2_offset + index * 8, entry)
+        for index, (entry,) in enumerate(struct.iter_unpack(">Q", table))
+        if entry & QCOW2_COMPRESSED
+    ]
+    assert entries, "no compressed cluster in the first L2 table"
+    return entries
+
+
+def _first_compressed_entry(data: bytearray) -> tuple[int, int]:
+    return _compressed_entries(data)[0]
+
+
+def _compressed_past_the_end(data: bytearray) -> None:
+    """A compressed cluster descriptor points a cluster past the file's end."""
+    at, entry = _first_compressed_entry(data)
+    sectors = entry & ~QCOW2_COMPRESSED_OFFSET_MASK
+    struct.pack_into(">Q", data, at, sectors | len(data) + 65536)
+
+
+def _compressed_garbage(data: bytearray) -> None:
+    """A compressed cluster's bytes are not deflate."""
+    _, entry = _first_compressed_entry(data)
+    offset = entry & QCOW2_COMPRESSED_OFFSET_MASK
+    data[offset : offset + 16] = b"\xff" * 16
+
+
+def _compressed_short(data: bytearray) -> None:
+    """A compressed cluster inflates to less than a cluster."""
+    at, entry = _first_compressed_entry(data)
+    offset = entry & QCOW2_COMPRESSED_OFFSET_MASK
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -12)
+    short = deflater.compress(b"\xa5" * 1000) + deflater.flush()
+    data[offset : offset + len(short)] = short
+    sectors = (offset % 512 + len(short) - 1) // 512
+    struct.pack_into(">Q", data, at, QCOW2_COMPRESSED | sectors << 54 | offset)
+
+
+def _compressed_beyond_the_end_by_a_cluster(data: bytearray) -> None:
+    """A compressed cluster's bytes, moved to the file's end, whose descriptor says they run a
+    cluster past it (they inflate all the same: qemu reads it, qemu-img check finds it
+    corrupt)."""
+    at, entry = _first_compressed_entry(data)
+    offset = _compressed_offset((at, entry))
+    length = ((entry >> 54 & 0xFF) + 1) * 512 - offset % 512
+    moved = -(-len(data) // 512) * 512
+    data[len(data) :] = bytes(moved - len(data)) + data[offset : offset + length]
+    struct.pack_into(">Q", data, at, QCOW2_COMPRESSED | 255 << 54 | moved)
+
+
+def _compressed_offset(descriptor: tuple[int, int]) -> int:
+    return descriptor[1] & QCOW2_COMPRESSED_OFFSET_MASK
+
+
 def _cut(length: int) -> Callable[[bytearray], None]:
     def bend(data: bytearray) -> None:
         del data[length:]
@@ -159,6 +225,18 @@ HOSTILE: dict[str, tuple[str, Callable[[bytearray], None]]] = {
     "qcow2-l2-entry-misaligned": ("qcow2-v3", _misaligned_l2_entry),
     "qcow2-snapshots-past-the-end": ("qcow2-v3", _set(QCOW2_SNAPSHOT_COUNT, 65536)),
     "qcow2-header-cut-short": ("qcow2-v3", _cut(48)),
+    "qcow2-header-longer-than-its-cluster": (
+        "qcow2-512-byte-clusters",
+        _set(QCOW2_HEADER_LENGTH, 1024),
+    ),
+    "qcow2-compression-type-unknown": ("qcow2-v3", _set(QCOW2_COMPRESSION_TYPE, 7)),
+    "qcow2-compressed-cluster-past-the-end": ("qcow2-zlib", _compressed_past_the_end),
+    "qcow2-compressed-cluster-not-deflate": ("qcow2-zlib", _compressed_garbage),
+    "qcow2-compressed-cluster-too-short": ("qcow2-zlib", _compressed_short),
+    "qcow2-compressed-cluster-beyond-the-end": (
+        "qcow2-zlib",
+        _compressed_beyond_the_end_by_a_cluster,
+    ),
     "vmdk-capacity-2-pow-60-sectors": ("vmdk-stream-optimized", _set(VMDK_CAPACITY, 2**60)),
     "vmdk-grain-of-a-terabyte": ("vmdk-stream-optimized", _set(VMDK_GRAIN_SIZE, 2**31)),
     "vmdk-grain-marker-of-4-gib": ("vmdk-stream-optimized", _grain_marker_size),
