@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +58,9 @@ VALID = {
     "qcow2-internal-snapshot": ("qcow2", ()),  # then a snapshot, then a write after it
     "vmdk-stream-optimized": ("vmdk", ("-o", "subformat=streamOptimized")),
     "vmdk-monolithic-sparse": ("vmdk", ("-o", "subformat=monolithicSparse")),
+    # qemu-img's own streamOptimized places its grain directory in its header: it reads one
+    # that ends without its end-of-stream marker alike.
+    "vmdk-stream-optimized-without-end-of-stream": ("vmdk", ("-o", "subformat=streamOptimized")),
 }
 
 
@@ -79,7 +82,35 @@ def valid_image(name: str, workdir: Path) -> CorpusImage:
                 check=True,
                 capture_output=True,
             )
+        if name == "vmdk-stream-optimized-without-end-of-stream":
+            data = bytearray(image.path.read_bytes())
+            del data[_end_of_stream(data) :]
+            image.path.write_bytes(bytes(data))
     return image
+
+
+def _vmdk_records(data: bytearray) -> Iterator[tuple[int, int, int]]:
+    """A streamOptimized vmdk's records from its first grain on: (offset, the marker's first
+    field (a grain's sector, or the sectors of metadata), its compressed size (0: metadata))."""
+    offset = 512 * struct.unpack_from("<Q", data, 64)[0]  # overHead: where grains start
+    while offset + 12 <= len(data):
+        lba, size = struct.unpack_from("<QI", data, offset)
+        yield offset, lba, size
+        offset += -(-(12 + size) // 512) * 512 if size else 512 + lba * 512
+
+
+def _end_of_stream(data: bytearray) -> int:
+    """Where a streamOptimized vmdk's end-of-stream marker is."""
+    for offset, lba, size in _vmdk_records(data):
+        if not size and not lba and struct.unpack_from("<I", data, offset + 12) == (0,):
+            return offset
+    raise AssertionError("no end-of-stream marker")
+
+
+def _first_grain(data: bytearray) -> tuple[int, int]:
+    """A streamOptimized vmdk's first grain record: its offset and sector."""
+    offset, lba, _ = next(record for record in _vmdk_records(data) if record[2])
+    return offset, lba
 
 
 def oracle_raw(image: CorpusImage, workdir: Path) -> bytes:
@@ -101,6 +132,8 @@ QCOW2_SNAPSHOT_COUNT = (60, ">I")
 VMDK_CAPACITY = (12, "<Q")
 VMDK_GRAIN_SIZE = (20, "<Q")
 VMDK_GTES_PER_GT = (44, "<I")
+VMDK_OVERHEAD = (64, "<Q")
+VMDK_COMPRESS_ALGORITHM = (77, "<H")
 L2_OFFSET_MASK = 0x00FFFFFFFFFFFE00
 QCOW2_COMPRESSED = 1 << 62
 QCOW2_COMPRESSED_OFFSET_MASK = (1 << 54) - 1  # of 64 KiB clusters
@@ -210,8 +243,28 @@ def _cut_in_half(data: bytearray) -> None:
 
 def _grain_marker_size(data: bytearray) -> None:
     """The first grain marker of a streamOptimized vmdk claims a compressed size of 4 GiB."""
-    sector = 512 * struct.unpack_from("<Q", data, 64)[0]  # overHead: where grains start
-    struct.pack_into("<I", data, sector + 8, 0xFFFFFFFF)
+    offset, _ = _first_grain(data)
+    struct.pack_into("<I", data, offset + 8, 0xFFFFFFFF)
+
+
+def _grain(inflated: bytes) -> Callable[[bytearray], None]:
+    """The first grain of a streamOptimized vmdk deflates `inflated` (over what follows)."""
+
+    def bend(data: bytearray) -> None:
+        offset, lba = _first_grain(data)
+        compressed = zlib.compress(inflated, 9)
+        struct.pack_into("<QI", data, offset, lba, len(compressed))
+        data[offset + 12 : offset + 12 + len(compressed)] = compressed
+
+    return bend
+
+
+def _grain_sector(sector: int) -> Callable[[bytearray], None]:
+    def bend(data: bytearray) -> None:
+        offset, _ = _first_grain(data)
+        struct.pack_into("<Q", data, offset, sector)
+
+    return bend
 
 
 # Each hostile image: the valid image it is bent from, and the bend.
@@ -241,6 +294,12 @@ HOSTILE: dict[str, tuple[str, Callable[[bytearray], None]]] = {
     "vmdk-grain-of-a-terabyte": ("vmdk-stream-optimized", _set(VMDK_GRAIN_SIZE, 2**31)),
     "vmdk-grain-marker-of-4-gib": ("vmdk-stream-optimized", _grain_marker_size),
     "vmdk-stream-cut-in-half": ("vmdk-stream-optimized", _cut_in_half),
+    "vmdk-overhead-of-2-pow-50-sectors": ("vmdk-stream-optimized", _set(VMDK_OVERHEAD, 2**50)),
+    "vmdk-grains-not-deflate": ("vmdk-stream-optimized", _set(VMDK_COMPRESS_ALGORITHM, 2)),
+    # 64 MiB of zeros in 64 KiB of deflate: a grain inflating a thousand times past its size.
+    "vmdk-grain-deflate-bomb": ("vmdk-stream-optimized", _grain(bytes(64 * MIB))),
+    "vmdk-grain-inflating-short": ("vmdk-stream-optimized", _grain(b"\1" * 1000)),
+    "vmdk-grain-beyond-capacity": ("vmdk-stream-optimized", _grain_sector(2**40)),
     "vmdk-tables-of-4-billion-entries": (
         "vmdk-monolithic-sparse",
         _set(VMDK_GTES_PER_GT, 2**32 - 1),

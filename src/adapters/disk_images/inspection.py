@@ -32,7 +32,10 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
 from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
 from pyrigaud.adapters.disk_images.qcow2_tables import QCOW2_FEATURES_OFFSET, Qcow2TableCheck
-from pyrigaud.adapters.disk_images.stream_optimized import is_stream_optimized
+from pyrigaud.adapters.disk_images.stream_optimized_grains import (
+    StreamOptimizedCheck,
+    is_stream_optimized,
+)
 from pyrigaud.domain.boot_sectors import boot_need
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
 from pyrigaud.domain.errors import ProviderError
@@ -110,6 +113,9 @@ class ImageInspection:
         # A qcow2's tables, checked as they pass when it may be kept as it is (dropped at the
         # first look otherwise).
         self._tables: Qcow2TableCheck | None = Qcow2TableCheck()
+        # A streamOptimized vmdk's grains, read as they pass as the export reads them (dropped
+        # at the first look for any other image).
+        self._grains: StreamOptimizedCheck | None = StreamOptimizedCheck(field)
         # The guest's first sectors, for the firmware the disk can boot by.
         self._first_sectors = FirstSectors()
 
@@ -121,6 +127,8 @@ class ImageInspection:
         self._first_sectors.feed(chunk)
         if self._tables is not None:
             self._tables.feed(chunk)
+        if self._grains is not None:
+            self._grains.feed(chunk)
         for name, inspector in list(self._inspectors.items()):
             try:
                 inspector.eat_chunk(chunk)
@@ -163,6 +171,8 @@ class ImageInspection:
             case Success(chosen):
                 self._chosen = chosen
                 self._head = None
+                if not chosen.stream_optimized_vmdk:
+                    self._grains = None
         return judged
 
     def verdict(self) -> Result[JudgedImage, ProviderError]:
@@ -182,7 +192,13 @@ class ImageInspection:
         problem = _unsafe(chosen.format, inspector)
         if problem is None and chosen.keepable_qcow2 and self._tables is not None:
             problem = self._tables.problem()
-        return self._refused(problem) if problem else Success(chosen)
+        if problem:
+            return self._refused(problem)
+        if chosen.stream_optimized_vmdk and self._grains is not None:
+            refused = self._grains.refusal()
+            if refused is not None:
+                return Failure(refused)
+        return Success(chosen)
 
     def _judged(self, name: str, head: bytes) -> Result[JudgedImage, ProviderError]:
         if name == "raw":

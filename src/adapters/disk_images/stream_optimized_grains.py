@@ -1,0 +1,282 @@
+"""How a streamOptimized vmdk's grains are read, one way for every reader: the export's decoder
+pulls the bytes (`stream_optimized.decode_stream_optimized`), the image judge has them pushed as
+they stream past (`StreamOptimizedCheck`), so what an import accepts the export reads alike.
+
+The reading is a generator that asks for bytes (`Read`, `Skip`) and hands out the grains it
+inflated (`Grain`); it returns the disk's capacity once the stream ended as a whole one, or
+the failure that ends it. Its rules are qemu's reading of a grain (block/vmdk.c,
+vmdk_read_extent): a grain's compressed bytes are at most two grains, deflate in zlib's format,
+whole (the stream ends) and inflating to one grain, the last one to at least what is left of
+the disk. The grains come in
+increasing order, each at the start of a grain within the disk, as VMware writes them and the
+export reads them. A stream ends with its end-of-stream marker; one whose header places its
+grain directory (qemu reads the grains through it) may end without it, where a marker would
+start, as qemu reads such an image; one whose grain directory is at its end may not (qemu
+refuses it without the footer and end-of-stream marker).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Generator
+from dataclasses import dataclass
+
+from returns.result import Failure, Result, Success
+
+from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
+from pyrigaud.domain.errors import ProviderError
+
+MAGIC = b"KDMV"
+FLAG_COMPRESSED = 1 << 16
+FLAG_MARKERS = 1 << 17
+COMPRESS_DEFLATE = 1
+GD_AT_END = 0xFFFF_FFFF_FFFF_FFFF
+MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
+# The sparse extent header: magic, version, flags, capacity, grainSize, descriptorOffset,
+# descriptorSize, numGTEsPerGT, rgdOffset, gdOffset, overHead, uncleanShutdown, the four
+# newline-detection characters and compressAlgorithm; padded to one sector.
+SPARSE_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
+GRAIN_MARKER = struct.Struct("<QI")
+LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
+
+
+@dataclass(frozen=True)
+class Read:
+    """The next `length` bytes, sent back; fewer (the rest) when the stream ends first."""
+
+    length: int
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Pass over the next `length` bytes; sent back whether the stream held them."""
+
+    length: int
+
+
+@dataclass(frozen=True)
+class Grain:
+    """A grain's bytes at `start` in the disk (the last one cut at the disk's end)."""
+
+    start: int
+    data: bytes
+
+
+# Returns the disk's capacity in bytes once the stream ended as a whole one, else the failure.
+Reading = Generator[Read | Skip | Grain, bytes | bool | None, Failure[ProviderError] | int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a streamOptimized header says of its disk."""
+
+    capacity_bytes: int
+    grain_bytes: int
+    overhead: int
+    directory_at_end: bool
+
+
+def is_stream_optimized(header: bytes) -> bool:
+    """A sparse VMDK header whose grains are compressed and carry markers."""
+    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
+        return False
+    flags = int(SPARSE_HEADER.unpack_from(header)[2])
+    return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
+
+
+def read_grains(field: str) -> Reading:
+    """The reading of one stream (see the module's docstring); refusals name `field`."""
+    header = yield Read(SECTOR_BYTES)
+    assert isinstance(header, bytes)
+    match _layout(header, field):
+        case Failure() as failed:
+            return failed
+        case Success(Layout() as layout):
+            pass
+    skipped = yield Skip((layout.overhead - 1) * SECTOR_BYTES)
+    if not skipped:
+        return _invalid(field, "the vmdk ends inside its header")
+    next_free = 0  # the first byte of the disk a following grain may start at
+    while True:
+        marker = yield Read(GRAIN_MARKER.size)
+        assert isinstance(marker, bytes)
+        if len(marker) < GRAIN_MARKER.size:
+            if layout.directory_at_end or marker.strip(b"\0"):
+                return _invalid(field, "the vmdk ends before its end-of-stream marker")
+            return layout.capacity_bytes
+        lba, size = GRAIN_MARKER.unpack(marker)
+        if size == 0:
+            match (yield from _metadata(lba, field)):
+                case Failure() as failed:
+                    return failed
+                case True:
+                    return layout.capacity_bytes
+            continue
+        start = lba * SECTOR_BYTES
+        problem = _grain_problem(layout, start, next_free, size)
+        if problem:
+            return _invalid(field, problem)
+        compressed = yield Read(size)
+        assert isinstance(compressed, bytes)
+        padded = yield Skip(-(GRAIN_MARKER.size + size) % SECTOR_BYTES)
+        if len(compressed) < size or not padded:
+            return _invalid(field, "the vmdk ends inside a grain")
+        match _inflated(compressed, layout, start, field):
+            case Failure() as failed:
+                return failed
+            case Success(data):
+                yield Grain(start, data)
+        next_free = start + layout.grain_bytes
+
+
+def _layout(header: bytes, field: str) -> Result[Layout, ProviderError]:
+    if not is_stream_optimized(header):
+        return _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
+    (_, _, _, capacity, grain_sectors, _, _, _, _, directory, overhead, _, _, algorithm) = (
+        SPARSE_HEADER.unpack_from(header)
+    )
+    if algorithm != COMPRESS_DEFLATE:
+        return _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
+    if not 1 <= grain_sectors <= LARGEST_GRAIN_SECTORS:
+        return _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
+    if overhead < 1:
+        return _invalid(field, "the vmdk ends inside its header")
+    return Success(
+        Layout(
+            capacity * SECTOR_BYTES,
+            grain_sectors * SECTOR_BYTES,
+            overhead,
+            directory_at_end=directory == GD_AT_END,
+        )
+    )
+
+
+def _metadata(
+    sectors: int, field: str
+) -> Generator[Read | Skip, bytes | bool | None, Failure[ProviderError] | bool]:
+    """The rest of a metadata marker (its type) and the sectors it heads: whether it is the
+    end of the stream, or the failure."""
+    kind = yield Read(SECTOR_BYTES - GRAIN_MARKER.size)
+    assert isinstance(kind, bytes)
+    if len(kind) < SECTOR_BYTES - GRAIN_MARKER.size:
+        return _invalid(field, "the vmdk ends inside a marker")
+    (marker_type,) = struct.unpack_from("<I", kind)
+    if marker_type == MARKER_EOS:
+        return True
+    if marker_type not in (MARKER_GT, MARKER_GD, MARKER_FOOTER):
+        return _invalid(field, f"the vmdk has a marker of unknown type {marker_type}")
+    skipped = yield Skip(sectors * SECTOR_BYTES)
+    if not skipped:
+        return _invalid(field, "the vmdk ends inside its metadata")
+    return False
+
+
+def _grain_problem(layout: Layout, start: int, next_free: int, size: int) -> str | None:
+    """What the export's sequential reading or qemu's reading of a grain refuses in its
+    marker: a grain out of order, off a grain's start or past the disk, more bytes than qemu
+    reads for a grain."""
+    sector = start // SECTOR_BYTES
+    if start < next_free:
+        return (
+            f"the vmdk's grains are not in increasing order (sector {sector} comes after "
+            f"sector {(next_free - layout.grain_bytes) // SECTOR_BYTES}); a stream must be "
+            "sequential"
+        )
+    if start >= layout.capacity_bytes:
+        return f"the vmdk has a grain at sector {sector}, beyond its capacity"
+    if start % layout.grain_bytes:
+        return f"the vmdk has a grain at sector {sector}, which does not start a grain"
+    if size > 2 * layout.grain_bytes:
+        return (
+            f"a vmdk grain has {size} compressed bytes, more than qemu reads for a grain of "
+            f"{layout.grain_bytes} (twice as many)"
+        )
+    return None
+
+
+def _inflated(
+    compressed: bytes, layout: Layout, start: int, field: str
+) -> Result[bytes, ProviderError]:
+    """One grain's bytes, as qemu inflates them: a whole zlib stream of one grain, the last
+    one of at least what is left of the disk; a grain inflating past its size is refused
+    before it is held."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(compressed, layout.grain_bytes)
+    except zlib.error as error:
+        return _invalid(field, f"a vmdk grain does not inflate ({error})")
+    if inflater.unconsumed_tail and not inflater.eof:
+        return _invalid(field, "a vmdk grain inflates to more than its grain size")
+    if not inflater.eof:
+        return _invalid(field, "a vmdk grain's deflate stream is cut short (qemu fails the read)")
+    wanted = min(layout.grain_bytes, layout.capacity_bytes - start)
+    if len(data) < wanted:
+        return _invalid(
+            field,
+            f"a vmdk grain inflates to {len(data)} bytes, less than the {wanted} of its grain "
+            "(qemu fails the read)",
+        )
+    return Success(data[:wanted])
+
+
+def _invalid(field: str, problem: str) -> Failure[ProviderError]:
+    return Failure(ProviderError.invalid_spec(field, problem))
+
+
+class StreamOptimizedCheck:
+    """A streamOptimized vmdk's bytes, pushed as they stream past (`feed`), read by
+    `read_grains`; `refusal` once every byte was fed. At most one grain's bytes and one fed
+    chunk are held."""
+
+    def __init__(self, field: str) -> None:
+        self._reading: Reading | None = read_grains(field)
+        self._buffer = bytearray()
+        self._skipping = 0  # bytes still to pass over
+        self._asked: Read | Skip | Grain | None = next(self._reading)
+        self._outcome: Failure[ProviderError] | int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self._reading is None:
+            return
+        self._buffer += chunk
+        self._advance(ended=False)
+
+    def refusal(self) -> ProviderError | None:
+        """Once every byte was fed: why the stream is not a whole one, or None."""
+        if self._reading is not None:
+            self._advance(ended=True)
+        match self._outcome:
+            case Failure(error):
+                refused: ProviderError = error
+                return refused
+        return None
+
+    def _advance(self, *, ended: bool) -> None:
+        """Answer what the reading asks for as long as the held bytes (or the end) can."""
+        while self._reading is not None:
+            answer: bytes | bool | None = None
+            match self._asked:
+                case Skip(length):
+                    taken = min(len(self._buffer), length - self._skipping)
+                    del self._buffer[:taken]
+                    self._skipping += taken
+                    if self._skipping < length and not ended:
+                        return
+                    answer = self._skipping == length
+                    self._skipping = 0
+                case Read(length):
+                    if len(self._buffer) < length and not ended:
+                        return
+                    answer = bytes(self._buffer[:length])
+                    del self._buffer[:length]
+            self._send(answer)
+
+    def _send(self, answer: bytes | bool | None) -> None:
+        assert self._reading is not None
+        try:
+            self._asked = self._reading.send(answer)
+        except StopIteration as stop:
+            self._outcome = stop.value
+            self._reading = None
+            self._buffer = bytearray()
