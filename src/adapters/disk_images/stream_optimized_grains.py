@@ -107,7 +107,7 @@ def read_grains(field: str) -> Reading:
             return layout.capacity_bytes
         lba, size = GRAIN_MARKER.unpack(marker)
         if size == 0:
-            match (yield from _metadata(lba, field)):
+            match (yield from _metadata(lba, header, field)):
                 case Failure() as failed:
                     return failed
                 case True:
@@ -153,7 +153,7 @@ def _layout(header: bytes, field: str) -> Result[Layout, ProviderError]:
 
 
 def _metadata(
-    sectors: int, field: str
+    sectors: int, header: bytes, field: str
 ) -> Generator[Read | Skip, bytes | bool | None, Failure[ProviderError] | bool]:
     """The rest of a metadata marker (its type) and the sectors it heads: whether it is the
     end of the stream, or the failure."""
@@ -166,10 +166,46 @@ def _metadata(
         return True
     if marker_type not in (MARKER_GT, MARKER_GD, MARKER_FOOTER):
         return _invalid(field, f"the vmdk has a marker of unknown type {marker_type}")
+    if marker_type == MARKER_FOOTER and sectors == 1:
+        footer = yield Read(SECTOR_BYTES)
+        assert isinstance(footer, bytes)
+        problem = _footer_problem(header, footer)
+        return _invalid(field, problem) if problem else False
     skipped = yield Skip(sectors * SECTOR_BYTES)
     if not skipped:
         return _invalid(field, "the vmdk ends inside its metadata")
     return False
+
+
+# The header's fields a footer must repeat (qemu reads the footer's in place of the header's
+# when the header places the grain directory at the end): their places in SPARSE_HEADER.
+_REPEATED_FIELDS = {
+    "flags": 2,
+    "capacity": 3,
+    "grain size": 4,
+    "grain table size": 7,
+    "overhead": 10,
+    "compression": 13,
+}
+
+
+def _footer_problem(header: bytes, footer: bytes) -> str | None:
+    """A footer whose header qemu would read otherwise than the leading one (only when the
+    leading one places the grain directory at the end: qemu reads no footer otherwise)."""
+    if SPARSE_HEADER.unpack_from(header)[9] != GD_AT_END:
+        return None
+    if len(footer) < SPARSE_HEADER.size or not footer.startswith(MAGIC):
+        return "the vmdk's footer is not a sparse header (qemu refuses it)"
+    leading, repeated = SPARSE_HEADER.unpack_from(header), SPARSE_HEADER.unpack_from(footer)
+    for name, place in _REPEATED_FIELDS.items():
+        if leading[place] != repeated[place]:
+            return (
+                f"the vmdk's footer says another {name} ({repeated[place]}) than its header "
+                f"({leading[place]}); qemu reads the footer's"
+            )
+    if repeated[9] == GD_AT_END:
+        return "the vmdk's footer does not place its grain directory (qemu refuses it)"
+    return None
 
 
 def _grain_problem(layout: Layout, start: int, next_free: int, size: int) -> str | None:

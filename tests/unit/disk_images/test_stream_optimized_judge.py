@@ -5,6 +5,8 @@ to the same disk; what qemu refuses, it refuses; and where it refuses what qemu 
 
 from __future__ import annotations
 
+import json
+import struct
 import subprocess
 from pathlib import Path
 
@@ -85,3 +87,35 @@ def test_a_stream_whose_directory_is_at_its_end_needs_its_end_of_stream_marker(
     for _ in decoded:
         pass
     assert "end-of-stream marker" in error_of(decoded.outcome()).message
+
+
+@pytest.mark.parametrize(
+    ("name", "place", "value"),
+    [("capacity", 12, 2 * 6144), ("grain size", 20, 256), ("overhead", 64, 256)],
+)
+def test_a_footer_qemu_reads_otherwise_than_the_header_is_refused(
+    tmp_path: Path, name: str, place: int, value: int
+) -> None:
+    """The header places the grain directory at the end: qemu reads the footer's fields in
+    place of the header's, the export reads the header's. A footer that says otherwise is
+    refused, naming the field; qemu reads such an image differently (another size) or not at
+    all."""
+    disk = bytes(range(256)) * 256 + bytes(3 * MIB - 65536)
+    whole = bytearray(b"".join(encode_stream_optimized([disk], len(disk))))
+    footer = len(whole) - 1024
+    struct.pack_into("<Q", whole, footer + place, value)
+    image = tmp_path / "footer.vmdk"
+    image.write_bytes(bytes(whole))
+    assert not qemu_reads(image) or qemu_virtual_size(image) != len(disk)
+    refused = error_of(judged(image))
+    assert f"footer says another {name}" in refused.message
+
+
+def qemu_virtual_size(path: Path) -> int:
+    info = subprocess.run(
+        ["qemu-img", "info", "--output=json", "-f", "vmdk", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return int(json.loads(info)["virtual-size"])
