@@ -4,8 +4,9 @@ on every untrusted image (after CVE-2024-32498) before qemu-img may touch it.
 Every inspector reads the bytes as they stream past; none of them allocates by what a header
 claims. The format is named from the first JUDGED_PREFIX_BYTES (every format's signature and
 header lie there), refusals that a header already shows are made then, before a byte is stored
-as a disk, and the rest (a streamOptimized vmdk's footer and end-of-stream marker, the tables of
-a qcow2 a hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image
+as a disk, and the rest (a streamOptimized vmdk's footer and its grains, read whole as the
+export reads them: `stream_optimized_grains.py`; the tables and compressed clusters of a qcow2 a
+hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image
 is raw only when no other format's signature is in it: a partition table or an ISO 9660 volume
 is a raw disk's content, as qemu reads it.
 
@@ -14,10 +15,8 @@ compression, extended L2 entries, internal snapshots) and the vmdk variants a si
 (monolithicSparse, streamOptimized). Refused by name: vhdx, vpc (vhd), vdi and qed (convert them
 to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector does not know
 (parallels, bochs, cloop, VMware 3, a bare vmdk descriptor), a qcow2 with a backing file, an
-external data file, encryption or the corrupt bit, a qcow2 whose cluster size or L1 or
-refcount table qemu would refuse at open (clusters outside 512 B to 2 MiB, a table not on a
-cluster, an L1 too small for the disk or above qemu's 32 MiB),
-a vmdk naming other extent files, and any image whose virtual size is above the bound or 0
+external data file, encryption or the corrupt bit, a qcow2 whose header qemu would refuse at
+open (`qcow2_header.py`), a vmdk naming other extent files, and any image whose virtual size is above the bound or 0
 (an empty disk, which no target holds alike: vCenter makes no file for it).
 """
 
