@@ -259,6 +259,31 @@ def _grain(inflated: bytes) -> Callable[[bytearray], None]:
     return bend
 
 
+def _first_grain_table(data: bytearray) -> int:
+    """Where a streamOptimized vmdk's first grain table is, by the grain directory its header
+    places (qemu-img places it there)."""
+    directory = 512 * struct.unpack_from("<Q", data, 56)[0]  # gdOffset
+    return 512 * struct.unpack_from("<I", data, directory)[0]
+
+
+def _grain_table_entries_swapped(data: bytearray) -> None:
+    """The first grain table names the first two grains' markers the other way round: qemu
+    reads each in the other's place, the markers say otherwise."""
+    table = _first_grain_table(data)
+    entries = list(struct.unpack_from("<512I", data, table))
+    first, second = [index for index, sector in enumerate(entries) if sector][:2]
+    entries[first], entries[second] = entries[second], entries[first]
+    struct.pack_into("<512I", data, table, *entries)
+
+
+def _grain_table_entry_dropped(data: bytearray) -> None:
+    """The first grain table leaves the first grain out: qemu reads zeros there."""
+    table = _first_grain_table(data)
+    entries = list(struct.unpack_from("<512I", data, table))
+    entries[next(index for index, sector in enumerate(entries) if sector)] = 0
+    struct.pack_into("<512I", data, table, *entries)
+
+
 def _grain_sector(sector: int) -> Callable[[bytearray], None]:
     def bend(data: bytearray) -> None:
         offset, _ = _first_grain(data)
@@ -300,6 +325,8 @@ HOSTILE: dict[str, tuple[str, Callable[[bytearray], None]]] = {
     "vmdk-grain-deflate-bomb": ("vmdk-stream-optimized", _grain(bytes(64 * MIB))),
     "vmdk-grain-inflating-short": ("vmdk-stream-optimized", _grain(b"\1" * 1000)),
     "vmdk-grain-beyond-capacity": ("vmdk-stream-optimized", _grain_sector(2**40)),
+    "vmdk-grain-tables-swap-two-grains": ("vmdk-stream-optimized", _grain_table_entries_swapped),
+    "vmdk-grain-table-drops-a-grain": ("vmdk-stream-optimized", _grain_table_entry_dropped),
     "vmdk-tables-of-4-billion-entries": (
         "vmdk-monolithic-sparse",
         _set(VMDK_GTES_PER_GT, 2**32 - 1),

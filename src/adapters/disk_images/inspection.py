@@ -16,8 +16,9 @@ compression, extended L2 entries, internal snapshots) and the vmdk variants a si
 to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector does not know
 (parallels, bochs, cloop, VMware 3, a bare vmdk descriptor), a qcow2 with a backing file, an
 external data file, encryption or the corrupt bit, a qcow2 whose header qemu would refuse at
-open (`qcow2_header.py`), a vmdk naming other extent files, and any image whose virtual size is above the bound or 0
-(an empty disk, which no target holds alike: vCenter makes no file for it).
+open (`qcow2_header.py`), a vmdk naming other extent files, and any image whose virtual size
+is above the bound or 0 (an empty disk, which no target holds alike: vCenter makes no file
+for it).
 """
 
 from __future__ import annotations

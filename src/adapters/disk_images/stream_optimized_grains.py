@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
+from pyrigaud.adapters.disk_images.stream_optimized_tables import (
+    MAX_TABLE_ENTRIES,
+    TableAgreement,
+)
 from pyrigaud.domain.errors import ProviderError
 
 MAGIC = b"KDMV"
@@ -39,6 +43,8 @@ MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
 SPARSE_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
 GRAIN_MARKER = struct.Struct("<QI")
 LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
+MAX_FRAMED_BYTES = 8 * 1024 * 1024  # of a grain table or directory: 64 TiB of grains
+_FRAMED_PIECE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,24 +63,52 @@ class Skip:
 
 @dataclass(frozen=True)
 class Grain:
-    """A grain's bytes at `start` in the disk (the last one cut at the disk's end)."""
+    """A grain's bytes at `start` in the disk (the last one cut at the disk's end), its marker
+    at byte `record` of the stream."""
 
     start: int
     data: bytes
+    record: int
 
 
-# Returns the disk's capacity in bytes once the stream ended as a whole one, else the failure.
-Reading = Generator[Read | Skip | Grain, bytes | bool | None, Failure[ProviderError] | int]
+@dataclass(frozen=True)
+class Framed:
+    """Bytes from `offset` of what a grain table or grain directory marker (`kind`) at byte
+    `record` frames: its first MAX_FRAMED_BYTES at most, in pieces."""
+
+    kind: int
+    record: int
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Footer:
+    """A footer placing the grain directory at `directory_sector`."""
+
+    directory_sector: int
 
 
 @dataclass(frozen=True)
 class Layout:
-    """What a streamOptimized header says of its disk."""
+    """What a streamOptimized header says of its disk: its grain directory's sector (None:
+    a footer at the end says) and the entries of a grain table."""
 
     capacity_bytes: int
     grain_bytes: int
     overhead: int
-    directory_at_end: bool
+    directory_sector: int | None
+    table_entries: int
+
+    @property
+    def directory_at_end(self) -> bool:
+        return self.directory_sector is None
+
+
+Event = Read | Skip | Grain | Framed | Footer
+# Returns the disk's capacity in bytes once the stream ended as a whole one, else the failure.
+# Its first event after the header is the header's Layout.
+Reading = Generator[Event | Layout, bytes | bool | None, Failure[ProviderError] | int]
 
 
 def is_stream_optimized(header: bytes) -> bool:
@@ -93,12 +127,14 @@ def read_grains(field: str) -> Reading:
         case Failure() as failed:
             return failed
         case Success(Layout() as layout):
-            pass
+            yield layout
     skipped = yield Skip((layout.overhead - 1) * SECTOR_BYTES)
     if not skipped:
         return _invalid(field, "the vmdk ends inside its header")
+    position = layout.overhead * SECTOR_BYTES  # the stream's next byte
     next_free = 0  # the first byte of the disk a following grain may start at
     while True:
+        record = position
         marker = yield Read(GRAIN_MARKER.size)
         assert isinstance(marker, bytes)
         if len(marker) < GRAIN_MARKER.size:
@@ -107,11 +143,12 @@ def read_grains(field: str) -> Reading:
             return layout.capacity_bytes
         lba, size = GRAIN_MARKER.unpack(marker)
         if size == 0:
-            match (yield from _metadata(lba, header, field)):
+            match (yield from _metadata(lba, header, record, field)):
                 case Failure() as failed:
                     return failed
                 case True:
                     return layout.capacity_bytes
+            position = record + SECTOR_BYTES + lba * SECTOR_BYTES
             continue
         start = lba * SECTOR_BYTES
         problem = _grain_problem(layout, start, next_free, size)
@@ -126,35 +163,54 @@ def read_grains(field: str) -> Reading:
             case Failure() as failed:
                 return failed
             case Success(data):
-                yield Grain(start, data)
+                yield Grain(start, data, record)
         next_free = start + layout.grain_bytes
+        position = record + GRAIN_MARKER.size + size + -(GRAIN_MARKER.size + size) % SECTOR_BYTES
 
 
 def _layout(header: bytes, field: str) -> Result[Layout, ProviderError]:
     if not is_stream_optimized(header):
         return _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
-    (_, _, _, capacity, grain_sectors, _, _, _, _, directory, overhead, _, _, algorithm) = (
-        SPARSE_HEADER.unpack_from(header)
-    )
+    (
+        _,
+        _,
+        _,
+        capacity,
+        grain_sectors,
+        _,
+        _,
+        table_entries,
+        _,
+        directory,
+        overhead,
+        _,
+        _,
+        algorithm,
+    ) = SPARSE_HEADER.unpack_from(header)
     if algorithm != COMPRESS_DEFLATE:
         return _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
     if not 1 <= grain_sectors <= LARGEST_GRAIN_SECTORS:
         return _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
     if overhead < 1:
         return _invalid(field, "the vmdk ends inside its header")
+    if not 1 <= table_entries <= MAX_TABLE_ENTRIES:
+        return _invalid(
+            field, f"the vmdk's grain tables have {table_entries} entries; qemu reads 1 to 512"
+        )
     return Success(
         Layout(
             capacity * SECTOR_BYTES,
             grain_sectors * SECTOR_BYTES,
             overhead,
-            directory_at_end=directory == GD_AT_END,
+            directory_sector=None if directory == GD_AT_END else directory,
+            table_entries=table_entries,
         )
     )
 
 
 def _metadata(
-    sectors: int, header: bytes, field: str
-) -> Generator[Read | Skip, bytes | bool | None, Failure[ProviderError] | bool]:
+    sectors: int, header: bytes, record: int, field: str
+) -> Generator[Event, bytes | bool | None, Failure[ProviderError] | bool]:
     """The rest of a metadata marker (its type) and the sectors it heads: whether it is the
     end of the stream, or the failure."""
     kind = yield Read(SECTOR_BYTES - GRAIN_MARKER.size)
@@ -170,8 +226,25 @@ def _metadata(
         footer = yield Read(SECTOR_BYTES)
         assert isinstance(footer, bytes)
         problem = _footer_problem(header, footer)
-        return _invalid(field, problem) if problem else False
-    skipped = yield Skip(sectors * SECTOR_BYTES)
+        if problem:
+            return _invalid(field, problem)
+        if len(footer) == SECTOR_BYTES:
+            yield Footer(SPARSE_HEADER.unpack_from(footer)[9])
+        return False
+    framed = min(sectors * SECTOR_BYTES, MAX_FRAMED_BYTES)
+    if marker_type in (MARKER_GT, MARKER_GD):
+        offset = record + SECTOR_BYTES
+        while offset < record + SECTOR_BYTES + framed:
+            piece = yield Read(min(_FRAMED_PIECE_BYTES, record + SECTOR_BYTES + framed - offset))
+            assert isinstance(piece, bytes)
+            yield Framed(marker_type, record, offset, piece)
+            if not piece:
+                return _invalid(field, "the vmdk ends inside its metadata")
+            offset += len(piece)
+        sectors_left = sectors * SECTOR_BYTES - framed
+    else:
+        sectors_left = sectors * SECTOR_BYTES
+    skipped = yield Skip(sectors_left)
     if not skipped:
         return _invalid(field, "the vmdk ends inside its metadata")
     return False
@@ -262,21 +335,29 @@ def _invalid(field: str, problem: str) -> Failure[ProviderError]:
 
 class StreamOptimizedCheck:
     """A streamOptimized vmdk's bytes, pushed as they stream past (`feed`), read by
-    `read_grains`; `refusal` once every byte was fed. At most one grain's bytes and one fed
-    chunk are held."""
+    `read_grains`, its grain tables held against its grain markers (`TableAgreement`);
+    `refusal` once every byte was fed. At most one grain's bytes, one fed chunk and the grain
+    directory are held."""
 
     def __init__(self, field: str) -> None:
+        self._field = field
         self._reading: Reading | None = read_grains(field)
         self._buffer = bytearray()
+        self._fed = 0
         self._skipping = 0  # bytes still to pass over
-        self._asked: Read | Skip | Grain | None = next(self._reading)
+        self._asked: Event | Layout = next(self._reading)
         self._outcome: Failure[ProviderError] | int | None = None
+        self._tables: TableAgreement | None = None
+        self._grain_bytes = 1
 
     def feed(self, chunk: bytes) -> None:
-        if self._reading is None:
-            return
-        self._buffer += chunk
-        self._advance(ended=False)
+        start = self._fed
+        self._fed += len(chunk)
+        if self._reading is not None:
+            self._buffer += chunk
+            self._advance(ended=False)
+        if self._tables is not None:
+            self._tables.passing(start, chunk)
 
     def refusal(self) -> ProviderError | None:
         """Once every byte was fed: why the stream is not a whole one, or None."""
@@ -286,7 +367,8 @@ class StreamOptimizedCheck:
             case Failure(error):
                 refused: ProviderError = error
                 return refused
-        return None
+        problem = None if self._tables is None else self._tables.ended()
+        return None if problem is None else ProviderError.invalid_spec(self._field, problem)
 
     def _advance(self, *, ended: bool) -> None:
         """Answer what the reading asks for as long as the held bytes (or the end) can."""
@@ -306,7 +388,23 @@ class StreamOptimizedCheck:
                         return
                     answer = bytes(self._buffer[:length])
                     del self._buffer[:length]
+                case event:
+                    self._seen(event)
             self._send(answer)
+
+    def _seen(self, event: Grain | Framed | Footer | Layout) -> None:
+        """What the reading found, for the grain tables' agreement with the markers."""
+        match event:
+            case Layout() as layout:
+                self._grain_bytes = layout.grain_bytes
+                grains = -(-layout.capacity_bytes // layout.grain_bytes)
+                self._tables = TableAgreement(grains, layout.table_entries, layout.directory_sector)
+            case Grain(start, _, record) if self._tables is not None:
+                self._tables.grain(start // self._grain_bytes, record // SECTOR_BYTES)
+            case Framed(kind, record, offset, data) if self._tables is not None:
+                self._tables.framed(kind, record, offset, data)
+            case Footer(directory_sector) if self._tables is not None:
+                self._tables.footer(directory_sector)
 
     def _send(self, answer: bytes | bool | None) -> None:
         assert self._reading is not None
