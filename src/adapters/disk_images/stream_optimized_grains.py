@@ -2,17 +2,20 @@
 pulls the bytes (`stream_optimized.decode_stream_optimized`), the image judge has them pushed as
 they stream past (`StreamOptimizedCheck`), so what an import accepts the export reads alike.
 
-The reading is a generator that asks for bytes (`Read`, `Skip`) and hands out the grains it
-inflated (`Grain`); it returns the disk's capacity once the stream ended as a whole one, or
-the failure that ends it. Its rules are qemu's reading of a grain (block/vmdk.c,
+The reading is a generator that asks for bytes (`Read`, `Skip`) and tells what it found (the
+header's `Layout`, each `Grain` it inflated, the grain tables and directory its markers frame,
+a `Footer`); it returns the disk's capacity once the stream ended as a whole one, or the
+failure that ends it. Its rules are qemu's reading of a grain (block/vmdk.c,
 vmdk_read_extent): a grain's compressed bytes are at most two grains, deflate in zlib's format,
 whole (the stream ends) and inflating to one grain, the last one to at least what is left of
-the disk. The grains come in
-increasing order, each at the start of a grain within the disk, as VMware writes them and the
-export reads them. A stream ends with its end-of-stream marker; one whose header places its
-grain directory (qemu reads the grains through it) may end without it, where a marker would
-start, as qemu reads such an image; one whose grain directory is at its end may not (qemu
-refuses it without the footer and end-of-stream marker).
+the disk. The grains come in increasing order, each at the start of a grain within the disk,
+as VMware writes them and the export reads them. A stream ends with its end-of-stream marker;
+one whose header places its grain directory (qemu reads the grains through it) may end
+without it, where a marker would start, as qemu reads such an image; one whose grain directory
+is at its end may not (qemu refuses it without the footer and end-of-stream marker), and its
+footer must repeat the header (qemu reads the footer's). The judge also holds the grain tables
+against the markers (`stream_optimized_tables.py`); the export, reading vCenter's own output,
+does not.
 """
 
 from __future__ import annotations
