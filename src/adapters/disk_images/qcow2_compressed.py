@@ -21,7 +21,8 @@ import zlib
 
 from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
 
-MAX_PENDING = 1 << 20  # descriptors waiting for their bytes (some 60 MiB at most)
+MAX_PENDING = 1 << 18  # descriptors waiting for their bytes (some 12 MiB at most)
+_LENGTH_BITS = 23  # a compressed cluster's byte count is at most two 2 MiB clusters
 _RAW_DEFLATE_WINDOW_BITS = -12  # raw deflate with a 4 KiB window, as qemu inflates it
 
 
@@ -41,7 +42,7 @@ class CompressedClusters:
 
     def __init__(self, cluster: int) -> None:
         self._cluster = cluster
-        self._pending: list[tuple[int, int]] = []  # (offset, length), a heap
+        self._pending: list[int] = []  # offset << _LENGTH_BITS | length, a heap
         self._inflating: list[_Inflating] = []
         self.problem: str | None = None
 
@@ -55,13 +56,13 @@ class CompressedClusters:
                 "their bytes, more than are judged at once"
             )
             return
-        heapq.heappush(self._pending, (offset, length))
+        heapq.heappush(self._pending, offset << _LENGTH_BITS | length)
 
     def passing(self, at: int, chunk: bytes | memoryview) -> None:
         """The image's bytes from offset `at`, after the tables in them were read."""
         end = at + len(chunk)
-        while self.problem is None and self._pending and self._pending[0][0] < end:
-            offset, length = heapq.heappop(self._pending)
+        while self.problem is None and self._pending and self._pending[0] >> _LENGTH_BITS < end:
+            offset, length = _span(heapq.heappop(self._pending))
             if offset < at:
                 self.problem = (
                     f"the qcow2 image's compressed cluster at byte {offset} comes before the "
@@ -77,13 +78,17 @@ class CompressedClusters:
     def ended(self) -> str | None:
         """The image ended: bytes past its end read as zeros, as qemu reads them."""
         while self.problem is None and self._pending:
-            offset, length = heapq.heappop(self._pending)
+            offset, length = _span(heapq.heappop(self._pending))
             self._inflating.append(_Inflating(offset, length, self._cluster))
         for cluster in self._inflating:
             if self.problem is None:
                 self.problem = cluster.ended()
         self._inflating = []
         return self.problem
+
+
+def _span(pending: int) -> tuple[int, int]:
+    return pending >> _LENGTH_BITS, pending & ((1 << _LENGTH_BITS) - 1)
 
 
 class _Inflating:

@@ -18,6 +18,7 @@ last).
 
 from __future__ import annotations
 
+import bisect
 import secrets
 import struct
 from array import array
@@ -27,6 +28,7 @@ from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
 _PRIME = (1 << 127) - 1
 _ENTRY = struct.Struct("<I")
 _LOW = (1 << 32) - 1
+_LOW_64 = (1 << 64) - 1
 MAX_TABLE_ENTRIES = 512  # qemu's bound on a grain table (numGTEsPerGT)
 MAX_DIRECTORY_BYTES = 8 * 1024 * 1024  # 2^21 tables of 512 grains of 64 KiB: 64 TiB
 MARKER_GT, MARKER_GD = 1, 2
@@ -46,7 +48,10 @@ class TableAgreement:
         self._markers = 0  # the grain markers' sum
         self._named = 0  # the tables' sum, as the directory raised them
         self._directory_sector = directory_sector  # None: a footer will say
-        self._framed: dict[int, int] = {}  # a framed table's sector: its sum, from entry 0
+        # The framed tables, in the stream's order: their sectors and sums (two 64-bit halves).
+        self._framed_sectors = array("Q")
+        self._framed_high = array("Q")
+        self._framed_low = array("Q")
         self._candidate: tuple[int, int] | None = None  # a framed directory: sector, its sum
         # Tables the directory named, not passed yet: sector << 32 | table number, in order.
         self._pending = array("Q")
@@ -81,10 +86,20 @@ class TableAgreement:
             self._framed_directory(sector, self._record.taken())
 
     def _framed_table(self, sector: int, data: bytes) -> None:
-        if len(self._framed) >= self._tables:
+        if len(self._framed_sectors) >= self._tables:
             self._refuse("the vmdk has more grain tables than its disk needs")
             return
-        self._framed[sector] = self._table_sum(data)
+        table_sum = self._table_sum(data)
+        self._framed_sectors.append(sector)
+        self._framed_high.append(table_sum >> 64)
+        self._framed_low.append(table_sum & _LOW_64)
+
+    def _framed_sum(self, sector: int) -> int | None:
+        """The sum of the table a grain table marker framed at `sector`, or None."""
+        index = bisect.bisect_left(self._framed_sectors, sector)
+        if index == len(self._framed_sectors) or self._framed_sectors[index] != sector:
+            return None
+        return self._framed_high[index] << 64 | self._framed_low[index]
 
     def _framed_directory(self, sector: int, data: bytes) -> None:
         """The directory a footer will name, when the header does not place it."""
@@ -93,13 +108,14 @@ class TableAgreement:
         total = 0
         for table, (table_sector,) in enumerate(self._directory_entries(data)):
             if table_sector:
-                if table_sector not in self._framed:
+                table_sum = self._framed_sum(table_sector)
+                if table_sum is None:
                     self._refuse(
                         f"the vmdk's grain directory names sector {table_sector}, where no grain "
                         "table marker put a table (qemu would read a table there)"
                     )
                     return
-                total += self._raised(table, self._framed[table_sector])
+                total += self._raised(table, table_sum)
         self._candidate = sector, total % _PRIME
 
     def passing(self, offset: int, data: bytes) -> None:
