@@ -48,6 +48,11 @@ QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
 COPIED = 1 << 63  # an L1 or L2 entry whose cluster's refcount is exactly one
+# The bits qemu-img check finds set in an entry and calls corrupt (qemu's L1E_RESERVED_MASK,
+# L2E_STD_RESERVED_MASK and REFT_RESERVED_MASK).
+L1_RESERVED = 0x7F000000000001FF
+L2_RESERVED = 0x3F000000000001FE
+REFCOUNT_TABLE_RESERVED = 0x1FF
 MAX_REFCOUNT_TABLE_BYTES = 8 * 1024 * 1024  # qemu's QCOW_MAX_REFTABLE_SIZE
 
 # A table's entries checked, numbered from the first: what qemu refuses in them, or None.
@@ -150,6 +155,9 @@ class _PassingTables:
         starts: set[int] = set()
         for index, (entry,) in enumerate(_ENTRY.iter_unpack(l1)):
             table = entry & OFFSET_MASK
+            if entry & L1_RESERVED:
+                self.problem = _reserved_bits(f"L1 entry {index}")
+                return
             if table % cluster:
                 self.problem = (
                     f"the qcow2 image's L2 table {index} does not start on a cluster "
@@ -204,6 +212,8 @@ class _PassingTables:
         cluster = self._cluster
         for index, entry in enumerate(entries, first):
             block = entry & REFCOUNT_OFFSET_MASK
+            if entry & REFCOUNT_TABLE_RESERVED:
+                return _reserved_bits(f"refcount table entry {index}")
             if block % cluster:
                 return (
                     f"the qcow2 image's refcount block {index} does not start on a cluster "
@@ -230,6 +240,8 @@ class _PassingTables:
                 self._reach = max(self._reach, offset + length)
                 continue
             offset = entry & OFFSET_MASK
+            if entry & L2_RESERVED:
+                return _reserved_bits("L2 entry")
             if offset % cluster:
                 return (
                     "the qcow2 image's L2 table places a data cluster off a cluster boundary "
@@ -269,3 +281,7 @@ class _Table:
         problem = self._check(self._index, entries)
         self._index += len(entries)
         return problem
+
+
+def _reserved_bits(entry: str) -> str:
+    return f"the qcow2 image's {entry} has reserved bits set (qemu-img check finds it corrupt)"

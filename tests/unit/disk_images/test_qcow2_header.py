@@ -158,6 +158,53 @@ def test_a_compressed_cluster_inflating_past_its_cluster_is_read_as_qemu_reads_i
     assert ok(judged(image)).keepable_qcow2
 
 
+def _entry_bit(kind: str, bit: int) -> Bend:
+    """A bit set in the first L1 entry, the first allocated L2 entry, or the first refcount
+    table entry."""
+
+    def bend(data: bytearray) -> None:
+        (l1_offset,) = struct.unpack_from(">Q", data, 40)
+        if kind == "refcount":
+            at = struct.unpack_from(">Q", data, 48)[0]
+        elif kind == "L1":
+            at = l1_offset
+        else:
+            l2_offset = struct.unpack_from(">Q", data, l1_offset)[0] & 0x00FFFFFFFFFFFE00
+            entries = struct.unpack_from(">8192Q", data, l2_offset)
+            at = l2_offset + 8 * next(index for index, entry in enumerate(entries) if entry)
+        (entry,) = struct.unpack_from(">Q", data, at)
+        struct.pack_into(">Q", data, at, entry | 1 << bit)
+
+    return bend
+
+
+ENTRY_BITS = {
+    "l1-entry-bit-1": _entry_bit("L1", 1),
+    "l1-entry-bit-60": _entry_bit("L1", 60),
+    "l2-entry-bit-1": _entry_bit("L2", 1),
+    "l2-entry-bit-57": _entry_bit("L2", 57),
+    "l2-entry-zero-flag": _entry_bit("L2", 0),
+    "refcount-table-entry-bit-3": _entry_bit("refcount", 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_BITS))
+def test_a_kept_qcow2_table_entry_is_taken_exactly_when_qemu_img_check_takes_it(
+    corpus: Path, name: str
+) -> None:
+    """Reserved bits set in a table entry: qemu-img check finds the image corrupt, the judge
+    refuses it; the zero flag, which is no reserved bit, both take."""
+    data = bytearray(valid_image(V3, corpus).path.read_bytes())
+    ENTRY_BITS[name](data)
+    image = corpus / f"{name}.qcow2"
+    image.write_bytes(bytes(data))
+    verdict = judged(image)
+    if qemu_reads_it_all(image):
+        assert ok(verdict).keepable_qcow2
+    else:
+        assert "reserved bits" in error_of(verdict).message
+
+
 @pytest.mark.parametrize("name", sorted(name for name in VALID if name.startswith("qcow2")))
 def test_every_valid_qcow2_passes(corpus: Path, name: str) -> None:
     assert ok(judged(valid_image(name, corpus).path)).format == "qcow2"
