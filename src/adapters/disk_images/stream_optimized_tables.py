@@ -38,7 +38,8 @@ class TableAgreement:
     """One stream's grain markers and grain tables, folded as they pass (see the module)."""
 
     def __init__(self, grains: int, table_entries: int, directory_sector: int | None) -> None:
-        self._grains = grains  # of the disk
+        """For a disk of `grains` grains, `table_entries` to a grain table, whose header places
+        its grain directory at `directory_sector` (None: a footer will)."""
         self._table_entries = table_entries
         self._tables = -(-grains // table_entries)
         self._r = 2 + secrets.randbelow(_PRIME - 3)

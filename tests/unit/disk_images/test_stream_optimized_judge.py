@@ -19,7 +19,7 @@ from pyrigaud.adapters.disk_images.stream_optimized import (
 from pyrigaud.domain.errors import ErrorKind
 
 from support import error_of, ok
-from support.disk_image import MIB, file_chunks
+from support.disk_image import MIB, file_chunks, sparse_disk
 from support.image_corpus import HOSTILE, hostile_image, oracle_raw, valid_image
 from support.judging import judged
 
@@ -145,3 +145,15 @@ def qemu_virtual_size(path: Path) -> int:
         text=True,
     ).stdout
     return int(json.loads(info)["virtual-size"])
+
+
+@pytest.mark.parametrize("chunk", [511, 65536, 4 * MIB])
+def test_the_exports_own_layout_is_taken(tmp_path: Path, chunk: int) -> None:
+    """VMware's layout, as the export encodes it (grain tables after their grains, the
+    directory and a footer naming it last): its tables agree with its markers."""
+    disk = sparse_disk(40 * MIB + 1536, seed=3)
+    image = tmp_path / "encoded.vmdk"
+    image.write_bytes(b"".join(encode_stream_optimized([disk], len(disk))))
+    assert qemu_reads(image)
+    assert (tmp_path / "encoded.vmdk.raw").read_bytes() == disk
+    assert ok(judged(image, chunk=chunk)).stream_optimized_vmdk
