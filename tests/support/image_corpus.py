@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import struct
 import subprocess
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,9 @@ VALID = {
     "qcow2-internal-snapshot": ("qcow2", ()),  # then a snapshot, then a write after it
     "vmdk-stream-optimized": ("vmdk", ("-o", "subformat=streamOptimized")),
     "vmdk-monolithic-sparse": ("vmdk", ("-o", "subformat=monolithicSparse")),
+    # qemu-img's own streamOptimized places its grain directory in its header: it reads one
+    # that ends without its end-of-stream marker alike.
+    "vmdk-stream-optimized-without-end-of-stream": ("vmdk", ("-o", "subformat=streamOptimized")),
 }
 
 
@@ -78,7 +82,35 @@ def valid_image(name: str, workdir: Path) -> CorpusImage:
                 check=True,
                 capture_output=True,
             )
+        if name == "vmdk-stream-optimized-without-end-of-stream":
+            data = bytearray(image.path.read_bytes())
+            del data[_end_of_stream(data) :]
+            image.path.write_bytes(bytes(data))
     return image
+
+
+def _vmdk_records(data: bytearray) -> Iterator[tuple[int, int, int]]:
+    """A streamOptimized vmdk's records from its first grain on: (offset, the marker's first
+    field (a grain's sector, or the sectors of metadata), its compressed size (0: metadata))."""
+    offset = 512 * struct.unpack_from("<Q", data, 64)[0]  # overHead: where grains start
+    while offset + 12 <= len(data):
+        lba, size = struct.unpack_from("<QI", data, offset)
+        yield offset, lba, size
+        offset += -(-(12 + size) // 512) * 512 if size else 512 + lba * 512
+
+
+def _end_of_stream(data: bytearray) -> int:
+    """Where a streamOptimized vmdk's end-of-stream marker is."""
+    for offset, lba, size in _vmdk_records(data):
+        if not size and not lba and struct.unpack_from("<I", data, offset + 12) == (0,):
+            return offset
+    raise AssertionError("no end-of-stream marker")
+
+
+def _first_grain(data: bytearray) -> tuple[int, int]:
+    """A streamOptimized vmdk's first grain record: its offset and sector."""
+    offset, lba, _ = next(record for record in _vmdk_records(data) if record[2])
+    return offset, lba
 
 
 def oracle_raw(image: CorpusImage, workdir: Path) -> bytes:
@@ -100,7 +132,13 @@ QCOW2_SNAPSHOT_COUNT = (60, ">I")
 VMDK_CAPACITY = (12, "<Q")
 VMDK_GRAIN_SIZE = (20, "<Q")
 VMDK_GTES_PER_GT = (44, "<I")
+VMDK_OVERHEAD = (64, "<Q")
+VMDK_COMPRESS_ALGORITHM = (77, "<H")
 L2_OFFSET_MASK = 0x00FFFFFFFFFFFE00
+QCOW2_COMPRESSED = 1 << 62
+QCOW2_COMPRESSED_OFFSET_MASK = (1 << 54) - 1  # of 64 KiB clusters
+QCOW2_HEADER_LENGTH = (100, ">I")
+QCOW2_COMPRESSION_TYPE = (104, ">B")
 
 
 def _set(field: tuple[int, str], value: int) -> Callable[[bytearray], None]:
@@ -131,6 +169,67 @@ def _misaligned_l2_entry(data: bytearray) -> None:
     raise AssertionError("no allocated cluster in the first L2 table")
 
 
+def _compressed_entries(data: bytearray) -> list[tuple[int, int]]:
+    """Where the first L2 table's compressed cluster descriptors are, and their values (64 KiB
+    clusters: 54 offset bits, then the count of further 512-byte sectors)."""
+    (l1_offset,) = struct.unpack_from(">Q", data, QCOW2_L1_OFFSET[0])
+    (l1_entry,) = struct.unpack_from(">Q", data, l1_offset)
+    l2_offset = l1_entry & L2_OFFSET_MASK
+    table = data[l2_offset : l2_offset + 65536]
+    entries = [
+        (l2_offset + index * 8, entry)
+        for index, (entry,) in enumerate(struct.iter_unpack(">Q", table))
+        if entry & QCOW2_COMPRESSED
+    ]
+    assert entries, "no compressed cluster in the first L2 table"
+    return entries
+
+
+def _first_compressed_entry(data: bytearray) -> tuple[int, int]:
+    return _compressed_entries(data)[0]
+
+
+def _compressed_past_the_end(data: bytearray) -> None:
+    """A compressed cluster descriptor points a cluster past the file's end."""
+    at, entry = _first_compressed_entry(data)
+    sectors = entry & ~QCOW2_COMPRESSED_OFFSET_MASK
+    struct.pack_into(">Q", data, at, sectors | len(data) + 65536)
+
+
+def _compressed_garbage(data: bytearray) -> None:
+    """A compressed cluster's bytes are not deflate."""
+    _, entry = _first_compressed_entry(data)
+    offset = entry & QCOW2_COMPRESSED_OFFSET_MASK
+    data[offset : offset + 16] = b"\xff" * 16
+
+
+def _compressed_short(data: bytearray) -> None:
+    """A compressed cluster inflates to less than a cluster."""
+    at, entry = _first_compressed_entry(data)
+    offset = entry & QCOW2_COMPRESSED_OFFSET_MASK
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -12)
+    short = deflater.compress(b"\xa5" * 1000) + deflater.flush()
+    data[offset : offset + len(short)] = short
+    sectors = (offset % 512 + len(short) - 1) // 512
+    struct.pack_into(">Q", data, at, QCOW2_COMPRESSED | sectors << 54 | offset)
+
+
+def _compressed_beyond_the_end_by_a_cluster(data: bytearray) -> None:
+    """A compressed cluster's bytes, moved to the file's end, whose descriptor says they run a
+    cluster past it (they inflate all the same: qemu reads it, qemu-img check finds it
+    corrupt)."""
+    at, entry = _first_compressed_entry(data)
+    offset = _compressed_offset((at, entry))
+    length = ((entry >> 54 & 0xFF) + 1) * 512 - offset % 512
+    moved = -(-len(data) // 512) * 512
+    data[len(data) :] = bytes(moved - len(data)) + data[offset : offset + length]
+    struct.pack_into(">Q", data, at, QCOW2_COMPRESSED | 255 << 54 | moved)
+
+
+def _compressed_offset(descriptor: tuple[int, int]) -> int:
+    return descriptor[1] & QCOW2_COMPRESSED_OFFSET_MASK
+
+
 def _cut(length: int) -> Callable[[bytearray], None]:
     def bend(data: bytearray) -> None:
         del data[length:]
@@ -144,8 +243,53 @@ def _cut_in_half(data: bytearray) -> None:
 
 def _grain_marker_size(data: bytearray) -> None:
     """The first grain marker of a streamOptimized vmdk claims a compressed size of 4 GiB."""
-    sector = 512 * struct.unpack_from("<Q", data, 64)[0]  # overHead: where grains start
-    struct.pack_into("<I", data, sector + 8, 0xFFFFFFFF)
+    offset, _ = _first_grain(data)
+    struct.pack_into("<I", data, offset + 8, 0xFFFFFFFF)
+
+
+def _grain(inflated: bytes) -> Callable[[bytearray], None]:
+    """The first grain of a streamOptimized vmdk deflates `inflated` (over what follows)."""
+
+    def bend(data: bytearray) -> None:
+        offset, lba = _first_grain(data)
+        compressed = zlib.compress(inflated, 9)
+        struct.pack_into("<QI", data, offset, lba, len(compressed))
+        data[offset + 12 : offset + 12 + len(compressed)] = compressed
+
+    return bend
+
+
+def _first_grain_table(data: bytearray) -> int:
+    """Where a streamOptimized vmdk's first grain table is, by the grain directory its header
+    places (qemu-img places it there)."""
+    directory = 512 * struct.unpack_from("<Q", data, 56)[0]  # gdOffset
+    return 512 * struct.unpack_from("<I", data, directory)[0]
+
+
+def _grain_table_entries_swapped(data: bytearray) -> None:
+    """The first grain table names the first two grains' markers the other way round: qemu
+    reads each in the other's place, the markers say otherwise."""
+    table = _first_grain_table(data)
+    entries = list(struct.unpack_from("<512I", data, table))
+    first, second = [index for index, sector in enumerate(entries) if sector][:2]
+    entries[first], entries[second] = entries[second], entries[first]
+    struct.pack_into("<512I", data, table, *entries)
+
+
+def _grain_table_entry_dropped(data: bytearray) -> None:
+    """The first grain table leaves the first grain out: qemu reads zeros there."""
+    table = _first_grain_table(data)
+    entries = list(struct.unpack_from("<512I", data, table))
+    entries[next(index for index, sector in enumerate(entries) if sector)] = 0
+    struct.pack_into("<512I", data, table, *entries)
+
+
+def _grain_sector(sector: int) -> Callable[[bytearray], None]:
+    def bend(data: bytearray) -> None:
+        offset, _ = _first_grain(data)
+        struct.pack_into("<Q", data, offset, sector)
+
+    return bend
 
 
 # Each hostile image: the valid image it is bent from, and the bend.
@@ -159,10 +303,30 @@ HOSTILE: dict[str, tuple[str, Callable[[bytearray], None]]] = {
     "qcow2-l2-entry-misaligned": ("qcow2-v3", _misaligned_l2_entry),
     "qcow2-snapshots-past-the-end": ("qcow2-v3", _set(QCOW2_SNAPSHOT_COUNT, 65536)),
     "qcow2-header-cut-short": ("qcow2-v3", _cut(48)),
+    "qcow2-header-longer-than-its-cluster": (
+        "qcow2-512-byte-clusters",
+        _set(QCOW2_HEADER_LENGTH, 1024),
+    ),
+    "qcow2-compression-type-unknown": ("qcow2-v3", _set(QCOW2_COMPRESSION_TYPE, 7)),
+    "qcow2-compressed-cluster-past-the-end": ("qcow2-zlib", _compressed_past_the_end),
+    "qcow2-compressed-cluster-not-deflate": ("qcow2-zlib", _compressed_garbage),
+    "qcow2-compressed-cluster-too-short": ("qcow2-zlib", _compressed_short),
+    "qcow2-compressed-cluster-beyond-the-end": (
+        "qcow2-zlib",
+        _compressed_beyond_the_end_by_a_cluster,
+    ),
     "vmdk-capacity-2-pow-60-sectors": ("vmdk-stream-optimized", _set(VMDK_CAPACITY, 2**60)),
     "vmdk-grain-of-a-terabyte": ("vmdk-stream-optimized", _set(VMDK_GRAIN_SIZE, 2**31)),
     "vmdk-grain-marker-of-4-gib": ("vmdk-stream-optimized", _grain_marker_size),
     "vmdk-stream-cut-in-half": ("vmdk-stream-optimized", _cut_in_half),
+    "vmdk-overhead-of-2-pow-50-sectors": ("vmdk-stream-optimized", _set(VMDK_OVERHEAD, 2**50)),
+    "vmdk-grains-not-deflate": ("vmdk-stream-optimized", _set(VMDK_COMPRESS_ALGORITHM, 2)),
+    # 64 MiB of zeros in 64 KiB of deflate: a grain inflating a thousand times past its size.
+    "vmdk-grain-deflate-bomb": ("vmdk-stream-optimized", _grain(bytes(64 * MIB))),
+    "vmdk-grain-inflating-short": ("vmdk-stream-optimized", _grain(b"\1" * 1000)),
+    "vmdk-grain-beyond-capacity": ("vmdk-stream-optimized", _grain_sector(2**40)),
+    "vmdk-grain-tables-swap-two-grains": ("vmdk-stream-optimized", _grain_table_entries_swapped),
+    "vmdk-grain-table-drops-a-grain": ("vmdk-stream-optimized", _grain_table_entry_dropped),
     "vmdk-tables-of-4-billion-entries": (
         "vmdk-monolithic-sparse",
         _set(VMDK_GTES_PER_GT, 2**32 - 1),

@@ -59,6 +59,8 @@ class Replica:
                 ],
                 env={
                     "PATH": os.environ.get("PATH", ""),
+                    # The code under test where the dev loop puts it (else the installed copy).
+                    "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
                     "HOME": str(self._home),
                     "VIRTRIGAUD_PROVIDER_INSECURE": "true",
                     "PYRIGAUD_TLS_DIR": str(self._home / "no-tls"),

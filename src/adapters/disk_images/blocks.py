@@ -105,23 +105,23 @@ class ChunkReader:
         self._buffer = bytearray()
         self.position = 0  # bytes consumed so far
 
-    def read(self, length: int) -> bytes | None:
-        """The next `length` bytes, or None when the stream ends first."""
+    def read(self, length: int) -> bytes:
+        """The next `length` bytes; fewer (what is left) when the stream ends first."""
         while len(self._buffer) < length:
             chunk = next(self._chunks, None)
             if chunk is None:
-                return None
+                break
             self._buffer += chunk
         taken = bytes(self._buffer[:length])
         del self._buffer[:length]
-        self.position += length
+        self.position += len(taken)
         return taken
 
     def skip(self, length: int) -> bool:
         """Pass over `length` bytes, a bounded piece at a time; False when the stream ends first."""
         while length > 0:
             step = min(length, MAX_CHUNK_BYTES)
-            if self.read(step) is None:
+            if len(self.read(step)) < step:
                 return False
             length -= step
         return True

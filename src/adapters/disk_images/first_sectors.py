@@ -38,7 +38,7 @@ from pyrigaud.adapters.disk_images.qcow2_tables import (
     QCOW2_FEATURES_OFFSET,
     QCOW2_KNOWN_FEATURES,
 )
-from pyrigaud.adapters.disk_images.stream_optimized import (
+from pyrigaud.adapters.disk_images.stream_optimized_grains import (
     COMPRESS_DEFLATE,
     FLAG_COMPRESSED,
     FLAG_MARKERS,
@@ -51,7 +51,7 @@ from pyrigaud.adapters.disk_images.stream_optimized import (
     MARKER_GT,
     SPARSE_HEADER,
 )
-from pyrigaud.adapters.disk_images.stream_optimized import MAGIC as VMDK_MAGIC
+from pyrigaud.adapters.disk_images.stream_optimized_grains import MAGIC as VMDK_MAGIC
 from pyrigaud.domain.boot_sectors import FIRST_SECTORS_BYTES
 
 WINDOW_BYTES = 1024 * 1024

@@ -4,8 +4,9 @@ on every untrusted image (after CVE-2024-32498) before qemu-img may touch it.
 Every inspector reads the bytes as they stream past; none of them allocates by what a header
 claims. The format is named from the first JUDGED_PREFIX_BYTES (every format's signature and
 header lie there), refusals that a header already shows are made then, before a byte is stored
-as a disk, and the rest (a streamOptimized vmdk's footer and end-of-stream marker, the tables of
-a qcow2 a hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image
+as a disk, and the rest (a streamOptimized vmdk's footer and its grains, read whole as the
+export reads them: `stream_optimized_grains.py`; the tables and compressed clusters of a qcow2 a
+hypervisor may keep as it is: `qcow2_tables.py`) once the last byte passed. An image
 is raw only when no other format's signature is in it: a partition table or an ISO 9660 volume
 is a raw disk's content, as qemu reads it.
 
@@ -14,11 +15,10 @@ compression, extended L2 entries, internal snapshots) and the vmdk variants a si
 (monolithicSparse, streamOptimized). Refused by name: vhdx, vpc (vhd), vdi and qed (convert them
 to qcow2 first), LUKS (encrypted), the formats qemu probes that format_inspector does not know
 (parallels, bochs, cloop, VMware 3, a bare vmdk descriptor), a qcow2 with a backing file, an
-external data file, encryption or the corrupt bit, a qcow2 whose cluster size or L1 or
-refcount table qemu would refuse at open (clusters outside 512 B to 2 MiB, a table not on a
-cluster, an L1 too small for the disk or above qemu's 32 MiB),
-a vmdk naming other extent files, and any image whose virtual size is above the bound or 0
-(an empty disk, which no target holds alike: vCenter makes no file for it).
+external data file, encryption or the corrupt bit, a qcow2 whose header qemu would refuse at
+open (`qcow2_header.py`), a vmdk naming other extent files, and any image whose virtual size
+is above the bound or 0 (an empty disk, which no target holds alike: vCenter makes no file
+for it).
 """
 
 from __future__ import annotations
@@ -30,18 +30,14 @@ from typing import TYPE_CHECKING
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
-from pyrigaud.adapters.disk_images.qcow2_tables import (
-    MAX_CLUSTER_BITS,
-    MIN_CLUSTER_BITS,
-    QCOW2_CORRUPT,
-    QCOW2_EXTENDED_L2,
-    QCOW2_FEATURES_OFFSET,
-    QCOW2_KNOWN_FEATURES,
-    Qcow2TableCheck,
+from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
+from pyrigaud.adapters.disk_images.qcow2_tables import QCOW2_FEATURES_OFFSET, Qcow2TableCheck
+from pyrigaud.adapters.disk_images.stream_optimized_grains import (
+    StreamOptimizedCheck,
+    is_stream_optimized,
 )
-from pyrigaud.adapters.disk_images.stream_optimized import is_stream_optimized
 from pyrigaud.domain.boot_sectors import boot_need
-from pyrigaud.domain.disk_images import JudgedImage
+from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.hardware import BootNeed
 
@@ -80,11 +76,9 @@ MAGIC_NUMBERS = {
     b"QED\x00": "qed",
     b"LUKS\xba\xbe": "luks",
 }
-SIGNATURE_BYTES = max(len(signature) for signature in [*OTHER_SIGNATURES, *MAGIC_NUMBERS])
 VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # qcow2's header (qemu's docs/interop/qcow2.txt); its feature bits are qcow2_tables.py's.
 QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
-QCOW2_MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
 
 
 class InspectingJudge:
@@ -112,22 +106,29 @@ class ImageInspection:
             name: kind() for name, kind in format_inspector.ALL_FORMATS.items() if name != "raw"
         }
         self._fed = 0
-        self._start = b""  # the image's first SIGNATURE_BYTES
+        # The image's first JUDGED_PREFIX_BYTES, until the first look: its signature, and a
+        # qcow2's header with its extensions.
+        self._head: bytearray | None = bytearray()
         self._chosen: JudgedImage | None = None
         # A qcow2's tables, checked as they pass when it may be kept as it is (dropped at the
         # first look otherwise).
         self._tables: Qcow2TableCheck | None = Qcow2TableCheck()
+        # A streamOptimized vmdk's grains, read as they pass as the export reads them (dropped
+        # at the first look for any other image).
+        self._grains: StreamOptimizedCheck | None = StreamOptimizedCheck(field)
         # The guest's first sectors, for the firmware the disk can boot by.
         self._first_sectors = FirstSectors()
 
     def feed(self, chunk: bytes) -> None:
         """The next bytes; an inspector that finds they are not its format drops out."""
-        if len(self._start) < SIGNATURE_BYTES:
-            self._start += chunk[: SIGNATURE_BYTES - len(self._start)]
+        if self._head is not None and len(self._head) < JUDGED_PREFIX_BYTES:
+            self._head += chunk[: JUDGED_PREFIX_BYTES - len(self._head)]
         self._fed += len(chunk)
         self._first_sectors.feed(chunk)
         if self._tables is not None:
             self._tables.feed(chunk)
+        if self._grains is not None:
+            self._grains.feed(chunk)
         for name, inspector in list(self._inspectors.items()):
             try:
                 inspector.eat_chunk(chunk)
@@ -140,8 +141,9 @@ class ImageInspection:
         shorter image), and what its header alone refuses."""
         if not self._fed:
             return self._refused("the image is empty")
+        head = self._head if self._head is not None else bytearray()
         for signature, what in OTHER_SIGNATURES.items():
-            if self._start.startswith(signature):
+            if head.startswith(signature):
                 return self._refused(f"the image is {what}")
         matched = sorted(
             name
@@ -152,7 +154,7 @@ class ImageInspection:
             return self._refused(f"the image carries the signatures of {', '.join(matched)}")
         if not matched:
             for magic, claimed in MAGIC_NUMBERS.items():
-                if self._start.startswith(magic):
+                if head.startswith(magic):
                     return self._refused(
                         f"the image starts as a {claimed} image but is not a whole one "
                         "(cut short or malformed)"
@@ -164,10 +166,13 @@ class ImageInspection:
         self._inspectors = {name: self._inspectors[name]} if name != "raw" else {}
         if name != "qcow2":
             self._tables = None
-        judged = self._judged(name)
+        judged = self._judged(name, bytes(head))
         match judged:
             case Success(chosen):
                 self._chosen = chosen
+                self._head = None
+                if not chosen.stream_optimized_vmdk:
+                    self._grains = None
         return judged
 
     def verdict(self) -> Result[JudgedImage, ProviderError]:
@@ -187,9 +192,15 @@ class ImageInspection:
         problem = _unsafe(chosen.format, inspector)
         if problem is None and chosen.keepable_qcow2 and self._tables is not None:
             problem = self._tables.problem()
-        return self._refused(problem) if problem else Success(chosen)
+        if problem:
+            return self._refused(problem)
+        if chosen.stream_optimized_vmdk and self._grains is not None:
+            refused = self._grains.refusal()
+            if refused is not None:
+                return Failure(refused)
+        return Success(chosen)
 
-    def _judged(self, name: str) -> Result[JudgedImage, ProviderError]:
+    def _judged(self, name: str, head: bytes) -> Result[JudgedImage, ProviderError]:
         if name == "raw":
             virtual = self._size_bytes if self._size_bytes is not None else self._fed
             return self._bounded(JudgedImage(format="raw", virtual_size_bytes=virtual))
@@ -202,7 +213,7 @@ class ImageInspection:
         # A vmdk's footer is judged at the end; a qcow2's header is judged here as qemu does.
         problem = _unsafe(name, inspector) if inspector.complete else None
         if name == "qcow2" and problem is None:
-            problem = _qcow2_header_problem(inspector)
+            problem = qcow2_header_problem(head, whole=self._fed == len(head))
         if problem:
             return self._refused(problem)
         return self._bounded(
@@ -245,50 +256,6 @@ def _matches(inspector: FileInspector) -> bool:
         return False
 
 
-def _qcow2_header_problem(inspector: FileInspector) -> str | None:
-    """What qemu itself refuses, and what format_inspector does not know yet (extended L2
-    entries, which qemu reads, are refused by its feature check: it is judged here)."""
-    header = bytes(inspector.region("header").data)
-    version, crypt_method = struct.unpack_from(">I24xI", header, 4)
-    if version not in (2, 3):
-        return f"the image is a qcow version {version} image: only 2 and 3 are read here"
-    if crypt_method:
-        return "the qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
-    features = 0 if version == 2 else struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)[0]
-    if features & QCOW2_CORRUPT:
-        return "the qcow2 image is marked corrupt (qemu-img check -r all repairs it)"
-    if features & ~QCOW2_KNOWN_FEATURES:
-        return "the qcow2 image needs features qemu does not know"
-    return _qcow2_tables_problem(header, features)
-
-
-def _qcow2_tables_problem(header: bytes, features: int) -> str | None:
-    """What qemu checks of the cluster size and of the L1 and refcount tables when it opens
-    a qcow2 (and refuses the image for): a cluster of 512 B to 2 MiB, both tables starting on
-    one, and the L1 table covering the disk without being larger than qemu reads. The cluster
-    size comes first: a header's cluster bits are never used as a shift before they are."""
-    cluster_bits, size, l1_entries, l1_offset, refcount_offset = struct.unpack_from(
-        ">IQ4xIQQ", header, 20
-    )
-    if not MIN_CLUSTER_BITS <= cluster_bits <= MAX_CLUSTER_BITS:
-        return (
-            f"the qcow2 image's clusters are 2^{cluster_bits} bytes; qemu reads 512 B to "
-            "2 MiB (2^9 to 2^21)"
-        )
-    cluster = 1 << cluster_bits
-    if l1_offset % cluster:
-        return "the qcow2 image's L1 table does not start on a cluster (qemu refuses it)"
-    if refcount_offset % cluster:
-        return "the qcow2 image's refcount table does not start on a cluster (qemu refuses it)"
-    if l1_entries > QCOW2_MAX_L1_ENTRIES:
-        return "the qcow2 image's L1 table is larger than qemu reads (32 MiB)"
-    l2_entry_bytes = 16 if features & QCOW2_EXTENDED_L2 else 8
-    covered_by_one_entry = cluster * (cluster // l2_entry_bytes)
-    if l1_entries * covered_by_one_entry < size:
-        return "the qcow2 image's L1 table is too small for its disk (qemu refuses it)"
-    return None
-
-
 def _is_plain_qcow2(inspector: FileInspector) -> bool:
     """No internal snapshots and (version 3) no incompatible feature bit set."""
     header = bytes(inspector.region("header").data)
@@ -304,7 +271,7 @@ def _is_plain_qcow2(inspector: FileInspector) -> bool:
 
 def _unsafe(name: str, inspector: FileInspector) -> str | None:
     """What format_inspector's safety checks of the format find (a qcow2's unknown-features
-    check is `_qcow2_header_problem`'s: it knows extended L2 entries), or None."""
+    check is `qcow2_header_problem`'s: it knows extended L2 entries), or None."""
     from oslo_utils.imageutils import format_inspector  # noqa: PLC0415 - loaded by now
 
     try:

@@ -5,15 +5,18 @@ qemu checks where a qcow2's L1 and refcount tables start when it opens the image
 does the same from the header, `inspection.py`). The entries of those tables it checks only
 when it goes through them: an L2 table or a refcount block that does not start on a cluster,
 or a data cluster an L2 entry places off a cluster boundary, makes it mark the image corrupt
-and fail the guest's read. A conversion by qemu-img reads every table, so it refuses such an
-image; an image kept as it is gets the same checks here, on the bytes that pass on their way
-to the disk, so nothing is read back.
+and fail the guest's read; a compressed cluster that does not inflate to a whole cluster fails
+the read (`qcow2_compressed.py`). A conversion by qemu-img reads every table, so it refuses
+such an image; an image kept as it is gets the same checks here, on the bytes that pass on
+their way to the disk, so nothing is read back. So does what `qemu-img check` finds corrupt in
+the tables: a compressed cluster flagged as copied, and a table or cluster in use that reaches
+a cluster or more past the file's end.
 
 The L1 table says where the L2 tables are, so the bytes before its end are held until it has
 passed: only an image whose L1 table ends within the first HELD_BYTES is watched (qemu-img
 and pyrigaud's own writer put it in the first clusters). After it, each table's entries are
 checked as they pass, a few bytes held across chunk edges; a table past the image's end reads
-as zeros, as qemu reads it.
+as zeros, as qemu reads it (and is refused when it lies a cluster or more past it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from array import array
 from collections.abc import Callable
 
 from pyrigaud.adapters.disk_images.qcow2 import MAGIC
+from pyrigaud.adapters.disk_images.qcow2_compressed import CompressedClusters, compressed_span
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES
 
 HELD_BYTES = JUDGED_PREFIX_BYTES
@@ -43,6 +47,12 @@ QCOW2_CORRUPT = 1 << 1
 QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
+COPIED = 1 << 63  # an L1 or L2 entry whose cluster's refcount is exactly one
+# The bits qemu-img check finds set in an entry and calls corrupt (qemu's L1E_RESERVED_MASK,
+# L2E_STD_RESERVED_MASK and REFT_RESERVED_MASK).
+L1_RESERVED = 0x7F000000000001FF
+L2_RESERVED = 0x3F000000000001FE
+REFCOUNT_TABLE_RESERVED = 0x1FF
 MAX_REFCOUNT_TABLE_BYTES = 8 * 1024 * 1024  # qemu's QCOW_MAX_REFTABLE_SIZE
 
 # A table's entries checked, numbered from the first: what qemu refuses in them, or None.
@@ -87,7 +97,7 @@ class Qcow2TableCheck:
         if self._tables is None and self.watching and self._layout and self._held is not None:
             # The image ended before its L1 table did: zeros after its end, as qemu reads.
             self._tables = self._tables_from_held(self._layout, self._held)
-        return None if self._tables is None else self._tables.problem
+        return None if self._tables is None else self._tables.ended(self._fed)
 
     def _tables_from_held(self, layout: _Layout, held: bytearray) -> _PassingTables:
         """The tables the L1 table names, with the held bytes already checked (they may
@@ -110,6 +120,7 @@ class _Layout:
         refcount: int,
         refcount_clusters: int,
     ) -> None:
+        self.cluster_bits = cluster_bits
         self.cluster = 1 << cluster_bits
         self.l1_offset = l1_offset
         self.l1_end = l1_offset + l1_entries * _ENTRY.size
@@ -136,9 +147,17 @@ class _PassingTables:
         cluster = layout.cluster
         self.problem: str | None = None
         self._active: list[_Table] = []
+        self._cluster = cluster
+        self._cluster_bits = layout.cluster_bits
+        self._compressed = CompressedClusters(cluster)
+        # The furthest byte a table or cluster in use reaches (qemu-img check counts each).
+        self._reach = max(layout.l1_end, layout.refcount_offset + layout.refcount_bytes)
         starts: set[int] = set()
         for index, (entry,) in enumerate(_ENTRY.iter_unpack(l1)):
             table = entry & OFFSET_MASK
+            if entry & L1_RESERVED:
+                self.problem = _reserved_bits(f"L1 entry {index}")
+                return
             if table % cluster:
                 self.problem = (
                     f"the qcow2 image's L2 table {index} does not start on a cluster "
@@ -147,12 +166,12 @@ class _PassingTables:
                 return
             if table:
                 starts.add(table)
+                self._reach = max(self._reach, table + cluster)
         if layout.refcount_bytes > MAX_REFCOUNT_TABLE_BYTES:
             self.problem = "the qcow2 image's refcount table is larger than qemu reads (8 MiB)"
             return
-        self._refcount_check = _refcount_blocks_check(cluster)
-        self._l2_check = _l2_entries_check(cluster)
-        self._cluster = cluster
+        self._refcount_check = self._refcount_blocks
+        self._l2_check = self._l2_entries
         self._l2_starts = array("Q", sorted(starts))
         self._next_l2 = 0
         if layout.refcount_bytes:
@@ -174,6 +193,63 @@ class _PassingTables:
             if self.problem is not None:
                 return
         self._active = [table for table in self._active if not table.done]
+        self._compressed.passing(at, chunk)
+        self.problem = self._compressed.problem
+
+    def ended(self, file_bytes: int) -> str | None:
+        """The image ended after `file_bytes`: the first thing qemu would refuse, its reading
+        of the compressed clusters and qemu-img check's of what lies past the end included."""
+        if self.problem is None:
+            self.problem = self._compressed.ended()
+        if self.problem is None and self._reach - file_bytes >= self._cluster:
+            self.problem = (
+                f"the qcow2 image's tables or clusters reach byte {self._reach}, a cluster or "
+                f"more past its end at {file_bytes} (qemu-img check finds it corrupt)"
+            )
+        return self.problem
+
+    def _refcount_blocks(self, first: int, entries: array[int]) -> str | None:
+        cluster = self._cluster
+        for index, entry in enumerate(entries, first):
+            block = entry & REFCOUNT_OFFSET_MASK
+            if entry & REFCOUNT_TABLE_RESERVED:
+                return _reserved_bits(f"refcount table entry {index}")
+            if block % cluster:
+                return (
+                    f"the qcow2 image's refcount block {index} does not start on a cluster "
+                    "(qemu refuses the image as corrupt)"
+                )
+            if block:
+                self._reach = max(self._reach, block + cluster)
+        return None
+
+    def _l2_entries(self, first: int, entries: array[int]) -> str | None:
+        """Data clusters off a cluster boundary, compressed clusters flagged as copied (what
+        qemu-img check finds corrupt); the compressed ones are read as their bytes pass."""
+        del first
+        cluster = self._cluster
+        for entry in entries:
+            if entry & COMPRESSED:
+                if entry & COPIED:
+                    return (
+                        "the qcow2 image's L2 table flags a compressed cluster as copied "
+                        "(qemu-img check finds it corrupt)"
+                    )
+                offset, length = compressed_span(entry, self._cluster_bits)
+                self._compressed.named(offset, length)
+                self._reach = max(self._reach, offset + length)
+                continue
+            offset = entry & OFFSET_MASK
+            if entry & L2_RESERVED:
+                return _reserved_bits("L2 entry")
+            if offset % cluster:
+                return (
+                    "the qcow2 image's L2 table places a data cluster off a cluster boundary "
+                    f"(at byte {offset}; qemu refuses the image as corrupt)"
+                )
+            if offset:
+                self._reach = max(self._reach, offset + cluster)
+        return self._compressed.problem
 
 
 class _Table:
@@ -207,30 +283,5 @@ class _Table:
         return problem
 
 
-def _refcount_blocks_check(cluster: int) -> EntriesCheck:
-    def check(first: int, entries: array[int]) -> str | None:
-        for index, entry in enumerate(entries, first):
-            if entry & REFCOUNT_OFFSET_MASK & (cluster - 1):
-                return (
-                    f"the qcow2 image's refcount block {index} does not start on a cluster "
-                    "(qemu refuses the image as corrupt)"
-                )
-        return None
-
-    return check
-
-
-def _l2_entries_check(cluster: int) -> EntriesCheck:
-    """A (not compressed) data cluster an L2 entry places off a cluster boundary."""
-    off_boundary = OFFSET_MASK & (cluster - 1)
-
-    def check(first: int, entries: array[int]) -> str | None:
-        misplaced = [entry for entry in entries if entry & off_boundary and not entry & COMPRESSED]
-        if misplaced:
-            return (
-                "the qcow2 image's L2 table places a data cluster off a cluster boundary "
-                f"(at byte {misplaced[0] & OFFSET_MASK}; qemu refuses the image as corrupt)"
-            )
-        return None
-
-    return check
+def _reserved_bits(entry: str) -> str:
+    return f"the qcow2 image's {entry} has reserved bits set (qemu-img check finds it corrupt)"

@@ -22,33 +22,38 @@ from pyrigaud.adapters.disk_images.blocks import (
     round_up,
     zero_chunks,
 )
+from pyrigaud.adapters.disk_images.stream_optimized_grains import (
+    COMPRESS_DEFLATE,
+    FLAG_COMPRESSED,
+    FLAG_MARKERS,
+    GD_AT_END,
+    GRAIN_MARKER,
+    MAGIC,
+    MARKER_EOS,
+    MARKER_FOOTER,
+    MARKER_GD,
+    MARKER_GT,
+    SPARSE_HEADER,
+    Grain,
+    Read,
+    Skip,
+    read_grains,
+)
 from pyrigaud.domain import fields
 from pyrigaud.domain.chunks import Chunks, successes
 from pyrigaud.domain.errors import ProviderError
 
 GRAIN_BYTES = 65536
 GRAIN_SECTORS = GRAIN_BYTES // SECTOR_BYTES
-MAGIC = b"KDMV"
 VERSION = 3
 FLAG_NEWLINE_DETECT = 1 << 0
-FLAG_COMPRESSED = 1 << 16
-FLAG_MARKERS = 1 << 17
 STREAM_FLAGS = FLAG_NEWLINE_DETECT | FLAG_COMPRESSED | FLAG_MARKERS  # what VMware writes
-COMPRESS_DEFLATE = 1
-GD_AT_END = 0xFFFF_FFFF_FFFF_FFFF
 ENTRIES_PER_TABLE = 512  # grain table entries: one table maps 32 MiB
 TABLE_SECTORS = ENTRIES_PER_TABLE * 4 // SECTOR_BYTES
 OVERHEAD_SECTORS = 128  # header and descriptor, then the first grain at 64 KiB
 DESCRIPTOR_OFFSET = 1
-MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
-# The sparse extent header: magic, version, flags, capacity, grainSize, descriptorOffset,
-# descriptorSize, numGTEsPerGT, rgdOffset, gdOffset, overHead, uncleanShutdown, the four
-# newline-detection characters and compressAlgorithm; padded to one sector.
-SPARSE_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
 _MARKER = struct.Struct("<QII")
-GRAIN_MARKER = struct.Struct("<QI")
 _FLUSH_BYTES = 1024 * 1024  # output is gathered to about this much (always <= 4 MiB) per chunk
-LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
 # Deflate at level 1: a multi-GiB disk streams through one Python thread and the network, so
 # compressing speed matters more than the few percent a higher level would save.
 _LEVEL = 1
@@ -154,81 +159,39 @@ def decode_stream_optimized(
     chunks: Iterable[bytes], *, field: str = fields.SOURCE_URL
 ) -> Chunks[bytes]:
     """The raw disk (exactly its capacity, chunks <= 4 MiB) of a streamOptimized VMDK in any
-    chunking, read sequentially. Grains must come in increasing order; grain tables, the grain
-    directory and the footer are passed over; the end-of-stream marker ends the disk. A VMDK
-    that breaks these rules ends the disk early, INVALID_SPEC naming `field`."""
+    chunking, read sequentially by `read_grains`' rules (the image judge's): grains in
+    increasing order; grain tables, the grain directory and the footer passed over; the
+    end-of-stream marker ends the disk. A VMDK that breaks them ends the disk early,
+    INVALID_SPEC naming `field`."""
     return Chunks(_decoded(chunks, field), after=chunks)
 
 
 def _decoded(chunks: Iterable[bytes], field: str) -> Iterator[Result[bytes, ProviderError]]:
     reader = ChunkReader(chunks)
-    header = reader.read(SECTOR_BYTES)
-    if header is None or not is_stream_optimized(header):
-        yield _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
-        return
-    (_, _, _, capacity, grain_sectors, _, _, _, _, _, overhead, _, _, algorithm) = (
-        SPARSE_HEADER.unpack_from(header)
-    )
-    if algorithm != COMPRESS_DEFLATE:
-        yield _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
-        return
-    if not 1 <= grain_sectors <= LARGEST_GRAIN_SECTORS:
-        yield _invalid(field, f"the vmdk's grain size of {grain_sectors} sectors is unsupported")
-        return
-    if overhead < 1 or not reader.skip((overhead - 1) * SECTOR_BYTES):
-        yield _invalid(field, "the vmdk ends inside its header")
-        return
-    capacity_bytes = capacity * SECTOR_BYTES
-    grain_bytes = grain_sectors * SECTOR_BYTES
+    reading = read_grains(field)
     emitted = 0  # bytes of the disk yielded so far
-    next_free = 0  # the first byte a following grain may start at
+    asked = next(reading)
     while True:
-        marker = reader.read(GRAIN_MARKER.size)
-        if marker is None:
-            yield _invalid(field, "the vmdk ends before its end-of-stream marker")
-            return
-        lba, size = GRAIN_MARKER.unpack(marker)
-        if size == 0:
-            kind = reader.read(SECTOR_BYTES - GRAIN_MARKER.size)
-            if kind is None:
-                yield _invalid(field, "the vmdk ends inside a marker")
-                return
-            (marker_type,) = struct.unpack_from("<I", kind)
-            if marker_type == MARKER_EOS:
-                break
-            if marker_type not in (MARKER_GT, MARKER_GD, MARKER_FOOTER):
-                yield _invalid(field, f"the vmdk has a marker of unknown type {marker_type}")
-                return
-            if not reader.skip(lba * SECTOR_BYTES):
-                yield _invalid(field, "the vmdk ends inside its metadata")
-                return
-            continue
-        start = lba * SECTOR_BYTES
-        if start < next_free:
-            yield _invalid(
-                field,
-                f"the vmdk's grains are not in increasing order (sector {lba} comes after "
-                f"sector {next_free // SECTOR_BYTES - grain_sectors}); a stream must be sequential",
-            )
-            return
-        if start >= capacity_bytes:
-            yield _invalid(field, f"the vmdk has a grain at sector {lba}, beyond its capacity")
-            return
-        compressed = reader.read(size)
-        if compressed is None or not reader.skip(-(GRAIN_MARKER.size + size) % SECTOR_BYTES):
-            yield _invalid(field, "the vmdk ends inside a grain")
-            return
-        match _inflated(compressed, grain_bytes, field):
-            case Failure(error):
-                yield Failure(error)
-                return
-            case Success(inflated):
-                data = inflated[: capacity_bytes - start]
-        yield from successes(zero_chunks(start - emitted))
-        yield Success(data)
-        emitted = start + len(data)
-        next_free = start + grain_bytes
-    yield from successes(zero_chunks(capacity_bytes - emitted))
+        answer: bytes | bool | None = None
+        match asked:
+            case Read(length):
+                answer = reader.read(length)
+            case Skip(length):
+                answer = reader.skip(length)
+            case Grain(start, data):
+                yield from successes(zero_chunks(start - emitted))
+                yield Success(data)
+                emitted = start + len(data)
+        try:
+            asked = reading.send(answer)
+        except StopIteration as stop:
+            ended: Failure[ProviderError] | int = stop.value
+            break
+    match ended:
+        case Failure() as failed:
+            yield failed
+        case int(capacity_bytes):
+            yield from successes(zero_chunks(capacity_bytes - emitted))
 
 
 def stream_optimized_capacity(
@@ -238,14 +201,6 @@ def stream_optimized_capacity(
     if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
         return _invalid(field, "not a sparse vmdk")
     return Success(int(SPARSE_HEADER.unpack_from(header)[3]) * SECTOR_BYTES)
-
-
-def is_stream_optimized(header: bytes) -> bool:
-    """A sparse VMDK header whose grains are compressed and carry markers."""
-    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
-        return False
-    flags = int(SPARSE_HEADER.unpack_from(header)[2])
-    return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
 
 
 def _header(sectors: int, descriptor_sectors: int, directory_sector: int) -> bytes:
@@ -304,18 +259,6 @@ def _write_table(out: _Output, table: list[int]) -> int:
     sector = out.sector()
     out.add(struct.pack(f"<{ENTRIES_PER_TABLE}I", *table, *[0] * (ENTRIES_PER_TABLE - len(table))))
     return sector
-
-
-def _inflated(compressed: bytes, grain_bytes: int, field: str) -> Result[bytes, ProviderError]:
-    """One grain's bytes; a grain inflating past its size is refused before it is held."""
-    inflater = zlib.decompressobj()
-    try:
-        data = inflater.decompress(compressed, grain_bytes)
-    except zlib.error as error:
-        return _invalid(field, f"a vmdk grain does not inflate ({error})")
-    if inflater.unconsumed_tail:
-        return _invalid(field, "a vmdk grain inflates to more than its grain size")
-    return Success(data)
 
 
 def _invalid(field: str, problem: str) -> Failure[ProviderError]:

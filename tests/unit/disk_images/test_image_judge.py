@@ -9,36 +9,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from returns.result import Result
 
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.disk_images.scratch import scratch_file
 from pyrigaud.adapters.disk_images.stream_optimized import encode_stream_optimized
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
-from pyrigaud.domain.errors import ErrorKind, ProviderError
+from pyrigaud.domain.errors import ErrorKind
 
 from support import error_of, ok
-from support.disk_image import MIB, file_chunks, qemu_img
+from support.disk_image import MIB, qemu_img
+from support.judging import BOUND, judged
 
 TIB = 1024**4
-BOUND = 62 * TIB
 SIZE = "3M"
-
-
-def judged(
-    path: Path, bound: int = BOUND, chunk: int = 64 * 1024
-) -> Result[JudgedImage, ProviderError]:
-    """The image at `path` fed as a stream: first look after the judged prefix, then the
-    verdict after the last byte (the first refusal wins)."""
-    inspection = InspectingJudge(bound).inspect(path.stat().st_size, "source_url")
-    fed, first = 0, None
-    for piece in file_chunks(path, chunk):
-        inspection.feed(piece)
-        fed += len(piece)
-        if first is None and fed >= JUDGED_PREFIX_BYTES:
-            first = inspection.first_look()
-    first = first if first is not None else inspection.first_look()
-    return first.bind(lambda early: inspection.verdict().map(lambda late: (early, late)[1]))
 
 
 def made(tmp_path: Path, disk_format: str, *options: str, size: str = SIZE) -> Path:

@@ -133,11 +133,31 @@ def _written_to(path: Path) -> str:
     ).stderr
 
 
-def test_tables_past_the_images_end_read_as_zeros(corpus: Path) -> None:
-    """qemu reads zeros past a file's end: an image cut after its header has no table entry
-    to refuse (its data reads as zeros, as qemu reads it)."""
-    content = valid_image("qcow2-v3", corpus).path.read_bytes()
-    assert problem_of(content[:512]) is None
+def test_tables_a_cluster_past_the_images_end_are_what_qemu_img_check_refuses(
+    corpus: Path,
+) -> None:
+    """qemu reads zeros past a file's end, but qemu-img check counts every table and cluster
+    in use, and finds one that lies a cluster or more past the end corrupt: an image cut after
+    its header is refused, one cut inside its last cluster is not."""
+    image = valid_image("qcow2-v3", corpus).path
+    content = image.read_bytes()
+    cut = corpus / "cut-after-its-header.qcow2"
+    cut.write_bytes(content[:512])
+    assert qemu_checks(cut).returncode == 2
+    assert "a cluster or more past its end" in (problem_of(content[:512]) or "")
+    inside_last = corpus / "cut-inside-its-last-cluster.qcow2"
+    inside_last.write_bytes(content[:-512])
+    assert qemu_checks(inside_last).returncode == 0
+    assert problem_of(content[:-512]) is None
+
+
+def qemu_checks(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["qemu-img", "check", "-f", "qcow2", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_an_image_whose_l1_table_ends_past_the_held_bytes_is_not_watched(corpus: Path) -> None:
