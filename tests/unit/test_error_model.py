@@ -133,11 +133,6 @@ def test_src_passes_a_failure_on_as_it_is() -> None:
     assert not offenders, "\n".join(offenders)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the libvirt, vSphere and fake shares still hold most lambdas; the integrator makes "
-    "this a plain test once every share has landed",
-)
 def test_src_keeps_its_lambdas_under_budget() -> None:
     counts = {
         str(path.relative_to(ROOT)): len(_lambda_lines(ast.parse(path.read_text(), str(path))))
