@@ -39,6 +39,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc import PvcStaging
@@ -385,6 +387,15 @@ def flaky_proxy(target_endpoint: str) -> Iterator[FlakyProxy]:
 
 MiB = 1024 * 1024
 OWNER = "tests/pyrigaud"
+
+
+def system_time() -> dict[str, Any]:
+    """The clock and queue of deferred aborts an S3 or NFS store made outside the container
+    runs on: the system's clock, as the container gives it."""
+    clock = SystemClock()
+    return {"clock": clock, "aborts": DeferredAborts(clock)}
+
+
 S3_PART_BYTES = 5 * MiB  # S3's smallest part: a few MiB make a multipart upload
 CHUNK_BYTES = 256 * 1024
 
@@ -446,7 +457,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
         return sorted(p.name for p in folder.glob(".*")) if folder.is_dir() else []
 
     def adapter(owner: str) -> PvcStaging:
-        return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES)
+        return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES, clock=SystemClock())
 
     return StagingCase(PVC, adapter(OWNER), locate, stored, leftovers, adapter)
 
@@ -486,7 +497,9 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
         )
 
     def adapter(owner: str) -> S3Staging:
-        return S3Staging(owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES)
+        return S3Staging(
+            owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES, **system_time()
+        )
 
     return StagingCase(S3, adapter(OWNER), locate, stored, leftovers, adapter)
 
@@ -508,7 +521,7 @@ def nfs_case(server: NfsServer, migration: str) -> StagingCase:
         )
 
     def adapter(owner: str) -> NfsStaging:
-        return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES)
+        return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES, **system_time())
 
     return StagingCase(NFS, adapter(OWNER), locate, stored, leftovers, adapter)
 
@@ -592,13 +605,19 @@ def killed_writer(staging: StagingCase, location: StagedLocation) -> None:
 # The start of a child process's script: the adapter and the location `describe_case` sent.
 ADAPTER_AND_LOCATION = """
 import importlib, json, sys
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging import nfs, pvc, s3
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.s3_location import S3Credentials
 from pyrigaud.domain.staging import StagedLocation
 
 described = json.load(sys.stdin)
 adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
-adapter = adapters[described["adapter"]](**described["settings"])
+clock = SystemClock()
+on_time = {"clock": clock} if described["adapter"] == "PvcStaging" else {
+    "clock": clock, "aborts": DeferredAborts(clock)
+}
+adapter = adapters[described["adapter"]](**described["settings"], **on_time)
 module, name, options = described["options"]
 credentials = described["credentials"]
 location = StagedLocation.model_validate(

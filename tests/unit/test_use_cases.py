@@ -11,6 +11,7 @@ from typing import Any, BinaryIO, TypeVar
 import pytest
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
@@ -98,7 +99,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def fake(clock: ManualClock) -> FakeHypervisor:
-    return FakeHypervisor(clock)
+    return FakeHypervisor(clock, latency_clock=SystemClock())  # real races
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from support.staging import (
     free_port,
     s3_credentials,
     s3_options,
+    system_time,
 )
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def locate(
 
 
 def adapter(retry_seconds: float = 30.0) -> S3Staging:
-    return S3Staging(part_bytes=S3_PART_BYTES, retry_seconds=retry_seconds)
+    return S3Staging(part_bytes=S3_PART_BYTES, retry_seconds=retry_seconds, **system_time())
 
 
 def uploads_and_markers(server: S3Server) -> list[str]:

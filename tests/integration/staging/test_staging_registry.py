@@ -32,7 +32,7 @@ def test_every_backend_is_served_where_its_libraries_are_installed(tmp_path: Pat
 
 
 def test_a_backend_without_an_adapter_is_unsupported(tmp_path: Path) -> None:
-    staging = StagingByType({PVC: PvcStaging(root=str(tmp_path))})
+    staging = StagingByType({PVC: PvcStaging(root=str(tmp_path), clock=SystemClock())})
     location = ok(
         parse_staged_location(
             "source_url",

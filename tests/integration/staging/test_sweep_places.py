@@ -29,6 +29,7 @@ from support.staging import (
     killed_writer,
     nfs_options,
     s3_options,
+    system_time,
 )
 
 pytestmark = pytest.mark.slow
@@ -124,7 +125,7 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
 ) -> None:
     """Another upload of ours in the bucket, outside `<prefix>/vmmigrations/`, is not the
     place's to sweep (a shared bucket is never listed whole)."""
-    adapter = S3Staging(owner=OWNER, part_bytes=S3_PART_BYTES)
+    adapter = S3Staging(owner=OWNER, part_bytes=S3_PART_BYTES, **system_time())
     credentials = {
         "accessKeyID": s3_server.access_key_id,
         "secretAccessKey": s3_server.secret_access_key,
