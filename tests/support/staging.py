@@ -45,7 +45,7 @@ from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.adapters.staging.s3_location import S3, S3Credentials
 from pyrigaud.application.ports.staging import StagingStorage
@@ -447,7 +447,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
 
     def locate(name: str) -> StagedLocation:
         url = f"pvc://mig-pvc/vmmigrations/ns/{migration}/{name}"
-        return ok(parse_staged_location("destination_url", url, PVC, {}, {}))
+        return ok(STAGING_TYPES.parse_location("destination_url", url, PVC, {}, {}))
 
     def stored(location: StagedLocation) -> bytes | None:
         path = root / location.container / location.key
@@ -468,7 +468,7 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
     def locate(name: str) -> StagedLocation:
         url = f"s3://{server.bucket}/lab/vmmigrations/ns/{migration}/{name}"
         return ok(
-            parse_staged_location(
+            STAGING_TYPES.parse_location(
                 "destination_url",
                 url,
                 S3,
@@ -507,7 +507,9 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
 def nfs_case(server: NfsServer, migration: str) -> StagingCase:
     def locate(name: str) -> StagedLocation:
         url = f"nfs://{server.server}{server.export}/vmmigrations-ns-{migration}-{name}"
-        return ok(parse_staged_location("destination_url", url, NFS, nfs_options(server), {}))
+        return ok(
+            STAGING_TYPES.parse_location("destination_url", url, NFS, nfs_options(server), {})
+        )
 
     def stored(location: StagedLocation) -> bytes | None:
         path = server.export / location.key

@@ -18,7 +18,7 @@ from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
@@ -111,7 +111,7 @@ def backend(fake: FakeHypervisor) -> Backend:
 def staging(tmp_path: Path, clock: ManualClock) -> StagingStores:
     """Staging on PVC `m`, mounted under a temporary root."""
     (tmp_path / "m").mkdir()
-    return staging_by_type("tests/unit", clock, str(tmp_path))
+    return STAGING_TYPES.stores("tests/unit", clock, str(tmp_path))
 
 
 def served(port: P | None) -> P:

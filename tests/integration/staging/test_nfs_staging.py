@@ -9,7 +9,7 @@ import pytest
 
 from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.nfs_location import NFS
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
@@ -32,7 +32,7 @@ def owned_folder(nfs_server: NfsServer, tmp_path: Path) -> Path:
 def locate(server: NfsServer, key: str, query: str = "", host: str | None = None) -> StagedLocation:
     url = f"nfs://{host or server.server}{server.export}/{key}{query}"
     options = nfs_options(server) | ({"server": host} if host else {})
-    return ok(parse_staged_location("destination_url", url, NFS, options, {}))
+    return ok(STAGING_TYPES.parse_location("destination_url", url, NFS, options, {}))
 
 
 def test_files_are_written_as_the_urls_uid_and_gid(

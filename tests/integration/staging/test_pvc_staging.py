@@ -9,7 +9,7 @@ from pathlib import Path
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
@@ -18,7 +18,7 @@ from support.small_filesystem import small_filesystem
 
 
 def locate(url: str) -> StagedLocation:
-    return ok(parse_staged_location("source_url", url, PVC, {}, {}))
+    return ok(STAGING_TYPES.parse_location("source_url", url, PVC, {}, {}))
 
 
 def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(tmp_path: Path) -> None:

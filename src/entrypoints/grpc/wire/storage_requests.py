@@ -1,8 +1,8 @@
 """ImagePrepare and disk-transfer (ExportDisk, ImportDisk, GetDiskInfo) payloads -> domain.
 
 ImagePrepare sends the CRD's camelCase image source; the transfers name a staging type
-(`backend_type`: what `adapters/staging/registry.py` lists), a transfer mode and free-form
-storage options, which that type's rules read.
+(`backend_type`: one of the `StagingTypes` the composition root hands the parsers), a transfer
+mode and free-form storage options, which that type's rules read.
 """
 
 from __future__ import annotations
@@ -13,13 +13,7 @@ from hashlib import sha256
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.staging.registry import (
-    DEFAULT_STAGING_TYPE,
-    known_types,
-    option_keys,
-    parse_staged_location,
-    staging_rules,
-)
+from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
@@ -137,11 +131,14 @@ def _derived_image_name(source: ImageSource) -> str:
     return f"{stem}-{digest}" if stem and stem[0].isalnum() else f"image-{digest}"
 
 
-def _backend(value: str, field: str) -> Result[StagingType, ProviderError]:
-    named = StagingType(value.strip().lower() or DEFAULT_STAGING_TYPE)
-    if staging_rules(named) is None:
-        return invalid(field, f"must be {known_types()}")
-    return Success(named)
+def _backend(value: str, staging_types: StagingTypes) -> Result[StagingType, ProviderError]:
+    """The type the request names (none: the default), if it is known."""
+    named = StagingType(value.strip().lower() or staging_types.default)
+
+    def known(_: object) -> StagingType:
+        return named
+
+    return staging_types.rules(named).map(known)
 
 
 # The manager sends "relay" for its "auto"; older managers sent "auto" or nothing.
@@ -171,12 +168,17 @@ def _transfer_url(url: str, field: str) -> Result[str, ProviderError]:
     return as_text(url, field, 8192)
 
 
-def _storage_options(text: str) -> Result[dict[str, object], ProviderError]:
+def _storage_options(
+    text: str, staging_types: StagingTypes
+) -> Result[dict[str, object], ProviderError]:
     """The manager's StorageOptions keys that some staging type reads (Go matches them
     case-insensitively)."""
-    return load(text, names.STORAGE_OPTIONS).map(
-        lambda doc: {key: doc.raw(key) for key in option_keys() if doc.raw(key) is not None}
-    )
+
+    def read(doc: Document) -> dict[str, object]:
+        keys = staging_types.option_keys()
+        return {key: doc.raw(key) for key in keys if doc.raw(key) is not None}
+
+    return load(text, names.STORAGE_OPTIONS).map(read)
 
 
 def _credentials(credentials: Mapping[str, str]) -> Result[dict[str, str], ProviderError]:
@@ -197,8 +199,10 @@ def parse_export(
     backend_type: str,
     transfer_mode: str,
     storage_options_json: str,
+    staging_types: StagingTypes,
 ) -> Result[ExportRequest, ProviderError]:
-    """The staged location is checked once here; errors name the wire field or key."""
+    """The staged location is checked once here, against `staging_types`; errors name the
+    wire field or key."""
     return Result.do(
         ExportRequest(
             vm_id=vm_id,
@@ -209,13 +213,13 @@ def parse_export(
             mode=mode,
             destination=destination,
         )
-        for backend in _backend(backend_type, names.BACKEND_TYPE)
+        for backend in _backend(backend_type, staging_types)
         for url in _transfer_url(destination_url, names.DESTINATION_URL)
-        for options in _storage_options(storage_options_json)
+        for options in _storage_options(storage_options_json, staging_types)
         for checked_credentials in _credentials(credentials)
         for checked_format in _format(disk_format, names.DISK_FORMAT)
         for mode in _mode(transfer_mode, names.TRANSFER_MODE)
-        for destination in parse_staged_location(
+        for destination in staging_types.parse_location(
             fields.DESTINATION_URL, url, backend, options, checked_credentials
         )
     )
@@ -233,8 +237,10 @@ def parse_import(
     backend_type: str,
     transfer_mode: str,
     storage_options_json: str,
+    staging_types: StagingTypes,
 ) -> Result[ImportRequest, ProviderError]:
-    """The staged location is checked once here; errors name the wire field or key."""
+    """The staged location is checked once here, against `staging_types`; errors name the
+    wire field or key."""
     return Result.do(
         ImportRequest(
             storage_hint=hint,
@@ -245,15 +251,15 @@ def parse_import(
             mode=mode,
             source=source,
         )
-        for backend in _backend(backend_type, names.BACKEND_TYPE)
+        for backend in _backend(backend_type, staging_types)
         for url in _transfer_url(source_url, names.SOURCE_URL)
-        for options in _storage_options(storage_options_json)
+        for options in _storage_options(storage_options_json, staging_types)
         for checked_credentials in _credentials(credentials)
         for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
         for checked_format in _format(disk_format, names.DISK_FORMAT)
         for checksum in _checksum(expected_checksum)
         for mode in _mode(transfer_mode, names.TRANSFER_MODE)
-        for source in parse_staged_location(
+        for source in staging_types.parse_location(
             fields.SOURCE_URL, url, backend, options, checked_credentials
         )
     )
