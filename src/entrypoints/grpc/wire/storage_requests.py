@@ -17,6 +17,7 @@ from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
+    DEFAULT_DISK_FORMAT,
     ContentLibraryItem,
     DiskQuery,
     ExportRequest,
@@ -156,7 +157,7 @@ def _mode(value: str, field: str) -> Result[TransferMode, ProviderError]:
 
 
 def _format(value: str, field: str) -> Result[str, ProviderError]:
-    disk_format = value.strip().lower() or "qcow2"
+    disk_format = value.strip().lower() or DEFAULT_DISK_FORMAT
     if disk_format not in _DISK_FORMATS:
         return invalid(field, f"must be one of {', '.join(_DISK_FORMATS)}")
     return Success(disk_format)
