@@ -38,7 +38,13 @@ from pyrigaud.application.use_cases.transfers import (
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
 from pyrigaud.domain.chunks import Chunks
-from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage, LandedDisk, peek_header
+from pyrigaud.domain.disk_images import (
+    JUDGED_PREFIX_BYTES,
+    JudgedImage,
+    LandedDisk,
+    name_clash,
+    peek_header,
+)
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.hardware import BootNeed, VirtualHardware
 from pyrigaud.domain.models import Capabilities, ImportRequest, ImportResult
@@ -392,10 +398,7 @@ def _answer_again(
 
 
 def _clash(site: LandingSite) -> ProviderError:
-    return ProviderError.already_exists(
-        f"target_name: {site.place} already has an imported disk {site.disk_name!r} with other "
-        "content; delete it or pick another target_name"
-    )
+    return name_clash(site.place, f"an imported disk {site.disk_name!r}")
 
 
 def _checksum_mismatch(actual: str, expected: str) -> ProviderError:
