@@ -38,6 +38,7 @@ from pyrigaud.application.use_cases.transfers import (
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
 from pyrigaud.domain.chunks import Chunks
+from pyrigaud.domain.default_names import imported_disk_name
 from pyrigaud.domain.disk_images import (
     JUDGED_PREFIX_BYTES,
     JudgedImage,
@@ -51,7 +52,6 @@ from pyrigaud.domain.models import Capabilities, ImportRequest, ImportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 # What a staged object's name may end with that is no part of the disk's name.
-STAGED_SUFFIXES = (".qcow2", ".raw", ".vmdk", ".img")
 
 logger = logging.getLogger(__name__)
 
@@ -308,10 +308,7 @@ def _imported_stem(
     if target_name:
         # Without its suffix a good name stays one: its first character stays.
         return _checked_name(target_name, "").map(lambda name: name.removesuffix(disk_suffix))
-    stem = source.name
-    for suffix in STAGED_SUFFIXES:
-        stem = stem.removesuffix(suffix)
-    return _checked_name(stem, " (it names the imported disk)")
+    return _checked_name(imported_disk_name(source.name), " (it names the imported disk)")
 
 
 def _checked_name(name: str, why: str) -> Result[str, ProviderError]:

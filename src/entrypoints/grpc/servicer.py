@@ -11,7 +11,6 @@ mutation limits, metrics, the per-RPC log line) is done by the interceptors
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -24,6 +23,7 @@ from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.application.cancellation import serving_call
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.provider import ProviderUseCases
+from pyrigaud.domain.default_names import snapshot_name
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskQuery
 from pyrigaud.domain.tasks import TaskRef
@@ -105,7 +105,7 @@ def provider_rpcs(
     transfers' requests name one of `staging_types`."""
 
     def default_snapshot_name() -> str:
-        return time.strftime("snapshot-%Y%m%d-%H%M%S", time.gmtime(clock.now()))
+        return snapshot_name(clock.now())
 
     rpcs: tuple[AnyRpc, ...] = (
         # --- reads: no mutation slot, logged at debug ---------------------------------------

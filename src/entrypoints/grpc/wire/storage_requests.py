@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from hashlib import sha256
 
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.domain import fields
+from pyrigaud.domain.default_names import image_name
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
     DEFAULT_DISK_FORMAT,
@@ -51,7 +51,7 @@ def parse_prepare_image(
     return Result.do(
         PrepareImageRequest(source=source, target_name=name, storage_hint=hint)
         for source in load(image_json, names.IMAGE).bind(_image_source).bind(_named_source)
-        for name in checked_name(target_name or _derived_image_name(source), names.TARGET_NAME)
+        for name in checked_name(target_name or image_name(source), names.TARGET_NAME)
         for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
     )
 
@@ -123,13 +123,6 @@ def _content_library(library: Document | None) -> Result[ContentLibraryItem | No
         for item in library.text("item", 256)
         for version in library.text("version", 64)
     )
-
-
-def _derived_image_name(source: ImageSource) -> str:
-    basis = source.template_name or source.path or source.url
-    stem = re.sub(r"[^A-Za-z0-9._-]", "-", basis.rstrip("/").rsplit("/", 1)[-1])[:48].strip(".-_")
-    digest = sha256(basis.encode()).hexdigest()[:8]
-    return f"{stem}-{digest}" if stem and stem[0].isalnum() else f"image-{digest}"
 
 
 def _backend(value: str, staging_types: StagingTypes) -> Result[StagingType, ProviderError]:
