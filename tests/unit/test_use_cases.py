@@ -604,7 +604,8 @@ def test_reconfigure_applies_growth_and_refuses_shrinking_disks(backend: Backend
     assert (info.cpu, info.memory_mib, info.disks[1].size_gib) == (4, 4096, 15)
     error = error_of(reconfigure(vm_id, VMChanges(disks=(DiskSpec(size_gib=5),))))
     assert error.kind is ErrorKind.FAILED_PRECONDITION
-    assert "Disks[0]" in error.message
+    assert error.message.startswith(f"{fields.desired_disk(0)} cannot shrink")
+    assert for_the_manager(error) == "Disks[0] cannot shrink (15 GiB -> 5 GiB); disks only grow"
     error = error_of(reconfigure(vm_id, VMChanges(root_disk_gib=1)))
     assert "root disk" in error.message
 
