@@ -64,7 +64,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, upload_volume, volume_xml
-from pyrigaud.adapters.staging.registry import staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import (
     CreateRequest,
@@ -123,7 +123,7 @@ def run(gib: float) -> list[Row]:
         qemu_img(
             "convert", "-f", "raw", "-O", "vmdk", *stream_optimized, raw, place.folder / "in.vmdk"
         )
-        staging = staging_by_type(OWNER, SystemClock(), str(root))
+        staging = STAGING_TYPES.stores(OWNER, SystemClock(), str(root))
         rows = _libvirt(stack, conn, pool, place, staging, raw, size)
         print(report(rows), flush=True)
         rows += _vsphere(stack, place, staging)

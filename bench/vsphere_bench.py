@@ -88,6 +88,7 @@ from pyVim import connect as untyped_connect
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.application.ports import Inventory
@@ -399,6 +400,7 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
             lambda: (simulator.username, simulator.password),
             insecure=True,
             on_call=lambda: adapter_calls.append(1),
+            clock=SystemClock(),
         )
         adapter = backend_over(session).inventory
         wait_warm(lambda: adapter.describe(first).unwrap(), lambda: float(len(adapter_calls)))

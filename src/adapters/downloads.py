@@ -1,11 +1,10 @@
 """Fetching a file over http(s) as chunks, checked against the image URL rules and a checksum.
 
 Shared by the backends that download images (libvirt volumes, vSphere OVA/OVF imports). The
-host name is resolved once, every address it resolves to is checked, and the connection is
-pinned to the first checked address (TLS still verifies the certificate for the name). A
-re-check after connecting would also work, but pinning leaves no window for a DNS answer that
-changes between the check and the connect. Redirects are followed a few times, each target
-checked the same way.
+connection goes to the address `pinning.pinned_address` checked and chose (TLS still verifies
+the certificate for the name). A re-check after connecting would also work, but pinning leaves
+no window for a DNS answer that changes between the check and the connect. Redirects are
+followed a few times, each target checked the same way.
 
 Every expected failure is a value naming the request field at fault (`DownloadFields`): a
 refused URL or checksum type when the download opens, a cut transfer or a checksum that does
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.pinning import pinned_address
 from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.image_urls import ImageURL, address_allowed, parse_image_url
@@ -163,27 +163,16 @@ def _answer(url: str, allow_loopback: bool, named: DownloadFields) -> Result[Ans
 def _pinned_connection(
     target: ImageURL, allow_loopback: bool, named: DownloadFields
 ) -> Result[http.client.HTTPConnection, ProviderError]:
-    def pinned(addresses: list[str]) -> Result[http.client.HTTPConnection, ProviderError]:
-        for address in addresses:
-            match address_allowed(address, allow_loopback=allow_loopback, field=named.url):
-                case Failure() as refused:
-                    return refused
+    def refusal(address: str) -> ProviderError | None:
+        allowed = address_allowed(address, allow_loopback=allow_loopback, field=named.url)
+        return allowed.swap().value_or(None)
+
+    def connection(address: str) -> http.client.HTTPConnection:
         if target.scheme == "https":
-            return Success(_PinnedHTTPSConnection(target.host, target.port, addresses[0]))
-        return Success(_PinnedHTTPConnection(target.host, target.port, addresses[0]))
+            return _PinnedHTTPSConnection(target.host, target.port, address)
+        return _PinnedHTTPConnection(target.host, target.port, address)
 
-    return _resolve(target, named).bind(pinned)
-
-
-def _resolve(target: ImageURL, named: DownloadFields) -> Result[list[str], ProviderError]:
-    try:
-        found = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    except OSError as error:
-        return Failure(named.unavailable(f"cannot resolve {target.host!r}: {error}"))
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
-    if not addresses:
-        return Failure(named.unavailable(f"{target.host!r} resolves to no address"))
-    return Success(addresses)
+    return pinned_address(target.host, target.port, refusal, named.unavailable).map(connection)
 
 
 def _absolute(base: ImageURL, location: str) -> str:

@@ -66,7 +66,7 @@ class Unsupported:
     """The use case of a port the backend lacks: always UNSUPPORTED, naming what."""
 
     def __init__(self, what: str) -> None:
-        self._error = ProviderError.unsupported(f"this provider does not support {what}")
+        self._error = ProviderError.not_supported(what)
 
     def __call__(self, *_: object) -> Result[Any, ProviderError]:
         return Failure(self._error)

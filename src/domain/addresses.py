@@ -1,4 +1,8 @@
-"""Which guest addresses the manager is shown: no loopback, link-local or unspecified ones."""
+"""Which guest addresses the manager is shown: no loopback, link-local or unspecified ones.
+
+Decided here only: the adapters report what the guest reports, DescribeVM and ListVMs keep
+what `routable_addresses` keeps, and a backend that knows its guest's addresses only as a
+list gives them to its NICs by position with `nic_addresses`."""
 
 from __future__ import annotations
 
@@ -10,6 +14,13 @@ from functools import lru_cache
 def routable_addresses(addresses: Iterable[str]) -> tuple[str, ...]:
     """Keep the addresses worth reporting, in order, without duplicates or unparsable text."""
     return _routable(addresses if type(addresses) is tuple else tuple(addresses))
+
+
+def nic_addresses(addresses: Iterable[str], nics: int) -> tuple[str, ...]:
+    """The address shown on each of `nics` NICs, in order: the guest's routable addresses by
+    position, "" for a NIC past the last."""
+    routable = routable_addresses(addresses)
+    return tuple(routable[index] if index < len(routable) else "" for index in range(nics))
 
 
 @lru_cache(maxsize=16384)

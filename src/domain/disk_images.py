@@ -6,7 +6,9 @@ import itertools
 from collections.abc import Iterable
 from enum import StrEnum
 
+from pyrigaud.domain import fields
 from pyrigaud.domain.chunks import Chunks, successes
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.hardware import BootNeed
 from pyrigaud.domain.values import Value
 
@@ -52,6 +54,18 @@ class LandedDisk(Value):
 
     path: str
     made_now: bool = True
+
+
+def name_clash(place: str, held: str) -> ProviderError:
+    """ALREADY_EXISTS: the disk an import would make is already in `place` (`held` says what
+    holds the name there) with other content. Every backend and ImportDisk refuse it so."""
+    return ProviderError.about(
+        ErrorKind.ALREADY_EXISTS,
+        fields.TARGET_NAME,
+        f"{place} already has {held} with other content; delete it or pick another "
+        f"{fields.TARGET_NAME}",
+        (fields.TARGET_NAME,),
+    )
 
 
 def peek_header(chunks: Iterable[bytes], count: int = HEADER_BYTES) -> tuple[bytes, Chunks[bytes]]:

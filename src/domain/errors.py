@@ -86,6 +86,11 @@ class ProviderError(BaseModel):
         return cls._of(ErrorKind.UNSUPPORTED, message, field)
 
     @classmethod
+    def not_supported(cls, what: str) -> ProviderError:
+        """What this provider cannot do at all, as every refusal of a feature reads."""
+        return cls(kind=ErrorKind.UNSUPPORTED, message=f"this provider does not support {what}")
+
+    @classmethod
     def resource_exhausted(cls, message: str) -> ProviderError:
         return cls(kind=ErrorKind.RESOURCE_EXHAUSTED, message=message)
 

@@ -79,6 +79,11 @@ def disk_type(index: int) -> str:
     return f"disks[{index}].type"
 
 
+def desired_disk(index: int) -> str:
+    """Reconfigure's changes.disks[index]: the disk after the root disk at that position."""
+    return f"{DESIRED_DISKS}[{index}]"
+
+
 def network_name(index: int) -> str:
     """Create's networks[index].network_name."""
     return network_field(index, "network_name")

@@ -23,6 +23,9 @@ from pyrigaud.domain.staging import StagedLocation
 from pyrigaud.domain.staging import StagingType as StagingType  # noqa: PLC0414
 from pyrigaud.domain.values import Value as Value  # noqa: PLC0414
 
+# The format an export writes and an import reads when the request names none.
+DEFAULT_DISK_FORMAT = "qcow2"
+
 
 class DiskDefaults(Value):
     type: str = ""
@@ -306,7 +309,7 @@ class DiskRead(Value):
     vm_id: str
     disk_id: str = ""
     snapshot_id: str | None = None
-    format: str = "qcow2"
+    format: str = DEFAULT_DISK_FORMAT
 
 
 class TransferMode(StrEnum):
@@ -325,7 +328,7 @@ class ExportRequest(Value):
     disk_id: str = ""
     snapshot_id: str = ""
     destination: StagedLocation = Field(repr=False)
-    format: str = "qcow2"
+    format: str = DEFAULT_DISK_FORMAT
     compress: bool = False
     mode: TransferMode = TransferMode.RELAY
 
@@ -351,7 +354,7 @@ class ImportRequest(Value):
 
     source: StagedLocation = Field(repr=False)
     storage_hint: str = ""
-    format: str = "qcow2"
+    format: str = DEFAULT_DISK_FORMAT
     target_name: str = ""
     verify_checksum: bool = False
     expected_checksum: str = ""

@@ -5,8 +5,11 @@ the leftover sweeper; `bootstrap.py` starts and stops them).
 The typed `Settings` go in as they are. The backend is built through the registry
 (`backends.py`) from PROVIDER_TYPE; each of its ports is instrumented, and each use case is
 wired from the port it needs (`provider_use_cases`; a port the backend lacks leaves its use
-cases answering UNSUPPORTED). Tests swap pieces through `bootstrap`'s
-overrides, or with `container.<provider>.override(...)`.
+cases answering UNSUPPORTED). Every clock is `clock` (no adapter makes one), so overriding it
+reaches every piece that reads time; the wire and the stores read the staging types from
+`staging_types` (the settings, loaded before the container, are validated against the same
+`STAGING_TYPES` by `load_settings`). Tests swap pieces through `bootstrap`'s overrides, or with
+`container.<provider>.override(...)`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
-from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingPlace, StagingTypes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
 from pyrigaud.application.hypervisor_plugin import BackendServices
@@ -159,7 +162,9 @@ def kubernetes_credentials(secret: str, provider_namespace: str, metrics: Metric
     return kubernetes_secret_credentials(secret, provider_namespace, on_reload)
 
 
-def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingStores:
+def staging_of(
+    settings: Settings, staging_types: StagingTypes, clock: Clock, metrics: Metrics
+) -> StagingStores:
     """Where ExportDisk/ImportDisk stage disks (the mounted PVCs, S3 and NFS as installed),
     and the places the leftover sweep visits besides the PVCs, their credentials read from
     their mounted Secret at each visit; its deferred aborts counted. The sweeps also remove a
@@ -175,7 +180,7 @@ def staging_of(settings: Settings, clock: Clock, metrics: Metrics) -> StagingSto
         )
         for place in settings.staging_sweep_places
     ]
-    staging = staging_by_type(
+    staging = staging_types.stores(
         settings.owner_mark,
         clock,
         str(settings.migration_storage_root),
@@ -226,6 +231,7 @@ class Container(containers.DeclarativeContainer):
     mutual_tls = server_transport.provided.mutual_tls
 
     clock = providers.Singleton(SystemClock)
+    staging_types = providers.Object(STAGING_TYPES)  # what the wire and the stores know
     metrics = providers.Singleton(Metrics)
     owner = providers.Singleton(OwnerMark, provider=settings.provided.owner_mark)
     name_locks = providers.Singleton(KeyedLock)
@@ -253,7 +259,7 @@ class Container(containers.DeclarativeContainer):
 
     # The selected backend's ports (only its builder imports its hypervisor's library), each
     # port counted and timed (pyrigaud_hypervisor_calls_total and friends).
-    staging = providers.Singleton(staging_of, settings, clock, metrics)
+    staging = providers.Singleton(staging_of, settings, staging_types, clock, metrics)
     image_judge = providers.Singleton(
         InspectingJudge, max_virtual_bytes=settings.provided.max_image_virtual_bytes
     )
@@ -309,7 +315,7 @@ class Container(containers.DeclarativeContainer):
             rate_limit_of, settings.provided.rate_qps, settings.provided.rate_burst
         ),
     )
-    rpcs = providers.Singleton(provider_rpcs, use_cases, clock)
+    rpcs = providers.Singleton(provider_rpcs, use_cases, clock, staging_types)
     servicer = providers.Singleton(
         ProviderService,
         rpcs=rpcs,

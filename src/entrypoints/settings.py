@@ -27,18 +27,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from returns.result import Failure
 
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
-from pyrigaud.adapters.staging.registry import (
-    known_types,
-    parse_staging_place,
-    staging_rules,
-    types_taking_credentials,
-)
+from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingTypes
 from pyrigaud.application.hypervisor_plugin import SETTINGS_MODEL
 from pyrigaud.application.setting_values import Flag, one_of
 from pyrigaud.domain.bounds import MAX_DISK_GIB
@@ -69,24 +65,32 @@ class StagingPlaceSetting(BaseModel):
 
     @field_validator("backend_type")
     @classmethod
-    def _a_known_type(cls, value: StagingType) -> StagingType:
-        if staging_rules(value) is None:
-            raise ValueError(f"must be {known_types()}")
+    def _a_known_type(cls, value: StagingType, info: ValidationInfo) -> StagingType:
+        match _staging_types(info).rules(value):
+            case Failure(error):  # this setting names the field itself
+                raise ValueError(error.message.removeprefix(f"{error.field}: "))
         return value
 
     @model_validator(mode="after")
-    def _a_place_to_sweep(self) -> StagingPlaceSetting:
-        rules = staging_rules(self.backend_type)
-        needs_credentials = rules is not None and rules.takes_credentials
+    def _a_place_to_sweep(self, info: ValidationInfo) -> StagingPlaceSetting:
+        staging_types = _staging_types(info)
+        needs_credentials = self.backend_type in staging_types.taking_credentials()
         if needs_credentials != (self.credentials_dir is not None):
-            named = " and ".join(types_taking_credentials())
+            named = " and ".join(staging_types.taking_credentials())
             raise ValueError(f"credentialsDir: required for {named}, and only for {named}")
         # No credentials yet: they are read from the directory at each sweep.
-        match parse_staging_place(self.backend_type, self.storage_options, None):
+        match staging_types.parse_place(self.backend_type, self.storage_options, None):
             case Failure(error):  # named as the wire names them, the options as this setting
                 message = for_the_manager(error)
                 raise ValueError(message.replace(names.STORAGE_OPTIONS, "storageOptions", 1))
         return self
+
+
+def _staging_types(info: ValidationInfo) -> StagingTypes:
+    """The staging types `load_settings` validates the places against (its context)."""
+    if not isinstance(info.context, StagingTypes):
+        raise TypeError("the settings are validated with the staging types as context")
+    return info.context
 
 
 class Settings(BaseModel):
@@ -248,10 +252,11 @@ def load_settings(
     environ: Mapping[str, str],
     overrides: Mapping[str, Any] | None = None,
     config_file: Path | None = None,
+    staging_types: StagingTypes = STAGING_TYPES,
 ) -> Settings:
     """Merge the sources; `overrides` are command-line flags, keyed by setting name. The common
-    settings are checked first, then the selected hypervisor's own; another hypervisor's
-    settings are known but not read."""
+    settings are checked first (the sweep's places against `staging_types`), then the selected
+    hypervisor's own; another hypervisor's settings are known but not read."""
     names = known_setting_names()
     values: dict[str, Any] = {}
     path = config_file or (
@@ -270,7 +275,9 @@ def load_settings(
     values.update({name: value for name, value in (overrides or {}).items() if value is not None})
     hypervisors_own = names - setting_names(Settings)
     settings = _validated(
-        Settings, {name: value for name, value in values.items() if name not in hypervisors_own}
+        Settings,
+        {name: value for name, value in values.items() if name not in hypervisors_own},
+        context=staging_types,
     )
     plugin = BACKENDS[settings.provider_type]
     own = setting_names(plugin.settings)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from returns.result import Result
 
-from pyrigaud.adapters.staging.registry import staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.application.ports.transfer_metrics import UncountedTransfers
 from pyrigaud.application.provider import ProviderUseCases
 from pyrigaud.domain.errors import ErrorKind, ProviderError
@@ -65,7 +65,7 @@ def test_a_lacked_port_is_unsupported_and_unclaimed(
             harness.backend,
             harness.clock,
             harness.ownership(owner),
-            staging=staging_by_type(owner.provider, harness.clock),
+            staging=STAGING_TYPES.stores(owner.provider, harness.clock),
             judge=IMAGE_JUDGE,
             leftovers=LeftoverPolicy(owner=owner),
             transfer_metrics=UncountedTransfers(),

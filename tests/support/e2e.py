@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.entrypoints.bootstrap import Application, bootstrap
@@ -51,7 +52,7 @@ def start_provider(
     )
     if shared_with is None:
         clock = ManualClock()
-        fake = FakeHypervisor(clock, guest_shutdown_seconds=5)
+        fake = FakeHypervisor(clock, guest_shutdown_seconds=5, latency_clock=SystemClock())
         fake.add_image("/images/base.qcow2")
     else:
         clock, fake = shared_with.clock, shared_with.fake

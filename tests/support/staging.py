@@ -39,11 +39,13 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.nfs import NfsStaging
 from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.adapters.staging.s3_location import S3, S3Credentials
 from pyrigaud.application.ports.staging import StagingStorage
@@ -385,6 +387,15 @@ def flaky_proxy(target_endpoint: str) -> Iterator[FlakyProxy]:
 
 MiB = 1024 * 1024
 OWNER = "tests/pyrigaud"
+
+
+def system_time() -> dict[str, Any]:
+    """The clock and queue of deferred aborts an S3 or NFS store made outside the container
+    runs on: the system's clock, as the container gives it."""
+    clock = SystemClock()
+    return {"clock": clock, "aborts": DeferredAborts(clock)}
+
+
 S3_PART_BYTES = 5 * MiB  # S3's smallest part: a few MiB make a multipart upload
 CHUNK_BYTES = 256 * 1024
 
@@ -436,7 +447,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
 
     def locate(name: str) -> StagedLocation:
         url = f"pvc://mig-pvc/vmmigrations/ns/{migration}/{name}"
-        return ok(parse_staged_location("destination_url", url, PVC, {}, {}))
+        return ok(STAGING_TYPES.parse_location("destination_url", url, PVC, {}, {}))
 
     def stored(location: StagedLocation) -> bytes | None:
         path = root / location.container / location.key
@@ -446,7 +457,7 @@ def pvc_case(root: Path, migration: str) -> StagingCase:
         return sorted(p.name for p in folder.glob(".*")) if folder.is_dir() else []
 
     def adapter(owner: str) -> PvcStaging:
-        return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES)
+        return PvcStaging(root=str(root), owner=owner, chunk_bytes=CHUNK_BYTES, clock=SystemClock())
 
     return StagingCase(PVC, adapter(OWNER), locate, stored, leftovers, adapter)
 
@@ -457,7 +468,7 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
     def locate(name: str) -> StagedLocation:
         url = f"s3://{server.bucket}/lab/vmmigrations/ns/{migration}/{name}"
         return ok(
-            parse_staged_location(
+            STAGING_TYPES.parse_location(
                 "destination_url",
                 url,
                 S3,
@@ -486,7 +497,9 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
         )
 
     def adapter(owner: str) -> S3Staging:
-        return S3Staging(owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES)
+        return S3Staging(
+            owner=owner, chunk_bytes=CHUNK_BYTES, part_bytes=S3_PART_BYTES, **system_time()
+        )
 
     return StagingCase(S3, adapter(OWNER), locate, stored, leftovers, adapter)
 
@@ -494,7 +507,9 @@ def s3_case(server: S3Server, migration: str) -> StagingCase:
 def nfs_case(server: NfsServer, migration: str) -> StagingCase:
     def locate(name: str) -> StagedLocation:
         url = f"nfs://{server.server}{server.export}/vmmigrations-ns-{migration}-{name}"
-        return ok(parse_staged_location("destination_url", url, NFS, nfs_options(server), {}))
+        return ok(
+            STAGING_TYPES.parse_location("destination_url", url, NFS, nfs_options(server), {})
+        )
 
     def stored(location: StagedLocation) -> bytes | None:
         path = server.export / location.key
@@ -508,7 +523,7 @@ def nfs_case(server: NfsServer, migration: str) -> StagingCase:
         )
 
     def adapter(owner: str) -> NfsStaging:
-        return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES)
+        return NfsStaging(owner=owner, chunk_bytes=CHUNK_BYTES, **system_time())
 
     return StagingCase(NFS, adapter(OWNER), locate, stored, leftovers, adapter)
 
@@ -592,13 +607,19 @@ def killed_writer(staging: StagingCase, location: StagedLocation) -> None:
 # The start of a child process's script: the adapter and the location `describe_case` sent.
 ADAPTER_AND_LOCATION = """
 import importlib, json, sys
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging import nfs, pvc, s3
+from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.s3_location import S3Credentials
 from pyrigaud.domain.staging import StagedLocation
 
 described = json.load(sys.stdin)
 adapters = {"PvcStaging": pvc.PvcStaging, "S3Staging": s3.S3Staging, "NfsStaging": nfs.NfsStaging}
-adapter = adapters[described["adapter"]](**described["settings"])
+clock = SystemClock()
+on_time = {"clock": clock} if described["adapter"] == "PvcStaging" else {
+    "clock": clock, "aborts": DeferredAborts(clock)
+}
+adapter = adapters[described["adapter"]](**described["settings"], **on_time)
 module, name, options = described["options"]
 credentials = described["credentials"]
 location = StagedLocation.model_validate(

@@ -17,7 +17,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingTypes
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports import CapabilitySource
 from pyrigaud.application.ports.staging import StagingStorage
@@ -49,7 +49,7 @@ LOOPBACK_GATE = ResolvingGate(StagingGate(allow_loopback=True))
 # their own budget).
 STAGING_RETRY_SECONDS = 1.0
 # Where this machine can stage disks (S3 needs boto3, NFS libnfs): what backends advertise.
-REACHABLE_STAGING = staging_by_type(TRANSFER_OWNER, SystemClock()).types
+REACHABLE_STAGING = STAGING_TYPES.stores(TRANSFER_OWNER, SystemClock()).types
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def disk_moves(
     disks = backend.disk_transfer
     assert disks is not None, "this backend has no disk transfer"
     if isinstance(staging, Path):
-        staging = staging_by_type(
+        staging = STAGING_TYPES.stores(
             owner, SystemClock(), str(staging), retry_seconds=STAGING_RETRY_SECONDS
         )
     claimed = TransferClaims(capabilities or backend.capabilities, REACHABLE_STAGING)
@@ -116,6 +116,7 @@ def export_request(
     snapshot_id: str = "",
     disk_id: str = "",
     transfer_mode: str = "relay",
+    staging_types: StagingTypes = STAGING_TYPES,
 ) -> Result[ExportRequest, ProviderError]:
     """An ExportDisk request as the wire parses the manager's."""
     return parse_export(
@@ -129,6 +130,7 @@ def export_request(
         backend_type=backend,
         transfer_mode=transfer_mode,
         storage_options_json=json.dumps(options) if options else "",
+        staging_types=staging_types,
     )
 
 
@@ -157,6 +159,7 @@ def import_disk(
         backend_type=backend,
         transfer_mode="relay",
         storage_options_json=json.dumps(options) if options else "",
+        staging_types=STAGING_TYPES,
     ).bind(moves.import_disk)
 
 

@@ -127,7 +127,12 @@ class Simulator:
 
     def session(self) -> VSphereSession:
         """A session of its own, e.g. to set up what a test needs straight through pyvmomi."""
-        return VSphereSession(self.endpoint, lambda: (self.username, self.password), insecure=True)
+        return VSphereSession(
+            self.endpoint,
+            lambda: (self.username, self.password),
+            insecure=True,
+            clock=SystemClock(),
+        )
 
 
 def launcher() -> Path:

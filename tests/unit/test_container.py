@@ -11,6 +11,7 @@ import pytest
 from dependency_injector import providers
 from returns.result import Success
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
@@ -145,3 +146,59 @@ def test_plaintext_is_decided_and_warned_about_once(caplog: pytest.LogCaptureFix
         assert not container.mutual_tls()
     warnings = [record for record in caplog.records if "PLAINTEXT" in record.getMessage()]
     assert len(warnings) == 1
+
+
+def clock_holders(*roots: object) -> dict[str, set[int]]:
+    """Every pyrigaud object reachable from `roots` (through attributes and collections) that
+    holds a clock, by its class name, with the ids of the clocks it holds."""
+    holders: dict[str, set[int]] = {}
+    seen: set[int] = set()
+    pending = list(roots)
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            pending.extend(item)
+        elif type(item).__module__.startswith("pyrigaud.") and hasattr(item, "__dict__"):
+            for value in vars(item).values():
+                if isinstance(value, SystemClock | ManualClock):
+                    holders.setdefault(type(item).__name__, set()).add(id(value))
+                else:
+                    pending.append(value)
+    return holders
+
+
+@pytest.mark.parametrize(
+    ("environ", "readers"),
+    [
+        ({"PROVIDER_TYPE": "fake"}, {"FakeHypervisor", "FakeFaults"}),
+        ({"PROVIDER_TYPE": "libvirt"}, {"LibvirtHost"}),
+        (
+            {
+                "PROVIDER_TYPE": "vsphere",
+                "PROVIDER_ENDPOINT": "https://127.0.0.1:1/sdk",
+                "PYRIGAUD_CREDENTIALS": "env",
+            },
+            {"VSphereSession", "CloneMaker", "ImportMarks"},
+        ),
+    ],
+)
+def test_the_containers_clock_is_the_only_clock_every_component_reads(
+    environ: dict[str, str], readers: set[str]
+) -> None:
+    """A clock given to the container reaches every piece that reads time: the hypervisor's
+    ports and sessions, the staging stores and their queue of deferred aborts."""
+    clock = ManualClock()
+    container = Container(settings=load_settings(environ))
+    container.clock.override(providers.Object(clock))
+    backend, staging = container.backend(), container.staging()
+    holders = clock_holders(backend, staging)
+    session = vars(backend.health).get("_session")  # vSphere's: its update feed stops with it
+    if session is not None:
+        session.close()
+    assert readers | {"PvcStaging", "DeferredAborts"} <= set(holders)
+    assert set().union(*holders.values()) == {id(clock)}

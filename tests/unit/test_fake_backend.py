@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pyrigaud.adapters.hypervisors.fake.backend import build_fake_backend, fake_backend
+from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.use_cases.capabilities import TransferClaims
@@ -77,8 +77,8 @@ def test_the_fake_has_no_templates(backend: Backend) -> None:
     assert error.message.startswith(fields.PREPARE_TEMPLATE_NAME)
 
 
-def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
-    backend = build_fake_backend(ManualClock(), datastores=("fast", "slow"), latency={})
+def test_the_fake_offers_the_datastores_it_is_given() -> None:
+    backend = fake_backend(FakeHypervisor(ManualClock(), datastores=("fast", "slow")))
     ok(backend.lifecycle.start_create(request("on-default"), OWNER))
     ok(
         backend.lifecycle.start_create(
@@ -94,7 +94,7 @@ def test_build_fake_backend_offers_the_datastores_it_is_given() -> None:
 def test_the_capabilities_claim_the_staging_types_built_and_relay_only() -> None:
     """No backend claims staging types or modes: the application claims the types whose store
     was built, and relay, over what the backend claims."""
-    backend = build_fake_backend(ManualClock(), datastores=("default",), latency={})
+    backend = fake_backend(FakeHypervisor(ManualClock()))
     told = backend.capabilities.capabilities()
     assert told.supported_export_backends == told.supported_transfer_modes == ()
     caps = TransferClaims(backend.capabilities, (StagingType("pvc"),)).capabilities()

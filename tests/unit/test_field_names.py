@@ -22,6 +22,7 @@ CLONE_NIC_NAMED_ANYWAY = ("portgroup", "model")
 PATHS_MADE_BY: dict[Callable[..., str], list[str]] = {
     fields.class_extra_config: [fields.class_extra_config("virtualHW.version")],
     fields.disk_type: [fields.disk_type(0), fields.disk_type(3)],
+    fields.desired_disk: [fields.desired_disk(0), fields.desired_disk(2)],
     fields.network_name: [fields.network_name(1)],
     fields.network_field: [
         fields.network_field(1, attribute) for attribute in NetworkAttachment.model_fields
@@ -76,6 +77,7 @@ def test_every_domain_path_has_a_wire_name(path: str) -> None:
         ),
         (fields.CLASS_SECURE_BOOT, "class_json.SecurityProfile.SecureBoot"),
         (fields.DESIRED_DISKS, "desired_json.Disks"),
+        (fields.desired_disk(2), "Disks[2]"),
         (fields.TRANSFER_MODE, "transfer_mode"),
         (fields.SOURCE_URL, "source_url"),
         (fields.STAGING_TYPE, "backend_type"),

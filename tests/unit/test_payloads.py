@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from returns.result import Result
 
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import CreateRequest, Firmware
@@ -341,6 +342,7 @@ def test_disk_transfer_requests_are_checked() -> None:
         "credentials": {},
         "storage_options_json": "",
         "transfer_mode": "",
+        "staging_types": STAGING_TYPES,
     }
     export = ok(
         payloads.parse_export(

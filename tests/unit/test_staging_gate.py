@@ -15,7 +15,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.staging.gate import ResolvingGate
 from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
@@ -72,7 +72,7 @@ def test_an_allow_list_keeps_every_other_address_out() -> None:
 
 def _location(backend: StagingType, url: str, options: dict[str, object]) -> StagedLocation:
     credentials = CREDENTIALS if backend is S3 else {}
-    return ok(parse_staged_location("destination_url", url, backend, options, credentials))
+    return ok(STAGING_TYPES.parse_location("destination_url", url, backend, options, credentials))
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from returns.result import Result
 
 from pyrigaud.adapters.staging.nfs_location import NFS, NfsOptions
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import parse_staged_location, parse_staging_place
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3_location import S3, S3Credentials, S3Options
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import StagingType
@@ -51,7 +51,7 @@ def s3(
     options: dict[str, object] | None = None,
     credentials: dict[str, str] = CREDENTIALS,
 ) -> Result[StagedLocation, ProviderError]:
-    return parse_staged_location(
+    return STAGING_TYPES.parse_location(
         "destination_url",
         url,
         S3,
@@ -63,7 +63,7 @@ def s3(
 def nfs(
     url: str = NFS_URL, options: dict[str, object] | None = None
 ) -> Result[StagedLocation, ProviderError]:
-    return parse_staged_location(
+    return STAGING_TYPES.parse_location(
         "source_url", url, NFS, NFS_OPTIONS if options is None else options, {}
     )
 
@@ -81,7 +81,7 @@ def invalid_field(result: Result[StagedLocation, ProviderError]) -> str:
 
 
 def test_a_pvc_url_names_a_file_inside_its_pvc() -> None:
-    location = ok(parse_staged_location("destination_url", PVC_URL, PVC, {}, {}))
+    location = ok(STAGING_TYPES.parse_location("destination_url", PVC_URL, PVC, {}, {}))
     assert (location.container, location.key) == ("mig-pvc", "vmmigrations/ns/m1/export.qcow2")
     assert (location.parent, location.name) == ("vmmigrations/ns/m1", "export.qcow2")
 
@@ -100,7 +100,7 @@ def test_a_pvc_url_names_a_file_inside_its_pvc() -> None:
     ],
 )
 def test_a_malformed_pvc_url_names_the_field(url: str) -> None:
-    result = parse_staged_location("destination_url", url, PVC, {}, {})
+    result = STAGING_TYPES.parse_location("destination_url", url, PVC, {}, {})
     assert invalid_field(result) == "destination_url"
     assert "pw" not in error_of(result).message
 
@@ -264,10 +264,12 @@ def test_a_staging_place_is_the_folder_the_manager_stages_every_migration_under(
     migration_url: str,
 ) -> None:
     credentials = CREDENTIALS if backend is S3 else {}
-    place = ok(parse_staging_place(backend, options, credentials))
+    place = ok(STAGING_TYPES.parse_place(backend, options, credentials))
     assert (place.container, place.parent) == folder
     # What the manager stages for a migration lies in that folder (NFS) or below it (S3).
-    staged = ok(parse_staged_location("source_url", migration_url, backend, options, credentials))
+    staged = ok(
+        STAGING_TYPES.parse_location("source_url", migration_url, backend, options, credentials)
+    )
     assert staged.container == place.container
     below = staged.parent.startswith(f"{place.parent}/")
     assert staged.parent == place.parent if backend is NFS else below
@@ -295,7 +297,7 @@ def test_a_staging_place_that_cannot_be_swept_names_the_key(
     credentials: dict[str, str],
     named: str,
 ) -> None:
-    error = error_of(parse_staging_place(backend, options, credentials))
+    error = error_of(STAGING_TYPES.parse_place(backend, options, credentials))
     assert error.kind is ErrorKind.INVALID_SPEC
     assert for_the_manager(error).startswith(f"{named}")
     assert SECRET not in error.message

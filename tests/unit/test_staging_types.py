@@ -151,19 +151,21 @@ class MemRules:
         return invalid(fields.STAGING_TYPE, self.no_place)
 
 
-def mem_export(options: dict[str, object]) -> Result[ExportRequest, ProviderError]:
-    return export_request("vm", "mem://box/disk.qcow2", backend="mem", options=options)
+def mem_export(
+    options: dict[str, object], staging_types: registry.StagingTypes = registry.STAGING_TYPES
+) -> Result[ExportRequest, ProviderError]:
+    return export_request(
+        "vm", "mem://box/disk.qcow2", backend="mem", options=options, staging_types=staging_types
+    )
 
 
-def test_a_type_added_by_one_registry_line_is_read_and_served(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_a_type_added_by_one_registry_line_is_read_and_served(tmp_path: Path) -> None:
     refused = error_of(mem_export({}))
     assert for_the_manager(refused) == "backend_type: must be pvc, nfs or s3"
 
     line = {MEM: StagingKind(MemRules(), pvc_store)}  # files stand in for memory
-    monkeypatch.setattr(registry, "STAGING_KINDS", {**registry.STAGING_KINDS, **line})
-    request = ok(mem_export({"boxLimit": 3}))
+    with_mem = registry.StagingTypes({**registry.STAGING_KINDS, **line})
+    request = ok(mem_export({"boxLimit": 3}, with_mem))
     destination = request.destination
     assert (destination.staging_type, destination.container, destination.key) == (
         "mem",
@@ -171,9 +173,9 @@ def test_a_type_added_by_one_registry_line_is_read_and_served(
         "disk.qcow2",
     )
     assert destination.options == MemOptions(box_limit=3)
-    bad = error_of(mem_export({"boxLimit": "x"}))
+    bad = error_of(mem_export({"boxLimit": "x"}, with_mem))
     assert for_the_manager(bad) == "storage_options_json.boxLimit: must be an integer"
-    assert registry.staging_by_type("tests", SystemClock(), str(tmp_path)).types[-1] == MEM
+    assert with_mem.stores("tests", SystemClock(), str(tmp_path)).types[-1] == MEM
 
 
 def test_an_option_another_type_reads_is_checked_whatever_the_requests_type() -> None:

@@ -10,6 +10,7 @@ import pytest
 from returns.result import Result
 
 from pyrigaud.adapters.staging.nfs_location import NfsOptions
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3_location import S3, S3Options
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.models import ExportRequest, ImportRequest
@@ -52,6 +53,7 @@ def _export(
         backend_type=backend,
         transfer_mode="relay",
         storage_options_json=options if isinstance(options, str) else json.dumps(options),
+        staging_types=STAGING_TYPES,
     )
 
 
@@ -69,6 +71,7 @@ def _import(
         "backend_type": backend,
         "transfer_mode": "relay",
         "storage_options_json": options if isinstance(options, str) else json.dumps(options),
+        "staging_types": STAGING_TYPES,
     }
     fields.update(changes)
     return parse_import(**fields)

@@ -11,13 +11,14 @@ from typing import Any, BinaryIO, TypeVar
 import pytest
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.keyed_lock import KeyedLock
@@ -98,7 +99,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def fake(clock: ManualClock) -> FakeHypervisor:
-    return FakeHypervisor(clock)
+    return FakeHypervisor(clock, latency_clock=SystemClock())  # real races
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ def backend(fake: FakeHypervisor) -> Backend:
 def staging(tmp_path: Path, clock: ManualClock) -> StagingStores:
     """Staging on PVC `m`, mounted under a temporary root."""
     (tmp_path / "m").mkdir()
-    return staging_by_type("tests/unit", clock, str(tmp_path))
+    return STAGING_TYPES.stores("tests/unit", clock, str(tmp_path))
 
 
 def served(port: P | None) -> P:
@@ -603,7 +604,8 @@ def test_reconfigure_applies_growth_and_refuses_shrinking_disks(backend: Backend
     assert (info.cpu, info.memory_mib, info.disks[1].size_gib) == (4, 4096, 15)
     error = error_of(reconfigure(vm_id, VMChanges(disks=(DiskSpec(size_gib=5),))))
     assert error.kind is ErrorKind.FAILED_PRECONDITION
-    assert "Disks[0]" in error.message
+    assert error.message.startswith(f"{fields.desired_disk(0)} cannot shrink")
+    assert for_the_manager(error) == "Disks[0] cannot shrink (15 GiB -> 5 GiB); disks only grow"
     error = error_of(reconfigure(vm_id, VMChanges(root_disk_gib=1)))
     assert "root disk" in error.message
 

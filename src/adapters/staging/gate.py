@@ -1,7 +1,7 @@
-"""The StorageGate port: a staging store's host resolved once, every address checked by the
-domain's rule (`domain/staging_gate.py`), and the first one pinned on the location, so the
-store's connections go to the address that was checked (a DNS answer that changes between the
-check and the connection cannot move them).
+"""The StorageGate port: a staging store's host resolved, checked by the domain's rule
+(`domain/staging_gate.py`) and pinned on the location as `pinning.pinned_address` does for
+every connection to a host a request named, so the store's connections go to the address that
+was checked (a DNS answer that changes between the check and the connection cannot move them).
 
 Which host a location's connections go to is its type's to say (`location.options.host()`):
 a PVC is a mounted folder, nothing to reach; S3 without an endpoint is AWS itself, reached by
@@ -10,11 +10,11 @@ name as boto3 does (its host is AWS's, whatever the request says).
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 
-from returns.result import Failure, Result, Success
+from returns.result import Result, Success
 
+from pyrigaud.adapters.pinning import pinned_address
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedLocation
 from pyrigaud.domain.staging_gate import StagingGate
@@ -28,27 +28,21 @@ class ResolvingGate:
         reached = location.options.host()
         if reached is None:
             return Success(location)
-        field, host, port = reached.field, reached.host, reached.port
-        try:
-            answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as error:
-            return Failure(
-                ProviderError.unavailable(f"{field}: cannot resolve {host!r}: {error}").mentioning(
-                    field
-                )
-            )
-        addresses = list(dict.fromkeys(str(answer[4][0]) for answer in answers))
-        for address in addresses:
-            refusal = self.gate.refusal(address)
-            if refusal is not None:
-                return Failure(
-                    ProviderError.permission_denied(
-                        f"{field}: {host} is not a place this provider may reach ({refusal}); "
-                        "nothing was sent there"
-                    ).mentioning(field)
-                )
-        # Every address was checked; the pin is one of them, IPv4 first: a pinned connection
-        # cannot fall back to the next address as a resolver's caller would, and a store
-        # named in both families listens on IPv4 more often than not.
-        pinned = min(addresses, key=lambda address: ":" in address)
-        return Success(location.model_copy(update={"address": pinned}))
+        field, host = reached.field, reached.host
+
+        def refusal(address: str) -> ProviderError | None:
+            refused = self.gate.refusal(address)
+            if refused is None:
+                return None
+            return ProviderError.permission_denied(
+                f"{field}: {host} is not a place this provider may reach ({refused}); "
+                "nothing was sent there"
+            ).mentioning(field)
+
+        def unresolved(problem: str) -> ProviderError:
+            return ProviderError.unavailable(f"{field}: {problem}").mentioning(field)
+
+        def pinned(address: str) -> StagedLocation:
+            return location.model_copy(update={"address": address})
+
+        return pinned_address(host, reached.port, refusal, unresolved).map(pinned)

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.libnfs import Handle, LibnfsMissingError, NfsSession, library
 from pyrigaud.adapters.staging.nfs_calls import in_session, nfs_call, nfs_path
@@ -62,13 +61,11 @@ class NfsStaging:
     """NFS staging; one libnfs mount per opened object, as the request's uid/gid."""
 
     owner: str = "pyrigaud"
-    clock: Clock = field(default_factory=SystemClock)
+    clock: Clock = field(kw_only=True)  # the provider's: what waits and the sweep read
     chunk_bytes: int = CHUNK_BYTES
     retry_seconds: float = STAGING_RETRY_SECONDS  # per read or write (module docstring)
     # Where aborts the store did not answer wait (shared by a provider's adapters).
-    aborts: DeferredAborts = field(
-        default_factory=lambda: DeferredAborts(SystemClock()), compare=False, repr=False
-    )
+    aborts: DeferredAborts = field(kw_only=True, compare=False, repr=False)
     companion_suffixes: tuple[str, ...] = ()  # what the sweep removes once its object is gone
 
     def open_read(self, location: StagedLocation) -> Result[NfsReader, ProviderError]:

@@ -18,7 +18,6 @@ from typing import BinaryIO, TypeVar
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.pvc_location import PVC
 from pyrigaud.adapters.staging.rules import StoreContext
 from pyrigaud.adapters.staging.streams import CHUNK_BYTES, RunningDigest, TemporaryWriter
@@ -48,7 +47,7 @@ class PvcStaging:
 
     root: str = MIGRATION_STORAGE_ROOT
     owner: str = "pyrigaud"
-    clock: Clock = field(default_factory=SystemClock)
+    clock: Clock = field(kw_only=True)  # the provider's: dates each temporary, ages the sweep
     chunk_bytes: int = CHUNK_BYTES
     companion_suffixes: tuple[str, ...] = ()  # what the sweep removes once its object is gone
 

@@ -2,12 +2,13 @@
 
 `STAGING_KINDS` maps the manager's name of each type (its `backend_type`) to the type's rules
 (URL, options, credentials, sweep place: `<type>_location.py`) and its store's builder. It is
-the only list of types: the wire reads a request's location through it, the sweep's settings
-their places, and `staging_by_type` builds the stores this machine can serve (S3 needs the
-`s3` extra, NFS needs libnfs); a type without its store is left out, so it answers
-UNSUPPORTED and is not advertised. The sweep with no request in hand visits what each store
-finds by itself (every mounted PVC) and the staging places the operator named (S3 buckets and
-NFS exports are otherwise known only from requests).
+the only list of types, and `StagingTypes` over it the only place that decides whether a type
+is known; the composition root hands `STAGING_TYPES` to what reads a type: the wire reads a
+request's location through it, the sweep's settings their places, and its `stores` are the
+stores this machine can serve (S3 needs the `s3` extra, NFS needs libnfs); a type without its
+store is left out, so it answers UNSUPPORTED and is not advertised. The sweep with no request
+in hand visits what each store finds by itself (every mounted PVC) and the staging places the
+operator named (S3 buckets and NFS exports are otherwise known only from requests).
 """
 
 from __future__ import annotations
@@ -54,79 +55,114 @@ STAGING_KINDS: Mapping[StagingType, StagingKind] = {
     NFS: StagingKind(NfsRules(), nfs_store),
     S3: StagingKind(S3Rules(), s3_store),
 }
-DEFAULT_STAGING_TYPE = next(iter(STAGING_KINDS))
 
 
-def staging_rules(name: str) -> StagingRules[Any] | None:
-    """The rules of the type the manager calls `name`, if this provider knows it."""
-    kind = STAGING_KINDS.get(StagingType(name))
-    return None if kind is None else kind.rules
+class StagingTypes:
+    """The staging types a provider knows (`kinds`, in the order GetCapabilities lists them)
+    and what follows from them; the composition root hands this to whatever reads a type (the
+    wire, the sweep's settings, the stores). Whether a type is known is decided here only."""
+
+    def __init__(self, kinds: Mapping[StagingType, StagingKind]) -> None:
+        self.kinds = dict(kinds)
+
+    @property
+    def default(self) -> StagingType:
+        """The type a request that names none means: the first."""
+        return next(iter(self.kinds))
+
+    def rules(self, staging_type: str) -> Result[StagingRules[Any], ProviderError]:
+        """The rules of the type the manager calls `staging_type`, or the refusal of a type
+        this provider does not know."""
+        kind = self.kinds.get(StagingType(staging_type))
+        if kind is None:
+            return invalid(fields.STAGING_TYPE, f"must be {self._listed()}")
+        return Success(kind.rules)
+
+    def _listed(self) -> str:
+        """The known types' names, for a refusal: `pvc, nfs or s3`."""
+        *first, last = self.kinds
+        return f"{', '.join(first)} or {last}" if first else last
+
+    def option_keys(self) -> tuple[str, ...]:
+        """Every storage option key a type reads, and `backend`, which names the type itself."""
+        keys = (key for kind in self.kinds.values() for key in kind.rules.option_keys)
+        return tuple(dict.fromkeys((DECLARED_TYPE, *keys)))
+
+    def taking_credentials(self) -> tuple[StagingType, ...]:
+        return tuple(name for name, kind in self.kinds.items() if kind.rules.takes_credentials)
+
+    def parse_location(
+        self,
+        field: str,
+        url: str,
+        staging_type: StagingType,
+        options: Mapping[str, object],
+        credentials: Mapping[str, str] | None,
+    ) -> Result[StagedLocation, ProviderError]:
+        """The location `url` (the request's `field`) names on `staging_type`, or the first
+        problem; None `credentials` are read later, at each use."""
+
+        def located(rules: StagingRules[Any]) -> Result[StagedLocation, ProviderError]:
+            return parse_url(field, url, rules, options, credentials, others=self._others(rules))
+
+        return self.rules(staging_type).bind(located)
+
+    def parse_place(
+        self,
+        staging_type: StagingType,
+        options: Mapping[str, object],
+        credentials: Mapping[str, str] | None,
+    ) -> Result[StagedLocation, ProviderError]:
+        """The folder where the manager stages every migration's objects with these storage
+        options, as the location of an object in it: what a sweep of that place takes. A PVC
+        is no place to name: every mounted one is swept already."""
+
+        def sweepable(rules: StagingRules[Any]) -> Result[StagedLocation, ProviderError]:
+            def read(_: None) -> Result[None, ProviderError]:
+                return readable(options, (rules, *self._others(rules)))
+
+            def placed(_: None) -> Result[StagedLocation, ProviderError]:
+                if not rules.no_place:
+                    return parse_place(rules, options, credentials)
+                # Listed s3 first, as this refusal has always read.
+                named = sorted(
+                    (name for name, kind in self.kinds.items() if not kind.rules.no_place),
+                    reverse=True,
+                )
+                return invalid(
+                    fields.STAGING_TYPE, f"must be {' or '.join(named)} ({rules.no_place})"
+                )
+
+            return declared_type(options, staging_type).bind(read).bind(placed)
+
+        return self.rules(staging_type).bind(sweepable)
+
+    def stores(
+        self,
+        owner: str,
+        clock: Clock,
+        pvc_root: str = MIGRATION_STORAGE_ROOT,
+        places: Sequence[StagingPlace] = (),
+        *,
+        retry_seconds: float = STAGING_RETRY_SECONDS,
+        companion_suffixes: tuple[str, ...] = (),
+    ) -> StagingByType:
+        """Every type's store this machine can build. `retry_seconds`: how long S3 and NFS
+        transfers wait out a store that stopped answering (per part, read or write);
+        `companion_suffixes`: the objects staged beside another (`<object><suffix>`) that the
+        sweeps remove once their object is gone."""
+        aborts = DeferredAborts(clock)  # one thread and one bound for the whole provider
+        context = StoreContext(owner, clock, retry_seconds, aborts, pvc_root, companion_suffixes)
+        adapters = {name: kind.store(context) for name, kind in self.kinds.items()}
+        served = {name: store for name, store in adapters.items() if store is not None}
+        return StagingByType(self, served, places, aborts)
+
+    def _others(self, rules: StagingRules[Any]) -> tuple[StagingRules[Any], ...]:
+        """Every other type's rules, which read the same options (`rules.readable`)."""
+        return tuple(kind.rules for kind in self.kinds.values() if kind.rules is not rules)
 
 
-def known_types() -> str:
-    """The known types' names, for a refusal: `pvc, nfs or s3`."""
-    *first, last = STAGING_KINDS
-    return f"{', '.join(first)} or {last}" if first else last
-
-
-def option_keys() -> tuple[str, ...]:
-    """Every storage option key a type reads, and `backend`, which names the type itself."""
-    keys = (key for kind in STAGING_KINDS.values() for key in kind.rules.option_keys)
-    return tuple(dict.fromkeys((DECLARED_TYPE, *keys)))
-
-
-def types_taking_credentials() -> tuple[StagingType, ...]:
-    return tuple(name for name, kind in STAGING_KINDS.items() if kind.rules.takes_credentials)
-
-
-def parse_staged_location(
-    field: str,
-    url: str,
-    staging_type: StagingType,
-    options: Mapping[str, object],
-    credentials: Mapping[str, str] | None,
-) -> Result[StagedLocation, ProviderError]:
-    """The location `url` (the request's `field`) names on `staging_type`, or the first
-    problem; None `credentials` are read later, at each use."""
-    rules = staging_rules(staging_type)
-    if rules is None:
-        return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
-    return parse_url(field, url, rules, options, credentials, others=_others(rules))
-
-
-def parse_staging_place(
-    staging_type: StagingType,
-    options: Mapping[str, object],
-    credentials: Mapping[str, str] | None,
-) -> Result[StagedLocation, ProviderError]:
-    """The folder where the manager stages every migration's objects with these storage
-    options, as the location of an object in it: what a sweep of that place takes. A PVC is no
-    place to name: every mounted one is swept already."""
-    rules = staging_rules(staging_type)
-    if rules is None:
-        return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
-
-    def placed() -> Result[StagedLocation, ProviderError]:
-        if not rules.no_place:
-            return parse_place(rules, options, credentials)
-        # Listed s3 first, as this refusal has always read.
-        sweepable = sorted(
-            (name for name, kind in STAGING_KINDS.items() if not kind.rules.no_place),
-            reverse=True,
-        )
-        return invalid(fields.STAGING_TYPE, f"must be {' or '.join(sweepable)} ({rules.no_place})")
-
-    return Result.do(
-        location
-        for _ in declared_type(options, staging_type)
-        for _ in readable(options, (rules, *_others(rules)))
-        for location in placed()
-    )
-
-
-def _others(rules: StagingRules[Any]) -> tuple[StagingRules[Any], ...]:
-    """Every other type's rules, which read the same options (`rules.readable`)."""
-    return tuple(kind.rules for kind in STAGING_KINDS.values() if kind.rules is not rules)
+STAGING_TYPES = StagingTypes(STAGING_KINDS)
 
 
 @runtime_checkable
@@ -152,10 +188,12 @@ class StagingByType:
 
     def __init__(
         self,
+        types: StagingTypes,
         adapters: Mapping[StagingType, StagingStorage],
         places: Sequence[StagingPlace] = (),
         aborts: DeferredAborts | None = None,
     ) -> None:
+        self._types = types
         self._adapters = dict(adapters)
         self._places = tuple(places)
         self._aborts = aborts
@@ -163,7 +201,7 @@ class StagingByType:
     @property
     def types(self) -> tuple[StagingType, ...]:
         """What this provider can stage to (what GetCapabilities should advertise)."""
-        return tuple(name for name in STAGING_KINDS if name in self._adapters)
+        return tuple(name for name in self._types.kinds if name in self._adapters)
 
     def deferred_aborts(self) -> int:
         """Aborts of failed transfers waiting for their store to answer again."""
@@ -219,32 +257,12 @@ class StagingByType:
 
     def _sweep_each_place(self, older_than_seconds: float) -> Iterator[Result[int, ProviderError]]:
         for place in self._places:
-            yield parse_staging_place(place.staging_type, place.options, place.credentials()).bind(
-                partial(self.sweep, older_than_seconds=older_than_seconds)
-            )
+            yield self._types.parse_place(
+                place.staging_type, place.options, place.credentials()
+            ).bind(partial(self.sweep, older_than_seconds=older_than_seconds))
 
 
 def _unsupported(location: StagedLocation) -> ProviderError:
     return ProviderError.unsupported(
         f"{fields.STAGING_TYPE} {location.staging_type!r}: this provider cannot stage disks there"
     ).mentioning(fields.STAGING_TYPE)
-
-
-def staging_by_type(
-    owner: str,
-    clock: Clock,
-    pvc_root: str = MIGRATION_STORAGE_ROOT,
-    places: Sequence[StagingPlace] = (),
-    *,
-    retry_seconds: float = STAGING_RETRY_SECONDS,
-    companion_suffixes: tuple[str, ...] = (),
-) -> StagingByType:
-    """Every type's store this machine can build. `retry_seconds`: how long S3 and NFS
-    transfers wait out a store that stopped answering (per part, read or write);
-    `companion_suffixes`: the objects staged beside another (`<object><suffix>`) that the
-    sweeps remove once their object is gone."""
-    aborts = DeferredAborts(clock)  # one thread and one bound for the whole provider
-    context = StoreContext(owner, clock, retry_seconds, aborts, pvc_root, companion_suffixes)
-    adapters = {name: kind.store(context) for name, kind in STAGING_KINDS.items()}
-    served = {name: store for name, store in adapters.items() if store is not None}
-    return StagingByType(served, places, aborts)

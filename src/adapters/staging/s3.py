@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS, Patience
 from pyrigaud.adapters.staging.s3_calls import calling, delete_object, remove_marked_upload
@@ -86,16 +85,14 @@ class S3Staging:
     made from one session."""
 
     owner: str = "pyrigaud"
-    clock: Clock = field(default_factory=SystemClock)
+    clock: Clock = field(kw_only=True)  # the provider's: what waits and the sweep read
     chunk_bytes: int = CHUNK_BYTES
     part_bytes: int = PART_BYTES
     retry_seconds: float = STAGING_RETRY_SECONDS  # per part or read (module docstring)
     connect_timeout_seconds: float = 10.0
     read_timeout_seconds: float = 60.0
     # Where aborts the store did not answer wait (shared by a provider's adapters).
-    aborts: DeferredAborts = field(
-        default_factory=lambda: DeferredAborts(SystemClock()), compare=False, repr=False
-    )
+    aborts: DeferredAborts = field(kw_only=True, compare=False, repr=False)
     clients: _ClientMaker = field(default_factory=_ClientMaker, compare=False, repr=False)
     companion_suffixes: tuple[str, ...] = ()  # what the sweep removes once its object is gone
 

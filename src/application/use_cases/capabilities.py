@@ -48,7 +48,7 @@ def require(supported: bool, what: str) -> Result[None, ProviderError]:
     """UNSUPPORTED unless the backend says it can, so answers match GetCapabilities."""
     if supported:
         return Success(None)
-    return Failure(ProviderError.unsupported(f"this provider does not support {what}"))
+    return Failure(ProviderError.not_supported(what))
 
 
 def require_listed(

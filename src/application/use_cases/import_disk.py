@@ -39,14 +39,20 @@ from pyrigaud.application.use_cases.transfers import (
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
 from pyrigaud.domain.chunks import Chunks
-from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage, LandedDisk, peek_header
+from pyrigaud.domain.default_names import imported_disk_name
+from pyrigaud.domain.disk_images import (
+    JUDGED_PREFIX_BYTES,
+    JudgedImage,
+    LandedDisk,
+    name_clash,
+    peek_header,
+)
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.hardware import BootNeed, VirtualHardware
 from pyrigaud.domain.models import Capabilities, ImportRequest, ImportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 # What a staged object's name may end with that is no part of the disk's name.
-STAGED_SUFFIXES = (".qcow2", ".raw", ".vmdk", ".img")
 
 logger = logging.getLogger(__name__)
 
@@ -313,10 +319,7 @@ def _imported_stem(
     if target_name:
         # Without its suffix a good name stays one: its first character stays.
         return Result.do(name.removesuffix(disk_suffix) for name in _checked_name(target_name, ""))
-    stem = source.name
-    for suffix in STAGED_SUFFIXES:
-        stem = stem.removesuffix(suffix)
-    return _checked_name(stem, " (it names the imported disk)")
+    return _checked_name(imported_disk_name(source.name), " (it names the imported disk)")
 
 
 def _checked_name(name: str, why: str) -> Result[str, ProviderError]:
@@ -406,10 +409,7 @@ def _answer_again(
 
 
 def _clash(site: LandingSite) -> ProviderError:
-    return ProviderError.already_exists(
-        f"target_name: {site.place} already has an imported disk {site.disk_name!r} with other "
-        "content; delete it or pick another target_name"
-    )
+    return name_clash(site.place, f"an imported disk {site.disk_name!r}")
 
 
 def _checksum_mismatch(actual: str, expected: str) -> ProviderError:

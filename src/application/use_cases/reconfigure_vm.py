@@ -8,6 +8,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.application.ports import CapabilitySource, Inventory, VMLifecycle
 from pyrigaud.application.use_cases.capabilities import require
+from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskSpec, VMChanges, VMInfo
 from pyrigaud.domain.power import PowerState
@@ -70,7 +71,9 @@ def _effective(changes: VMChanges, current: VMInfo) -> Result[VMChanges, Provide
     for index, disk in enumerate(changes.disks):
         position = index + 1  # extra disks follow the root disk
         if position < len(sizes) and 0 < disk.size_gib < sizes[position]:
-            return Failure(_shrink_error(f"Disks[{index}]", sizes[position], disk.size_gib))
+            path = fields.desired_disk(index)
+            shrunk = _shrink_error(path, sizes[position], disk.size_gib).mentioning(path)
+            return Failure(shrunk)
         unchanged = position < len(sizes) and disk.size_gib in (0, sizes[position])
         disks.append(disk.model_copy(update={"size_gib": 0}) if unchanged else disk)
     while disks and disks[-1].size_gib == 0:

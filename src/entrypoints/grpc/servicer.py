@@ -11,7 +11,6 @@ mutation limits, metrics, the per-RPC log line) is done by the interceptors
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -20,9 +19,11 @@ import grpc
 from google.protobuf.message import Message
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.application.cancellation import serving_call
 from pyrigaud.application.ports import Clock
 from pyrigaud.application.provider import ProviderUseCases
+from pyrigaud.domain.default_names import snapshot_name
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskQuery
 from pyrigaud.domain.tasks import TaskRef
@@ -97,11 +98,14 @@ class RpcSpec(Generic[_Request, _Parsed, _Out, _Response]):
 AnyRpc = RpcSpec[Any, Any, Any, Any]
 
 
-def provider_rpcs(use: ProviderUseCases, clock: Clock) -> tuple[AnyRpc, ...]:
-    """Every RPC of provider.v1.Provider; reads first (they take no mutation slot)."""
+def provider_rpcs(
+    use: ProviderUseCases, clock: Clock, staging_types: StagingTypes
+) -> tuple[AnyRpc, ...]:
+    """Every RPC of provider.v1.Provider; reads first (they take no mutation slot). The
+    transfers' requests name one of `staging_types`."""
 
     def default_snapshot_name() -> str:
-        return time.strftime("snapshot-%Y%m%d-%H%M%S", time.gmtime(clock.now()))
+        return snapshot_name(clock.now())
 
     rpcs: tuple[AnyRpc, ...] = (
         # --- reads: no mutation slot, logged at debug ---------------------------------------
@@ -296,6 +300,7 @@ def provider_rpcs(use: ProviderUseCases, clock: Clock) -> tuple[AnyRpc, ...]:
                 backend_type=request.backend_type,
                 transfer_mode=request.transfer_mode,
                 storage_options_json=request.storage_options_json,
+                staging_types=staging_types,
             ),
             call=use.export_disk,
             respond=lambda result: pb.ExportDiskResponse(
@@ -321,6 +326,7 @@ def provider_rpcs(use: ProviderUseCases, clock: Clock) -> tuple[AnyRpc, ...]:
                 backend_type=request.backend_type,
                 transfer_mode=request.transfer_mode,
                 storage_options_json=request.storage_options_json,
+                staging_types=staging_types,
             ),
             call=use.import_disk,
             respond=lambda result: pb.ImportDiskResponse(

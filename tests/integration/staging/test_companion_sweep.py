@@ -13,7 +13,7 @@ import pytest
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import StagingPlace, staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingPlace
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
 from pyrigaud.application.ports.staging import StagedWriter, StagingStorage
@@ -112,7 +112,7 @@ def test_the_periodic_sweep_removes_a_manifest_whose_disk_is_gone(
     elif staging.backend == NFS:
         places.append(StagingPlace(NFS, nfs_options(request.getfixturevalue("nfs_server"))))
     pvc_root = tmp_path / ("migration-storage" if staging.backend == PVC else "no-pvcs")
-    stores = staging_by_type(
+    stores = STAGING_TYPES.stores(
         OWNER, SystemClock(), str(pvc_root), places, companion_suffixes=(MANIFEST_SUFFIX,)
     )
     try:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.staging import StagedLocation
 
@@ -17,11 +18,15 @@ from support.small_filesystem import small_filesystem
 
 
 def locate(url: str) -> StagedLocation:
-    return ok(parse_staged_location("source_url", url, PVC, {}, {}))
+    return ok(STAGING_TYPES.parse_location("source_url", url, PVC, {}, {}))
 
 
 def test_a_pvc_that_is_not_mounted_is_a_failed_precondition(tmp_path: Path) -> None:
-    error = error_of(PvcStaging(root=str(tmp_path)).open_read(locate("pvc://absent/x.qcow2")))
+    error = error_of(
+        PvcStaging(root=str(tmp_path), clock=SystemClock()).open_read(
+            locate("pvc://absent/x.qcow2")
+        )
+    )
     assert error.kind is ErrorKind.FAILED_PRECONDITION
     assert "absent" in error.message
 
@@ -30,7 +35,7 @@ def test_a_symbolic_link_out_of_the_pvc_is_refused(tmp_path: Path) -> None:
     (tmp_path / "mig").mkdir()
     (tmp_path / "outside").mkdir()
     (tmp_path / "mig" / "escape").symlink_to(tmp_path / "outside")
-    staging = PvcStaging(root=str(tmp_path))
+    staging = PvcStaging(root=str(tmp_path), clock=SystemClock())
     for result in (
         staging.open_write(locate("pvc://mig/escape/x.qcow2")),
         staging.open_read(locate("pvc://mig/escape/x.qcow2")),
@@ -46,7 +51,7 @@ def test_a_full_pvc_is_resource_exhausted_and_keeps_nothing_of_the_write() -> No
     and an object staged there before stays as it was."""
     with small_filesystem(2 * 1024**2) as root:
         (root / "mig").mkdir()
-        staging = PvcStaging(root=str(root))
+        staging = PvcStaging(root=str(root), clock=SystemClock())
         location = locate("pvc://mig/disk.qcow2")
         (root / "mig" / "disk.qcow2").write_bytes(b"before")
         writer = ok(staging.open_write(location, 4 * 1024**2))

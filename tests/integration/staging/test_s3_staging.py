@@ -9,7 +9,7 @@ import threading
 import pytest
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.staging.registry import parse_staged_location
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.adapters.staging.s3_upload import PARTS_IN_FLIGHT
@@ -25,6 +25,7 @@ from support.staging import (
     free_port,
     s3_credentials,
     s3_options,
+    system_time,
 )
 
 pytestmark = pytest.mark.slow
@@ -36,11 +37,11 @@ def locate(
     credentials = {**s3_credentials(server), **credential_values}
     url = f"s3://{server.bucket}/lab/vmmigrations/ns/s3-only/{name}"
     options = s3_options(server, endpoint)
-    return ok(parse_staged_location("destination_url", url, S3, options, credentials))
+    return ok(STAGING_TYPES.parse_location("destination_url", url, S3, options, credentials))
 
 
 def adapter(retry_seconds: float = 30.0) -> S3Staging:
-    return S3Staging(part_bytes=S3_PART_BYTES, retry_seconds=retry_seconds)
+    return S3Staging(part_bytes=S3_PART_BYTES, retry_seconds=retry_seconds, **system_time())
 
 
 def uploads_and_markers(server: S3Server) -> list[str]:
@@ -228,7 +229,9 @@ def test_an_unreachable_endpoint_is_unavailable(s3_server: S3Server) -> None:
 def test_a_missing_bucket_is_not_found(s3_server: S3Server) -> None:
     url = "s3://absent-bucket/lab/x.qcow2"
     options = {**s3_options(s3_server), "bucket": "absent-bucket"}
-    location = ok(parse_staged_location("source_url", url, S3, options, s3_credentials(s3_server)))
+    location = ok(
+        STAGING_TYPES.parse_location("source_url", url, S3, options, s3_credentials(s3_server))
+    )
     for result in (ok(adapter().open_write(location)).commit(), adapter().open_read(location)):
         error = error_of(result)
         assert error.kind is ErrorKind.NOT_FOUND

@@ -49,6 +49,7 @@ from support.staging import (
     nfs_options,
     s3_credentials,
     s3_options,
+    system_time,
 )
 from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
 
@@ -180,7 +181,12 @@ def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
 
 
 def s3_staging(retry_seconds: float = 30.0) -> S3Staging:
-    return S3Staging(owner="tests/outages", part_bytes=S3_PART_BYTES, retry_seconds=retry_seconds)
+    return S3Staging(
+        owner="tests/outages",
+        part_bytes=S3_PART_BYTES,
+        retry_seconds=retry_seconds,
+        **system_time(),
+    )
 
 
 @dataclass
@@ -310,7 +316,7 @@ def nfs_place(nfs_server: NfsServer, request: pytest.FixtureRequest) -> NfsPlace
 def test_an_nfs_server_restarted_mid_transfer_costs_neither_export_nor_import(
     nfs_place: NfsPlace,
 ) -> None:
-    hypervisor = hypervisor_over(NfsStaging(owner="tests/outages"))
+    hypervisor = hypervisor_over(NfsStaging(owner="tests/outages", **system_time()))
     restarts: list[threading.Thread] = []
 
     def restart() -> None:

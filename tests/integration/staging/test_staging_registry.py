@@ -8,7 +8,7 @@ from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.staging.nfs_location import NFS
 from pyrigaud.adapters.staging.pvc import PvcStaging
 from pyrigaud.adapters.staging.pvc_location import PVC
-from pyrigaud.adapters.staging.registry import StagingByType, parse_staged_location, staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingByType
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.errors import ErrorKind
 
@@ -16,10 +16,10 @@ from support import error_of, ok
 
 
 def test_every_backend_is_served_where_its_libraries_are_installed(tmp_path: Path) -> None:
-    staging = staging_by_type("pyrigaud", SystemClock(), pvc_root=str(tmp_path))
+    staging = STAGING_TYPES.stores("pyrigaud", SystemClock(), pvc_root=str(tmp_path))
     assert staging.types == (PVC, NFS, S3)
     (tmp_path / "mig").mkdir()
-    location = ok(parse_staged_location("destination_url", "pvc://mig/x.raw", PVC, {}, {}))
+    location = ok(STAGING_TYPES.parse_location("destination_url", "pvc://mig/x.raw", PVC, {}, {}))
     writer = ok(staging.open_write(location))
     ok(writer.write(b"raw"))
     ok(writer.commit())
@@ -32,9 +32,11 @@ def test_every_backend_is_served_where_its_libraries_are_installed(tmp_path: Pat
 
 
 def test_a_backend_without_an_adapter_is_unsupported(tmp_path: Path) -> None:
-    staging = StagingByType({PVC: PvcStaging(root=str(tmp_path))})
+    staging = StagingByType(
+        STAGING_TYPES, {PVC: PvcStaging(root=str(tmp_path), clock=SystemClock())}
+    )
     location = ok(
-        parse_staged_location(
+        STAGING_TYPES.parse_location(
             "source_url",
             "nfs://127.0.0.1/export/x.qcow2",
             NFS,

@@ -13,7 +13,7 @@ import pytest
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
-from pyrigaud.adapters.staging.registry import StagingPlace, parse_staged_location, staging_by_type
+from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingPlace
 from pyrigaud.adapters.staging.s3 import S3Staging
 from pyrigaud.adapters.staging.s3_location import S3
 from pyrigaud.domain.staging import StagedLocation, StagedSweep
@@ -29,6 +29,7 @@ from support.staging import (
     killed_writer,
     nfs_options,
     s3_options,
+    system_time,
 )
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ def test_a_killed_transfer_in_a_migration_folder_is_swept_from_its_place(
     options, secret = place_of(remote_staging, request)
     credentials = MountedSecretCredentials(mounted_secret(tmp_path / "secret", secret)).current
     unreadable = StagingPlace(S3, {"bucket": "elsewhere"}, dict)
-    staging = staging_by_type(
+    staging = STAGING_TYPES.stores(
         OWNER,
         clock=SystemClock(),
         pvc_root=str(tmp_path / "no-pvcs"),
@@ -124,13 +125,13 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
 ) -> None:
     """Another upload of ours in the bucket, outside `<prefix>/vmmigrations/`, is not the
     place's to sweep (a shared bucket is never listed whole)."""
-    adapter = S3Staging(owner=OWNER, part_bytes=S3_PART_BYTES)
+    adapter = S3Staging(owner=OWNER, part_bytes=S3_PART_BYTES, **system_time())
     credentials = {
         "accessKeyID": s3_server.access_key_id,
         "secretAccessKey": s3_server.secret_access_key,
     }
     elsewhere = ok(
-        parse_staged_location(
+        STAGING_TYPES.parse_location(
             "destination_url",
             f"s3://{s3_server.bucket}/lab/not-migrations/disk.qcow2",
             S3,
@@ -142,7 +143,7 @@ def test_an_s3_place_is_swept_only_where_the_manager_stages(
     ok(writer.write(bytes(S3_PART_BYTES + 1)))  # a part sent: an upload in progress
     time.sleep(1.1)
     place = StagingPlace(S3, s3_options(s3_server), lambda: credentials)
-    staging = staging_by_type(OWNER, SystemClock(), str(tmp_path / "no-pvcs"), [place])
+    staging = STAGING_TYPES.stores(OWNER, SystemClock(), str(tmp_path / "no-pvcs"), [place])
     try:
         assert staging.sweep_reachable(older_than_seconds=1.0) == StagedSweep()
         uploads = s3_server.client().list_multipart_uploads(Bucket=s3_server.bucket)

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from pyVmomi import vim as untyped_vim
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
-from pyrigaud.adapters.hypervisors.vsphere.backend import build_vsphere_backend
+from pyrigaud.adapters.hypervisors.vsphere.backend import vsphere_backend
 from pyrigaud.adapters.hypervisors.vsphere.health import VSphereHealth
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config, retrieve
-from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession, credentials_from
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID
 from pyrigaud.application.backend import Backend
 from pyrigaud.application.ports.vm_lifecycle import CreatedVM
@@ -61,12 +62,17 @@ request = template_request
 
 def test_validate_answers_and_an_unreachable_endpoint_is_not_ok(simulator: Simulator) -> None:
     assert simulator.backend().health.check().ok
-    closed = VSphereSession("https://127.0.0.1:1/sdk", lambda: ("u", "p"), insecure=True)
+    closed = VSphereSession(
+        "https://127.0.0.1:1/sdk", lambda: ("u", "p"), insecure=True, clock=SystemClock()
+    )
     report = backend_over(closed).health.check()
     assert not report.ok
     assert "unavailable" in report.message
     not_vsphere = VSphereSession(
-        simulator.endpoint.replace("/sdk", "/elsewhere"), lambda: ("u", "p"), insecure=True
+        simulator.endpoint.replace("/sdk", "/elsewhere"),
+        lambda: ("u", "p"),
+        insecure=True,
+        clock=SystemClock(),
     )
     report = backend_over(not_vsphere).health.check()
     assert not report.ok
@@ -74,7 +80,9 @@ def test_validate_answers_and_an_unreachable_endpoint_is_not_ok(simulator: Simul
 
 
 def test_wrong_credentials_are_unavailable_not_internal(simulator: Simulator) -> None:
-    session = VSphereSession(simulator.endpoint, lambda: ("nobody", "wrong"), insecure=True)
+    session = VSphereSession(
+        simulator.endpoint, lambda: ("nobody", "wrong"), insecure=True, clock=SystemClock()
+    )
     assert error_kind(backend_over(session).inventory.list_vms()) is ErrorKind.UNAVAILABLE
 
 
@@ -313,7 +321,11 @@ def test_an_expired_session_is_renewed_once_with_fresh_credentials(simulator: Si
 
     relogins: list[int] = []
     session = VSphereSession(
-        simulator.endpoint, credentials, insecure=True, on_relogin=lambda: relogins.append(1)
+        simulator.endpoint,
+        credentials,
+        insecure=True,
+        on_relogin=lambda: relogins.append(1),
+        clock=SystemClock(),
     )
     health = VSphereHealth(session)  # always a round trip (a cached inventory may make none)
     assert health.check().ok
@@ -333,7 +345,9 @@ def test_a_session_the_server_expired_for_idleness_is_renewed() -> None:
             logins.append(1)
             return short_lived.username, short_lived.password
 
-        health = VSphereHealth(VSphereSession(short_lived.endpoint, credentials, insecure=True))
+        health = VSphereHealth(
+            VSphereSession(short_lived.endpoint, credentials, insecure=True, clock=SystemClock())
+        )
         assert health.check().ok
         time.sleep(3)
         assert health.check().ok
@@ -346,7 +360,10 @@ def test_describe_reports_guest_addresses_set_through_the_simulator_hook(
     vm_id = made(backend.tasks, backend.lifecycle.start_create(request("vs-ips"), OWNER))
     ok(backend.power.power_on(vm_id))
     session = VSphereSession(
-        simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
+        simulator.endpoint,
+        lambda: (simulator.username, simulator.password),
+        insecure=True,
+        clock=SystemClock(),
     )
     vm = session.call(lambda instance: vm_ref(instance, vm_id))
     spec = vim.vm.ConfigSpec(
@@ -370,12 +387,11 @@ def test_credentials_come_from_the_mounted_secret_and_are_re_read_at_login(
     secret = MountedSecretCredentials(directory=tmp_path)
 
     def build() -> Backend:
-        return build_vsphere_backend(
-            simulator.endpoint,
-            secret,
-            insecure=True,
+        clock = SystemClock()
+        return vsphere_backend(
+            VSphereSession(simulator.endpoint, credentials_from(secret), True, clock=clock),
+            clock=clock,
             defaults=Placement(),
-            on_relogin=lambda: None,
             owner=OWNER.provider,
             image_judge=IMAGE_JUDGE,
         )
@@ -415,7 +431,10 @@ def test_provider_default_placement_applies_when_the_request_has_none(
     simulator: Simulator,
 ) -> None:
     session = VSphereSession(
-        simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
+        simulator.endpoint,
+        lambda: (simulator.username, simulator.password),
+        insecure=True,
+        clock=SystemClock(),
     )
     backend = backend_over(session, defaults=Placement(datastore="no-such-default"))
     result = backend.lifecycle.start_create(request("vs-defaulted"), OWNER)
@@ -425,7 +444,10 @@ def test_provider_default_placement_applies_when_the_request_has_none(
 def read_vm(simulator: Simulator, vm_id: str, properties: tuple[str, ...]) -> dict[str, Any]:
     """Properties read straight from the simulator, to check what the adapter wrote."""
     session = VSphereSession(
-        simulator.endpoint, lambda: (simulator.username, simulator.password), insecure=True
+        simulator.endpoint,
+        lambda: (simulator.username, simulator.password),
+        insecure=True,
+        clock=SystemClock(),
     )
     try:
         return session.call(

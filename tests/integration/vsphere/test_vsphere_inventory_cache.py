@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 from pyVmomi import vim as untyped_vim
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere import inventory
 from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve_all_vms
@@ -51,6 +52,7 @@ class Replica:
             lambda: (simulator.username, simulator.password),
             insecure=True,
             on_call=lambda: self.calls.append(1),
+            clock=SystemClock(),
         )
         self.resyncs: list[int] = []
         self.backend = backend_over(self.session, on_resync=lambda: self.resyncs.append(1))

@@ -229,7 +229,9 @@ def test_a_wait_on_a_task_polls_by_the_sessions_clock_and_gives_up_at_its_deadli
 
 
 def test_an_unreachable_vcenter_leaves_the_task_running_with_the_reason() -> None:
-    closed = VSphereTaskTracker(VSphereSession("https://127.0.0.1:1/sdk", lambda: ("u", "p"), True))
+    closed = VSphereTaskTracker(
+        VSphereSession("https://127.0.0.1:1/sdk", lambda: ("u", "p"), True, clock=ManualClock())
+    )
     state = closed.task_state(VSphereTask(task="task-1", vm_id="vm-1").task_ref().id)
     assert state is not None
     assert not state.done

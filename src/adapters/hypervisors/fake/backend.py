@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.disk_transfer import FakeDiskTransfer
 from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities, FakeHealth
@@ -16,7 +14,6 @@ from pyrigaud.adapters.hypervisors.fake.snapshots import FakeSnapshots
 from pyrigaud.adapters.hypervisors.fake.tasks import FakeTaskTracker
 from pyrigaud.adapters.hypervisors.fake.virtual_hardware import FakeHardwareFacts
 from pyrigaud.application.backend import Backend
-from pyrigaud.application.ports import Clock
 
 
 def fake_backend(hypervisor: FakeHypervisor) -> Backend:
@@ -36,13 +33,3 @@ def fake_backend(hypervisor: FakeHypervisor) -> Backend:
         transfer_leftovers=disk_transfer,
         hardware=FakeHardwareFacts(hypervisor),
     )
-
-
-def build_fake_backend(
-    clock: Clock,
-    *,
-    datastores: tuple[str, ...],
-    latency: Mapping[str, float],
-) -> Backend:
-    """The demo server's fake: a fresh hypervisor with these datastores and injected latency."""
-    return fake_backend(FakeHypervisor(clock, datastores=datastores, latency=latency))

@@ -22,7 +22,7 @@ from pyrigaud.adapters.hypervisors.fake.hypervisor import (
     FakeVM,
 )
 from pyrigaud.application.ports.disk_transfer import TransferWatch
-from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
+from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind, name_clash
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskDetails, DiskQuery, DiskRead
 
@@ -187,12 +187,7 @@ class _FakeReceived:
         def land() -> Result[LandedDisk, ProviderError]:
             earlier = hypervisor.imported.setdefault(site.disk_name, self.content)
             if earlier != self.content:
-                return Failure(
-                    ProviderError.already_exists(
-                        f"target_name: {site.place} already has a disk {site.disk_name!r} "
-                        "with other content; delete it or pick another target_name"
-                    )
-                )
+                return Failure(name_clash(site.place, f"a disk {site.disk_name!r}"))
             made_now = site.path not in hypervisor.images
             hypervisor.images.setdefault(
                 site.path, FakeImage(id=site.disk_name, path=site.path, size_gib=IMPORTED_DISK_GIB)

@@ -4,8 +4,9 @@ The ports are served by one module each over this state (`backend.fake_backend` 
 together). New VMs start powered off; guests get an address once running; a graceful shutdown
 completes after `guest_shutdown_seconds` unless the guest is made to ignore it. All state sits
 behind one lock, and injected latency is served outside it, so a slow Create never stalls
-Describe. Latency is wall time (the demo server's, the e2e tests' races), waited out on a clock
-of its own: a test's manual clock would make it vanish.
+Describe. Latency is waited out on `latency_clock`, the hypervisor's clock unless given one: a
+test on a manual clock that races calls (the e2e tests) gives the system's, or the latency
+would vanish.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.faults import FakeFaults
 from pyrigaud.application.ports import Clock
 from pyrigaud.domain.errors import ProviderError
@@ -133,7 +133,7 @@ class FakeHypervisor:
         latency: Mapping[str, float] | None = None,
         latency_clock: Clock | None = None,
     ) -> None:
-        self.faults = FakeFaults(latency_clock or SystemClock())
+        self.faults = FakeFaults(latency_clock or clock)
         for operation, seconds in (latency or {}).items():
             self.faults.slow(operation, seconds)
         self.guest_honors_shutdown = True

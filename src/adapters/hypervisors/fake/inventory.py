@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor, FakeVM
-from pyrigaud.domain.addresses import routable_addresses
+from pyrigaud.domain.addresses import nic_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, VMDescription, VMInfo
 from pyrigaud.domain.power import PowerState
@@ -53,7 +53,7 @@ class FakeInventory:
     def _info(self, vm: FakeVM) -> VMInfo:
         running = self.hypervisor.running(vm)
         addresses = _guest_addresses(vm, running)
-        routable = routable_addresses(addresses)
+        shown = nic_addresses(addresses, len(vm.nics))
         return VMInfo(
             id=vm.id,
             name=vm.name,
@@ -66,12 +66,8 @@ class FakeInventory:
                 for disk in vm.disks
             ),
             networks=tuple(
-                NetworkInfo(
-                    name=nic.name,
-                    mac=nic.mac,
-                    ip_address=routable[index] if index < len(routable) else "",
-                )
-                for index, nic in enumerate(vm.nics)
+                NetworkInfo(name=nic.name, mac=nic.mac, ip_address=address)
+                for nic, address in zip(vm.nics, shown, strict=True)
             ),
             provider_raw=_raw(vm),
         )

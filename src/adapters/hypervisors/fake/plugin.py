@@ -43,12 +43,17 @@ def _latencies(text: str) -> dict[str, float]:
 
 
 def build(common: CommonSettings, own: FakeSettings, services: BackendServices) -> Backend:
-    from pyrigaud.adapters.hypervisors.fake.backend import build_fake_backend  # noqa: PLC0415
+    """A fresh in-memory hypervisor with the configured datastore and injected latency, both
+    its clocks the provider's."""
+    from pyrigaud.adapters.hypervisors.fake.backend import fake_backend  # noqa: PLC0415
+    from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor  # noqa: PLC0415
 
-    return build_fake_backend(
-        services.clock,
-        datastores=(common.default_datastore or "default",),
-        latency=own.latency_by_operation,
+    return fake_backend(
+        FakeHypervisor(
+            services.clock,
+            datastores=(common.default_datastore or "default",),
+            latency=own.latency_by_operation,
+        )
     )
 
 

@@ -59,7 +59,7 @@ from pyrigaud.adapters.hypervisors.libvirt.volume_streams import (
 )
 from pyrigaud.application.ports.disk_transfer import ReceivedDisk, TransferWatch
 from pyrigaud.domain import fields
-from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk
+from pyrigaud.domain.disk_images import IMPORT_RECORD_SUFFIX, JudgedImage, LandedDisk, name_clash
 from pyrigaud.domain.errors import ProviderError
 
 MAX_RECORD_BYTES = 64 * 1024
@@ -351,10 +351,8 @@ class _ReceivedVolume:
         """A disk of that name without a record (its import was killed before keeping one):
         the staged bytes converted again give the same volume (the conversion is
         deterministic) if they made it; other content is a name clash."""
-        clash = ProviderError.already_exists(
-            f"target_name: storage pool {self.site.pool!r} already has a volume "
-            f"{PurePosixPath(existing).name!r} with other content; delete it or pick another "
-            "target_name"
+        clash = name_clash(
+            f"storage pool {self.site.pool!r}", f"a volume {PurePosixPath(existing).name!r}"
         )
         volumes = self.site.volumes
 

@@ -36,7 +36,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
     volume_facts,
     volumes_by_path,
 )
-from pyrigaud.domain.addresses import routable_addresses
+from pyrigaud.domain.addresses import nic_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, VMDescription, VMInfo
 
@@ -199,7 +199,7 @@ def _info(
     ips: tuple[str, ...],
     volume_of: Callable[[str], VolumeFacts | None],
 ) -> VMInfo:
-    routable = routable_addresses(ips)
+    shown = nic_addresses(ips, len(facts.nics))
     disks = []
     for disk in facts.disks:
         volume = volume_of(disk.path)
@@ -220,12 +220,8 @@ def _info(
         memory_mib=facts.memory_mib,
         disks=tuple(disks),
         networks=tuple(
-            NetworkInfo(
-                name=nic.source or nic.kind,
-                mac=nic.mac,
-                ip_address=routable[index] if index < len(routable) else "",
-            )
-            for index, nic in enumerate(facts.nics)
+            NetworkInfo(name=nic.source or nic.kind, mac=nic.mac, ip_address=address)
+            for nic, address in zip(facts.nics, shown, strict=True)
         ),
         provider_raw={
             key: value for key, value in _raw(vm_id, facts, state).items() if key not in IN_VMINFO

@@ -143,9 +143,8 @@ class LibvirtVMLifecycle:
         )
 
     def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
-        return Failure(
-            ProviderError.unsupported("libvirt VMs have no virtual hardware version to raise")
-        )
+        # Never reached through UpgradeHardware: the capabilities claim no upgrades.
+        return Failure(ProviderError.not_supported("virtual hardware upgrades"))
 
     def _create(
         self, conn: VirConnect, request: CreateRequest, owner: OwnerMark

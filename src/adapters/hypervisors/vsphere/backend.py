@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
 from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
 from pyrigaud.adapters.hypervisors.vsphere.device_models import FallbackCounters
@@ -19,58 +18,16 @@ from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.inventory_updates import follow
 from pyrigaud.adapters.hypervisors.vsphere.power import VSpherePowerControl
 from pyrigaud.adapters.hypervisors.vsphere.provisioning import VSphereVMLifecycle
-from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession, credentials_from
+from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import VSphereSnapshots
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTaskTracker
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.virtual_hardware import VSphereHardwareFacts
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import ImportMarks
 from pyrigaud.application.backend import Backend
-from pyrigaud.application.ports import Clock, Credentials
+from pyrigaud.application.ports import Clock
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.domain.models import Placement
-
-
-def build_vsphere_backend(
-    endpoint: str,
-    credentials: Credentials,
-    *,
-    insecure: bool,
-    defaults: Placement,
-    on_relogin: Callable[[], None],
-    allow_loopback_urls: bool = False,
-    on_resync: Callable[[], None] = lambda: None,
-    on_call: Callable[[], None] = lambda: None,
-    owner: str,
-    image_judge: ImageJudge,
-    scratch_dir: str | None = None,
-    fallbacks: FallbackCounters | None = None,
-) -> Backend:
-    """`defaults` are the PROVIDER_DEFAULT_* placement settings; `on_relogin` is told each
-    time an expired session is replaced by a new login, `on_resync` each time the inventory
-    cache's update feed broke and reads the whole inventory again, `on_call` each call the
-    ports make into vCenter (the feed's long-poll is not one of them); `allow_loopback_urls`
-    lets ImagePrepare fetch from loopback (tests only); `image_judge` judges the disks of an OVA
-    before vCenter sees them; `scratch_dir` is where ExportDisk's and ImportDisk's format
-    conversions keep anonymous scratch files (None: the system's temporary directory);
-    `owner` is this provider's owner mark, written on the VMs imports make until they are
-    complete; `fallbacks` are told of each VM made around a migrated disk with a device its
-    guest had no equivalent of."""
-    clock = SystemClock()
-    session = VSphereSession(
-        endpoint, credentials_from(credentials), insecure, on_relogin, on_call, clock=clock
-    )
-    return vsphere_backend(
-        session,
-        defaults=defaults,
-        clock=clock,
-        allow_loopback_urls=allow_loopback_urls,
-        on_resync=on_resync,
-        owner=owner,
-        image_judge=image_judge,
-        scratch_dir=scratch_dir,
-        fallbacks=fallbacks,
-    )
 
 
 def vsphere_backend(
@@ -87,7 +44,14 @@ def vsphere_backend(
 ) -> Backend:
     """Every port over `session`; `clock` dates the building mark of a Create made in steps
     (the wall clock that every replica shares). The inventory cache's feed starts now, and
-    stops when the session closes."""
+    stops when the session closes. `defaults` are the PROVIDER_DEFAULT_* placement settings;
+    `on_resync` is told each time the inventory cache's update feed broke and reads the whole
+    inventory again; `allow_loopback_urls` lets ImagePrepare fetch from loopback (tests only);
+    `image_judge` judges the disks of an OVA before vCenter sees them; `scratch_dir` is where
+    ExportDisk's and ImportDisk's format conversions keep anonymous scratch files (None: the
+    system's temporary directory); `owner` is this provider's owner mark, written on the VMs
+    imports make until they are complete; `fallbacks` are told of each VM made around a
+    migrated disk with a device its guest had no equivalent of."""
     vcenter = VCenter(session)
     cache = InventoryCache(vcenter)
     follow(session, cache, on_resync)

@@ -37,27 +37,39 @@ class VSphereSettings(BaseModel):
 
 
 def build(common: CommonSettings, own: VSphereSettings, services: BackendServices) -> Backend:
+    """One session (no round trip until the first call), logged in again after it expires
+    (counted, as is each call the ports make into vCenter: the inventory feed's long-poll is
+    not one), its waits and the ports' marks on the provider's clock."""
     from pyrigaud.adapters.hypervisors.vsphere.backend import (  # noqa: PLC0415
-        build_vsphere_backend,
+        vsphere_backend,
     )
     from pyrigaud.adapters.hypervisors.vsphere.device_models import (  # noqa: PLC0415
         FallbackCounters,
     )
+    from pyrigaud.adapters.hypervisors.vsphere.session import (  # noqa: PLC0415
+        VSphereSession,
+        credentials_from,
+    )
 
-    return build_vsphere_backend(
+    session = VSphereSession(
         common.endpoint,
-        services.credentials(),
-        insecure=own.tls_insecure_skip_verify,
+        credentials_from(services.credentials()),
+        own.tls_insecure_skip_verify,
+        services.counters.on_reconnect,
+        services.counters.on_round_trip,
+        clock=services.clock,
+    )
+    return vsphere_backend(
+        session,
+        clock=services.clock,
         defaults=Placement(
             datastore=common.default_datastore,
             storage_pod=own.default_storage_pod,
             cluster=own.default_cluster,
             folder=own.default_folder,
         ),
-        on_relogin=services.counters.on_reconnect,
         allow_loopback_urls=common.image_url_allow_loopback,
         on_resync=services.counters.on_resync,
-        on_call=services.counters.on_round_trip,
         owner=common.owner_mark,
         image_judge=services.image_judge,
         scratch_dir=common.scratch_dir,

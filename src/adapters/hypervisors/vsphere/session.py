@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 from pyVim import connect as untyped_connect
 from pyVmomi import vim, vmodl
 
-from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.reopening import Reopening
 from pyrigaud.application.ports import Clock, Credentials
 
@@ -66,13 +65,13 @@ class VSphereSession:
         on_relogin: Callable[[], None] = lambda: None,
         on_call: Callable[[], None] = lambda: None,
         *,
-        clock: Clock | None = None,
+        clock: Clock,
     ) -> None:
         """`on_relogin` is told each time an expired session is replaced by a new login,
         `on_call` each call into vCenter (one round trip or more): what a cached answer saves
-        is counted there, never guessed. `clock` (the system's by default) is what waits on
-        vCenter's Tasks and leases poll by."""
-        self._clock = clock or SystemClock()
+        is counted there, never guessed. `clock` is what waits on vCenter's Tasks and leases
+        poll by."""
+        self._clock = clock
         self._on_relogin = on_relogin
         self._on_call = on_call
         parts = urlsplit(endpoint)

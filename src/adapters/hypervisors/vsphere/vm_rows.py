@@ -14,7 +14,6 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.vsphere.device_models import shown_models
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
 from pyrigaud.application.ports import Clock
-from pyrigaud.domain.addresses import routable_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, OwnerMark, VMInfo, VMRecord
 from pyrigaud.domain.power import PowerState
@@ -94,8 +93,8 @@ def power_state(row: Mapping[str, Any]) -> PowerState:
 
 
 def ips(row: Mapping[str, Any]) -> tuple[str, ...]:
-    found = [str(ip) for nic in row.get("guest.net") or () for ip in nic.ipAddress or ()]
-    return routable_addresses(found)
+    """Every address the guest reports (DescribeVM and ListVMs keep those shown)."""
+    return tuple(str(ip) for nic in row.get("guest.net") or () for ip in nic.ipAddress or ())
 
 
 def virtual_disks(row: Mapping[str, Any]) -> list[Any]:

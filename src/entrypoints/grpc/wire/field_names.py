@@ -115,6 +115,8 @@ _WIRE_NAMES: Mapping[str, str] = {
     fields.CLASS_TPM_VERSION: f"{CLASS}.SecurityProfile.TPMVersion",
     "vm_class.extra_config[]": f"{CLASS}.ExtraConfig[]",
     fields.DESIRED_DISKS: f"{DESIRED}.Disks",
+    # One of them, as Reconfigure's refusals have always named it.
+    f"{fields.DESIRED_DISKS}[]": "Disks[]",
     "disks[].type": f"{DISKS}[].Type",
     **{
         f"networks[].{attribute}": f"{NETWORKS}[].{key}"

@@ -1,8 +1,8 @@
 """ImagePrepare and disk-transfer (ExportDisk, ImportDisk, GetDiskInfo) payloads -> domain.
 
 ImagePrepare sends the CRD's camelCase image source; the transfers name a staging type
-(`backend_type`: what `adapters/staging/registry.py` lists), a transfer mode and free-form
-storage options, which that type's rules read.
+(`backend_type`: one of the `StagingTypes` the composition root hands the parsers), a transfer
+mode and free-form storage options, which that type's rules read.
 """
 
 from __future__ import annotations
@@ -10,20 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import partial
-from hashlib import sha256
 
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.staging.registry import (
-    DEFAULT_STAGING_TYPE,
-    known_types,
-    option_keys,
-    parse_staged_location,
-    staging_rules,
-)
+from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.domain import fields
+from pyrigaud.domain.default_names import image_name
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
+    DEFAULT_DISK_FORMAT,
     ContentLibraryItem,
     DiskQuery,
     ExportRequest,
@@ -57,7 +52,7 @@ def parse_prepare_image(
     return Result.do(
         PrepareImageRequest(source=source, target_name=name, storage_hint=hint)
         for source in load(image_json, names.IMAGE).bind(_image_source).bind(_named_source)
-        for name in checked_name(target_name or _derived_image_name(source), names.TARGET_NAME)
+        for name in checked_name(target_name or image_name(source), names.TARGET_NAME)
         for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
     )
 
@@ -132,18 +127,14 @@ def _content_library(library: Document | None) -> Result[ContentLibraryItem | No
     )
 
 
-def _derived_image_name(source: ImageSource) -> str:
-    basis = source.template_name or source.path or source.url
-    stem = re.sub(r"[^A-Za-z0-9._-]", "-", basis.rstrip("/").rsplit("/", 1)[-1])[:48].strip(".-_")
-    digest = sha256(basis.encode()).hexdigest()[:8]
-    return f"{stem}-{digest}" if stem and stem[0].isalnum() else f"image-{digest}"
+def _backend(value: str, staging_types: StagingTypes) -> Result[StagingType, ProviderError]:
+    """The type the request names (none: the default), if it is known."""
+    named = StagingType(value.strip().lower() or staging_types.default)
 
+    def known(_: object) -> StagingType:
+        return named
 
-def _backend(value: str, field: str) -> Result[StagingType, ProviderError]:
-    named = StagingType(value.strip().lower() or DEFAULT_STAGING_TYPE)
-    if staging_rules(named) is None:
-        return invalid(field, f"must be {known_types()}")
-    return Success(named)
+    return staging_types.rules(named).map(known)
 
 
 # The manager sends "relay" for its "auto"; older managers sent "auto" or nothing.
@@ -161,7 +152,7 @@ def _mode(value: str, field: str) -> Result[TransferMode, ProviderError]:
 
 
 def _format(value: str, field: str) -> Result[str, ProviderError]:
-    disk_format = value.strip().lower() or "qcow2"
+    disk_format = value.strip().lower() or DEFAULT_DISK_FORMAT
     if disk_format not in _DISK_FORMATS:
         return invalid(field, f"must be one of {', '.join(_DISK_FORMATS)}")
     return Success(disk_format)
@@ -173,11 +164,13 @@ def _transfer_url(url: str, field: str) -> Result[str, ProviderError]:
     return as_text(url, field, 8192)
 
 
-def _storage_options(text: str) -> Result[dict[str, object], ProviderError]:
+def _storage_options(
+    text: str, staging_types: StagingTypes
+) -> Result[dict[str, object], ProviderError]:
     """The manager's StorageOptions keys that some staging type reads (Go matches them
     case-insensitively)."""
     return Result.do(
-        {key: doc.raw(key) for key in option_keys() if doc.raw(key) is not None}
+        {key: doc.raw(key) for key in staging_types.option_keys() if doc.raw(key) is not None}
         for doc in load(text, names.STORAGE_OPTIONS)
     )
 
@@ -201,8 +194,10 @@ def parse_export(
     backend_type: str,
     transfer_mode: str,
     storage_options_json: str,
+    staging_types: StagingTypes,
 ) -> Result[ExportRequest, ProviderError]:
-    """The staged location is checked once here; errors name the wire field or key."""
+    """The staged location is checked once here, against `staging_types`; errors name the
+    wire field or key."""
     return Result.do(
         ExportRequest(
             vm_id=vm_id,
@@ -213,13 +208,13 @@ def parse_export(
             mode=mode,
             destination=destination,
         )
-        for backend in _backend(backend_type, names.BACKEND_TYPE)
+        for backend in _backend(backend_type, staging_types)
         for url in _transfer_url(destination_url, names.DESTINATION_URL)
-        for options in _storage_options(storage_options_json)
+        for options in _storage_options(storage_options_json, staging_types)
         for checked_credentials in _credentials(credentials)
         for checked_format in _format(disk_format, names.DISK_FORMAT)
         for mode in _mode(transfer_mode, names.TRANSFER_MODE)
-        for destination in parse_staged_location(
+        for destination in staging_types.parse_location(
             fields.DESTINATION_URL, url, backend, options, checked_credentials
         )
     )
@@ -237,8 +232,10 @@ def parse_import(
     backend_type: str,
     transfer_mode: str,
     storage_options_json: str,
+    staging_types: StagingTypes,
 ) -> Result[ImportRequest, ProviderError]:
-    """The staged location is checked once here; errors name the wire field or key."""
+    """The staged location is checked once here, against `staging_types`; errors name the
+    wire field or key."""
     return Result.do(
         ImportRequest(
             storage_hint=hint,
@@ -249,15 +246,15 @@ def parse_import(
             mode=mode,
             source=source,
         )
-        for backend in _backend(backend_type, names.BACKEND_TYPE)
+        for backend in _backend(backend_type, staging_types)
         for url in _transfer_url(source_url, names.SOURCE_URL)
-        for options in _storage_options(storage_options_json)
+        for options in _storage_options(storage_options_json, staging_types)
         for checked_credentials in _credentials(credentials)
         for hint in as_text(storage_hint, names.STORAGE_HINT, 1024)
         for checked_format in _format(disk_format, names.DISK_FORMAT)
         for checksum in _checksum(expected_checksum)
         for mode in _mode(transfer_mode, names.TRANSFER_MODE)
-        for source in parse_staged_location(
+        for source in staging_types.parse_location(
             fields.SOURCE_URL, url, backend, options, checked_credentials
         )
     )
