@@ -378,8 +378,12 @@ class Places:
             took = timed(lambda: _s3_put(client, source, bucket, f"{key}.floor"))[0]
             client.delete_object(Bucket=bucket, Key=f"{key}.floor")
             return took
-        took = timed(lambda: _nfs_cp(str(source), f"{storage.url}.floor"))[0]
-        self.staged_nfs_file(storage).with_suffix(".qcow2.floor").unlink()
+        # A fresh name each time: ganesha still knows a name removed beneath it, and refuses
+        # to create it again (NFS3ERR_EXIST) when the next round's floor writes it.
+        suffix = f".floor-{os.urandom(4).hex()}"
+        took = timed(lambda: _nfs_cp(str(source), f"{storage.url}{suffix}"))[0]
+        staged = self.staged_nfs_file(storage)
+        staged.with_name(staged.name + suffix).unlink()
         return took
 
     def remove_staged(self, storage: Storage) -> None:
@@ -915,8 +919,10 @@ def warmed(
     """Each provider's first export and import through each store, of a small disk: what a
     serving process loads once, at its first transfer through a store (boto3 and S3's model,
     about 40 MiB; libnfs's context), is then in before the table's rows measure theirs."""
-    raw = disk_file(workdir, "mostly-empty", arguments.warm_up_mib * MiB)
     rows: list[Row] = []
+    if arguments.warm_up_mib == 0:
+        return rows
+    raw = disk_file(workdir, "mostly-empty", arguments.warm_up_mib * MiB)
     for staging in arguments.storages:
         for source in arguments.sources:
             case = Case(source, staging, "mostly-empty", running=False)
@@ -1062,7 +1068,10 @@ def main() -> int:
         help="the libvirt source VM's base image (qcow2: as one grown from a cloud image)",
     )
     parser.add_argument(
-        "--warm-up-mib", type=int, default=128, help="the warm-up's disk (mostly empty)"
+        "--warm-up-mib",
+        type=int,
+        default=128,
+        help="the warm-up's disk (mostly empty); 0: no warm-up",
     )
     parser.add_argument(
         "--rounds",
