@@ -8,6 +8,7 @@ the project)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,23 +40,26 @@ needs_root = pytest.mark.skipif(
 )
 
 
-def bench(script: str, *arguments: str, timeout: float = 300) -> str:
-    """The script's standard output, once it exited 0."""
+def bench(script: str, *arguments: str, json_to: Path, timeout: float = 300) -> str:
+    """The script's standard output, once it exited 0 having written its figures as JSON to
+    `json_to` (the `--json` every benchmark takes)."""
     ran = subprocess.run(
-        [sys.executable, str(BENCH / script), *arguments],
+        [sys.executable, str(BENCH / script), *arguments, "--json", str(json_to)],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-4000:]
+    assert json.loads(json_to.read_text())
     return ran.stdout
 
 
-def test_the_describe_benchmark_runs_and_prints_its_table() -> None:
+def test_the_describe_benchmark_runs_and_prints_its_table(tmp_path: Path) -> None:
     """The comparison, two rounds (each order of floor and pyrigaud once), with the client on
     CPUs of its own (`--split-cpus` only pins the processes: one run covers both commands)."""
-    out = bench("describe_bench.py", *TINY_DESCRIBE, "--rounds", "2", "--split-cpus")
+    arguments = [*TINY_DESCRIBE, "--rounds", "2", "--split-cpus"]
+    out = bench("describe_bench.py", *arguments, json_to=tmp_path / "out.json")
     assert "client on CPUs " in out
     assert "| target | phase | concurrency | calls | errors |" in out
     assert "pyrigaud/floor p50 at c=1: " in out
@@ -63,16 +67,17 @@ def test_the_describe_benchmark_runs_and_prints_its_table() -> None:
     assert "pyrigaud errors at c=32: 0" in out
 
 
-def test_the_describe_benchmark_runs_during_a_create_flood() -> None:
+def test_the_describe_benchmark_runs_during_a_create_flood(tmp_path: Path) -> None:
     flood = ["--create-flood", "--flood-threads", "2", "--create-latency", "0.05"]
-    out = bench("describe_bench.py", *TINY_DESCRIBE, *flood)
+    out = bench("describe_bench.py", *TINY_DESCRIBE, *flood, json_to=tmp_path / "out.json")
     assert "| pyrigaud | create flood | 32 |" in out
     assert "Create flood: 2 threads" in out
 
 
 @pytest.mark.qemu  # the host inside libvirtd: the daemon's test driver
-def test_the_libvirt_benchmark_runs_and_marks_what_it_extrapolates() -> None:
-    out = bench("libvirt_bench.py", *TINY_LIBVIRT, "--profile", "--profile-top", "3")
+def test_the_libvirt_benchmark_runs_and_marks_what_it_extrapolates(tmp_path: Path) -> None:
+    profiled = [*TINY_LIBVIRT, "--profile", "--profile-top", "3"]
+    out = bench("libvirt_bench.py", *profiled, json_to=tmp_path / "out.json")
     assert "| domains | operation | pyrigaud calls | pyrigaud p50 ms |" in out
     for operation in ("Describe", "Validate"):
         assert f"| 10 | {operation} | 5 |" in out
@@ -81,8 +86,8 @@ def test_the_libvirt_benchmark_runs_and_marks_what_it_extrapolates() -> None:
     assert "Server RSS with 10 domains" in out
 
 
-def test_the_vsphere_benchmark_runs_and_marks_what_it_extrapolates() -> None:
-    out = bench("vsphere_bench.py", *TINY_VSPHERE)
+def test_the_vsphere_benchmark_runs_and_marks_what_it_extrapolates(tmp_path: Path) -> None:
+    out = bench("vsphere_bench.py", *TINY_VSPHERE, json_to=tmp_path / "out.json")
     assert "| VMs | operation | way | calls | p50 ms |" in out
     for way in ("floor", "naive (extrapolated)", "adapter", "gRPC"):
         assert f"| 20 | ListVMs | {way} |" in out
@@ -93,8 +98,8 @@ def test_the_vsphere_benchmark_runs_and_marks_what_it_extrapolates() -> None:
 
 @needs_root
 @pytest.mark.qemu
-def test_the_image_benchmark_runs_and_prints_its_table() -> None:
-    out = bench("image_bench.py", "--gib", "0.015625")
+def test_the_image_benchmark_runs_and_prints_its_table(tmp_path: Path) -> None:
+    out = bench("image_bench.py", "--gib", "0.015625", json_to=tmp_path / "out.json")
     assert "| hypervisor | operation | pyrigaud | qemu-img convert | ratio |" in out
     for hypervisor, operation in (
         ("libvirt", "import qcow2"),
@@ -116,7 +121,8 @@ def test_the_migration_benchmark_runs_every_store_with_the_floors_first_in_turn(
     code = tmp_path / "code"  # --code: the providers run this package (here the installed one)
     code.mkdir()
     (code / "pyrigaud").symlink_to(Path(pyrigaud.__file__).parent)
-    out = bench("migration_bench.py", *TINY_MIGRATION, "--code", str(code), timeout=600)
+    arguments = [*TINY_MIGRATION, "--code", str(code)]
+    out = bench("migration_bench.py", *arguments, json_to=tmp_path / "out.json", timeout=600)
     assert MIGRATION_TABLE in out
     assert MIGRATION_RANGES in out
     for store in ("nfs", "pvc", "s3"):
