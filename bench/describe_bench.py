@@ -10,9 +10,12 @@ The comparison starts `pyrigaud serve` (PROVIDER_TYPE=fake, plaintext, 127.0.0.1
 subprocess, creates --vms VMs (half powered on), then starts the floor: this script re-invoked
 as a bare `grpc.server` (32 workers, pyrigaud's default) answering Describe from a dict of the
 very responses pyrigaud gave for the same ids. Both targets are measured interleaved, with the
-same client (one shared channel per target, C threads), at concurrency 1 and 32. The target is
-pyrigaud within 1.5x of the floor at p50 and no error at 32-way load; this script reports, it
-does not assert (exit status is non-zero only when the benchmark itself fails).
+same client (one shared channel per target, C threads), at concurrency 1 and 32, the floor
+first in odd rounds and pyrigaud first in even ones (so a warming or cooling machine favours
+neither). The targets (docs/benchmarks.md): pyrigaud's p50 at concurrency 1 within
+P50_TARGET of the floor's, its rps at concurrency 32 at least RPS_TARGET of the floor's, and no
+error; this script reports, it does not assert (exit status is non-zero only when the
+benchmark itself fails).
 
 --split-cpus keeps the client off the servers' CPUs (client on the first half, both servers
 on the rest; Linux only), as a manager and a provider on separate machines would be: with
@@ -69,6 +72,10 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 HOST = "127.0.0.1"
 WORKERS = 32  # pyrigaud's default PYRIGAUD_GRPC_WORKERS
 RPC_TIMEOUT = 10.0
+# The targets docs/benchmarks.md states: p50 at concurrency 1 within this of the floor's (runs
+# of the current code measure 1.05 to 1.18x), rps at concurrency 32 at least this of its.
+P50_TARGET = 1.2
+RPS_TARGET = 0.8
 CLASS_JSON = (
     '{"CPU":2,"MemoryMiB":1024,"Firmware":"","DiskDefaults":null,"ExtraConfig":null,'
     '"PerformanceProfile":null,"SecurityProfile":null,"ResourceLimits":null}'
@@ -417,9 +424,10 @@ def compare(args: Any, processes: Processes) -> dict[str, Any]:
         split_cpus(floor, pyrigaud)
     plan = ((1, args.calls_c1), (32, args.calls_c32))
     samples: dict[tuple[str, int], list[Sample]] = {}
-    for _ in range(args.rounds):  # interleaved, so drift and noise hit both targets alike
+    for round_index in range(args.rounds):  # interleaved: drift and noise hit both alike
+        order = (floor, pyrigaud) if round_index % 2 == 0 else (pyrigaud, floor)
         for concurrency, calls in plan:
-            for target in (floor, pyrigaud):
+            for target in order:
                 sample = measure(target, ids, concurrency, calls, args)
                 samples.setdefault((target.name, concurrency), []).append(sample)
     runs = [summarise(name, c, group) for (name, c), group in samples.items()]
@@ -433,9 +441,13 @@ def compare(args: Any, processes: Processes) -> dict[str, Any]:
             round(percentile(sorted(o.latencies), 0.5) / percentile(sorted(f.latencies), 0.5), 2)
             for f, o in pairs
         ]
-        verdict = "within" if ratio <= 1.5 else "OVER"
+        verdict = (
+            f"{'within' if ratio <= P50_TARGET else 'OVER'} {P50_TARGET}x"
+            if concurrency == 1
+            else "no target"
+        )
         print(
-            f"pyrigaud/floor p50 at c={concurrency}: {ratio}x ({verdict} 1.5x; "
+            f"pyrigaud/floor p50 at c={concurrency}: {ratio}x ({verdict}; "
             f"per round {', '.join(map(str, per_round))})"
         )
     rps_ratios: dict[str, float] = {}
@@ -444,9 +456,15 @@ def compare(args: Any, processes: Processes) -> dict[str, Any]:
         rps_ratios[f"c{concurrency}"] = round(ours.rps / base.rps, 2)
         pairs = zip(samples["floor", concurrency], samples["pyrigaud", concurrency], strict=True)
         per_round = [round(rps(o) / rps(f), 2) for f, o in pairs]
+        ratio = rps_ratios[f"c{concurrency}"]
+        verdict = (
+            f"{'met' if ratio >= RPS_TARGET else 'MISSED'}: at least {RPS_TARGET}x"
+            if concurrency == 32
+            else "no target"
+        )
         print(
-            f"pyrigaud/floor rps at c={concurrency}: {rps_ratios[f'c{concurrency}']}x "
-            f"(per round {', '.join(map(str, per_round))})"
+            f"pyrigaud/floor rps at c={concurrency}: {ratio}x ({verdict}; "
+            f"per round {', '.join(map(str, per_round))})"
         )
     print(f"pyrigaud errors at c=32: {sum(runs[-1].errors.values())}")
     return {"runs": [asdict(r) for r in runs], "p50_ratio": ratios, "rps_ratio": rps_ratios}

@@ -25,6 +25,10 @@ kind of output on the same disks, which any provider that converts at all must a
 - vSphere export as qcow2: the NFC export lease's streamOptimized vmdk decoded as it streams
   and written as qcow2. Floor: `qemu-img convert` of that vmdk (exported as vmdk) into qcow2.
 
+Within a round the rows alternate which of the two runs first (pyrigaud or the floor), and with
+--rounds N each round flips the order of the one before, so every row has each order in two
+rounds; the summary gives each row's range (min-max) over the rounds.
+
 The script reports, it does not assert; the target is no row slower than the one conversion
 qemu-img runs (ratio >= 1 is faster than qemu-img).
 """
@@ -43,7 +47,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -81,6 +85,8 @@ from support import present
 from support.transfer import IMAGE_JUDGE, disk_moves, export_disk, import_disk
 from support.vsphere import SIMULATOR_DATASTORE, backend_over, create_use_case, running_simulator
 
+T = TypeVar("T")
+
 
 @dataclass
 class Row:
@@ -90,6 +96,7 @@ class Row:
     floor_seconds: float
     bytes: int
     rss_growth_mib: float
+    floor_first: bool
 
     @property
     def ratio(self) -> float:
@@ -105,7 +112,27 @@ def timed(action: Callable[[], object]) -> float:
     return seconds
 
 
-def run(gib: float) -> list[Row]:
+@dataclass
+class Order:
+    """Which of pyrigaud and the floor runs first, flipped at each row."""
+
+    floor_first: bool
+
+    def side_by_side(
+        self, ours: Callable[[], T], floor: Callable[[], object]
+    ) -> tuple[float, float, T, float, bool]:
+        """pyrigaud's seconds, RSS growth and value, the floor's seconds, and whether the
+        floor ran first; the next call runs the other first."""
+        floor_first = self.floor_first
+        self.floor_first = not floor_first
+        floor_seconds = timed(floor) if floor_first else 0.0
+        seconds, rss, value = measured(ours)
+        if not floor_first:
+            floor_seconds = timed(floor)
+        return seconds, rss, value, floor_seconds, floor_first
+
+
+def run(gib: float, order: Order) -> list[Row]:
     size = int(gib * 1024**3) // CHUNK * CHUNK
     workdir = Path(tempfile.mkdtemp(prefix="pyrigaud-bench-images-", dir="/var/tmp"))
     with ExitStack() as stack:
@@ -124,14 +151,21 @@ def run(gib: float) -> list[Row]:
             "convert", "-f", "raw", "-O", "vmdk", *stream_optimized, raw, place.folder / "in.vmdk"
         )
         staging = STAGING_TYPES.stores(OWNER, SystemClock(), str(root))
-        rows = _libvirt(stack, conn, pool, place, staging, raw, size)
+        rows = _libvirt(stack, conn, pool, place, staging, raw, size, order)
         print(report(rows), flush=True)
-        rows += _vsphere(stack, place, staging)
+        rows += _vsphere(stack, place, staging, order)
         return rows
 
 
 def _libvirt(
-    stack: ExitStack, conn: Any, pool: Any, place: PvcFolder, staging: Any, raw: Path, size: int
+    stack: ExitStack,
+    conn: Any,
+    pool: Any,
+    place: PvcFolder,
+    staging: Any,
+    raw: Path,
+    size: int,
+    order: Order,
 ) -> list[Row]:
     connection = LibvirtConnection(URI)
     stack.callback(connection.close)
@@ -153,13 +187,16 @@ def _libvirt(
         staged_import = functools.partial(
             import_disk, moves, url, target_name=f"bench-in-{staged}", disk_format=staged
         )
-        seconds, rss, imported = measured(lambda: unwrapped(staged_import()))  # noqa: B023
         floor_file = POOL_PATH / f"bench-floor-{staged}.qcow2"
         source = folder / f"in.{staged}"
         convert: list[str | Path] = ["convert", "-f", staged, "-O", "qcow2", source, floor_file]
-        floor = timed(lambda: qemu_img(*convert))  # noqa: B023
+        seconds, rss, imported, floor, first = order.side_by_side(
+            lambda: unwrapped(staged_import()),  # noqa: B023
+            lambda: qemu_img(*convert),  # noqa: B023
+        )
         floor_file.unlink()
-        rows.append(row(f"import {staged}", seconds, floor, imported.actual_size_bytes, rss / MiB))
+        size_in = imported.actual_size_bytes
+        rows.append(row(f"import {staged}", seconds, floor, size_in, rss / MiB, first))
     base = pool.createXML(volume_xml("bench-base.raw", size, volume_format="raw"), 0)
     with raw.open("rb") as raw_bytes:
         upload_volume(conn, base, iter(lambda: raw_bytes.read(CHUNK), b""))
@@ -175,21 +212,21 @@ def _libvirt(
         )
         disk = unwrapped(present(backend.disk_transfer).disk_details(DiskQuery(vm_id=vm_id))).path
         url = place.url("out.qcow2")
-        seconds, rss, exported = measured(
+        at_snapshot = ["-U", "-l", f"snapshot.name={snapshot.id}", "-O", "qcow2"]
+        seconds, rss, exported, floor, first = order.side_by_side(
             lambda: unwrapped(
                 export_disk(moves, vm_id, url, disk_format="qcow2", snapshot_id=snapshot.id)
-            )
+            ),
+            lambda: qemu_img("convert", *at_snapshot, disk, folder / "floor.qcow2"),
         )
-        at_snapshot = ["-U", "-l", f"snapshot.name={snapshot.id}", "-O", "qcow2"]
-        floor = timed(lambda: qemu_img("convert", *at_snapshot, disk, folder / "floor.qcow2"))
         size_out = exported.estimated_size_bytes
-        rows.append(row("export qcow2 at a snapshot", seconds, floor, size_out, rss / MiB))
+        rows.append(row("export qcow2 at a snapshot", seconds, floor, size_out, rss / MiB, first))
     finally:
         backend.lifecycle.delete(vm_id)
     return rows
 
 
-def _vsphere(stack: ExitStack, place: PvcFolder, staging: Any) -> list[Row]:
+def _vsphere(stack: ExitStack, place: PvcFolder, staging: Any, order: Order) -> list[Row]:
     session = stack.enter_context(running_simulator()).session()
     stack.callback(session.close)  # before the simulator stops: the inventory feed ends with it
     placement = Placement(datastore=SIMULATOR_DATASTORE)
@@ -218,21 +255,23 @@ def _vsphere(stack: ExitStack, place: PvcFolder, staging: Any) -> list[Row]:
         staged_import = functools.partial(
             import_disk, moves, url, target_name=f"bench-in-{staged}", disk_format=staged
         )
-        seconds, rss, imported = measured(lambda: unwrapped(staged_import()))  # noqa: B023
+        seconds, rss, imported, floor, first = order.side_by_side(
+            lambda: unwrapped(staged_import()),  # noqa: B023
+            floors[staged],
+        )
         imported_path = imported_path or imported.path
-        floor = timed(floors[staged])
-        rows.append(row(f"import {staged}", seconds, floor, imported.actual_size_bytes, rss / MiB))
+        size_in = imported.actual_size_bytes
+        rows.append(row(f"import {staged}", seconds, floor, size_in, rss / MiB, first))
     vm_id = _vsphere_vm_around(backend, imported_path)
     unwrapped(export_disk(moves, vm_id, place.url("out.vmdk"), disk_format="vmdk"))
-    seconds, rss, exported = measured(
-        lambda: unwrapped(export_disk(moves, vm_id, place.url("out.qcow2"), disk_format="qcow2"))
-    )
-    floor = timed(
+    seconds, rss, exported, floor, first = order.side_by_side(
+        lambda: unwrapped(export_disk(moves, vm_id, place.url("out.qcow2"), disk_format="qcow2")),
         lambda: qemu_img(
             "convert", "-f", "vmdk", "-O", "qcow2", folder / "out.vmdk", folder / "floor.qcow2"
-        )
+        ),
     )
-    rows.append(row("export qcow2", seconds, floor, exported.estimated_size_bytes, rss / MiB))
+    size_out = exported.estimated_size_bytes
+    rows.append(row("export qcow2", seconds, floor, size_out, rss / MiB, first))
     return rows
 
 
@@ -255,13 +294,36 @@ def _virtual_size(path: Path) -> int:
 
 def report(rows: list[Row]) -> str:
     lines = [
-        "| hypervisor | operation | pyrigaud | qemu-img convert | ratio | RSS growth |",
-        "|---|---|---:|---:|---:|---:|",
+        "| hypervisor | operation | pyrigaud | qemu-img convert | ratio | RSS growth | first |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row.hypervisor} | {row.operation} | {row.seconds:.1f} s "
-            f"| {row.floor_seconds:.1f} s | {row.ratio:.2f}x | {row.rss_growth_mib:.0f} MiB |"
+            f"| {row.floor_seconds:.1f} s | {row.ratio:.2f}x | {row.rss_growth_mib:.0f} MiB "
+            f"| {'qemu-img' if row.floor_first else 'pyrigaud'} |"
+        )
+    return "\n".join(lines)
+
+
+def ranges(rows: list[Row]) -> str:
+    """Each row's range (min-max) over the rounds."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.hypervisor, row.operation), []).append(row)
+    lines = [
+        "| hypervisor | operation | rounds | pyrigaud | qemu-img convert | ratio | RSS growth |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (hypervisor, operation), group in groups.items():
+        ours = [row.seconds for row in group]
+        floors = [row.floor_seconds for row in group]
+        ratios = [row.ratio for row in group]
+        rss = [row.rss_growth_mib for row in group]
+        lines.append(
+            f"| {hypervisor} | {operation} | {len(group)} | {min(ours):.1f}-{max(ours):.1f} s "
+            f"| {min(floors):.1f}-{max(floors):.1f} s | {min(ratios):.2f}-{max(ratios):.2f}x "
+            f"| {min(rss):.0f}-{max(rss):.0f} MiB |"
         )
     return "\n".join(lines)
 
@@ -269,10 +331,15 @@ def report(rows: list[Row]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="whole runs, each in the other order")
     parser.add_argument("--json", type=Path)
     arguments = parser.parse_args()
-    rows = run(arguments.gib)
-    print(report(rows))
+    rows: list[Row] = []
+    for round_index in range(arguments.rounds):
+        this_round = run(arguments.gib, Order(floor_first=round_index % 2 == 1))
+        print(f"Round {round_index + 1}:\n{report(this_round)}\n", flush=True)
+        rows += this_round
+    print(f"Ranges over {arguments.rounds} round(s):\n{ranges(rows)}")
     if arguments.json:
         arguments.json.write_text(json.dumps([asdict(row) for row in rows], indent=2))
     return 0

@@ -21,12 +21,20 @@ Floors, measured in the same run on the same bytes (the staged file, fetched onc
 is done): (a) one bare libvirt volume stream between the pool and this process (a download of
 a volume holding the staged bytes for an export, an upload of them into a new volume for an
 import); (b) one SHA-256 pass over them; (c) the plain copy to the staging store for an export
-(`cp` + fsync for the PVC, boto3's own managed multipart upload for S3, libnfs's `nfs-cp` for
-NFS) and from it for an import (the same tools the other way); (d) for vSphere one bare NFC
-lease stream (an export lease's GET of the source's disk, or an import lease's PUT of the
-staged disk as the streamOptimized vmdk vCenter takes, made beforehand by qemu-img). A row's
-ratio is the slowest of its floors' seconds over its own: 1.0 means as fast as the slowest
-thing it must do anyway. RSS growth is the serving provider process's peak resident set during
+(`cp` + fsync for the PVC, libnfs's `nfs-cp` for NFS, and for S3 a plain multipart upload at
+pyrigaud's own part size and parts in flight) and from it for an import (`cp`, `nfs-cp`, and
+for S3 one plain GET read in pyrigaud's chunk size, as pyrigaud reads); (d) for vSphere one
+bare NFC lease stream (an export lease's GET of the source's disk, or an import lease's PUT of
+the staged disk as the streamOptimized vmdk vCenter takes, made beforehand by qemu-img). A
+row's ratio is the slowest of its floors' seconds over its own: 1.0 means as fast as the
+slowest thing it must do anyway; beside it, the serial sum of its floors' seconds (each step
+done alone, one after the other) and its ratio to that sum.
+
+With --rounds N each case runs N times in a row, the floors after pyrigaud's transfers in the
+first round and before them in the next (alternating): in a floors-first round the export's
+floors run on the previous round's staged bytes (the same disk, exported the same way) before
+the export, and the import's right before the import. The summary gives each row's range
+(min-max) over the rounds. RSS growth is the serving provider process's peak resident set during
 the transfer (VmHWM, reset by writing 5 to /proc/<pid>/clear_refs before it) minus its resident
 set before; qemu-img's children are not counted. Before the table, each provider makes one
 transfer of a small disk through each store (the warm-up, reported apart): what a process
@@ -43,6 +51,7 @@ Targets (issue 27): ratio >= 0.8, RSS growth < 64 MiB. The script reports, it do
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -53,6 +62,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,6 +78,8 @@ from pyrigaud.adapters.hypervisors.vsphere.nfc_lease import (
     ready_lease_info,
     send_to_lease,
 )
+from pyrigaud.adapters.staging.s3_upload import PART_BYTES, PARTS_IN_FLIGHT, part_plan
+from pyrigaud.adapters.staging.streams import CHUNK_BYTES
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -103,7 +115,6 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # every so often (files spread over the rest), zeros between: about a tenth of it holds data.
 MOSTLY_EMPTY_HEAD = 64 * MiB
 MOSTLY_EMPTY_EVERY = 16 * MiB
-WARM_UP_BYTES = 128 * MiB
 WARM_UP = "Warm-up: each provider's first transfer through each store (not in the table)"
 
 
@@ -149,6 +160,7 @@ class Row:
     io_wait_cores: float
     floors: list[Floor] = field(default_factory=list)
     others: dict[str, float] = field(default_factory=dict)  # seconds of the other calls
+    floors_first: bool = False  # the floors ran before pyrigaud's transfer
 
     @classmethod
     def of(
@@ -160,6 +172,7 @@ class Row:
         size: int,
         floors: list[Floor],
         others: dict[str, float],
+        floors_first: bool,
     ) -> Row:
         return cls(
             case,
@@ -173,6 +186,7 @@ class Row:
             transfer.io_wait_cores,
             floors,
             others,
+            floors_first,
         )
 
     @property
@@ -182,6 +196,15 @@ class Row:
     @property
     def ratio(self) -> float:
         return self.slowest.seconds / self.seconds
+
+    @property
+    def serial_seconds(self) -> float:
+        """The floors one after the other: each step of the row done alone, in turn."""
+        return sum(floor.seconds for floor in self.floors)
+
+    @property
+    def serial_ratio(self) -> float:
+        return self.serial_seconds / self.seconds
 
 
 # --- the provider processes -------------------------------------------------------------------
@@ -337,7 +360,7 @@ class Places:
             assert self.s3 is not None
             bucket, key = storage.url.removeprefix("s3://").split("/", 1)
             client = self.s3.client()
-            return timed(lambda: client.download_file(bucket, key, str(target)))[0]
+            return timed(lambda: _s3_get(client, bucket, key, target))[0]
         return timed(lambda: _nfs_cp(storage.url, str(target)))[0]
 
     def put(self, storage: Storage, source: Path) -> float:
@@ -352,11 +375,15 @@ class Places:
             assert self.s3 is not None
             bucket, key = storage.url.removeprefix("s3://").split("/", 1)
             client = self.s3.client()
-            took = timed(lambda: client.upload_file(str(source), bucket, f"{key}.floor"))[0]
+            took = timed(lambda: _s3_put(client, source, bucket, f"{key}.floor"))[0]
             client.delete_object(Bucket=bucket, Key=f"{key}.floor")
             return took
-        took = timed(lambda: _nfs_cp(str(source), f"{storage.url}.floor"))[0]
-        self.staged_nfs_file(storage).with_suffix(".qcow2.floor").unlink()
+        # A fresh name each time: ganesha still knows a name removed beneath it, and refuses
+        # to create it again (NFS3ERR_EXIST) when the next round's floor writes it.
+        suffix = f".floor-{os.urandom(4).hex()}"
+        took = timed(lambda: _nfs_cp(str(source), f"{storage.url}{suffix}"))[0]
+        staged = self.staged_nfs_file(storage)
+        staged.with_name(staged.name + suffix).unlink()
         return took
 
     def remove_staged(self, storage: Storage) -> None:
@@ -382,6 +409,41 @@ def _cp_synced(source: Path, target: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _s3_get(client: Any, bucket: str, key: str, target: Path) -> None:
+    """As pyrigaud reads a staged object: one GET, read CHUNK_BYTES at a time."""
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    with target.open("wb") as out:
+        while chunk := body.read(CHUNK_BYTES):
+            out.write(chunk)
+
+
+def _s3_put(client: Any, source: Path, bucket: str, key: str) -> None:
+    """As pyrigaud writes one: a multipart upload of pyrigaud's part size, PARTS_IN_FLIGHT
+    parts uploading on threads while the next one is read; nothing else (no hashing)."""
+    part_bytes = part_plan(source.stat().st_size, PART_BYTES).first_part_bytes
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+
+    def sent(number: int, part: bytes) -> dict[str, Any]:
+        answer = client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=part
+        )
+        return {"PartNumber": number, "ETag": answer["ETag"]}
+
+    parts: list[dict[str, Any]] = []
+    in_flight: collections.deque[Future[dict[str, Any]]] = collections.deque()
+    with ThreadPoolExecutor(PARTS_IN_FLIGHT) as uploads, source.open("rb") as reader:
+        number = 0
+        while part := reader.read(part_bytes):
+            if len(in_flight) == PARTS_IN_FLIGHT:
+                parts.append(in_flight.popleft().result())
+            number += 1
+            in_flight.append(uploads.submit(sent, number, part))
+        parts += [future.result() for future in in_flight]
+    client.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
+    )
 
 
 def _nfs_cp(source: str, target: str) -> None:
@@ -616,6 +678,44 @@ def vsphere_source(places: Places, stub: pb_grpc.ProviderStub, name: str, raw: P
     return create(stub, name, manager_image_json(landed.path, "vmdk"))
 
 
+def floors_of_export(
+    case: Case, places: Places, storage: Storage, staged: Path, vm_id: str
+) -> list[Floor]:
+    """An export's floors on the staged bytes: SHA-256, the store's write, and the source's
+    own stream (libvirt's download, or vSphere's NFC export lease of the source VM)."""
+    size = staged.stat().st_size
+    floors = [
+        Floor("sha256", sha256_seconds(staged), size),
+        Floor(f"{case.staging} write", places.put(storage, staged), size),
+    ]
+    if case.source == "libvirt":
+        floors.append(Floor("libvirt stream", libvirt_download_seconds(places.conn, staged), size))
+    else:
+        nfc, nfc_bytes = nfc_export_seconds(places, vm_id, case.running)
+        floors.append(Floor("NFC lease", nfc, nfc_bytes))
+    return floors
+
+
+def floors_of_import(
+    case: Case, places: Places, storage: Storage, staged: Path, workdir: Path
+) -> list[Floor]:
+    """An import's floors: the store's read (which leaves the staged bytes in `staged`),
+    SHA-256 over them, and the target's own stream (libvirt's upload, or vSphere's NFC import
+    lease)."""
+    fetch = places.fetch(storage, staged)
+    size = staged.stat().st_size
+    floors = [
+        Floor(f"{case.staging} read", fetch, size),
+        Floor("sha256", sha256_seconds(staged), size),
+    ]
+    if case.target == "libvirt":
+        floors.append(Floor("libvirt stream", libvirt_upload_seconds(places.conn, staged), size))
+    else:
+        nfc, nfc_bytes = nfc_import_seconds(places, staged, workdir)
+        floors.append(Floor("NFC lease", nfc, nfc_bytes))
+    return floors
+
+
 # --- one migration ----------------------------------------------------------------------------
 
 
@@ -627,9 +727,13 @@ def migrate(
     workdir: Path,
     profiles: Path | None,
     base_format: str = "raw",
+    keep: Path | None = None,
+    floors_first: bool = False,
 ) -> list[Row]:
-    """The manager's sequence for `case`, timed, then the floors on the staged bytes; with
-    `profiles`, each transfer's py-spy stacks land there (and its figures include py-spy's
+    """The manager's sequence for `case`, timed, beside the floors on the staged bytes: after
+    each transfer or, `floors_first`, before it (the export's on the earlier round's staged
+    bytes of the same case, kept in `keep`). This round's staged bytes are kept there too.
+    With `profiles`, each transfer's py-spy stacks land there (and its figures include py-spy's
     cost)."""
     source, target = providers[case.source], providers[case.target]
     storage = places.storage(case)
@@ -659,6 +763,10 @@ def migrate(
                 return str(taken.snapshot_id)
 
             export_others["SnapshotCreate"], snapshot = timed(snapshot_create)
+        if floors_first:
+            if keep is None or not keep.exists():
+                raise ValueError("a floors-first round follows one that kept its bytes")
+            export_floors = floors_of_export(case, places, storage, keep, vm_id)
 
         def export() -> Any:
             exported = source.stub.ExportDisk(
@@ -677,6 +785,8 @@ def migrate(
         with profiled(source.pid, profiles and profiles / f"{case.name}-export.txt"):
             export_measured = measured(source.pid, export)
         exported = export_measured.value
+        if floors_first:
+            import_floors = floors_of_import(case, places, storage, staged, workdir)
 
         def import_() -> Any:
             imported = target.stub.ImportDisk(
@@ -705,22 +815,12 @@ def migrate(
         )
         made.append((target.stub, migrated))
 
-        fetch = places.fetch(storage, staged)  # (c) of the import, and the bytes for the rest
+        if not floors_first:
+            import_floors = floors_of_import(case, places, storage, staged, workdir)
+            export_floors = floors_of_export(case, places, storage, staged, vm_id)
         size = staged.stat().st_size
-        sha = sha256_seconds(staged)
-        put = places.put(storage, staged)
-        export_floors = [Floor("sha256", sha, size), Floor(f"{case.staging} write", put, size)]
-        import_floors = [Floor("sha256", sha, size), Floor(f"{case.staging} read", fetch, size)]
-        if case.source == "libvirt":
-            down = libvirt_download_seconds(places.conn, staged)
-            export_floors.append(Floor("libvirt stream", down, size))
-            nfc, nfc_bytes = nfc_import_seconds(places, staged, workdir)
-            import_floors.append(Floor("NFC lease", nfc, nfc_bytes))
-        else:
-            nfc, nfc_bytes = nfc_export_seconds(places, vm_id, case.running)
-            export_floors.append(Floor("NFC lease", nfc, nfc_bytes))
-            up = libvirt_upload_seconds(places.conn, staged)
-            import_floors.append(Floor("libvirt stream", up, size))
+        if keep is not None:
+            staged.replace(keep)
         return [
             Row.of(
                 case.name,
@@ -730,6 +830,7 @@ def migrate(
                 size,
                 export_floors,
                 export_others,
+                floors_first,
             ),
             Row.of(
                 case.name,
@@ -739,6 +840,7 @@ def migrate(
                 size,
                 import_floors,
                 {"Create": create_seconds},
+                floors_first,
             ),
         ]
     finally:
@@ -817,8 +919,10 @@ def warmed(
     """Each provider's first export and import through each store, of a small disk: what a
     serving process loads once, at its first transfer through a store (boto3 and S3's model,
     about 40 MiB; libnfs's context), is then in before the table's rows measure theirs."""
-    raw = disk_file(workdir, "mostly-empty", WARM_UP_BYTES)
     rows: list[Row] = []
+    if arguments.warm_up_mib == 0:
+        return rows
+    raw = disk_file(workdir, "mostly-empty", arguments.warm_up_mib * MiB)
     for staging in arguments.storages:
         for source in arguments.sources:
             case = Case(source, staging, "mostly-empty", running=False)
@@ -842,19 +946,31 @@ def run(arguments: argparse.Namespace) -> tuple[list[Row], list[Row]]:
         with started(workdir, arguments.storages, arguments.code) as (places, providers):
             warm_up = warmed(places, providers, arguments, workdir)
             print(f"{WARM_UP}:\n{report(warm_up)}", flush=True)
+            keep = workdir / "kept.qcow2" if arguments.rounds > 1 else None
             for case in cases:
                 gib = arguments.s3_gib if case.staging == "s3" else arguments.gib
                 size = int(gib * 1024**3) // CHUNK * CHUNK
                 raw = disk_file(workdir, case.disk, size)
-                measured = migrate(
-                    case, places, providers, raw, workdir, arguments.profile, arguments.base_format
-                )
-                print(report(measured), flush=True)
-                if arguments.profile:
-                    for op in ("export", "import"):
-                        stacks = transfer_stacks(arguments.profile / f"{case.name}-{op}.txt")
-                        print(f"{case.name} {op}, samples by innermost frame:\n{stacks}")
-                rows += measured
+                for round_index in range(arguments.rounds):
+                    measured = migrate(
+                        case,
+                        places,
+                        providers,
+                        raw,
+                        workdir,
+                        arguments.profile,
+                        arguments.base_format,
+                        keep,
+                        floors_first=round_index % 2 == 1,
+                    )
+                    print(report(measured), flush=True)
+                    if arguments.profile:
+                        for op in ("export", "import"):
+                            stacks = transfer_stacks(arguments.profile / f"{case.name}-{op}.txt")
+                            print(f"{case.name} {op}, samples by innermost frame:\n{stacks}")
+                    rows += measured
+                if keep is not None:
+                    keep.unlink(missing_ok=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return warm_up, rows
@@ -868,9 +984,9 @@ def report(rows: list[Row]) -> str:
     the slowest (named) and the RSS growth, then the other calls' seconds."""
     lines = [
         "| migration | op | pyrigaud | (a) libvirt stream | (b) SHA-256 | (c) store "
-        "| (d) NFC lease | ratio to the slowest floor | RSS growth | cores busy: "
-        "pyrigaud / all (waiting for I/O) | other calls |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| (d) NFC lease | ratio to the slowest floor | serial sum of floors | ratio to the sum "
+        "| RSS growth | cores busy: pyrigaud / all (waiting for I/O) | first | other calls |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         by_column = {_column(floor.name): floor for floor in row.floors}
@@ -884,9 +1000,36 @@ def report(rows: list[Row]) -> str:
             f"| {row.case.removeprefix(PREFIX)} | {row.op} ({row.provider}) "
             f"| {row.seconds:.1f} s ({row.bytes / MiB / row.seconds:.0f} MiB/s) "
             f"| {' | '.join(cells)} | {row.ratio:.2f}x ({row.slowest.name})"
-            f"{'' if met else ' below target'} | {row.rss_growth_mib:.1f} MiB "
+            f"{'' if met else ' below target'} | {row.serial_seconds:.1f} s "
+            f"| {row.serial_ratio:.2f}x | {row.rss_growth_mib:.1f} MiB "
             f"| {row.provider_cores:.2f} / {row.machine_cores:.2f} ({row.io_wait_cores:.2f}) "
-            f"| {others} |"
+            f"| {'floors' if row.floors_first else 'pyrigaud'} | {others} |"
+        )
+    return "\n".join(lines)
+
+
+def ranges(rows: list[Row]) -> str:
+    """Each row's range (min-max) over its rounds: pyrigaud's seconds, its ratio to the
+    slowest floor and to the serial sum of its floors, and the largest RSS growth."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.case, row.op, row.provider), []).append(row)
+    lines = [
+        "| migration | op | rounds | pyrigaud s | ratio to the slowest floor "
+        "| ratio to the serial sum | RSS growth, most |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (case, op, provider), group in groups.items():
+
+        def span(values: list[float], unit: str) -> str:
+            return f"{min(values):.2f}-{max(values):.2f}{unit}"
+
+        lines.append(
+            f"| {case.removeprefix(PREFIX)} | {op} ({provider}) | {len(group)} "
+            f"| {span([row.seconds for row in group], ' s')} "
+            f"| {span([row.ratio for row in group], 'x')} "
+            f"| {span([row.serial_ratio for row in group], 'x')} "
+            f"| {max(row.rss_growth_mib for row in group):.1f} MiB |"
         )
     return "\n".join(lines)
 
@@ -924,6 +1067,18 @@ def main() -> int:
         default="raw",
         help="the libvirt source VM's base image (qcow2: as one grown from a cloud image)",
     )
+    parser.add_argument(
+        "--warm-up-mib",
+        type=int,
+        default=128,
+        help="the warm-up's disk (mostly empty); 0: no warm-up",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs of each case in a row, the floors first in every second one",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--code",
@@ -941,10 +1096,14 @@ def main() -> int:
         arguments.profile.mkdir(parents=True, exist_ok=True)
     warm_up, rows = run(arguments)
     print(f"\n{WARM_UP}:\n{report(warm_up)}\n\nAll rows:\n{report(rows)}")
+    print(f"\nRanges over {arguments.rounds} round(s) per case:\n{ranges(rows)}")
     if arguments.json:
         figures = {
             "warm_up": [{**asdict(row), "ratio": row.ratio} for row in warm_up],
-            "rows": [{**asdict(row), "ratio": row.ratio} for row in rows],
+            "rows": [
+                {**asdict(row), "ratio": row.ratio, "serial_ratio": row.serial_ratio}
+                for row in rows
+            ],
         }
         arguments.json.write_text(json.dumps(figures, indent=2))
     return 0
