@@ -263,7 +263,8 @@ def _first_grain_table(data: bytearray) -> int:
     """Where a streamOptimized vmdk's first grain table is, by the grain directory its header
     places (qemu-img places it there)."""
     directory = 512 * struct.unpack_from("<Q", data, 56)[0]  # gdOffset
-    return 512 * struct.unpack_from("<I", data, directory)[0]
+    table: int = struct.unpack_from("<I", data, directory)[0]
+    return 512 * table
 
 
 def _grain_table_entries_swapped(data: bytearray) -> None:
