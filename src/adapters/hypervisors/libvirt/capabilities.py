@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from returns.result import Failure, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.domain.models import Capabilities
 
 TEST_DRIVER = "TEST"  # virConnectGetType of libvirt's test driver

@@ -34,9 +34,9 @@ from typing import Any
 
 import libvirt
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import ANY_CODE, best_effort, refusal
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import ANY_CODE, best_effort, refusal
 
 VirDomain = Any
 AddressReader = Callable[[VirDomain], tuple[str, ...]]

@@ -25,8 +25,8 @@ from pyrigaud.adapters.downloads import (
     open_download,
 )
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.libvirt.calls import caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,

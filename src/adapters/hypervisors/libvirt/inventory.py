@@ -14,8 +14,8 @@ from typing import Any
 import libvirt
 from returns.result import Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.device_models import (
     shown_disk_controller,
     shown_nic_model,
@@ -28,8 +28,8 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
     read_view,
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, awaiting_power_cycle
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
     VolumeFacts,

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from pyrigaud.adapters.clocks import SystemClock
+from pyrigaud.adapters.hypervisors.vsphere.capabilities import VSphereCapabilities
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
 from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
 from pyrigaud.adapters.hypervisors.vsphere.device_models import FallbackCounters
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import VSphereDiskTransfer
 from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker
-from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
+from pyrigaud.adapters.hypervisors.vsphere.health import VSphereHealth
 from pyrigaud.adapters.hypervisors.vsphere.images import VSphereImages
 from pyrigaud.adapters.hypervisors.vsphere.inventory import VSphereInventory
 from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
