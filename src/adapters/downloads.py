@@ -152,10 +152,11 @@ def _answer(url: str, allow_loopback: bool, named: DownloadFields) -> Result[Ans
             return Failure(named.unavailable(f"fetching {target.host}: {error}"))
         return Success((target, connection, response))
 
-    return parse_image_url(url, named.url).bind(
-        lambda target: _pinned_connection(target, allow_loopback, named).bind(
-            lambda connection: requested(target, connection)
-        )
+    return Result.do(
+        answer
+        for target in parse_image_url(url, named.url)
+        for connection in _pinned_connection(target, allow_loopback, named)
+        for answer in requested(target, connection)
     )
 
 

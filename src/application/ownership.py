@@ -66,8 +66,8 @@ class OwnershipRule:
         """The VM of ours already under `name`, else the one `make(owner)` starts."""
         with self._name_locks.hold(name):
             match self.existing_vm(name):
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
                 case Success(CreatedVM() as found):
                     return Success(found)
             made = make(self._owner)
@@ -94,8 +94,8 @@ class OwnershipRule:
                         return vanished
                     self._clock.sleep(POLL_SECONDS)
                     continue
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
                 case Success(None):
                     return Success(None)
                 case Success(VMRecord() as existing):
@@ -103,7 +103,7 @@ class OwnershipRule:
             if not self._leftovers.is_ours_unfinished(existing):
                 return adopt_existing(existing, self._owner)
             if self._leftovers.is_abandoned(existing, self._clock.now()):
-                return self._lifecycle.delete(existing.id).map(lambda _: None)
+                return Result.do(None for _ in self._lifecycle.delete(existing.id))
             if self._clock.now() >= give_up_at:
                 return Failure(
                     ProviderError.unavailable(

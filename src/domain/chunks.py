@@ -53,7 +53,7 @@ class Chunks(Generic[T]):
         own: Result[None, ProviderError] = (
             Success(None) if self._failure is None else Failure(self._failure)
         )
-        return outcome_of(self._after).bind(lambda _: own)
+        return Result.do(None for _ in outcome_of(self._after) for _ in own)
 
     def close(self) -> None:
         """Close the source (a generator's own cleanup: an open stream is aborted)."""

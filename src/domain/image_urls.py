@@ -59,7 +59,7 @@ def parse_image_url(url: str, field: str) -> Result[ImageURL, ProviderError]:
     if not _is_ip_literal(host):
         return Success(split)
     # Loopback is judged after resolving, where the operator's setting applies.
-    return address_allowed(host, allow_loopback=True, field=field).map(lambda _: split)
+    return Result.do(split for _ in address_allowed(host, allow_loopback=True, field=field))
 
 
 def address_problem(

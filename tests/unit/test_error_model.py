@@ -2,19 +2,28 @@
 Result from the edge where a library's exception became a value to the gRPC edge, and code
 branches on a Result with `match` only. This scan fails, naming file:line, on what the old
 model did: raising and catching ExpectedError (a value turned exception turned value), telling
-Success from Failure by isinstance or type(), and unwrap()/failure() after such a check."""
+Success from Failure by isinstance or type(), and unwrap()/failure() after such a check. It
+holds the one way Results are sequenced too: a Failure passed on is returned as it is, never
+rebuilt, and lambdas (one-step transforms only) stay under a budget."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
 CONTAINERS = frozenset({"Success", "Failure"})
 ESCAPES = frozenset({"unwrap", "failure"})
+LAMBDA_BUDGET = 150  # lines of src/ holding a lambda, the generated stubs aside
+# `case Failure(error):` and, on the next line, `return Failure(error)`: a Failure rebuilt.
+REWRAP = re.compile(r"^[ \t]*case Failure\((\w+)\):[ \t]*\n[ \t]*return Failure\(\1\)[ \t]*$", re.M)
 
 
 def _names(node: ast.expr) -> set[str]:
@@ -97,3 +106,65 @@ match result:
         pass
 """
     assert list(_offences(ast.parse(allowed))) == []
+
+
+def _rewraps(source: str) -> Iterator[int]:
+    """The lines where a Failure passed on is rebuilt rather than returned as it is."""
+    for found in REWRAP.finditer(source):
+        yield source.count("\n", 0, found.start()) + 2
+
+
+def _lambda_lines(tree: ast.AST) -> set[int]:
+    return {node.lineno for node in ast.walk(tree) if isinstance(node, ast.Lambda)}
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="the libvirt, fake and disk image shares still rebuild Failures; the integrator "
+    "makes this a plain test once every share has landed",
+)
+def test_src_passes_a_failure_on_as_it_is() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: a Failure rebuilt; return it as it is "
+        "(`case Failure() as failed: return failed`)"
+        for path in _sources()
+        for line in _rewraps(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="the libvirt, vSphere and fake shares still hold most lambdas; the integrator makes "
+    "this a plain test once every share has landed",
+)
+def test_src_keeps_its_lambdas_under_budget() -> None:
+    counts = {
+        str(path.relative_to(ROOT)): len(_lambda_lines(ast.parse(path.read_text(), str(path))))
+        for path in _sources()
+    }
+    total = sum(counts.values())
+    most = sorted(counts.items(), key=itemgetter(1), reverse=True)[:10]
+    assert total < LAMBDA_BUDGET, f"{total} lines with a lambda, the most in: {most}"
+
+
+def test_the_sequencing_scans_find_what_they_forbid() -> None:
+    """The scans themselves: a rebuilt Failure is found and one returned as it is is not; a
+    lambda is counted once per line."""
+    rebuilt = """
+match result:
+    case Failure(error):
+        return Failure(error)
+"""
+    assert list(_rewraps(rebuilt)) == [4]
+    passed_on = """
+match result:
+    case Failure() as failed:
+        return failed
+    case Failure(error):
+        log(error)
+        return Failure(other)
+"""
+    assert list(_rewraps(passed_on)) == []
+    lambdas = "a = lambda: 1\nb = sorted(x, key=lambda y: y, reverse=bool(lambda: 0))\n"
+    assert _lambda_lines(ast.parse(lambdas)) == {1, 2}

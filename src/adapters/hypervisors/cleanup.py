@@ -8,6 +8,7 @@ what is undone, and when, reads at the call.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from returns.result import Result
@@ -40,7 +41,7 @@ def undone_on_failure(
     """`work`'s Result, after `undo` ran if it failed: as a Failure, or by raising one of
     `raised`. Making a libvirt VM undoes only libvirt's refusals: a process killed part-way
     (or a bug) leaves the building placeholder that records what to remove, for Delete."""
-    return undone_on_raise(work, undo, raised=raised).alt(lambda error: _undone(undo, error))
+    return undone_on_raise(work, undo, raised=raised).alt(partial(_undone, undo))
 
 
 def _undone(undo: Callable[[], object], error: ProviderError) -> ProviderError:

@@ -68,8 +68,8 @@ class ChunkStream:
         if self._make is None:
             return Success(None)
         match self._make(into):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(file):
                 pass
         self._make = None  # made: once
@@ -84,11 +84,11 @@ class ChunkStream:
     def read_chunk(self) -> Result[bytes, ProviderError]:
         if self._make is not None:
             match self.make(None):
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
         read = self._edge(self._next)
         if read == _END:  # or cut short: a codec's chunks end early at their failure
-            read = outcome_of(self._chunks).map(lambda _: b"")
+            read = Result.do(b"" for _ in outcome_of(self._chunks))
             self._finished = read == _END
         return read
 

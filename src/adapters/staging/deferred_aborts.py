@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from returns.result import Failure, Result, Success
 
@@ -92,7 +93,7 @@ class DeferredAborts:
                 if not self._pending:
                     self._worker = None
                     return
-                due = min(self._pending, key=lambda pending: pending.due_at)
+                due = min(self._pending, key=attrgetter("due_at"))
             wait = due.due_at - self._clock.now()
             if wait > 0:
                 self._clock.sleep(min(wait, FIRST_PAUSE_SECONDS))

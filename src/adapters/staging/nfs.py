@@ -78,26 +78,31 @@ class NfsStaging:
         def reopened(session: NfsSession, path: str) -> Result[Handle, ProviderError]:
             def same_file(handle: Handle, found: tuple[int, int]) -> Result[Handle, ProviderError]:
                 if identity and found != identity[0]:
-                    return nfs_call(location, "read", lambda: session.close_file(handle)).bind(
-                        lambda _: Failure(
-                            ProviderError.failed_precondition(
-                                f"cannot read {location.url}: it was replaced while being read"
-                            )
+                    match nfs_call(location, "read", functools.partial(session.close_file, handle)):
+                        case Failure() as failed:
+                            return failed
+                    return Failure(
+                        ProviderError.failed_precondition(
+                            f"cannot read {location.url}: it was replaced while being read"
                         )
                     )
                 identity[:] = [found]
                 return Success(handle)
 
-            return nfs_call(location, "read", lambda: session.open(path, os.O_RDONLY)).bind(
-                lambda handle: nfs_call(location, "read", lambda: session.identity(handle)).bind(
-                    lambda found: same_file(handle, found)
+            return Result.do(
+                same
+                for handle in nfs_call(
+                    location, "read", functools.partial(session.open, path, os.O_RDONLY)
                 )
+                for found in nfs_call(location, "read", functools.partial(session.identity, handle))
+                for same in same_file(handle, found)
             )
 
+        def reader(_opened: None) -> NfsReader:
+            return NfsReader(file, location, self.chunk_bytes, patience, identity[0][1])
+
         file = OpenFile(location, nfs_path(location.key), reopened)
-        return first_use(file, patience, f"read {location.url}", "read", file.drop).map(
-            lambda _: NfsReader(file, location, self.chunk_bytes, patience, identity[0][1])
-        )
+        return first_use(file, patience, f"read {location.url}", "read", file.drop).map(reader)
 
     def open_file(self, location: StagedLocation) -> Result[None, ProviderError]:
         """An NFS file is no local file here (nothing mounts it): an image made out of order
@@ -119,7 +124,9 @@ class NfsStaging:
             # The name is this writer's own: a create tried again after its answer was
             # lost finds the file it made, empty, and makes it anew.
             made = nfs_call(
-                location, "write", lambda: session.create(path, FILE_MODE, exclusive=not created)
+                location,
+                "write",
+                functools.partial(session.create, path, FILE_MODE, exclusive=not created),
             )
             match made:
                 case Success(_):
@@ -132,12 +139,11 @@ class NfsStaging:
 
         file = OpenFile(location, temporary, create)
 
+        def reopened(session: NfsSession, path: str) -> Result[Handle, ProviderError]:
+            return nfs_call(location, "write", functools.partial(session.open, path, os.O_WRONLY))
+
         def opened(_: None) -> NfsWriter:
-            file.reopen_with(
-                lambda session, path: nfs_call(
-                    location, "write", lambda: session.open(path, os.O_WRONLY)
-                )
-            )
+            file.reopen_with(reopened)
             return NfsWriter(file, temporary, location, patience, self.aborts)
 
         return first_use(file, patience, f"write {location.url}", "write", failed).map(opened)
@@ -151,9 +157,9 @@ class NfsStaging:
 
         def swept(session: NfsSession) -> Result[int, ProviderError]:
             folder = nfs_path(location.parent)
-            match nfs_call(location, "sweep", lambda: list(session.names(folder))):
-                case Failure(error):
-                    return Failure(error)
+            match nfs_call(location, "sweep", functools.partial(_names_in, session, folder)):
+                case Failure() as failed:
+                    return failed
                 case Success(names):
                     pass
             stale, orphans = sweepable(names, self.owner, deadline, self.companion_suffixes)
@@ -163,8 +169,13 @@ class NfsStaging:
                 match nfs_call(location, "sweep", functools.partial(session.unlink, path)):
                     case Success(_):
                         removed += 1
-                    case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
-                        return Failure(error)  # NOT_FOUND: another's sweep took it
+                    case Failure(error) as failed if error.kind is not ErrorKind.NOT_FOUND:
+                        return failed  # NOT_FOUND: another's sweep took it
             return Success(removed)
 
         return in_session(location, swept)
+
+
+def _names_in(session: NfsSession, folder: str) -> list[str]:
+    """The folder's names, all read inside the call whose failures become values."""
+    return list(session.names(folder))

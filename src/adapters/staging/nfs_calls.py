@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
@@ -29,7 +30,8 @@ def mounted(location: StagedLocation) -> Result[NfsSession, ProviderError]:
     return nfs_call(
         location,
         "reach",
-        lambda: NfsSession(
+        partial(
+            NfsSession,
             # The address the storage gate checked, when it did.
             location.address or options.server.strip("[]"),
             location.container,

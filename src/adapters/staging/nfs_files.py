@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
@@ -29,7 +30,7 @@ def first_use(
     try:
         used = patience.retried(
             doing,
-            lambda: file.use(action, lambda _session, _handle: None),
+            partial(file.use, action, _nothing_more),
             after_failure=after_failure,
         )
     except BaseException:
@@ -39,6 +40,11 @@ def first_use(
         case Failure(_):
             file.drop()
     return used
+
+
+def _nothing_more(session: NfsSession, handle: Handle) -> None:
+    """A use that only mounts and opens the file."""
+    del session, handle
 
 
 class OpenFile:
@@ -63,9 +69,10 @@ class OpenFile:
         self._opening = opening
 
     def use(self, action: str, call: Callable[[NfsSession, Handle], T]) -> Result[T, ProviderError]:
-        return self._opened().bind(
-            lambda opened: nfs_call(self._location, action, lambda: call(*opened))
-        )
+        def called(opened: tuple[NfsSession, Handle]) -> Result[T, ProviderError]:
+            return nfs_call(self._location, action, partial(call, *opened))
+
+        return self._opened().bind(called)
 
     def _opened(self) -> Result[tuple[NfsSession, Handle], ProviderError]:
         if self._open is not None:
@@ -79,9 +86,9 @@ class OpenFile:
             session.close()
             raise
         match opened:
-            case Failure(error):
+            case Failure() as failed:
                 session.close()
-                return Failure(error)
+                return failed
             case Success(handle):
                 self._open = (session, handle)
         return Success((session, handle))
@@ -93,7 +100,7 @@ class OpenFile:
         session, handle = self._open
         self._open = None
         try:
-            return nfs_call(self._location, "write", lambda: session.close_file(handle))
+            return nfs_call(self._location, "write", partial(session.close_file, handle))
         finally:
             session.close()
 
@@ -130,7 +137,7 @@ class NfsReader:
             raise RuntimeError(f"read of {self._location.url} after it was closed")
         return self._patience.retried(
             f"read {self._location.url} from byte {self._offset}",
-            lambda: self._file.use("read", self._read_at_offset),
+            partial(self._file.use, "read", self._read_at_offset),
             after_failure=self._file.drop,
         ).map(self._delivering)
 
@@ -182,53 +189,46 @@ class NfsWriter(TemporaryWriter):
         chunk = bytes(chunk)  # held until COMMITted: a copy unless it is immutable already
         self._held.append(chunk)
         self._held_bytes += len(chunk)
-        return self._patient(lambda: self._send_held(safe=self._held_bytes >= HELD_BYTES))
+        return self._patient(partial(self._send_held, safe=self._held_bytes >= HELD_BYTES))
 
     def _commit(self) -> Result[None, ProviderError]:
         final = nfs_path(self._location.key)
         renamed: list[bool] = []
 
-        def rename() -> Result[None, ProviderError]:
-            return in_session(
-                self._location,
-                lambda session: nfs_call(
-                    self._location, "write", lambda: session.rename(self._temporary, final)
-                ).lash(
-                    # A rename tried again after its answer was lost finds no temporary: done.
-                    lambda error: (
-                        Success(None)
-                        if renamed and error.kind is ErrorKind.NOT_FOUND
-                        else Failure(error)
-                    )
-                ),
-            )
+        def renamed_before(error: ProviderError) -> Result[None, ProviderError]:
+            """A rename tried again after its answer was lost finds no temporary: done."""
+            if renamed and error.kind is ErrorKind.NOT_FOUND:
+                return Success(None)
+            return Failure(error)
 
-        return (
-            self._patient(lambda: self._send_held(safe=True))
-            .bind(lambda _: self._patient(self._file.close))
-            .bind(lambda _: self._patient(rename, after_failure=lambda: renamed.append(True)))
+        def rename_on(session: NfsSession) -> Result[None, ProviderError]:
+            return nfs_call(
+                self._location, "write", partial(session.rename, self._temporary, final)
+            ).lash(renamed_before)
+
+        return Result.do(
+            None
+            for _ in self._patient(partial(self._send_held, safe=True))
+            for _ in self._patient(self._file.close)
+            for _ in self._patient(
+                partial(in_session, self._location, rename_on),
+                after_failure=partial(renamed.append, True),
+            )
         )
 
     def _abort(self) -> Result[None, ProviderError]:
         self._file.drop()
         self._held.clear()
 
-        def remove() -> Result[None, ProviderError]:
-            return in_session(
-                self._location,
-                lambda session: nfs_call(
-                    self._location, "abort", lambda: session.unlink(self._temporary)
-                ).lash(
-                    lambda error: (
-                        Success(None)  # swept already
-                        if error.kind is ErrorKind.NOT_FOUND
-                        else Failure(error)
-                    )
-                ),
+        def unlink_on(session: NfsSession) -> Result[None, ProviderError]:
+            return nfs_call(self._location, "abort", partial(session.unlink, self._temporary)).lash(
+                _swept_already
             )
 
         return self._aborts.abort_or_defer(
-            f"the temporary of {self.url}", remove, store_gone=self._store_gone
+            f"the temporary of {self.url}",
+            partial(in_session, self._location, unlink_on),
+            store_gone=self._store_gone,
         )
 
     def _send_held(self, *, safe: bool) -> Result[None, ProviderError]:
@@ -236,11 +236,10 @@ class NfsWriter(TemporaryWriter):
         sent = self._file.use("write", self._sent_on)
         if not safe:
             return sent
-        return sent.bind(
-            lambda _: self._file.use("write", lambda session, handle: session.fsync(handle))
-        ).map(lambda _: self._made_safe())
+        synced = Result.do(None for _ in sent for _ in self._file.use("write", NfsSession.fsync))
+        return synced.map(self._made_safe)
 
-    def _made_safe(self) -> None:
+    def _made_safe(self, _synced: None) -> None:
         self._committed = self._sent
         self._held.clear()
         self._held_bytes = 0
@@ -274,3 +273,8 @@ class NfsWriter(TemporaryWriter):
             case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
                 self._store_gone = True
         return tried
+
+
+def _swept_already(error: ProviderError) -> Result[None, ProviderError]:
+    """An abort that finds no temporary: the sweep removed it."""
+    return Success(None) if error.kind is ErrorKind.NOT_FOUND else Failure(error)

@@ -60,15 +60,15 @@ class NfsRules:
 
     def options(self, options: Mapping[str, object]) -> Result[NfsOptions, ProviderError]:
         match text_options(options, TEXT_OPTIONS):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(text):
                 values: dict[str, object] = dict(text)
         for key in IDENTITIES:
             if options.get(key) is not None:
                 match _identifier(fields.storage_option(key), options[key]):
-                    case Failure(error):
-                        return Failure(error)
+                    case Failure() as failed:
+                        return failed
                     case Success(identifier):
                         values[key] = identifier
         export = text.get("export", "")
@@ -113,8 +113,10 @@ class NfsRules:
                 ),
             )
 
-        return relative_key(field, path.removeprefix(f"{export}/")).bind(
-            lambda key: _identity(field, parts.query).map(lambda ids: located(key, *ids))
+        return Result.do(
+            located(key, *ids)
+            for key in relative_key(field, path.removeprefix(f"{export}/"))
+            for ids in _identity(field, parts.query)
         )
 
     def place_url(self, options: NfsOptions) -> Result[str, ProviderError]:
@@ -145,8 +147,8 @@ def _identity(field: str, query: str) -> Result[tuple[int | None, int | None], P
         if key not in IDENTITIES or key in found:
             return invalid(field, "its query may hold only one uid and one gid")
         match _identifier(f"{field} {key}", value):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(identifier):
                 found[key] = identifier
     return Success((found.get("uid"), found.get("gid")))

@@ -60,10 +60,10 @@ class Patience:
                     if tries > 1:
                         logger.info("%s: went through at try %d", doing, tries)
                     return Success(answer)
-                case Failure(error):
+                case Failure(error) as failed:
                     after_failure()
                     if error.kind is not ErrorKind.UNAVAILABLE:
-                        return Failure(error)
+                        return failed
                     now = self.clock.now()
                     deadline = now + self.seconds if deadline is None else deadline
                     if now >= deadline or (stop is not None and stop.is_set()):
@@ -74,7 +74,7 @@ class Patience:
                                 self.seconds - (deadline - now),
                                 error.message,
                             )
-                        return Failure(error)
+                        return failed
                     logger.info(
                         "%s; trying again for up to %.1f s more", error.message, deadline - now
                     )

@@ -12,6 +12,7 @@ import errno
 import os
 import secrets
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -84,7 +85,7 @@ class PvcStaging:
             except OSError as error:
                 return Failure(_failure(error, f"cannot write {location.url}"))
             # The folders made must still be inside the PVC.
-            return self._file(location).map(lambda _: final)
+            return Result.do(final for _ in self._file(location))
 
         def opened(final: Path) -> Result[W, ProviderError]:
             temporary = final.with_name(
@@ -160,7 +161,7 @@ class PvcStaging:
 
     def _file(self, location: StagedLocation) -> Result[Path, ProviderError]:
         """The location's file, refused if a symbolic link takes it out of its PVC."""
-        return self._mount(location).bind(lambda mount: self._inside(location, mount))
+        return self._mount(location).bind(partial(self._inside, location))
 
     def _inside(self, location: StagedLocation, mount: Path) -> Result[Path, ProviderError]:
         real_mount = Path(os.path.realpath(mount))

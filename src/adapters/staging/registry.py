@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from returns.result import Failure, Result, Success
@@ -105,7 +106,7 @@ def parse_staging_place(
     if rules is None:
         return invalid(fields.STAGING_TYPE, f"must be {known_types()}")
 
-    def placed(_: None) -> Result[StagedLocation, ProviderError]:
+    def placed() -> Result[StagedLocation, ProviderError]:
         if not rules.no_place:
             return parse_place(rules, options, credentials)
         # Listed s3 first, as this refusal has always read.
@@ -115,10 +116,11 @@ def parse_staging_place(
         )
         return invalid(fields.STAGING_TYPE, f"must be {' or '.join(sweepable)} ({rules.no_place})")
 
-    return (
-        declared_type(options, staging_type)
-        .bind(lambda _: readable(options, (rules, *_others(rules))))
-        .bind(placed)
+    return Result.do(
+        location
+        for _ in declared_type(options, staging_type)
+        for _ in readable(options, (rules, *_others(rules)))
+        for location in placed()
     )
 
 
@@ -218,7 +220,7 @@ class StagingByType:
     def _sweep_each_place(self, older_than_seconds: float) -> Iterator[Result[int, ProviderError]]:
         for place in self._places:
             yield parse_staging_place(place.staging_type, place.options, place.credentials()).bind(
-                lambda location: self.sweep(location, older_than_seconds)
+                partial(self.sweep, older_than_seconds=older_than_seconds)
             )
 
 

@@ -139,11 +139,12 @@ def parse_url(
         return invalid(field, "must not carry credentials")  # never echoed: it may hold some
     if parts.fragment or (parts.query and not rules.takes_query):
         return invalid(field, f"must be {rules.shape}")
-    return (
-        declared_type(options, staging_type)
-        .bind(lambda _: rules.options(options))
-        .bind(lambda checked: readable(options, others).map(lambda _: checked))
-        .bind(lambda checked: rules.located(field, url, parts, checked, credentials))
+    return Result.do(
+        location
+        for _ in declared_type(options, staging_type)
+        for checked in rules.options(options)
+        for _ in readable(options, others)
+        for location in rules.located(field, url, parts, checked, credentials)
     )
 
 
@@ -155,11 +156,12 @@ def parse_place(
     """The place where the manager stages every migration's objects with these options (its
     URL up to the migration's own part), as the location of an object in it: what a sweep of
     that place takes."""
-    return (
-        declared_type(options, rules.staging_type)
-        .bind(lambda _: rules.options(options))
-        .bind(rules.place_url)
-        .bind(lambda url: parse_url(fields.STORAGE_OPTIONS, url, rules, options, credentials))
+    return Result.do(
+        location
+        for _ in declared_type(options, rules.staging_type)
+        for checked in rules.options(options)
+        for url in rules.place_url(checked)
+        for location in parse_url(fields.STORAGE_OPTIONS, url, rules, options, credentials)
     )
 
 
@@ -171,8 +173,8 @@ def readable(
     read the options in turn."""
     for reader in readers:
         match reader.options(options):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
     return Success(None)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from returns.result import Failure, Result, Success
@@ -101,14 +102,18 @@ class S3Staging:
     def open_read(self, location: StagedLocation) -> Result[S3Reader, ProviderError]:
         def opened(client: S3Client) -> Result[S3Reader, ProviderError]:
             patience = Patience(self.clock, self.retry_seconds)
+            get = partial(client.get_object, Bucket=location.container, Key=location.key)
             return patience.retried(
-                f"read {location.url}",
-                lambda: calling(
-                    location,
-                    "read",
-                    lambda: client.get_object(Bucket=location.container, Key=location.key),
-                ),
-            ).map(lambda answer: S3Reader(client, answer, location, self.chunk_bytes, patience))
+                f"read {location.url}", partial(calling, location, "read", get)
+            ).map(
+                partial(
+                    S3Reader,
+                    client,
+                    location=location,
+                    chunk_bytes=self.chunk_bytes,
+                    patience=patience,
+                )
+            )
 
         return self._client(location).bind(opened)
 
@@ -158,9 +163,9 @@ class S3Staging:
             pages = client.get_paginator("list_objects_v2").paginate(
                 Bucket=location.container, Prefix=_sibling(location, "")
             )
-            match calling(location, "sweep", lambda: list(pages)):
-                case Failure(error):
-                    return Failure(error)
+            match calling(location, "sweep", partial(list, pages)):
+                case Failure() as failed:
+                    return failed
                 case Success(listed):
                     pass
             folders: dict[str, list[str]] = {}
@@ -173,12 +178,12 @@ class S3Staging:
                 stale, orphans = sweepable(names, self.owner, deadline, self.companion_suffixes)
                 for marker in stale:
                     match remove_marked_upload(client, location, _key(folder, marker)):
-                        case Failure(error):
-                            return Failure(error)
+                        case Failure() as failed:
+                            return failed
                 for orphan in orphans:
                     match delete_object(client, location, _key(folder, orphan)):
-                        case Failure(error):
-                            return Failure(error)
+                        case Failure() as failed:
+                            return failed
                 removed += len(stale) + len(orphans)
             return Success(removed)
 
@@ -248,7 +253,7 @@ class S3Reader:
     def read_chunk(self) -> Result[bytes, ProviderError]:
         return self._patience.retried(
             f"read {self._location.url} from byte {self._delivered}",
-            lambda: calling(self._location, "read", self._next_chunk),
+            partial(calling, self._location, "read", self._next_chunk),
             after_failure=self._drop_body,
         ).map(self._delivering)
 

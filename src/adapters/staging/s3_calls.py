@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -39,9 +40,7 @@ def remove_marked_upload(
 ) -> Result[None, ProviderError]:
     """Abort the upload a marker names (read from it unless given), then delete the marker."""
     if upload_id is not None:
-        return abort_upload(client, location, location.key, upload_id).bind(
-            lambda _: delete_marker(client, location, marker)
-        )
+        return _aborted_and_unmarked(client, location, location.key, upload_id, marker)
 
     def marker_note() -> bytes:
         return client.get_object(Bucket=location.container, Key=marker)["Body"].read()
@@ -49,12 +48,21 @@ def remove_marked_upload(
     match calling(location, "sweep", marker_note):
         case Failure(error) if error.kind is ErrorKind.NOT_FOUND:
             return Success(None)  # swept by another replica
-        case Failure(error):
-            return Failure(error)
+        case Failure() as failed:
+            return failed
         case Success(body):
             note = json.loads(body)
-    return abort_upload(client, location, str(note["key"]), str(note["upload_id"])).bind(
-        lambda _: delete_marker(client, location, marker)
+    return _aborted_and_unmarked(client, location, str(note["key"]), str(note["upload_id"]), marker)
+
+
+def _aborted_and_unmarked(
+    client: S3Client, location: StagedLocation, key: str, upload_id: str, marker: str
+) -> Result[None, ProviderError]:
+    """The upload aborted, then the marker that names it deleted."""
+    return Result.do(
+        None
+        for _ in abort_upload(client, location, key, upload_id)
+        for _ in delete_marker(client, location, marker)
     )
 
 
@@ -68,25 +76,21 @@ def delete_object(
     client: S3Client, location: StagedLocation, key: str, action: str = "sweep"
 ) -> Result[None, ProviderError]:
     """The object `key` in the location's bucket deleted (S3 answers a missing one alike)."""
-    return calling(
-        location, action, lambda: client.delete_object(Bucket=location.container, Key=key)
-    ).map(lambda _: None)
+    return called(
+        location, action, partial(client.delete_object, Bucket=location.container, Key=key)
+    )
 
 
 def abort_upload(
     client: S3Client, location: StagedLocation, key: str, upload_id: str
 ) -> Result[None, ProviderError]:
-    return (
-        calling(
-            location,
-            "abort an upload to",
-            lambda: client.abort_multipart_upload(
-                Bucket=location.container, Key=key, UploadId=upload_id
-            ),
-        )
-        .map(lambda _: None)
-        .lash(_already_gone)  # what abort wanted
-    )
+    return called(
+        location,
+        "abort an upload to",
+        partial(
+            client.abort_multipart_upload, Bucket=location.container, Key=key, UploadId=upload_id
+        ),
+    ).lash(_already_gone)  # what abort wanted
 
 
 def _already_gone(error: ProviderError) -> Result[None, ProviderError]:
@@ -109,6 +113,13 @@ def calling(
                 f"cannot {action} {location.url}: {where} did not answer ({type(error).__name__})"
             )
         )
+
+
+def called(
+    location: StagedLocation, action: str, call: Callable[[], object]
+) -> Result[None, ProviderError]:
+    """`calling` for a call whose answer is not needed."""
+    return Result.do(None for _ in calling(location, action, call))
 
 
 def refusal(location: StagedLocation, action: str, error: ClientError) -> ProviderError:

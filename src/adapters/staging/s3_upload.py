@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from returns.result import Failure, Result, Success
@@ -34,6 +35,7 @@ from pyrigaud.adapters.staging.deferred_aborts import DeferredAborts
 from pyrigaud.adapters.staging.patience import Patience
 from pyrigaud.adapters.staging.s3_calls import (
     abort_upload,
+    called,
     calling,
     delete_marker,
     remove_marked_upload,
@@ -44,7 +46,11 @@ from pyrigaud.domain.staging import StagedLocation
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, UploadPartOutputTypeDef
+    from mypy_boto3_s3.type_defs import (
+        CompletedPartTypeDef,
+        HeadObjectOutputTypeDef,
+        UploadPartOutputTypeDef,
+    )
 
 MiB = 1024 * 1024
 T = TypeVar("T")
@@ -116,8 +122,8 @@ class S3Writer(TemporaryWriter):
 
     def _write(self, chunk: bytes) -> Result[None, ProviderError]:
         match self._failed_part():
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
         data = memoryview(chunk)
         while data:
             part = self._part_buffer()
@@ -127,46 +133,51 @@ class S3Writer(TemporaryWriter):
             data = data[taken:]
             if self._filled == len(part):
                 match self._send_filled():
-                    case Failure(error):
-                        return Failure(error)
+                    case Failure() as failed:
+                        return failed
         return Success(None)
 
     def _commit(self) -> Result[None, ProviderError]:
         bucket, key = self._location.container, self._location.key
         if self._upload_id is None:
             body = _shrunk(self._filling, self._filled) if self._filling is not None else b""
-            return self._patient(
-                "write", lambda: self._client.put_object(Bucket=bucket, Key=key, Body=body)
-            ).map(lambda _: None)
+            return self._patient_call(
+                "write", partial(self._client.put_object, Bucket=bucket, Key=key, Body=body)
+            )
         if self._filled:
             match self._send_filled():
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
         while self._in_flight:
             match self._collect_oldest():
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
         self._stop_uploads()
         upload_id, parts = self._upload_id, self._parts
-        return (
-            self._patient(
-                "write",
-                lambda: self._client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-            )
-            .map(lambda _: None)
-            .lash(self._completed_before)
-            .bind(lambda _: self._marker_removed())
+        completed = self._patient_call(
+            "write",
+            partial(
+                self._client.complete_multipart_upload,
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+            ),
+        )
+        return Result.do(
+            None for _ in completed.lash(self._completed_before) for _ in self._marker_removed()
         )
 
     def _completed_before(self, error: ProviderError) -> Result[None, ProviderError]:
         """A complete whose answer was lost, tried again, finds no upload: it is done."""
         if error.kind is not ErrorKind.NOT_FOUND:
             return Failure(error)
-        return self._stored_from_parts().bind(
-            lambda stored: Success(None) if stored else Failure(error)
-        )
+        match self._stored_from_parts():
+            case Success(True):
+                return Success(None)
+            case Failure() as failed:
+                return failed
+        return Failure(error)
 
     def _marker_removed(self) -> Result[None, ProviderError]:
         """The committed upload's marker removed, or its removal deferred while S3 is gone."""
@@ -193,13 +204,17 @@ class S3Writer(TemporaryWriter):
             return Success(None)
         return self._aborts.abort_or_defer(
             f"the multipart upload of {self.url}",
-            lambda: remove_marked_upload(self._client, self._location, self._marker, upload_id),
+            partial(remove_marked_upload, self._client, self._location, self._marker, upload_id),
             store_gone=self._store_gone,
         )
 
     def _patient(self, action: str, call: Callable[[], T]) -> Result[T, ProviderError]:
         """The S3 call `call`, through `_patient_step`."""
-        return self._patient_step(action, lambda: calling(self._location, action, call))
+        return self._patient_step(action, partial(calling, self._location, action, call))
+
+    def _patient_call(self, action: str, call: Callable[[], object]) -> Result[None, ProviderError]:
+        """`_patient` for a call whose answer is not needed."""
+        return self._patient_step(action, partial(called, self._location, action, call))
 
     def _patient_step(
         self, action: str, step: Callable[[], Result[T, ProviderError]]
@@ -218,14 +233,20 @@ class S3Writer(TemporaryWriter):
         ETag: the MD5 of the parts' MD5s, and their count)."""
         digests = b"".join(bytes.fromhex(part["ETag"].strip('"')) for part in self._parts)
         made = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(self._parts)}"'
+
+        def is_made_of_them(head: HeadObjectOutputTypeDef) -> bool:
+            return head["ETag"] == made
+
         return (
             self._patient(
                 "write",
-                lambda: self._client.head_object(
-                    Bucket=self._location.container, Key=self._location.key
+                partial(
+                    self._client.head_object,
+                    Bucket=self._location.container,
+                    Key=self._location.key,
                 ),
             )
-            .map(lambda head: head["ETag"] == made)
+            .map(is_made_of_them)
             .lash(_not_stored)
         )
 
@@ -243,8 +264,8 @@ class S3Writer(TemporaryWriter):
         part, filled = self._filling, self._filled
         assert part is not None  # a part is only sent once filled
         match self._upload_started():
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(upload_id):
                 pass
         number = self._sent + 1
@@ -254,8 +275,8 @@ class S3Writer(TemporaryWriter):
             )
         if len(self._in_flight) == PARTS_IN_FLIGHT:
             match self._collect_oldest():
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
         body = _shrunk(part, filled)
         assert self._uploads is not None  # made with the upload
         future = self._uploads.submit(self._sent_part, upload_id, number, body)
@@ -269,8 +290,8 @@ class S3Writer(TemporaryWriter):
         if self._upload_id is not None:
             return Success(self._upload_id)
         match self._start_upload():
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(upload_id):
                 self._upload_id = upload_id
         self._uploads = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="s3-part")
@@ -287,8 +308,13 @@ class S3Writer(TemporaryWriter):
 
         return self._patient(
             f"write part {number} of",
-            lambda: self._client.upload_part(
-                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+            partial(
+                self._client.upload_part,
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=body,
             ),
         ).map(completed)
 
@@ -296,8 +322,8 @@ class S3Writer(TemporaryWriter):
         """Wait for the oldest part in flight: its failure is answered, its buffer is spare."""
         future, part = self._in_flight.popleft()
         match future.result():
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(completed):
                 self._parts.append(completed)
         self._spare = part
@@ -308,8 +334,8 @@ class S3Writer(TemporaryWriter):
         for future, _ in self._in_flight:
             if future.done():
                 match future.result():
-                    case Failure(error):
-                        return Failure(error)
+                    case Failure() as failed:
+                        return failed
         return Success(None)
 
     def _stop_uploads(self) -> None:
@@ -322,29 +348,31 @@ class S3Writer(TemporaryWriter):
         """A multipart upload, and its marker for the sweep (aborted if the marker fails)."""
         bucket, key = self._location.container, self._location.key
         match self._patient(
-            "write", lambda: self._client.create_multipart_upload(Bucket=bucket, Key=key)
+            "write", partial(self._client.create_multipart_upload, Bucket=bucket, Key=key)
         ):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(started):
                 upload_id = started["UploadId"]
         note = json.dumps({"key": key, "upload_id": upload_id}).encode()
-        marked = self._patient(
-            "write", lambda: self._client.put_object(Bucket=bucket, Key=self._marker, Body=note)
+        marked = self._patient_call(
+            "write", partial(self._client.put_object, Bucket=bucket, Key=self._marker, Body=note)
         )
         match marked:
-            case Failure(error) if error.kind is ErrorKind.UNAVAILABLE:
+            case Failure(error) as failed if error.kind is ErrorKind.UNAVAILABLE:
                 self._aborts.defer(
                     f"the multipart upload of {self.url}",
-                    lambda: remove_marked_upload(
-                        self._client, self._location, self._marker, upload_id
+                    partial(
+                        remove_marked_upload, self._client, self._location, self._marker, upload_id
                     ),
                 )
-            case Failure(error):
-                return abort_upload(self._client, self._location, key, upload_id).bind(
-                    lambda _: Failure(error)
-                )
-        return marked.map(lambda _: upload_id)
+                return failed
+            case Failure() as failed:
+                match abort_upload(self._client, self._location, key, upload_id):
+                    case Failure() as abort_failed:
+                        return abort_failed
+                return failed
+        return Success(upload_id)
 
 
 def _not_stored(error: ProviderError) -> Result[bool, ProviderError]:

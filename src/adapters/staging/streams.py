@@ -56,9 +56,9 @@ class TemporaryWriter(ABC):
         if self._finished:
             raise RuntimeError(f"commit of {self.url} after it was finished")
         match self._commit():
-            case Failure(error):
+            case Failure() as failed:
                 self.abort()
-                return Failure(error)
+                return failed
         self._finished = True
         return Success(self._digest.value())
 

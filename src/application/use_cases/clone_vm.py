@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from returns.result import Result
 
 from pyrigaud.application.ownership import OwnershipRule
@@ -27,12 +29,14 @@ class CloneVM:
         capabilities = self._capabilities.capabilities()
         gate = require(capabilities.supports_clone, "cloning")
         if request.linked:
-            gate = gate.bind(
-                lambda _: require(capabilities.supports_linked_clones, "linked clones")
+            gate = Result.do(
+                None
+                for _ in gate
+                for _ in require(capabilities.supports_linked_clones, "linked clones")
             )
-        return gate.bind(lambda _: self._clone(request))
+        return Result.do(created for _ in gate for created in self._clone(request))
 
     def _clone(self, request: CloneRequest) -> Result[CreatedVM, ProviderError]:
         return self._ownership.make_unless_exists(
-            request.target_name, lambda owner: self._cloning.start_clone(request, owner)
+            request.target_name, partial(self._cloning.start_clone, request)
         )

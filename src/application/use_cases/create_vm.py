@@ -6,6 +6,8 @@ source needs, and the guest's devices for the backend to match)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.guest_hardware import DevicesWanted, devices_wanted, fitted
@@ -32,17 +34,16 @@ class CreateVM:
 
     def __call__(self, request: CreateRequest) -> Result[CreatedVM, ProviderError]:
         """Differences between the request and an existing VM are Reconfigure's job, not ours."""
-        return self._ownership.make_unless_exists(
-            request.name, lambda owner: self._start(request, owner)
-        )
+        return self._ownership.make_unless_exists(request.name, partial(self._start, request))
 
     def _start(self, request: CreateRequest, owner: OwnerMark) -> Result[CreatedVM, ProviderError]:
         """A class no hypervisor can make is refused here, once, for every backend."""
-        return (
-            devices_wanted(request)
-            .bind(lambda wanted: self._fitted(request, wanted))
-            .bind(_allowed)
-            .bind(lambda fit: self._lifecycle.start_create(fit, owner))
+        return Result.do(
+            created
+            for wanted in devices_wanted(request)
+            for fit in self._fitted(request, wanted)
+            for allowed in _allowed(fit)
+            for created in self._lifecycle.start_create(allowed, owner)
         )
 
     def _fitted(
@@ -51,13 +52,14 @@ class CreateVM:
         """The request with what the imported disk's guest boots on, when its record says."""
         if self._hardware is None or not request.image.path:
             return Success(request)
-        return _import_record(self._hardware, request.image.path).map(
-            lambda record: fitted(
+        return Result.do(
+            fitted(
                 request,
                 record.hardware if record else None,
                 record.boot if record else BootNeed.UNKNOWN,
                 wanted,
             )
+            for record in _import_record(self._hardware, request.image.path)
         )
 
 
@@ -69,8 +71,8 @@ def _import_record(
     match hardware.import_record_of(path):
         case Success(bytes() as raw):
             return Success(parse_record(raw))
-        case Failure(error) if error.kind is not ErrorKind.NOT_FOUND:
-            return Failure(error)
+        case Failure(error) as failed if error.kind is not ErrorKind.NOT_FOUND:
+            return failed
     return Success(None)
 
 

@@ -45,4 +45,4 @@ class ListVMs:
         self._inventory = inventory
 
     def __call__(self) -> Result[list[VMInfo], ProviderError]:
-        return self._inventory.list_vms().map(lambda vms: [_reportable_info(vm) for vm in vms])
+        return Result.do([_reportable_info(vm) for vm in vms] for vms in self._inventory.list_vms())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from returns.result import Failure, Result, Success
 
@@ -63,30 +64,28 @@ class ExportDisk:
 
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         caps = self._capabilities.capabilities()
-        return carried(request, lambda request: self._gated(request, caps))
+        return carried(request, partial(self._gated, caps=caps))
 
     def _gated(
         self, request: ExportRequest, caps: Capabilities
     ) -> Result[ExportResult, ProviderError]:
-        return (
-            claimed(
-                request,
-                "export",
-                supported=caps.supports_disk_export,
-                formats=caps.supported_export_formats,
-                backends=caps.supported_export_backends,
-                modes=caps.supported_transfer_modes,
+        claims = claimed(
+            request,
+            "export",
+            supported=caps.supports_disk_export,
+            formats=caps.supported_export_formats,
+            backends=caps.supported_export_backends,
+            modes=caps.supported_transfer_modes,
+        )
+        return Result.do(
+            exported
+            for _ in claims
+            for _ in require(
+                caps.supports_export_compression or not request.compress, "compressed export"
             )
-            .bind(
-                lambda _: require(
-                    caps.supports_export_compression or not request.compress, "compressed export"
-                )
-            )
-            .bind(lambda _: self._storage_gate.admitted(request.destination))
-            .bind(
-                lambda destination: Watched(self._metrics, "export", destination).over(
-                    lambda watched: self._export(request, destination, watched)
-                )
+            for destination in self._storage_gate.admitted(request.destination)
+            for exported in Watched(self._metrics, "export", destination).over(
+                partial(self._export, request, destination)
             )
         )
 
@@ -102,8 +101,8 @@ class ExportDisk:
         )
         reading = TransferProgress(f"{doing}, reading the disk", destination, announced=False)
         match self._disks.read_disk(disk, reading):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(stream):
                 pass
         if stream.left_behind:
@@ -123,13 +122,7 @@ class ExportDisk:
         match staged:
             case Success(digest) if hardware is not None:
                 self._stage_manifest(destination, hardware, digest)
-        return staged.map(
-            lambda digest: ExportResult(
-                export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
-                estimated_size_bytes=digest.size_bytes,
-                checksum=digest.sha256,
-            )
-        )
+        return staged.map(_exported)
 
     def _guest_hardware(self, request: ExportRequest) -> VirtualHardware | None:
         """What the VM's guest boots on, for its manifest; None (and a warning) when the
@@ -154,8 +147,11 @@ class ExportDisk:
         """The manifest beside the committed disk, bound to its checksum."""
         manifest = render_manifest(hardware, digest.sha256)
         beside = destination.companion(MANIFEST_SUFFIX)
-        written = self._staging.open_write(beside, len(manifest)).bind(
-            lambda writer: writer.write(manifest).bind(lambda _: writer.commit())
+        written = Result.do(
+            committed
+            for writer in self._staging.open_write(beside, len(manifest))
+            for _ in writer.write(manifest)
+            for committed in writer.commit()
         )
         match written:
             case Success(_):
@@ -176,30 +172,38 @@ class ExportDisk:
         progress = TransferProgress(doing, destination)
         if stream.made_whole_first:
             match self._staging.open_file(destination):
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
                 case Success(None):
                     pass
                 case Success(staged) if staged is not None:
                     watched.phase = TransferPhase.WRITE
-                    match _committed(staged, lambda: stream.make(staged.file), progress, watched):
+                    match _committed(staged, partial(stream.make, staged.file), progress, watched):
                         case Success(digest):  # its bytes counted once they are all there
                             watched.moved(digest.size_bytes)
                             return Success(digest)
-                        case failed:
+                        case Failure() as failed:
                             return failed
             watched.phase = TransferPhase.READ
             match stream.make(None):  # in scratch first: its size then plans the store's write
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
         match self._staging.open_write(destination, stream.size_bytes):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(writer):
                 pass
         return _committed(
-            writer, lambda: _copy(stream.read_chunk, writer, progress, watched), progress, watched
+            writer, partial(_copy, stream.read_chunk, writer, progress, watched), progress, watched
         )
+
+
+def _exported(digest: StagedDigest) -> ExportResult:
+    return ExportResult(
+        export_id=f"export-{digest.sha256[:16]}",  # the same bytes, the same answer
+        estimated_size_bytes=digest.size_bytes,
+        checksum=digest.sha256,
+    )
 
 
 def _committed(
@@ -216,13 +220,13 @@ def _committed(
         staged.abort()
         raise
     match filled:
-        case Failure(error):
+        case Failure() as failed:
             staged.abort()
-            return Failure(error)
+            return failed
     watched.phase = TransferPhase.COMMIT
     match staged.commit():
-        case Failure(error):
-            return Failure(error)
+        case Failure() as failed:
+            return failed
         case Success(digest):
             progress.finished(digest)
     return Success(digest)
@@ -238,17 +242,17 @@ def _copy(
     while True:
         watched.phase = TransferPhase.READ
         match read():
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(b""):
                 return Success(None)
             case Success(chunk):
                 pass
         watched.phase = TransferPhase.WRITE
-        match (
-            writer.write(chunk)
-            .map(lambda _: watched.moved(len(chunk)))
-            .bind(lambda _: progress.add(len(chunk)))
-        ):
-            case Failure(error):
-                return Failure(error)
+        match writer.write(chunk):
+            case Failure() as failed:
+                return failed
+        watched.moved(len(chunk))
+        match progress.add(len(chunk)):
+            case Failure() as failed:
+                return failed

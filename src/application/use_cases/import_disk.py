@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from returns.result import Failure, Result, Success
 
@@ -72,25 +73,25 @@ class ImportDisk:
 
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         caps = self._capabilities.capabilities()
-        return carried(request, lambda request: self._gated(request, caps))
+        return carried(request, partial(self._gated, caps=caps))
 
     def _gated(
         self, request: ImportRequest, caps: Capabilities
     ) -> Result[ImportResult, ProviderError]:
-        return (
-            claimed(
-                request,
-                "import",
-                supported=caps.supports_disk_import,
-                formats=caps.supported_import_formats,
-                backends=caps.supported_import_backends,
-                modes=caps.supported_transfer_modes,
-            )
-            .bind(lambda _: self._storage_gate.admitted(request.source))
-            .bind(
-                lambda source: Watched(self._metrics, "import", source).over(
-                    lambda watched: self._import(request, source, watched)
-                )
+        claims = claimed(
+            request,
+            "import",
+            supported=caps.supports_disk_import,
+            formats=caps.supported_import_formats,
+            backends=caps.supported_import_backends,
+            modes=caps.supported_transfer_modes,
+        )
+        return Result.do(
+            imported
+            for _ in claims
+            for source in self._storage_gate.admitted(request.source)
+            for imported in Watched(self._metrics, "import", source).over(
+                partial(self._import, request, source)
             )
         )
 
@@ -107,24 +108,27 @@ class ImportDisk:
             )
             expected = None
         site: LandingSite
-        match _imported_stem(request.target_name, source, self._disks.disk_suffix).bind(
-            lambda stem: self._disks.landing_site(stem, request.storage_hint)
-        ):
-            case Failure(error):
-                return Failure(error)
+        landing = Result.do(
+            found
+            for stem in _imported_stem(request.target_name, source, self._disks.disk_suffix)
+            for found in self._disks.landing_site(stem, request.storage_hint)
+        )
+        match landing:
+            case Failure() as failed:
+                return failed
             case Success(site):
                 pass
         sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
         manifest = _staged_manifest(self._staging, source)
         match self._staging.open_read(source):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(reader):
                 pass
         try:
             match site.earlier_record():
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
                 case Success(bytes() as record):
                     watched.phase = TransferPhase.VERIFY
                     return _answer_again(record, reader, source, expected, site, watched=watched)
@@ -132,8 +136,8 @@ class ImportDisk:
         finally:
             reader.close()
         match landed:
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(_Landed(disk, digest, boot)):
                 pass
         watched.phase = TransferPhase.COMMIT
@@ -146,7 +150,7 @@ class ImportDisk:
         kept = ImportRecord(
             result=result, hardware=_guest_hardware(manifest, digest, source), boot=boot
         )
-        return site.keep_record(render_record(kept), disk).map(lambda _: result)
+        return Result.do(result for _ in site.keep_record(render_record(kept), disk))
 
     def _land(
         self,
@@ -158,8 +162,10 @@ class ImportDisk:
     ) -> Result[_Landed, ProviderError]:
         """The staged bytes received by the hypervisor, checked, then made the disk; with the
         digest of the staged bytes and what firmware the disk can boot by."""
-        return self._received(site, reader, source, expected, watched).bind(
-            lambda held: _made_disk(*held, watched)
+        return Result.do(
+            landed
+            for received, digest, boot in self._received(site, reader, source, expected, watched)
+            for landed in _made_disk(received, digest, boot, watched)
         )
 
     def _received(
@@ -178,9 +184,12 @@ class ImportDisk:
         chunks = _staged_chunks(reader, progress, watched, inspection.feed)
         watched.phase = TransferPhase.READ
         _, rest = peek_header(chunks, JUDGED_PREFIX_BYTES)
-        match chunks.outcome().bind(lambda _: _judged(watched, inspection.first_look)):
-            case Failure(error):
-                return Failure(error)
+        judged = Result.do(
+            image for _ in chunks.outcome() for image in _judged(watched, inspection.first_look)
+        )
+        match judged:
+            case Failure() as failed:
+                return failed
             case Success(image):
                 pass
         watched.phase = TransferPhase.WRITE
@@ -188,26 +197,28 @@ class ImportDisk:
         # bytes short: it is answered before the landing site's.
         held = site.receive(rest, reader.size_bytes, image, progress)
         match chunks.outcome():
-            case Failure(error):
+            case Failure() as failed:
                 watched.phase = TransferPhase.READ
                 match held:
                     case Success(cut_short):
                         cut_short.discard()
-                return Failure(error)
+                return failed
         match held:
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(received):
                 pass
         digest = reader.digest()
         watched.phase = TransferPhase.VERIFY
-        checked = inspection.verdict().bind(
-            lambda whole: _checksum_matches(digest.sha256, expected).map(lambda _: whole.boot)
+        checked = Result.do(
+            whole.boot
+            for whole in inspection.verdict()
+            for _ in _checksum_matches(digest.sha256, expected)
         )
         match checked:
-            case Failure(error):
+            case Failure() as failed:
                 received.discard()
-                return Failure(error)
+                return failed
             case Success(boot):
                 pass
         progress.finished(digest)
@@ -230,7 +241,7 @@ def _made_disk(
         landed = received.land()
     finally:
         received.discard()
-    return landed.map(lambda disk: _Landed(disk, digest, boot))
+    return landed.map(partial(_Landed, digest=digest, boot=boot))
 
 
 def _staged_manifest(staging: StagingStorage, source: StagedLocation) -> bytes | None:
@@ -301,7 +312,7 @@ def _imported_stem(
     wire takes it as it comes, and no backend checks it again)."""
     if target_name:
         # Without its suffix a good name stays one: its first character stays.
-        return _checked_name(target_name, "").map(lambda name: name.removesuffix(disk_suffix))
+        return Result.do(name.removesuffix(disk_suffix) for name in _checked_name(target_name, ""))
     stem = source.name
     for suffix in STAGED_SUFFIXES:
         stem = stem.removesuffix(suffix)
@@ -326,8 +337,8 @@ def _staged_chunks(
 
     def read() -> Iterator[Result[bytes, ProviderError]]:
         while True:
-            counted = reader.read_chunk().bind(
-                lambda chunk: progress.add(len(chunk)).map(lambda _: chunk)
+            counted = Result.do(
+                chunk for chunk in reader.read_chunk() for _ in progress.add(len(chunk))
             )
             match counted:
                 case Success(b""):
@@ -360,7 +371,7 @@ def _drained(
     chunks = _staged_chunks(reader, progress, watched)
     for _ in chunks:
         pass
-    return chunks.outcome().map(lambda _: reader.digest().sha256)
+    return Result.do(reader.digest().sha256 for _ in chunks.outcome())
 
 
 def _answer_again(
@@ -386,9 +397,12 @@ def _answer_again(
             _drained(reader, TransferProgress(f"checksum of {site.disk_name!r}", source), watched)
         )
     )
-    return staged.bind(
-        lambda sha256: Success(earlier) if earlier.checksum == sha256 else Failure(_clash(site))
-    )
+    match staged:
+        case Success(sha256) if earlier.checksum == sha256:
+            return Success(earlier)
+        case Failure() as failed:
+            return failed
+    return Failure(_clash(site))
 
 
 def _clash(site: LandingSite) -> ProviderError:

@@ -29,16 +29,18 @@ class PowerVM:
         end, so no second change of the VM has to wait on (or race) the power task.
         """
         match self._power.power_state(vm_id):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(state):
                 pass
         match op:
             case PowerOp.ON:
                 if state is PowerState.ON:
                     return Success(None)
-                return self._power.clear_shutdown_deadline(vm_id).bind(
-                    lambda _: self._power.power_on(vm_id)
+                return Result.do(
+                    answer
+                    for _ in self._power.clear_shutdown_deadline(vm_id)
+                    for answer in self._power.power_on(vm_id)
                 )
             case PowerOp.OFF:
                 if state is PowerState.OFF:
@@ -58,22 +60,25 @@ class PowerVM:
                 return self._shutdown(vm_id, graceful_timeout_seconds)
 
     def _force_off(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
-        return self._power.clear_shutdown_deadline(vm_id).bind(
-            lambda _: self._power.power_off(vm_id)
+        return Result.do(
+            answer
+            for _ in self._power.clear_shutdown_deadline(vm_id)
+            for answer in self._power.power_off(vm_id)
         )
 
     def _shutdown(self, vm_id: str, timeout: int) -> Result[TaskRef | None, ProviderError]:
         """Repeated requests (the manager sends one every 5 s) return the task in flight."""
         now = int(self._clock.now())
         match self._power.shutdown_deadline(vm_id):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(int() as deadline) if deadline > now:
                 return Success(ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref())
             case Success(int() as deadline) if now - deadline <= STALE_SHUTDOWN_SECONDS:
                 # The guest ignored the request and the timeout has passed: fall back.
                 return self._force_off(vm_id)
         deadline = now + (timeout or DEFAULT_GRACEFUL_TIMEOUT_SECONDS)
-        return self._power.request_shutdown(vm_id, deadline).map(
-            lambda _: ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref()
+        return Result.do(
+            ShutdownTask(vm_id=vm_id, deadline=deadline).task_ref()
+            for _ in self._power.request_shutdown(vm_id, deadline)
         )

@@ -17,6 +17,8 @@ class PrepareImage:
 
     def __call__(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
         supported = self._capabilities.capabilities().supports_image_import
-        return require(supported, "image import (ImagePrepare)").bind(
-            lambda _: self._images.prepare_image(request)
+        return Result.do(
+            prepared
+            for _ in require(supported, "image import (ImagePrepare)")
+            for prepared in self._images.prepare_image(request)
         )

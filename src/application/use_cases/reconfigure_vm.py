@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.ports import CapabilitySource, Inventory, VMLifecycle
@@ -25,19 +27,19 @@ class ReconfigureVM:
         refuses it. None means done; a TaskRef is the hypervisor's task doing it.
         """
         match self._inventory.vm_info(vm_id):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(None):
                 return Failure(ProviderError.vm_not_found(vm_id))
             case Success(VMInfo() as current):
                 pass
-        return _effective(changes, current).bind(
-            lambda effective: (
-                Success(None)
-                if effective.is_empty
-                else self._lifecycle.reconfigure(vm_id, effective)
-            )
-        )
+        return _effective(changes, current).bind(partial(self._applied, vm_id))
+
+    def _applied(self, vm_id: str, effective: VMChanges) -> Result[TaskRef | None, ProviderError]:
+        """Changes that leave the VM as it is are done already."""
+        if effective.is_empty:
+            return Success(None)
+        return self._lifecycle.reconfigure(vm_id, effective)
 
 
 def _effective(changes: VMChanges, current: VMInfo) -> Result[VMChanges, ProviderError]:
@@ -90,6 +92,8 @@ class UpgradeHardware:
     def __call__(self, vm_id: str, target_version: int) -> Result[TaskRef | None, ProviderError]:
         """None means done; a TaskRef is the hypervisor's task doing it."""
         supported = self._capabilities.capabilities().supports_hardware_upgrade
-        return require(supported, "virtual hardware upgrades").bind(
-            lambda _: self._lifecycle.upgrade_hardware(vm_id, target_version)
+        return Result.do(
+            task
+            for _ in require(supported, "virtual hardware upgrades")
+            for task in self._lifecycle.upgrade_hardware(vm_id, target_version)
         )

@@ -21,8 +21,10 @@ class CreateSnapshot:
         capabilities = self._capabilities.capabilities()
         if request.include_memory and not capabilities.supports_memory_snapshots:
             request = request.model_copy(update={"include_memory": False})
-        return require(capabilities.supports_snapshots, "snapshots").bind(
-            lambda _: self._snapshots.create_snapshot(request)
+        return Result.do(
+            snapshot
+            for _ in require(capabilities.supports_snapshots, "snapshots")
+            for snapshot in self._snapshots.create_snapshot(request)
         )
 
 
@@ -33,8 +35,10 @@ class DeleteSnapshot:
 
     def __call__(self, vm_id: str, snapshot_id: str) -> Result[TaskRef | None, ProviderError]:
         """None means done; a TaskRef is the hypervisor's task doing it."""
-        return require(self._capabilities.capabilities().supports_snapshots, "snapshots").bind(
-            lambda _: self._snapshots.delete_snapshot(vm_id, snapshot_id)
+        return Result.do(
+            task
+            for _ in require(self._capabilities.capabilities().supports_snapshots, "snapshots")
+            for task in self._snapshots.delete_snapshot(vm_id, snapshot_id)
         )
 
 
@@ -45,6 +49,8 @@ class RevertSnapshot:
 
     def __call__(self, vm_id: str, snapshot_id: str) -> Result[TaskRef | None, ProviderError]:
         """None means done; a TaskRef is the hypervisor's task doing it."""
-        return require(self._capabilities.capabilities().supports_snapshots, "snapshots").bind(
-            lambda _: self._snapshots.revert_snapshot(vm_id, snapshot_id)
+        return Result.do(
+            task
+            for _ in require(self._capabilities.capabilities().supports_snapshots, "snapshots")
+            for task in self._snapshots.revert_snapshot(vm_id, snapshot_id)
         )

@@ -45,8 +45,8 @@ class SweepLeftovers:
 
     def __call__(self) -> Result[SweepReport, ProviderError]:
         match self._lifecycle.find_unfinished():
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(unfinished):
                 pass
         now = self._clock.now()

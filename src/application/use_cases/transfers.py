@@ -37,10 +37,10 @@ def carried(
     request: Move, gated: Callable[[Move], Result[T, ProviderError]]
 ) -> Result[T, ProviderError]:
     """`gated(request)` with the request's transfer mode as it is carried out."""
-    return (
-        carried_mode(request)
-        .map(lambda mode: request.model_copy(update={"mode": mode}))
-        .bind(gated)
+    return Result.do(
+        answer
+        for mode in carried_mode(request)
+        for answer in gated(request.model_copy(update={"mode": mode}))
     )
 
 
@@ -76,11 +76,12 @@ def claimed(
 ) -> Result[None, ProviderError]:
     """UNSUPPORTED unless the capabilities claim the disk `what` (export, import) with the
     request's format, staging type and mode: what GetCapabilities told the manager."""
-    return (
-        require(supported, f"disk {what}")
-        .bind(lambda _: require_listed(request.format, formats, "format"))
-        .bind(lambda _: require_listed(request.staging_type, backends, f"{what} backend"))
-        .bind(lambda _: require_listed(request.mode.value, modes, "transfer mode"))
+    return Result.do(
+        None
+        for _ in require(supported, f"disk {what}")
+        for _ in require_listed(request.format, formats, "format")
+        for _ in require_listed(request.staging_type, backends, f"{what} backend")
+        for _ in require_listed(request.mode.value, modes, "transfer mode")
     )
 
 

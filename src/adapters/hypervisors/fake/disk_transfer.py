@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import BinaryIO
 
 from returns.result import Failure, Result, Success
@@ -53,23 +54,25 @@ class FakeDiskTransfer:
                 made_whole_first=disk.format == "qcow2",
             )
 
-        return self.hypervisor.serve(
-            "read_disk",
-            lambda: self._disk(disk.vm_id, disk.disk_id, disk.snapshot_id or "").map(read),
-        )
+        def stream() -> Result[_FakeDiskStream, ProviderError]:
+            return self._disk(disk.vm_id, disk.disk_id, disk.snapshot_id or "").map(read)
+
+        return self.hypervisor.serve("read_disk", stream)
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[_FakeSite, ProviderError]:
         del storage_hint  # the fake has one place for disks
-        return self.hypervisor.serve(
-            "landing_site", lambda: Success(_FakeSite(self.hypervisor, stem))
-        )
+
+        def site() -> Result[_FakeSite, ProviderError]:
+            return Success(_FakeSite(self.hypervisor, stem))
+
+        return self.hypervisor.serve("landing_site", site)
 
     def sweep_transfer_leftovers(
         self, older_than_seconds: float
     ) -> Result[tuple[str, ...], ProviderError]:
         """Landings are in memory: a dead transfer leaves nothing in the hypervisor."""
         del older_than_seconds
-        return self.hypervisor.serve("sweep_transfer_leftovers", lambda: Success(()))
+        return self.hypervisor.serve("sweep_transfer_leftovers", partial(Success, ()))
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         def details(disk: FakeDisk) -> DiskDetails:
@@ -86,14 +89,16 @@ class FakeDiskTransfer:
                 metadata={"vm": vm.name},
             )
 
-        return self.hypervisor.serve(
-            "disk_details",
-            lambda: self._disk(query.vm_id, query.disk_id, query.snapshot_id).map(details),
-        )
+        def detailed() -> Result[DiskDetails, ProviderError]:
+            return self._disk(query.vm_id, query.disk_id, query.snapshot_id).map(details)
+
+        return self.hypervisor.serve("disk_details", detailed)
 
     def _disk(self, vm_id: str, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
         """A copy of the VM's disk by id or path (the root disk when none is named)."""
-        return self.hypervisor.vm(vm_id).bind(lambda vm: disk_of(vm, disk_id, snapshot_id))
+        return self.hypervisor.vm(vm_id).bind(
+            partial(disk_of, disk_id=disk_id, snapshot_id=snapshot_id)
+        )
 
 
 def disk_of(vm: FakeVM, disk_id: str, snapshot_id: str) -> Result[FakeDisk, ProviderError]:
@@ -144,12 +149,12 @@ class _FakeSite:
         return f"{DISK_DIR}/{self.disk_name}{DISK_SUFFIX}"
 
     def earlier_record(self) -> Result[bytes | None, ProviderError]:
-        def earlier() -> bytes | None:
+        def earlier() -> Result[bytes | None, ProviderError]:
             if self.path not in self.hypervisor.images:
                 self.hypervisor.import_records.pop(self.disk_name, None)
-            return self.hypervisor.import_records.get(self.disk_name)
+            return Success(self.hypervisor.import_records.get(self.disk_name))
 
-        return self.hypervisor.serve("earlier_record", lambda: Success(earlier()))
+        return self.hypervisor.serve("earlier_record", earlier)
 
     def receive(
         self,

@@ -191,8 +191,8 @@ class FakeHypervisor:
             case Success():
                 with self._lock:
                     return work()
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
         raise TypeError("faults.before answers a Result")
 
     def vm(self, vm_id: str) -> Result[FakeVM, ProviderError]:

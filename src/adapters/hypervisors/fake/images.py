@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from returns.result import Failure, Result, Success
 
@@ -25,7 +26,7 @@ class FakeImages:
     hypervisor: FakeHypervisor
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
-        return self.hypervisor.serve("prepare_image", lambda: self._prepare(request))
+        return self.hypervisor.serve("prepare_image", partial(self._prepare, request))
 
     def _prepare(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
         path = f"{IMAGE_DIR}/{request.target_name}.qcow2"

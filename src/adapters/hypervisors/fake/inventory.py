@@ -38,16 +38,17 @@ class FakeInventory:
         return self.hypervisor.serve("describe", describe)
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
-        def info() -> VMInfo | None:
+        def info() -> Result[VMInfo | None, ProviderError]:
             vm = self.hypervisor.vms.get(vm_id)
-            return None if vm is None else self._info(vm)
+            return Success(None if vm is None else self._info(vm))
 
-        return self.hypervisor.serve("vm_info", lambda: Success(info()))
+        return self.hypervisor.serve("vm_info", info)
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        return self.hypervisor.serve(
-            "list_vms", lambda: Success([self._info(vm) for vm in self.hypervisor.vms.values()])
-        )
+        def listed() -> Result[list[VMInfo], ProviderError]:
+            return Success([self._info(vm) for vm in self.hypervisor.vms.values()])
+
+        return self.hypervisor.serve("list_vms", listed)
 
     def _info(self, vm: FakeVM) -> VMInfo:
         running = self.hypervisor.running(vm)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from returns.result import Result
 
@@ -20,7 +21,10 @@ class FakePowerControl:
         def state(vm: FakeVM) -> PowerState:
             return PowerState.ON if self.hypervisor.running(vm) else PowerState.OFF
 
-        return self.hypervisor.serve("power_state", lambda: self.hypervisor.vm(vm_id).map(state))
+        def read() -> Result[PowerState, ProviderError]:
+            return self.hypervisor.vm(vm_id).map(state)
+
+        return self.hypervisor.serve("power_state", read)
 
     def power_on(self, vm_id: str) -> Result[None, ProviderError]:
         return self._change("power_on", vm_id, self.hypervisor.start)
@@ -44,10 +48,10 @@ class FakePowerControl:
         return self._change("request_shutdown", vm_id, request)
 
     def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
-        return self.hypervisor.serve(
-            "shutdown_deadline",
-            lambda: self.hypervisor.vm(vm_id).map(lambda vm: vm.shutdown_deadline),
-        )
+        def read() -> Result[int | None, ProviderError]:
+            return self.hypervisor.vm(vm_id).map(attrgetter("shutdown_deadline"))
+
+        return self.hypervisor.serve("shutdown_deadline", read)
 
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
         def clear(vm: FakeVM) -> None:
@@ -58,4 +62,7 @@ class FakePowerControl:
     def _change(
         self, operation: str, vm_id: str, change: Callable[[FakeVM], None]
     ) -> Result[None, ProviderError]:
-        return self.hypervisor.serve(operation, lambda: self.hypervisor.vm(vm_id).map(change))
+        def changed() -> Result[None, ProviderError]:
+            return self.hypervisor.vm(vm_id).map(change)
+
+        return self.hypervisor.serve(operation, changed)

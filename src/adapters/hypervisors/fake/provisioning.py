@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from returns.result import Failure, Result, Success
 
@@ -29,23 +30,18 @@ class FakeVMLifecycle:
     hypervisor: FakeHypervisor
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
-        def find() -> VMRecord | None:
+        def find() -> Result[VMRecord | None, ProviderError]:
             vm_id = self.hypervisor.ids_by_name.get(name)
-            return None if vm_id is None else _record(self.hypervisor.vms[vm_id])
+            return Success(None if vm_id is None else _record(self.hypervisor.vms[vm_id]))
 
-        return self.hypervisor.serve("find_by_name", lambda: Success(find()))
+        return self.hypervisor.serve("find_by_name", find)
 
     def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
-        return self.hypervisor.serve(
-            "find_unfinished",
-            lambda: Success(
-                [
-                    _record(vm)
-                    for vm in self.hypervisor.vms.values()
-                    if vm.building_since is not None
-                ]
-            ),
-        )
+        def unfinished() -> Result[list[VMRecord], ProviderError]:
+            vms = self.hypervisor.vms.values()
+            return Success([_record(vm) for vm in vms if vm.building_since is not None])
+
+        return self.hypervisor.serve("find_unfinished", unfinished)
 
     def start_create(
         self, request: CreateRequest, owner: OwnerMark
@@ -66,21 +62,24 @@ class FakeVMLifecycle:
             del self.hypervisor.vms[vm.id]
             del self.hypervisor.ids_by_name[vm.name]
 
-        return self.hypervisor.serve("delete", lambda: self.hypervisor.vm(vm_id).map(delete))
+        def deleted() -> Result[None, ProviderError]:
+            return self.hypervisor.vm(vm_id).map(delete)
+
+        return self.hypervisor.serve("delete", deleted)
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
-        return self.hypervisor.serve(
-            "reconfigure",
-            lambda: self.hypervisor.vm(vm_id).map(lambda vm: self._reconfigure(vm, changes)),
-        )
+        def reconfigured() -> Result[None, ProviderError]:
+            return self.hypervisor.vm(vm_id).map(partial(self._reconfigure, changes=changes))
+
+        return self.hypervisor.serve("reconfigure", reconfigured)
 
     def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
-        return self.hypervisor.serve(
-            "upgrade_hardware",
-            lambda: self.hypervisor.vm(vm_id).bind(
-                lambda vm: self._upgrade_hardware(vm, target_version)
-            ),
-        )
+        def upgraded() -> Result[None, ProviderError]:
+            return self.hypervisor.vm(vm_id).bind(
+                partial(self._upgrade_hardware, target_version=target_version)
+            )
+
+        return self.hypervisor.serve("upgrade_hardware", upgraded)
 
     def _placed_root_disk(self, request: CreateRequest) -> Result[FakeDisk, ProviderError]:
         """The new VM's root disk, once its datastore is one the host has."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from returns.result import Failure, Result, Success
 
@@ -16,26 +17,25 @@ class FakeSnapshots:
     hypervisor: FakeHypervisor
 
     def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
-        return self.hypervisor.serve(
-            "create_snapshot",
-            lambda: self.hypervisor.vm(request.vm_id).map(lambda vm: self._create(vm, request)),
-        )
+        def created() -> Result[Snapshot, ProviderError]:
+            return self.hypervisor.vm(request.vm_id).map(partial(self._create, request=request))
+
+        return self.hypervisor.serve("create_snapshot", created)
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
         def delete(_: FakeSnapshot) -> None:
             del self.hypervisor.vms[vm_id].snapshots[snapshot_id]
 
-        return self.hypervisor.serve(
-            "delete_snapshot", lambda: self._snapshot(vm_id, snapshot_id).map(delete)
-        )
+        def deleted() -> Result[None, ProviderError]:
+            return self._snapshot(vm_id, snapshot_id).map(delete)
+
+        return self.hypervisor.serve("delete_snapshot", deleted)
 
     def revert_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
-        return self.hypervisor.serve(
-            "revert_snapshot",
-            lambda: self._snapshot(vm_id, snapshot_id).map(
-                lambda found: self._revert(vm_id, found)
-            ),
-        )
+        def reverted() -> Result[None, ProviderError]:
+            return self._snapshot(vm_id, snapshot_id).map(partial(self._revert, vm_id))
+
+        return self.hypervisor.serve("revert_snapshot", reverted)
 
     def _create(self, vm: FakeVM, request: SnapshotRequest) -> Snapshot:
         existing = vm.snapshots.get(request.name)
@@ -68,7 +68,7 @@ class FakeSnapshots:
             self.hypervisor.stop(vm)
 
     def _snapshot(self, vm_id: str, snapshot_id: str) -> Result[FakeSnapshot, ProviderError]:
-        return self.hypervisor.vm(vm_id).bind(lambda vm: _snapshot_of(vm, snapshot_id))
+        return self.hypervisor.vm(vm_id).bind(partial(_snapshot_of, snapshot_id=snapshot_id))
 
 
 def _snapshot_of(vm: FakeVM, snapshot_id: str) -> Result[FakeSnapshot, ProviderError]:

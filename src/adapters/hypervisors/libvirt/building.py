@@ -38,7 +38,10 @@ def begin_building(conn: VirConnect, building: DomainDefinition) -> Result[Guest
             return _name_taken(building.name)
         return None
 
-    return caught(lambda: Success(Guest(conn.defineXML(render_domain(building)))), taken)
+    def defined() -> Result[Guest, ProviderError]:
+        return Success(Guest(conn.defineXML(render_domain(building))))
+
+    return caught(defined, taken)
 
 
 def abandon_building(guest: Guest) -> None:
@@ -55,9 +58,11 @@ def write_seed(
 ) -> Result[str, ProviderError]:
     """The cloud-init seed ISO as a new raw volume `name`."""
     xml = volume_xml(name, len(iso), volume_format="raw")
-    return caught(
-        lambda: Success(write_new_volume(conn, pool, xml, (iso,), write_volume)), _cannot_upload
-    )
+
+    def written() -> Result[str, ProviderError]:
+        return Success(write_new_volume(conn, pool, xml, (iso,), write_volume))
+
+    return caught(written, _cannot_upload)
 
 
 def _cannot_upload(error: libvirt.libvirtError) -> ProviderError | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from returns.result import Failure, Success
+from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Capabilities
 
 TEST_DRIVER = "TEST"  # virConnectGetType of libvirt's test driver
@@ -51,9 +53,13 @@ class LibvirtCapabilities:
         answers, the host is claimed as a hypervisor (its transfers answer UNAVAILABLE then,
         as every other call does)."""
         if self._streams is None:
-            match self._host.run("read the driver", lambda conn: Success(str(conn.getType()))):
+            match self._host.run("read the driver", _driver_of):
                 case Failure(_):
                     return self._capabilities
                 case Success(driver):
                     self._streams = driver != TEST_DRIVER
         return self._capabilities if self._streams else self._without_streams
+
+
+def _driver_of(conn: VirConnect) -> Result[str, ProviderError]:
+    return Success(str(conn.getType()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import replace
+from functools import partial
 
 import libvirt
 from returns.result import Failure, Result, Success
@@ -79,14 +80,14 @@ class LibvirtCloning:
     ) -> Result[CreatedVM, ProviderError]:
         return self._host.make(
             f"clone {request.source_vm_id!r} to {request.target_name!r}",
-            lambda conn: self._clone(conn, request, owner),
+            partial(self._clone, request=request, owner=owner),
         )
 
     def _clone(
         self, conn: VirConnect, request: CloneRequest, owner: OwnerMark
     ) -> Result[str, ProviderError]:
         return Guest.by_id(conn, request.source_vm_id).bind(
-            lambda source: self._clone_of(conn, source, request, owner)
+            partial(self._clone_of, conn, request=request, owner=owner)
         )
 
     def _clone_of(
@@ -105,8 +106,8 @@ class LibvirtCloning:
         own_media = frozenset(facts.metadata.volumes if facts.metadata else ())
         clone_uuid = str(uuid.uuid4())
         match _clone_seed(request, facts, clone_uuid, _carries_own_seed(source_xml, own_media)):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(seed):
                 pass
         pools = [
@@ -119,8 +120,8 @@ class LibvirtCloning:
         ]
         # The seed sits beside the root disk, as Create's does.
         match Success(pools[0]) if pools else find_pool(conn, host.pools.default_pool, host.pools):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(seed_pool):
                 pass
         seed_name = seed_volume_name(request.target_name)
@@ -142,8 +143,8 @@ class LibvirtCloning:
             uuid=clone_uuid,
         )
         match begin_building(conn, building):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(placeholder):
                 pass
         made: list[str] = []
@@ -152,15 +153,15 @@ class LibvirtCloning:
             match _disk_copies(
                 conn, source, facts, request, running=running, clock=host.clock, made=made
             ):
-                case Failure(error):
-                    return Failure(error)
+                case Failure() as failed:
+                    return failed
                 case Success(copies):
                     pass
             seed_path = ""
             if seed is not None:
                 match write_seed(conn, seed_pool, seed_name, build_seed(seed), host.write_volume):
-                    case Failure(error):
-                        return Failure(error)
+                    case Failure() as failed:
+                        return failed
                     case Success(seed_path):
                         made.append(seed_path)
             xml = cloned_domain(
@@ -200,15 +201,15 @@ def _disk_copies(
     copies: dict[str, str] = {}
     if running:
         match _copy_running_disks(conn, source, facts, request.target_name, clock):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(copies):
                 made.extend(copies.values())
     for index, disk in enumerate(facts.disks if not copies else ()):
         name = volume_name(request.target_name, index)
         match _disk_copy(conn, disk.path, name, linked=request.linked, running=running):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(path):
                 copies[disk.path] = path
                 made.append(path)
@@ -300,13 +301,13 @@ def _copy_running_disks(
         source.dom.backupBegin(
             _backup_xml(facts, copies), None, libvirt.VIR_DOMAIN_BACKUP_BEGIN_REUSE_EXTERNAL
         )
-        return _wait_for_backup(source, clock).map(lambda _: copies)
+        return Result.do(copies for _ in _wait_for_backup(source, clock))
 
     def removed() -> None:
         for path in copies.values():
             delete_volume(conn, path)
 
-    made = or_none(lambda: undone_on_failure(copied, removed), {libvirt.VIR_ERR_NO_SUPPORT})
+    made = or_none(partial(undone_on_failure, copied, removed), {libvirt.VIR_ERR_NO_SUPPORT})
     return Success({}) if made is None else made
 
 
@@ -319,7 +320,10 @@ def _copy_unlocked_disk(conn: VirConnect, path: str, name: str) -> Result[str, P
             f"and the disk is in use: {error.get_error_message()}); power the source off"
         )
 
-    return caught(lambda: Success(copy_volume(conn, path, name)), locked)
+    def copied() -> Result[str, ProviderError]:
+        return Success(copy_volume(conn, path, name))
+
+    return caught(copied, locked)
 
 
 def _backup_xml(facts: DomainFacts, copies: dict[str, str]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -152,7 +153,7 @@ class LibvirtConnection:
             )
         try:
             return self._opened(self._handle.current).bind(
-                lambda conn: self._called(conn, action, once=once)
+                partial(self._called, action=action, once=once)
             )
         finally:
             self._slots.release()
@@ -160,18 +161,23 @@ class LibvirtConnection:
     def _called(
         self, conn: VirConnect, action: Callable[[VirConnect], T], *, once: bool
     ) -> Result[T, ProviderError]:
-        answered = answer(
-            lambda: action(conn), CONNECTION_LOSS_CODES, unless=lambda: once or _is_alive(conn)
-        )
+        def not_retried() -> bool:
+            return once or _is_alive(conn)
+
+        answered = answer(partial(action, conn), CONNECTION_LOSS_CODES, unless=not_retried)
         if isinstance(answered, Refused):  # the connection died under the call: once more
-            return self._opened(lambda: self._reopen(conn)).map(action)
+            return self._opened(partial(self._reopen, conn)).map(action)
         return Success(answered)
 
     def _opened(self, opening: Callable[[], VirConnect]) -> Result[VirConnect, ProviderError]:
         """The connection `opening` gives; a host that cannot be reached, whatever libvirt's
         code, is UNAVAILABLE, not bad input."""
-        return self._access.ready().bind(
-            lambda _: caught(lambda: Success(opening()), self._unreachable)
+
+        def opened() -> Result[VirConnect, ProviderError]:
+            return Success(opening())
+
+        return Result.do(
+            conn for _ in self._access.ready() for conn in caught(opened, self._unreachable)
         )
 
     def on_close(self, hook: CloseHook) -> None:
@@ -217,9 +223,9 @@ class LibvirtConnection:
             rotated.append(self._credentials.refresh())
             return rotated[0] == values
 
-        first = answer(lambda: self._open_with(values), ANY_CODE, unless=unrotated)
+        first = answer(partial(self._open_with, values), ANY_CODE, unless=unrotated)
         conn = self._open_with(rotated[0]) if isinstance(first, Refused) else first
-        best_effort(lambda: conn.setKeepAlive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT))
+        best_effort(partial(conn.setKeepAlive, KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT))
         if self._opened_before:
             self._on_reconnect()
         self._opened_before = True

@@ -28,6 +28,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import PurePosixPath
 from typing import TypeVar
 
@@ -84,7 +85,7 @@ class PoolSite:
         return f"storage pool {self.pool!r}"
 
     def earlier_record(self) -> Result[bytes | None, ProviderError]:
-        return self.run(lambda conn, pool: import_record_beside(conn, pool, self.disk_name))
+        return self.run(partial(import_record_beside, name=self.disk_name))
 
     @property
     def landing_mark_name(self) -> str:
@@ -127,7 +128,7 @@ class PoolSite:
                 chunks,
                 size_bytes=size_bytes,
                 disk_format=image.format,
-            ).map(lambda staged: _ReceivedVolume(self, staged))
+            ).map(partial(_ReceivedVolume, self))
 
         return self.run(received, once=True)
 
@@ -162,14 +163,20 @@ class PoolSite:
 
         def written(mark_path: str) -> Result[ReceivedDisk, ProviderError]:
             disk = undone_on_failure(
-                lambda: self._uploaded(
-                    conn, pool, self.disk_name, chunks, size_bytes=size_bytes, disk_format="qcow2"
+                partial(
+                    self._uploaded,
+                    conn,
+                    pool,
+                    self.disk_name,
+                    chunks,
+                    size_bytes=size_bytes,
+                    disk_format="qcow2",
                 ),
-                lambda: delete_volume(conn, mark_path),
+                partial(delete_volume, conn, mark_path),
             )
-            return disk.map(lambda path: _WrittenInPlace(self, path, mark_path))
+            return disk.map(partial(_WrittenInPlace, self, mark_path=mark_path))
 
-        return caught(lambda: refusing_unsupported("upload", marked), taken).bind(written)
+        return caught(partial(refusing_unsupported, "upload", marked), taken).bind(written)
 
     def _uploaded(
         self,
@@ -212,7 +219,8 @@ class PoolSite:
 
         return refusing_unsupported(
             "upload",
-            lambda: write_new_volume(
+            partial(
+                write_new_volume,
                 conn,
                 pool,
                 volume_xml(name, size_bytes or 0, volume_format="raw"),
@@ -265,12 +273,13 @@ class PoolSite:
         """`action(conn, pool)` at the libvirt edge (`once`: never started over)."""
         host = self.host
         run = host.run_once if once else host.run
-        return run(
-            "import disk",
-            lambda conn: find_pool(conn, self.pool, host.pools, fields.STORAGE_HINT).bind(
-                lambda pool: action(conn, pool)
-            ),
-        )
+
+        def in_pool(conn: VirConnect) -> Result[T, ProviderError]:
+            return find_pool(conn, self.pool, host.pools, fields.STORAGE_HINT).bind(
+                partial(action, conn)
+            )
+
+        return run("import disk", in_pool)
 
 
 class _WrittenInPlace:
@@ -314,14 +323,15 @@ class _ReceivedVolume:
         def landed(conn: VirConnect, pool: VirStoragePool) -> Result[LandedDisk, ProviderError]:
             existing = find_volume(pool, self.site.disk_name)
             if existing is None:
-                return _converted(conn, pool, self.staged, self.site.disk_name).map(
-                    lambda path: LandedDisk(path=path)
+                return Result.do(
+                    LandedDisk(path=path)
+                    for path in _converted(conn, pool, self.staged, self.site.disk_name)
                 )
             # no record: another import is writing it in place, or was killed before its record
-            return (
-                self.site.unfinished(pool)
-                .bind(lambda _: self._earlier_import(conn, pool, existing))
-                .map(lambda path: LandedDisk(path=path, made_now=False))
+            return Result.do(
+                LandedDisk(path=path, made_now=False)
+                for _ in self.site.unfinished(pool)
+                for path in self._earlier_import(conn, pool, existing)
             )
 
         return self.site.run(landed)
@@ -348,13 +358,19 @@ class _ReceivedVolume:
         )
         volumes = self.site.volumes
 
+        def cannot_tell(_error: libvirt.libvirtError) -> ProviderError:
+            return clash  # a driver that cannot download: cannot tell
+
+        def same_content(again: str) -> Result[bool, ProviderError]:
+            return Success(_sha256_of(conn, existing) == _sha256_of(conn, again))
+
+        def existing_if_same(equal: bool) -> Result[str, ProviderError]:
+            return Success(existing) if equal else Failure(clash)
+
         def compared(converted_again: str) -> Result[str, ProviderError]:
             with volumes.temporary(conn, converted_again) as again:
-                same = caught(
-                    lambda: Success(_sha256_of(conn, existing) == _sha256_of(conn, again)),
-                    lambda _error: clash,  # a driver that cannot download: cannot tell
-                )
-            return same.bind(lambda equal: Success(existing) if equal else Failure(clash))
+                same = caught(partial(same_content, again), cannot_tell)
+            return same.bind(existing_if_same)
 
         return _converted(conn, pool, self.staged, volumes.name("compare", "qcow2")).bind(compared)
 
@@ -373,7 +389,11 @@ def import_record_beside(
     record = conn.storageVolLookupByPath(record_path)
     if int(record.info()[1]) > MAX_RECORD_BYTES:
         return Success(b"")  # not one of ours: a clash
-    return refusing_unsupported("download", lambda: list(volume_chunks(conn, record))).map(b"".join)
+
+    def record_chunks() -> list[bytes]:
+        return list(volume_chunks(conn, record))
+
+    return refusing_unsupported("download", record_chunks).map(b"".join)
 
 
 def _converted(
@@ -394,10 +414,10 @@ def _converted(
             fields.SOURCE_URL, f"qemu-img on the libvirt host refuses the staged image: {reason}"
         )
 
-    return caught(
-        lambda: Success(volume_made_from(pool, volume_xml(name, capacity), origin)),
-        refused,
-    )
+    def made() -> Result[str, ProviderError]:
+        return Success(volume_made_from(pool, volume_xml(name, capacity), origin))
+
+    return caught(made, refused)
 
 
 def _sha256_of(conn: VirConnect, path: str) -> str:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, BinaryIO, TypeVar
 
 import libvirt
@@ -39,7 +40,7 @@ from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, guest_action
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import image_at
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import (
@@ -92,22 +93,21 @@ class LibvirtDiskTransfer:
 
     def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
         doing = f"export disk of {disk.vm_id!r}"
-        return self.host.run(
-            doing,
-            lambda conn: Guest.by_id(conn, disk.vm_id).bind(
-                lambda guest: self._opened(conn, guest.dom, _Asked(disk, watch), doing)
-            ),
-        )
+
+        def opened(conn: VirConnect, guest: Guest) -> Result[DiskStream, ProviderError]:
+            return self._opened(conn, guest.dom, _Asked(disk, watch), doing)
+
+        return self.host.run(doing, guest_action(disk.vm_id, opened))
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
         pool = storage_hint or self.host.pools.default_pool
 
         def site(conn: VirConnect) -> Result[LandingSite, ProviderError]:
             landing = PoolSite(self.host, self.volumes, pool, f"{stem}{DISK_SUFFIX}")
-            return (
-                find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT)
-                .bind(landing.unfinished)
-                .map(lambda _: landing)
+            return Result.do(
+                landing
+                for found in find_pool(conn, pool, self.host.pools, fields.STORAGE_HINT)
+                for _ in landing.unfinished(found)
             )
 
         return self.host.run("import disk", site)
@@ -115,9 +115,7 @@ class LibvirtDiskTransfer:
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
         return self.host.run(
             f"read disk of {query.vm_id!r}",
-            lambda conn: Guest.by_id(conn, query.vm_id).bind(
-                lambda guest: _disk_details(conn, guest, query)
-            ),
+            guest_action(query.vm_id, partial(_disk_details, query=query)),
         )
 
     def sweep_transfer_leftovers(
@@ -125,10 +123,11 @@ class LibvirtDiskTransfer:
     ) -> Result[tuple[str, ...], ProviderError]:
         """This provider's temporary export/import volumes of transfers that died (their
         staged temporaries are the staging storage's to sweep)."""
-        return self.host.run(
-            "sweep temporary transfer volumes",
-            lambda conn: Success(self.volumes.sweep(conn, older_than_seconds)),
-        )
+
+        def swept(conn: VirConnect) -> Result[tuple[str, ...], ProviderError]:
+            return Success(self.volumes.sweep(conn, older_than_seconds))
+
+        return self.host.run("sweep temporary transfer volumes", swept)
 
     def _opened(
         self, conn: VirConnect, dom: VirDomain, asked: _Asked, doing: str
@@ -140,18 +139,19 @@ class LibvirtDiskTransfer:
             disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
         ) -> Result[DiskStream, ProviderError]:
             holds = contextlib.ExitStack()
-            read = undone_on_failure(lambda: self._read(conn, dom, holds, disk, asked), holds.close)
-            return read.map(
-                lambda found: ChunkStream(
-                    found.chunks,
-                    found.size,
-                    holds,
-                    lambda chunk: self.host.attempt(
-                        doing, lambda: refusing_unsupported("download", chunk)
-                    ),
-                    left_behind + found.left_behind,
-                )
+            read = undone_on_failure(
+                partial(self._read, conn, dom, holds, disk, asked), holds.close
             )
+
+            def downloaded(chunk: Callable[[], bytes]) -> Result[bytes, ProviderError]:
+                return self.host.attempt(doing, partial(refusing_unsupported, "download", chunk))
+
+            def stream(found: _Read) -> DiskStream:
+                return ChunkStream(
+                    found.chunks, found.size, holds, downloaded, left_behind + found.left_behind
+                )
+
+            return read.map(stream)
 
         def unless_running(
             disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
@@ -165,11 +165,10 @@ class LibvirtDiskTransfer:
                 )
             return opened(disk, left_behind)
 
-        return chosen_disk(facts.name, facts.disks, asked.disk.disk_id).bind(
-            lambda disk: _preflight(facts, xml).bind(
-                lambda left_behind: unless_running(disk, left_behind)
-            )
-        )
+        def checked(disk: DiskDevice) -> Result[DiskStream, ProviderError]:
+            return _preflight(facts, xml).bind(partial(unless_running, disk))
+
+        return chosen_disk(facts.name, facts.disks, asked.disk.disk_id).bind(checked)
 
     def _read(
         self,
@@ -193,7 +192,11 @@ class LibvirtDiskTransfer:
                 if image
                 else self._at_snapshot(conn, holds, disk.path, snapshot_id, asked)
             )
-            return read.map(lambda read: _Read(read.chunks, read.size, later))
+
+            def leaving_later(read: _Read) -> _Read:
+                return _Read(read.chunks, read.size, later)
+
+            return read.map(leaving_later)
 
         return find_snapshot(Guest(dom), snapshot_id).bind(at)
 
@@ -228,7 +231,7 @@ class LibvirtDiskTransfer:
 
         def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
             out = given_or_scratch(given, self.scratch_dir, holds)
-            return snapshot_image(
+            imaged = snapshot_image(
                 conn,
                 disk,
                 snapshot_id,
@@ -238,10 +241,15 @@ class LibvirtDiskTransfer:
                 watch=asked.watch,
                 files=holds,
                 out=out,
-            ).map(lambda _: out)
+            )
+            return Result.do(out for _ in imaged)
 
         doing = f"export of snapshot {snapshot_id!r}"
-        return Success(_Read(lambda given: self.host.attempt(doing, lambda: made(given)), None))
+
+        def made_at_edge(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
+            return self.host.attempt(doing, partial(made, given))
+
+        return Success(_Read(made_at_edge, None))
 
     @contextlib.contextmanager
     def _standalone_volume(
@@ -283,7 +291,11 @@ class _Read:
 
 def _file_size(volume: VirStorageVol) -> int | None:
     """The bytes a download of the volume gives (its file's size), when libvirt says."""
-    return best_effort(lambda: int(volume.infoFlags(libvirt.VIR_STORAGE_VOL_GET_PHYSICAL)[2]))
+
+    def physical_size() -> int:
+        return int(volume.infoFlags(libvirt.VIR_STORAGE_VOL_GET_PHYSICAL)[2])
+
+    return best_effort(physical_size)
 
 
 def _disk_details(
@@ -297,7 +309,7 @@ def _disk_details(
         )
     # A VM with no disks has "no disks", whichever disk was asked for.
     return chosen_disk(facts.name, facts.disks, query.disk_id if facts.disks else "").map(
-        lambda chosen: _details(conn, facts, snapshots, chosen)
+        partial(_details, conn, facts, snapshots)
     )
 
 

@@ -11,7 +11,8 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import libvirt
 from returns.result import Failure, Result, Success
@@ -43,6 +44,7 @@ from pyrigaud.domain.models import VMChanges, VMRecord
 from pyrigaud.domain.power import PowerState
 
 VirDomain = Any
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class Guest:
         if canonical != vm_id.lower():
             return None
         dom = or_none(
-            lambda: conn.lookupByUUIDString(canonical),
+            partial(conn.lookupByUUIDString, canonical),
             MISSING_CODES | {libvirt.VIR_ERR_INVALID_ARG},
         )
         return None if dom is None else cls(dom)
@@ -98,7 +100,7 @@ class Guest:
 
     @classmethod
     def by_name(cls, conn: VirConnect, name: str) -> Guest | None:
-        dom = or_none(lambda: conn.lookupByName(name))
+        dom = or_none(partial(conn.lookupByName, name))
         return None if dom is None else cls(dom)
 
     # --- what it is -------------------------------------------------------------------------
@@ -132,7 +134,8 @@ class Guest:
     def metadata(self) -> VMMetadata | None:
         """Our element as libvirt's metadata API returns it (the XML carries the same)."""
         text = or_none(
-            lambda: self.dom.metadata(
+            partial(
+                self.dom.metadata,
                 libvirt.VIR_DOMAIN_METADATA_ELEMENT,
                 NAMESPACE_URI,
                 libvirt.VIR_DOMAIN_AFFECT_CONFIG,
@@ -159,9 +162,9 @@ class Guest:
             self._set_metadata(metadata, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
             return
         stopped = refusal(
-            lambda: self._set_metadata(metadata, live),
+            partial(self._set_metadata, metadata, live),
             {libvirt.VIR_ERR_OPERATION_INVALID},
-            unless=lambda: bool(self.dom.isActive()),
+            unless=self.dom.isActive,
         )
         if stopped is not None:
             self._set_metadata(metadata, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
@@ -181,7 +184,7 @@ class Guest:
         with_nvram = base | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
         if (
             self.facts().firmware == "UEFI"
-            and refusal(lambda: self.dom.undefineFlags(with_nvram), REFUSED_VARIANT_CODES) is None
+            and refusal(partial(self.dom.undefineFlags, with_nvram), REFUSED_VARIANT_CODES) is None
         ):
             return
         self.dom.undefineFlags(base)
@@ -218,7 +221,7 @@ class Guest:
         if not self.is_running():
             self.start()
             return
-        if refusal(lambda: self.dom.reboot(0), REFUSED_VARIANT_CODES) is not None:
+        if refusal(partial(self.dom.reboot, 0), REFUSED_VARIANT_CODES) is not None:
             self.dom.reset(0)  # no ACPI / agent in the guest: a reset is the fallback
 
     def ask_to_shut_down(self, clock: Clock) -> None:
@@ -249,13 +252,13 @@ class Guest:
             cpu = changes.cpu
             waiting += _hot_add(
                 Waiting(_cpu_blocker(live, cpu), "CPUs"),
-                lambda: self.dom.setVcpusFlags(cpu, libvirt.VIR_DOMAIN_AFFECT_LIVE),
+                partial(self.dom.setVcpusFlags, cpu, libvirt.VIR_DOMAIN_AFFECT_LIVE),
             )
         if changes.memory_mib is not None and changes.memory_mib != live.memory_mib:
             dimm = dimm_xml(changes.memory_mib - live.memory_mib)
             waiting += _hot_add(
                 Waiting(_memory_blocker(live, changes.memory_mib), "memory"),
-                lambda: self.dom.attachDeviceFlags(dimm, libvirt.VIR_DOMAIN_AFFECT_LIVE),
+                partial(self.dom.attachDeviceFlags, dimm, libvirt.VIR_DOMAIN_AFFECT_LIVE),
             )
         return waiting
 
@@ -271,13 +274,27 @@ class Guest:
                 "power it off to add the disk"
             )
 
-        return caught(lambda: Success(self.dom.attachDeviceFlags(xml, flags)), refused).map(
-            lambda _: None
-        )
+        def attached() -> Result[None, ProviderError]:
+            self.dom.attachDeviceFlags(xml, flags)
+            return Success(None)
+
+        return caught(attached, refused)
 
     def detach_live(self, xml: str) -> None:
         """Take back a device attached live, as far as the guest lets it (best effort)."""
-        best_effort(lambda: self.dom.detachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+        best_effort(partial(self.dom.detachDeviceFlags, xml, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+
+
+def guest_action(
+    vm_id: str, act: Callable[[VirConnect, Guest], Result[T, ProviderError]]
+) -> Callable[[VirConnect], Result[T, ProviderError]]:
+    """The action on a connection that finds the VM `vm_id` (NOT_FOUND when there is none)
+    and does `act` with the connection and it."""
+
+    def action(conn: VirConnect) -> Result[T, ProviderError]:
+        return Guest.by_id(conn, vm_id).bind(partial(act, conn))
+
+    return action
 
 
 def _hot_add(blocked: Waiting, attempt: Callable[[], object]) -> list[Waiting]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from returns.result import Failure, Success
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
+from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import HealthReport
 
 
@@ -19,11 +20,11 @@ class LibvirtHealth:
         the domain type VMs get, and `(auto)` when the host chose it."""
         connection = self._host.connection
 
-        def version_of(conn: VirConnect) -> tuple[int, str]:
+        def version_of(conn: VirConnect) -> Result[tuple[int, str], ProviderError]:
             self._host.domains.attach(conn)
-            return int(conn.getLibVersion()), self._host.domain_type_of(conn)
+            return Success((int(conn.getLibVersion()), self._host.domain_type_of(conn)))
 
-        match self._host.run("check health", lambda conn: Success(version_of(conn))):
+        match self._host.run("check health", version_of):
             case Failure(error):
                 return HealthReport(ok=False, message=f"libvirt at {connection.uri}: {error}")
             case Success((version, domain_type)):

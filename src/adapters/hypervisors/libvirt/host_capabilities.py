@@ -21,6 +21,7 @@ import logging
 import threading
 import weakref
 import xml.etree.ElementTree as ET
+from functools import partial
 
 import libvirt
 from returns.result import Failure, Result, Success
@@ -169,7 +170,7 @@ def _domain_capabilities(
         if key in known:
             return known[key]
     xml = or_none(
-        lambda: conn.getDomainCapabilities(None, None, machine, domain_type, 0), _UNANSWERED_CODES
+        partial(conn.getDomainCapabilities, None, None, machine, domain_type, 0), _UNANSWERED_CODES
     )
     capabilities = None if xml is None else ET.fromstring(xml)  # noqa: S314 - libvirt's own
     with _lock:

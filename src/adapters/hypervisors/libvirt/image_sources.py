@@ -12,6 +12,7 @@ import contextlib
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import libvirt
@@ -24,7 +25,7 @@ from pyrigaud.adapters.downloads import (
     logged_progress,
     open_download,
 )
-from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure, undone_on_raise
 from pyrigaud.adapters.hypervisors.libvirt.calls import caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
@@ -100,12 +101,11 @@ class JudgedBody:
         """The volume at `path` that the bytes were written into, or, when they were not all
         of the image (a cut download, a checksum that does not match) or the whole image is
         refused, that Failure, and no volume."""
-        return undone_on_failure(
-            lambda: (
-                self.chunks.outcome().bind(lambda _: self.inspection.verdict()).map(lambda _: path)
-            ),
-            lambda: delete_volume(conn, path),
-        )
+
+        def read_and_judged() -> Result[str, ProviderError]:
+            return Result.do(path for _ in self.chunks.outcome() for _ in self.inspection.verdict())
+
+        return undone_on_failure(read_and_judged, partial(delete_volume, conn, path))
 
 
 @dataclass(frozen=True)
@@ -144,11 +144,11 @@ class ImageDownloads:
                 yield Success(chunk)
 
         _, body = peek_header(Chunks(inspected(), after=chunks), JUDGED_PREFIX_BYTES)
-        return (
-            outcome_of(chunks)
-            .bind(lambda _: inspection.first_look())
-            .bind(lambda image: _agreed_format(image.format, given, named))
-            .map(lambda found: JudgedBody(found, body, inspection))
+        return Result.do(
+            JudgedBody(found, body, inspection)
+            for _ in outcome_of(chunks)
+            for image in inspection.first_look()
+            for found in _agreed_format(image.format, given, named)
         )
 
     def write(
@@ -166,8 +166,8 @@ class ImageDownloads:
         checksum verified and the whole image judged; on any failure, no volume."""
         chunks = logged_progress(body.chunks, label, download.length)
         return upload_or_refuse(
-            lambda: write_new_volume(conn, pool, xml, chunks, self.write_volume)
-        ).bind(lambda path: body.kept_if_judged(conn, path))
+            partial(write_new_volume, conn, pool, xml, chunks, self.write_volume)
+        ).bind(partial(body.kept_if_judged, conn))
 
     def root_volume(
         self, conn: VirConnect, pool: Any, name: str, image: VMImage, root: RootPlan
@@ -183,19 +183,27 @@ class ImageDownloads:
                 target = name if body.format == "qcow2" else root.scratch_name
                 xml = volume_xml(target, download.length or 0, volume_format="raw")
                 label = f"root volume {name!r}"
+
+                def with_format(path: str) -> tuple[str, str]:
+                    return path, body.format
+
                 return self.write(
                     conn, pool, xml, download, named=CREATE_FIELDS, label=label, body=body
-                ).map(lambda path: (path, body.format))
+                ).map(with_format)
 
             with contextlib.closing(download):
                 return self.judged(
                     download.chunks, download.length, image.format, CREATE_FIELDS
                 ).bind(written)
 
+        def finished(stored: tuple[str, str]) -> Result[str, ProviderError]:
+            written, image_format = stored
+            return _finished_root(conn, written, image_format, name, root)
+
         return (
             self.open(image.url, image.checksum, image.checksum_type, CREATE_FIELDS)
             .bind(downloaded)
-            .bind(lambda stored: _finished_root(conn, *stored, name, root))
+            .bind(finished)
         )
 
 
@@ -205,24 +213,28 @@ def _finished_root(
     """The root volume from the `written` image: checked as libvirt reads it, a raw one
     converted into `name` (the scratch volume then goes), grown to the class's size."""
     if image_format == "qcow2":
-        return undone_on_failure(
-            lambda: _check_stored_format(conn, written, image_format).map(
-                lambda _: _grown(conn, written, root.capacity_bytes)
-            ),
-            lambda: delete_volume(conn, written),
-        )
+
+        def checked_and_grown() -> Result[str, ProviderError]:
+            return Result.do(
+                _grown(conn, written, root.capacity_bytes)
+                for _ in _check_stored_format(conn, written, image_format)
+            )
+
+        return undone_on_failure(checked_and_grown, partial(delete_volume, conn, written))
     try:
-        converted = _check_stored_format(conn, written, image_format).map(
-            lambda _: copy_volume(conn, written, name)
+        converted = Result.do(
+            copy_volume(conn, written, name)
+            for _ in _check_stored_format(conn, written, image_format)
         )
     finally:
         delete_volume(conn, written)
-    return converted.bind(
-        lambda path: undone_on_failure(
-            lambda: Success(_grown(conn, path, root.capacity_bytes)),
-            lambda: delete_volume(conn, path),
+
+    def grown_or_deleted(path: str) -> str:
+        return undone_on_raise(
+            partial(_grown, conn, path, root.capacity_bytes), partial(delete_volume, conn, path)
         )
-    )
+
+    return converted.map(grown_or_deleted)
 
 
 def _grown(conn: VirConnect, path: str, capacity_bytes: int) -> str:
@@ -254,11 +266,11 @@ def plan_root_disk(conn: VirConnect, request: CreateRequest) -> Result[RootPlan,
         )
     if not image.path:
         scratch = f"{request.name}-download-{secrets.token_hex(4)}.raw"
-        return (
-            declared_format(image.format, CREATE_FIELDS.format)
-            .bind(lambda _: parse_image_url(image.url, CREATE_FIELDS.url))
-            .bind(lambda _: checksum_algorithm(image.checksum_type, CREATE_FIELDS.checksum_type))
-            .map(lambda _: RootPlan(capacity_bytes=wanted, url_image=image, scratch_name=scratch))
+        return Result.do(
+            RootPlan(capacity_bytes=wanted, url_image=image, scratch_name=scratch)
+            for _ in declared_format(image.format, CREATE_FIELDS.format)
+            for _ in parse_image_url(image.url, CREATE_FIELDS.url)
+            for _ in checksum_algorithm(image.checksum_type, CREATE_FIELDS.checksum_type)
         )
     backing = volume_facts(conn, image.path)
     if backing is None:
@@ -325,4 +337,7 @@ def upload_or_refuse(upload: Callable[[], str]) -> Result[str, ProviderError]:
             "the image from a volume already in a storage pool"
         )
 
-    return caught(lambda: Success(upload()), unsupported)
+    def uploaded() -> Result[str, ProviderError]:
+        return Success(upload())
+
+    return caught(uploaded, unsupported)

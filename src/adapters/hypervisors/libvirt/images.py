@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from returns.result import Failure, Result, Success
@@ -50,7 +51,7 @@ class LibvirtImages:
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
         return self._host.run(
             f"prepare image {request.target_name!r}",
-            lambda conn: self._prepare_image(conn, request),
+            partial(self._prepare_image, request=request),
         )
 
     def _prepare_image(
@@ -79,14 +80,11 @@ class LibvirtImages:
                 return self._import_file(conn, pool, name, image_format, source)
             return self._import_url(conn, pool, name, image_format, request)
 
-        return (
-            _image_format(source.format, origin, source.url)
-            .bind(
-                lambda image_format: find_pool(conn, pool_name, pools, field).bind(
-                    lambda pool: prepared(image_format, pool)
-                )
-            )
-            .map(lambda path: PreparedImage(id=request.target_name, path=path))
+        return Result.do(
+            PreparedImage(id=request.target_name, path=path)
+            for image_format in _image_format(source.format, origin, source.url)
+            for pool in find_pool(conn, pool_name, pools, field)
+            for path in prepared(image_format, pool)
         )
 
     def _import_file(
@@ -106,8 +104,8 @@ class LibvirtImages:
 
         def written(body: JudgedBody) -> Result[str, ProviderError]:
             return upload_or_refuse(
-                lambda: write_new_volume(conn, pool, xml, body.chunks, self._host.write_volume)
-            ).bind(lambda path: body.kept_if_judged(conn, path))
+                partial(write_new_volume, conn, pool, xml, body.chunks, self._host.write_volume)
+            ).bind(partial(body.kept_if_judged, conn))
 
         return self._downloads.judged(
             _file_chunks(file_path), size, image_format, FILE_FIELDS
@@ -145,9 +143,11 @@ class LibvirtImages:
 
 def _image_format(given: str, origin: VolumeFacts | None, url: str) -> Result[str, ProviderError]:
     """The prepared volume's format: as told, else the source volume's, else from the URL."""
-    return declared_format(given, PREPARE_FIELDS.format).map(
-        lambda chosen: chosen or _unspecified_format(origin, url)
-    )
+
+    def told_or_unspecified(chosen: str) -> str:
+        return chosen or _unspecified_format(origin, url)
+
+    return declared_format(given, PREPARE_FIELDS.format).map(told_or_unspecified)
 
 
 def _unspecified_format(origin: VolumeFacts | None, url: str) -> str:

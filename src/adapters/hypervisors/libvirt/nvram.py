@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import xml.etree.ElementTree as ET
+from functools import partial
 
 import libvirt
 
@@ -90,7 +91,7 @@ def _nvram_volume(conn: VirConnect, path: str) -> VirStorageVol | None:
 def _volume_in(pool: VirStoragePool, name: str) -> VirStorageVol | None:
     """The volume `name` of `pool` as it is now (the pool is listed afresh first)."""
     pool.refresh(0)
-    return or_none(lambda: pool.storageVolLookupByName(name))
+    return or_none(partial(pool.storageVolLookupByName, name))
 
 
 def _pool_over(conn: VirConnect, directory: str) -> VirStoragePool:
@@ -103,10 +104,14 @@ def _pool_over(conn: VirConnect, directory: str) -> VirStoragePool:
     digest = hashlib.sha256(directory.encode()).hexdigest()[:12]
     ET.SubElement(root, "name").text = f"{NVRAM_POOL_PREFIX}{digest}"
     ET.SubElement(ET.SubElement(root, "target"), "path").text = directory
+
+    def no_pool_over_it() -> bool:
+        return _pool_with_target(conn, directory) is None
+
     created = answer(
-        lambda: conn.storagePoolCreateXML(ET.tostring(root, encoding="unicode"), 0),
+        partial(conn.storagePoolCreateXML, ET.tostring(root, encoding="unicode"), 0),
         POOL_RACE_CODES,
-        unless=lambda: _pool_with_target(conn, directory) is None,
+        unless=no_pool_over_it,
     )
     if isinstance(created, Refused):  # another call made the pool over it meanwhile
         return _pool_over(conn, directory)

@@ -10,6 +10,7 @@ bounded; one that overruns is cancelled and the disk stays on its overlay.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from functools import partial
 
 import libvirt
 from returns.result import Failure, Result, Success
@@ -55,7 +56,7 @@ def _waited(
         if caught_up and _pivoted(guest, target):
             break
         if clock.now() > deadline:
-            best_effort(lambda: dom.blockJobAbort(target, 0))
+            best_effort(partial(dom.blockJobAbort, target, 0))
             return Failure(
                 ProviderError.unavailable(
                     f"merging overlay {top!r} of VM {guest.name!r} took over "
@@ -80,11 +81,11 @@ def _pivoted(guest: Guest, target: str) -> bool:
             return ProviderError.unavailable(error.get_error_message() or "not ready")
         return None
 
-    pivot = caught(
-        lambda: Success(guest.dom.blockJobAbort(target, libvirt.VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT)),
-        not_ready,
-    )
-    return pivot.map(lambda _: True).value_or(False)
+    def pivot() -> Result[bool, ProviderError]:
+        guest.dom.blockJobAbort(target, libvirt.VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT)
+        return Success(True)
+
+    return caught(pivot, not_ready).value_or(False)
 
 
 def _chain(guest: Guest, target: str) -> list[str]:

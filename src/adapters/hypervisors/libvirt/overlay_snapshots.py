@@ -181,11 +181,14 @@ def revert_overlay_snapshot(
     conn: VirConnect, guest: Guest, snapshot: VirDomainSnapshot
 ) -> Result[None, ProviderError]:
     overlays = overlays_of(snapshot)
-    return (
-        _newest(guest, snapshot, overlays)
-        .bind(lambda _: _not_held(conn, guest, overlays))
-        .map(lambda _: _reverted(conn, guest, snapshot, overlays))
-    )
+
+    def not_held(_: None) -> Result[None, ProviderError]:
+        return _not_held(conn, guest, overlays)
+
+    def reverted(_: None) -> None:
+        _reverted(conn, guest, snapshot, overlays)
+
+    return _newest(guest, snapshot, overlays).bind(not_held).map(reverted)
 
 
 def _reverted(
@@ -215,11 +218,10 @@ def delete_overlay_snapshot(
         with _running(guest):
             return _merged(conn, guest, overlays, clock)
 
-    return (
-        _not_held(conn, guest, overlays)
-        .bind(merged)
-        .map(lambda _: _forgotten(conn, guest, snapshot, overlays))
-    )
+    def forgotten(_: None) -> None:
+        _forgotten(conn, guest, snapshot, overlays)
+
+    return _not_held(conn, guest, overlays).bind(merged).map(forgotten)
 
 
 def _merged(

@@ -35,10 +35,18 @@ class _BuildsOrRefresh:
         self._refreshing = False
         self._refreshes_waiting = 0
 
+    def _may_build(self) -> bool:
+        """No refresh runs, and none waits (a waiting refresh goes first)."""
+        return not self._refreshing and not self._refreshes_waiting
+
+    def _may_refresh(self) -> bool:
+        """No refresh runs, and no build."""
+        return not self._refreshing and not self._builds
+
     @contextlib.contextmanager
     def building(self) -> Iterator[None]:
         with self._changed:
-            self._changed.wait_for(lambda: not self._refreshing and not self._refreshes_waiting)
+            self._changed.wait_for(self._may_build)
             self._builds += 1
         try:
             yield
@@ -51,7 +59,7 @@ class _BuildsOrRefresh:
     def refreshing(self) -> Iterator[None]:
         with self._changed:
             self._refreshes_waiting += 1
-            self._changed.wait_for(lambda: not self._refreshing and not self._builds)
+            self._changed.wait_for(self._may_refresh)
             self._refreshes_waiting -= 1
             self._refreshing = True
         try:

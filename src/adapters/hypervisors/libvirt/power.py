@@ -6,13 +6,19 @@ repeated request and the forced power-off after the deadline work from any repli
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from returns.result import Result
 
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.power import PowerState
+
+T = TypeVar("T")
 
 
 class LibvirtPowerControl:
@@ -22,23 +28,17 @@ class LibvirtPowerControl:
     def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
         return self._host.run(
             f"read power state of {vm_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).map(lambda guest: power_of(guest.state())),
+            _with_guest(vm_id, _power_state),
         )
 
     def power_on(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._host.mutate(
-            vm_id, f"power on {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).map(Guest.start)
-        )
+        return self._host.mutate(vm_id, f"power on {vm_id!r}", _with_guest(vm_id, Guest.start))
 
     def power_off(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._host.mutate(
-            vm_id, f"power off {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).map(Guest.stop)
-        )
+        return self._host.mutate(vm_id, f"power off {vm_id!r}", _with_guest(vm_id, Guest.stop))
 
     def reboot(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._host.mutate(
-            vm_id, f"reboot {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).map(Guest.reboot)
-        )
+        return self._host.mutate(vm_id, f"reboot {vm_id!r}", _with_guest(vm_id, Guest.reboot))
 
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
         clock = self._host.clock
@@ -52,9 +52,10 @@ class LibvirtPowerControl:
 
             return guest.own_metadata().map(asked)
 
-        return self._host.mutate(
-            vm_id, f"shut down {vm_id!r}", lambda conn: Guest.by_id(conn, vm_id).bind(request)
-        )
+        def shut_down(conn: VirConnect) -> Result[None, ProviderError]:
+            return Guest.by_id(conn, vm_id).bind(request)
+
+        return self._host.mutate(vm_id, f"shut down {vm_id!r}", shut_down)
 
     def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
         def deadline(guest: Guest) -> int | None:
@@ -63,7 +64,7 @@ class LibvirtPowerControl:
 
         return self._host.run(
             f"read shutdown deadline of {vm_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).map(deadline),
+            _with_guest(vm_id, deadline),
         )
 
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
@@ -75,5 +76,21 @@ class LibvirtPowerControl:
         return self._host.mutate(
             vm_id,
             f"clear shutdown deadline of {vm_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).map(clear),
+            _with_guest(vm_id, clear),
         )
+
+
+def _with_guest(
+    vm_id: str, act: Callable[[Guest], T]
+) -> Callable[[VirConnect], Result[T, ProviderError]]:
+    """The action on a connection that finds the VM `vm_id` (NOT_FOUND when there is none)
+    and answers what `act` makes of it."""
+
+    def action(conn: VirConnect) -> Result[T, ProviderError]:
+        return Guest.by_id(conn, vm_id).map(act)
+
+    return action
+
+
+def _power_state(guest: Guest) -> PowerState:
+    return power_of(guest.state())

@@ -12,6 +12,7 @@ import logging
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import replace
+from functools import partial
 
 import libvirt
 from returns.result import Failure, Result, Success
@@ -48,7 +49,7 @@ from pyrigaud.adapters.hypervisors.libvirt.errors import (
     error_code,
     is_missing,
 )
-from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, blockers
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, blockers, guest_action
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import (
     check_firmware,
@@ -120,30 +121,25 @@ class LibvirtVMLifecycle:
         self, request: CreateRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
         return self._host.make(
-            f"create VM {request.name!r}", lambda conn: self._create(conn, request, owner)
+            f"create VM {request.name!r}", partial(self._create, request=request, owner=owner)
         )
 
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
-        def delete(conn: VirConnect, guest: Guest) -> None:
+        def delete(conn: VirConnect, guest: Guest) -> Result[None, ProviderError]:
             metadata = guest.facts().metadata
             guest.stop()
             guest.undefine()
             for path in metadata.volumes if metadata else ():
                 delete_volume(conn, path)
+            return Success(None)
 
-        return self._host.mutate(
-            vm_id,
-            f"delete VM {vm_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).map(lambda guest: delete(conn, guest)),
-        )
+        return self._host.mutate(vm_id, f"delete VM {vm_id!r}", guest_action(vm_id, delete))
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[None, ProviderError]:
         return self._host.mutate(
             vm_id,
             f"reconfigure VM {vm_id!r}",
-            lambda conn: Guest.by_id(conn, vm_id).bind(
-                lambda guest: _reconfigured(conn, guest, changes)
-            ),
+            guest_action(vm_id, partial(_reconfigured, changes=changes)),
         )
 
     def upgrade_hardware(self, vm_id: str, target_version: int) -> Result[None, ProviderError]:
@@ -160,13 +156,15 @@ class LibvirtVMLifecycle:
         any point leaves one owner-marked, time-stamped domain that Delete removes whole.
         """
         host = self._host
-        match check_firmware(conn, request.vm_class, host.domain_type_of(conn)).bind(
-            lambda _: find_pool(
+        match Result.do(
+            found
+            for _ in check_firmware(conn, request.vm_class, host.domain_type_of(conn))
+            for found in find_pool(
                 conn, request.placement.datastore or host.pools.default_pool, host.pools
             )
         ):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(pool):
                 pass
         # No networks asked for still gets one user-mode NIC: a VM nobody can reach is no use.
@@ -175,11 +173,13 @@ class LibvirtVMLifecycle:
         if seeded:
             attachments = with_macs(attachments)  # network-config matches NICs by MAC
         pcie, devices = _machine_devices(conn, host.domain_type_of(conn), request)
-        match _nics(conn, attachments, devices).bind(
-            lambda found: plan_root_disk(conn, request).map(lambda root: (found, root))
+        match Result.do(
+            (found, plan)
+            for found in _nics(conn, attachments, devices)
+            for plan in plan_root_disk(conn, request)
         ):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success((nics, root)):
                 pass
         sizes = [root.capacity_bytes] + [spec.size_gib * GIB for spec in request.disks]
@@ -215,8 +215,8 @@ class LibvirtVMLifecycle:
             pcie=pcie,
         )
         match begin_building(conn, building):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(guest):
                 pass
         made: list[str] = []
@@ -226,8 +226,8 @@ class LibvirtVMLifecycle:
             for index, (name, size) in enumerate(zip(names, sizes, strict=True)):
                 if index == 0 and root.url_image is not None:
                     match self._downloads.root_volume(conn, pool, name, root.url_image, root):
-                        case Failure(error):
-                            return Failure(error)
+                        case Failure() as failed:
+                            return failed
                         case Success(path):
                             made.append(path)
                 else:
@@ -244,8 +244,8 @@ class LibvirtVMLifecycle:
                     networks=attachments,
                 )
                 match write_seed(conn, pool, seed_name, build_seed(seed), host.write_volume):
-                    case Failure(error):
-                        return Failure(error)
+                    case Failure() as failed:
+                        return failed
                     case Success(seed_path):
                         made.append(seed_path)
             complete = replace(
@@ -297,8 +297,8 @@ def _reconfigured(
             _grow_disk(conn, guest, facts.disks[index], size_gib * GIB, running)
             continue
         match _attach_new_disk(conn, guest, facts, index, size_gib * GIB):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
         facts = guest.facts()
     if changes.cpu is None and changes.memory_mib is None:
         return Success(None)
@@ -318,10 +318,10 @@ def _reconfigured(
         if waiting:
             logger.info("VM %s waits for a power cycle: %s", facts.name, blockers(waiting))
 
-    return caught(
-        lambda: Success(conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib))),
-        refused,
-    ).map(defined)
+    def redefined() -> Result[object, ProviderError]:
+        return Success(conn.defineXML(with_resources(inactive, changes.cpu, changes.memory_mib)))
+
+    return caught(redefined, refused).map(defined)
 
 
 def _disk(path: str, index: int, devices: GuestDevices) -> DiskDevice:
@@ -340,8 +340,8 @@ def _nics(
     nics: list[NicDevice] = []
     for index, attachment in enumerate(attachments):
         match _nic(conn, index, attachment, attachment.model or devices.nic_model(index)):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(nic):
                 nics.append(nic)
     return Success(tuple(nics))
@@ -359,10 +359,12 @@ def _nic(
                 fields.network_name(index), f"no libvirt network named {attachment.network_name!r}"
             )
 
-        return caught(
-            lambda: Success(conn.networkLookupByName(attachment.network_name)), missing
-        ).map(
-            lambda _: NicDevice("network", attachment.network_name, model, attachment.mac_address)
+        def network() -> Result[object, ProviderError]:
+            return Success(conn.networkLookupByName(attachment.network_name))
+
+        return Result.do(
+            NicDevice("network", attachment.network_name, model, attachment.mac_address)
+            for _ in caught(network, missing)
         )
     if attachment.bridge:
         return Success(NicDevice("bridge", attachment.bridge, model, attachment.mac_address))
@@ -384,9 +386,10 @@ def _grow_disk(
 def _attach_new_disk(
     conn: VirConnect, guest: Guest, facts: DomainFacts, index: int, capacity: int
 ) -> Result[None, ProviderError]:
-    return guest.own_metadata().bind(
-        lambda metadata: _attached(conn, guest, facts, index, capacity, metadata=metadata)
-    )
+    def attached(metadata: VMMetadata) -> Result[None, ProviderError]:
+        return _attached(conn, guest, facts, index, capacity, metadata=metadata)
+
+    return guest.own_metadata().bind(attached)
 
 
 def _attached(
@@ -407,18 +410,24 @@ def _attached(
     # definition and still fail live, leaving a disk whose volume the cleanup below removes.
     live = bool(guest.dom.isActive())
 
+    in_definition = partial(guest.attach_disk, xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+
+    def defined_after_live(_attached_live: None) -> Result[None, ProviderError]:
+        return undone_on_failure(in_definition, partial(guest.detach_live, xml))
+
     def defined() -> Result[None, ProviderError]:
         if not live:
-            return guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+            return in_definition()
         return guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_LIVE).bind(
-            lambda _: undone_on_failure(
-                lambda: guest.attach_disk(xml, disk.target, libvirt.VIR_DOMAIN_AFFECT_CONFIG),
-                lambda: guest.detach_live(xml),
-            )
+            defined_after_live
         )
 
+    def recorded(_defined: None) -> None:
+        guest.write_metadata(metadata.with_volume(path))
+
+    def defined_and_recorded() -> Result[None, ProviderError]:
+        return defined().map(recorded)
+
     return undone_on_failure(
-        lambda: defined().map(lambda _: guest.write_metadata(metadata.with_volume(path))),
-        lambda: delete_volume(conn, path),
-        raised=RAISED_BY_LIBVIRT,
+        defined_and_recorded, partial(delete_volume, conn, path), raised=RAISED_BY_LIBVIRT
     )

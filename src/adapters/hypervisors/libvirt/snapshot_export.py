@@ -74,11 +74,16 @@ def snapshot_image(
     descriptors = [overlay.fileno()]
     if backing is not None:
         chain, base = backing.volume, files.enter_context(scratch_file(scratch_dir))
-        spooled = spooled.bind(lambda _: _spooled(counted(volume_chunks(conn, chain), watch), base))
+
+        def backing_spooled(_: None) -> Result[None, ProviderError]:
+            return _spooled(counted(volume_chunks(conn, chain), watch), base)
+
+        spooled = spooled.bind(backing_spooled)
         image["backing"] = _backing(backing.format, base)
         descriptors.append(base.fileno())
-    return spooled.bind(
-        lambda _: _converted(
+
+    def converted(_: None) -> Result[None, ProviderError]:
+        return _converted(
             disk,
             snapshot,
             disk_format=disk_format,
@@ -87,7 +92,8 @@ def snapshot_image(
             out=out,
             watch=watch,
         )
-    )
+
+    return spooled.bind(converted)
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,7 @@ def _converted(
             f"qemu-img cannot read snapshot {snapshot!r} of {disk.path!r}: {reason}"
         ),
     )
-    return converted.map(lambda _: None)
+    return Result.do(None for _ in converted)
 
 
 def _path(file: BinaryIO) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import libvirt
@@ -22,7 +23,7 @@ from returns.result import Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.calls import caught, or_none
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
-from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, guest_action
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import (
     create_overlay_snapshot,
@@ -43,9 +44,7 @@ class LibvirtSnapshots:
         return self._host.mutate(
             request.vm_id,
             f"snapshot {request.vm_id!r}",
-            lambda conn: Guest.by_id(conn, request.vm_id).bind(
-                lambda guest: _create_snapshot(conn, guest, request)
-            ),
+            guest_action(request.vm_id, partial(_create_snapshot, request=request)),
         )
 
     def delete_snapshot(self, vm_id: str, snapshot_id: str) -> Result[None, ProviderError]:
@@ -77,15 +76,11 @@ class LibvirtSnapshots:
     ) -> Result[None, ProviderError]:
         """`act` on the VM's snapshot of that name (an internal one, or pyrigaud's overlays),
         as one mutation of the VM."""
-        return self._host.mutate(
-            vm_id,
-            doing,
-            lambda conn: Guest.by_id(conn, vm_id).bind(
-                lambda guest: find_snapshot(guest, snapshot_id).bind(
-                    lambda snapshot: act(conn, guest, snapshot)
-                )
-            ),
-        )
+
+        def on_snapshot(conn: VirConnect, guest: Guest) -> Result[None, ProviderError]:
+            return find_snapshot(guest, snapshot_id).bind(partial(act, conn, guest))
+
+        return self._host.mutate(vm_id, doing, guest_action(vm_id, on_snapshot))
 
 
 def find_snapshot(guest: Guest, snapshot_id: str) -> Result[Any, ProviderError]:
@@ -96,14 +91,21 @@ def find_snapshot(guest: Guest, snapshot_id: str) -> Result[Any, ProviderError]:
             return ProviderError.not_found(f"VM {guest.name!r} has no snapshot {snapshot_id!r}")
         return None
 
-    return caught(lambda: Success(guest.dom.snapshotLookupByName(snapshot_id, 0)), missing)
+    def found() -> Result[Any, ProviderError]:
+        return Success(guest.dom.snapshotLookupByName(snapshot_id, 0))
+
+    return caught(found, missing)
 
 
 def _create_snapshot(
     conn: VirConnect, guest: Guest, request: SnapshotRequest
 ) -> Result[Snapshot, ProviderError]:
     dom = guest.dom
-    retried = or_none(lambda: _snapshot_value(dom.snapshotLookupByName(request.name, 0)))
+
+    def made_before() -> Snapshot:
+        return _snapshot_value(dom.snapshotLookupByName(request.name, 0))
+
+    retried = or_none(made_before)
     if retried is not None:  # a retry: the same one
         return Success(retried)
     if uses_pflash(conn, guest):

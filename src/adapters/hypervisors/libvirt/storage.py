@@ -11,6 +11,7 @@ import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import libvirt
@@ -70,7 +71,7 @@ def find_pool(
 
 
 def _pool_named(conn: VirConnect, name: str) -> VirStoragePool | None:
-    return or_none(lambda: conn.storagePoolLookupByName(name))
+    return or_none(partial(conn.storagePoolLookupByName, name))
 
 
 def _dir_pool_xml(name: str, path: str) -> str:
@@ -151,7 +152,7 @@ def refreshed_view(pool: VirStoragePool) -> Iterator[bool]:
     pool_jobs.py); while the block runs, no refresh of this process changes what it reads.
     False: libvirt refused (another client's build is under way, or the pool stopped)."""
     with refreshing(pool):
-        yield refusal(lambda: pool.refresh(0), ANY_CODE) is None
+        yield refusal(partial(pool.refresh, 0), ANY_CODE) is None
 
 
 def refresh_pool(pool: VirStoragePool) -> bool:
@@ -179,7 +180,7 @@ def upload_volume(conn: VirConnect, volume: VirStorageVol, chunks: Iterable[byte
             _send_all(stream, chunk)
         stream.finish()
 
-    undone_on_raise(sent, lambda: best_effort(stream.abort))
+    undone_on_raise(sent, partial(best_effort, stream.abort))
 
 
 def _send_all(stream: Any, chunk: bytes) -> None:
@@ -213,13 +214,17 @@ def write_new_volume(
         if read_back:
             refresh_pool(pool)
 
-    undone_on_raise(written, lambda: delete_volume(conn, path))
+    undone_on_raise(written, partial(delete_volume, conn, path))
     return path
 
 
 def find_volume(pool: VirStoragePool, name: str) -> str | None:
     """The path of the pool's volume called `name`, or None."""
-    return or_none(lambda: str(pool.storageVolLookupByName(name).path()))
+
+    def path() -> str:
+        return str(pool.storageVolLookupByName(name).path())
+
+    return or_none(path)
 
 
 def copy_volume_into(
@@ -236,7 +241,7 @@ def copy_volume_into(
 
 def volume_facts(conn: VirConnect, path: str) -> VolumeFacts | None:
     """The volume at `path`, or None when no pool knows it."""
-    volume = or_none(lambda: conn.storageVolLookupByPath(path))
+    volume = or_none(partial(conn.storageVolLookupByPath, path))
     if volume is None:
         return None
     _kind, capacity, allocation = volume.info()
@@ -262,9 +267,9 @@ def volumes_by_path(conn: VirConnect) -> dict[str, VolumeFacts]:
     for pool in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
         if str(pool.name()).startswith(NVRAM_POOL_PREFIX):
             continue
-        volumes = or_none(lambda: pool.listAllVolumes(0))  # noqa: B023 (called at once)
+        volumes = or_none(partial(pool.listAllVolumes, 0))
         for volume in volumes or ():
-            xml = or_none(lambda: volume.XMLDesc(0))  # noqa: B023 (called at once)
+            xml = or_none(partial(volume.XMLDesc, 0))
             if xml is None:
                 continue
             root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
@@ -289,4 +294,8 @@ def grow_volume(conn: VirConnect, path: str, capacity_bytes: int) -> None:
 
 def delete_volume(conn: VirConnect, path: str) -> None:
     """Remove the volume at `path`; one that is already gone is fine."""
-    or_none(lambda: conn.storageVolLookupByPath(path).delete(0))  # one already gone: fine
+
+    def delete() -> None:
+        conn.storageVolLookupByPath(path).delete(0)
+
+    or_none(delete)  # one already gone: fine

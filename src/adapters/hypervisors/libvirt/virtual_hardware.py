@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from functools import partial
 
 from returns.result import Result, Success
 
@@ -22,7 +23,7 @@ from pyrigaud.adapters.hypervisors.libvirt.device_models import (
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import import_record_beside
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import chosen_disk
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, NicDevice, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, guest_action
 from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import volume_facts
 from pyrigaud.domain.errors import ProviderError
@@ -37,12 +38,10 @@ class LibvirtHardwareFacts:
     host: LibvirtHost
 
     def hardware_of(self, vm_id: str, disk_id: str) -> Result[VirtualHardware, ProviderError]:
-        def read(conn: VirConnect) -> Result[VirtualHardware, ProviderError]:
-            return Guest.by_id(conn, vm_id).bind(
-                lambda guest: hardware_in(guest.inactive_xml(), disk_id)
-            )
+        def read(_conn: VirConnect, guest: Guest) -> Result[VirtualHardware, ProviderError]:
+            return hardware_in(guest.inactive_xml(), disk_id)
 
-        return self.host.run(f"read the hardware of VM {vm_id!r}", read)
+        return self.host.run(f"read the hardware of VM {vm_id!r}", guest_action(vm_id, read))
 
     def import_record_of(self, disk_path: str) -> Result[bytes | None, ProviderError]:
         def read(conn: VirConnect) -> Result[bytes | None, ProviderError]:
@@ -61,7 +60,7 @@ def hardware_in(xml: str, disk_id: str) -> Result[VirtualHardware, ProviderError
     facts = parse_domain(xml)
     root = ET.fromstring(xml)  # noqa: S314 - libvirt's own output
     return chosen_disk(facts.name, facts.disks, disk_id).map(
-        lambda disk: _hardware(root, disk, facts.nics)
+        partial(_hardware, root, nics=facts.nics)
     )
 
 

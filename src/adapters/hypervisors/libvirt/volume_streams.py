@@ -92,8 +92,12 @@ def _opened_segment(
         stream = conn.newStream(0)
         with building_in(pool):
             refused = refusal(
-                lambda: volume.download(
-                    stream, offset, SEGMENT_BYTES, libvirt.VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM
+                partial(
+                    volume.download,
+                    stream,
+                    offset,
+                    SEGMENT_BYTES,
+                    libvirt.VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM,
                 ),
                 SPARSE_REFUSALS,
             )
@@ -153,7 +157,10 @@ def refusing_unsupported(direction: str, transfer: Callable[[], T]) -> Result[T,
             f"{direction.capitalize()}): disk transfer needs a real hypervisor"
         )
 
-    return caught(lambda: Success(transfer()), unsupported)
+    def transferred() -> Result[T, ProviderError]:
+        return Success(transfer())
+
+    return caught(transferred, unsupported)
 
 
 @dataclass(frozen=True)
@@ -234,4 +241,4 @@ def _unfinished_landing_removed(
 
 def _volumes(pool: VirStoragePool) -> list[VirStorageVol]:
     refresh_pool(pool)  # at best: a volume that vanished meanwhile
-    return list(or_none(lambda: pool.listAllVolumes(0)) or ())
+    return list(or_none(partial(pool.listAllVolumes, 0)) or ())

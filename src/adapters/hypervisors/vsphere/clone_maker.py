@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -22,7 +23,7 @@ from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort
 from pyrigaud.adapters.hypervisors.vsphere.customization import GuestCustomization
 from pyrigaud.adapters.hypervisors.vsphere.devices import nic_count
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location, merged, resolve
-from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, destroyed, ended, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, building_marks
 from pyrigaud.application.ports import Clock
@@ -72,7 +73,7 @@ class CloneMaker:
                 ProviderError.already_exists(f"a VM named {order.name!r} already exists")
             )
         return resolve(instance, merged(order.placement, self._defaults), order.source).bind(
-            lambda location: self._clone_at(instance, order, location)
+            partial(self._clone_at, instance, order)
         )
 
     def _clone_at(
@@ -142,31 +143,37 @@ class CloneMaker:
         made = wait(
             instance, order.source.CloneVM_Task(folder=folder, name=order.name, spec=clone_spec)
         )
-        return made.bind(lambda clone: self._finished(instance, order, clone, version)).map(
-            lambda _: CreatedVM(id=instance_uuid)
-        )
+
+        def created(_finished: None) -> CreatedVM:
+            return CreatedVM(id=instance_uuid)
+
+        return made.bind(partial(self._finished, instance, order, version=version)).map(created)
 
     def _finished(
         self, instance: Any, order: CloneOrder, clone: Any, version: str
     ) -> Result[None, ProviderError]:
         """The clone upgraded, configured and customized, or destroyed again: no half-built VM
         stays behind, and the original failure is what the caller sees."""
-        return undone_on_failure(
-            lambda: self._upgraded(instance, clone, version).bind(
-                lambda devices: order.configure(devices).bind(
-                    lambda spec: self._configured(instance, order, clone, devices, spec)
-                )
-            ),
-            lambda: _destroy(instance, clone),
-        )
+
+        def configured(devices: list[Any]) -> Result[None, ProviderError]:
+            return order.configure(devices).bind(
+                partial(self._configured, instance, order, clone, devices)
+            )
+
+        def finished() -> Result[None, ProviderError]:
+            return self._upgraded(instance, clone, version).bind(configured)
+
+        return undone_on_failure(finished, partial(_destroy, instance, clone))
 
     def _upgraded(
         self, instance: Any, clone: Any, version: str
     ) -> Result[list[Any], ProviderError]:
         """The clone's devices once its hardware is at `version`."""
-        return wait(instance, clone.UpgradeVM_Task(version)).map(
-            lambda _: self._vcenter.devices(instance, clone)
-        )
+
+        def devices(_upgraded: object) -> list[Any]:
+            return self._vcenter.devices(instance, clone)
+
+        return wait(instance, clone.UpgradeVM_Task(version)).map(devices)
 
     def _configured(
         self, instance: Any, order: CloneOrder, clone: Any, devices: list[Any], spec: Any
@@ -177,16 +184,19 @@ class CloneMaker:
         guest = order.guest
         if guest is None:
             spec.extraConfig = [*(spec.extraConfig or ()), finished]
-            return wait(instance, clone.ReconfigVM_Task(spec)).map(lambda _: None)
+            return ended(instance, clone.ReconfigVM_Task(spec))
         nics = nic_count(devices, spec.deviceChange)
-        return (
-            wait(instance, clone.ReconfigVM_Task(spec))
-            .bind(lambda _: wait(instance, clone.CustomizeVM_Task(guest.spec(nics))))
-            .bind(lambda _: self._vcenter.set_extra_config(instance, clone, {BUILDING_KEY: ""}))
-        )
+
+        def customized(_reconfigured: object) -> Result[Any, ProviderError]:
+            return wait(instance, clone.CustomizeVM_Task(guest.spec(nics)))
+
+        def unmarked(_customized: object) -> Result[None, ProviderError]:
+            return self._vcenter.set_extra_config(instance, clone, {BUILDING_KEY: ""})
+
+        return wait(instance, clone.ReconfigVM_Task(spec)).bind(customized).bind(unmarked)
 
 
 def _destroy(instance: Any, clone: Any) -> None:
     """Destroy a half-built clone; the caller's failure is the one told (so this cleanup's
     own is not)."""
-    best_effort(lambda: wait(instance, clone.Destroy_Task()))
+    best_effort(partial(destroyed, instance, clone))

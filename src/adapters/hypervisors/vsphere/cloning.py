@@ -4,6 +4,8 @@ snapshot, with the class and guest customization in the clone spec."""
 from __future__ import annotations
 
 import json
+from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -42,10 +44,9 @@ class VSphereCloning:
             def configure(devices: list[Any]) -> Result[Any, ProviderError]:
                 extra = guestinfo(customization.user_data, _guest_metadata(customization))
                 extra[OWNER_KEY] = owner.provider
-                return nic_changes(
-                    instance, devices, customization.networks, CLONE_ATTACHMENTS
-                ).map(
-                    lambda changes: vim.vm.ConfigSpec(
+
+                def spec(changes: list[Any]) -> Any:
+                    return vim.vm.ConfigSpec(
                         numCPUs=request.cpu,
                         memoryMB=request.memory_mib,
                         extraConfig=[
@@ -54,7 +55,10 @@ class VSphereCloning:
                         ],
                         deviceChange=changes,
                     )
-                )
+
+                return nic_changes(
+                    instance, devices, customization.networks, CLONE_ATTACHMENTS
+                ).map(spec)
 
             order = Result.do(
                 CloneOrder(
@@ -78,7 +82,7 @@ class VSphereCloning:
                     self._newest_snapshot(instance, source) if request.linked else Success(None)
                 )
             )
-            return order.bind(lambda ordered: self._clone_maker.clone(instance, ordered))
+            return order.bind(partial(self._clone_maker.clone, instance))
 
         return run(self._vcenter.session, f"cloning VM {request.source_vm_id!r}", make)
 
@@ -91,7 +95,7 @@ class VSphereCloning:
                         "none; take one with SnapshotCreate first, or ask for a full clone"
                     )
                 )
-            return Success(max(trees, key=lambda tree: (tree.createTime, tree.id)).snapshot)
+            return Success(max(trees, key=attrgetter("createTime", "id")).snapshot)
 
         return snapshot_trees(self._vcenter, instance, vm._moId).bind(newest)
 

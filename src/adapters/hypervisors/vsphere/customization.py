@@ -79,11 +79,13 @@ def guest_customization(
         hwClockUTC=True,
     )
     dns = tuple(dict.fromkeys(server for network in networks for server in network.dns))
-    return adapters.map(
-        lambda settings: GuestCustomization(
+
+    def customization(settings: tuple[Any, ...]) -> GuestCustomization:
+        return GuestCustomization(
             adapters=settings, identity=identity, dns_servers=dns, domain=domain
         )
-    )
+
+    return adapters.map(customization)
 
 
 def _adapter(

@@ -22,7 +22,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.vsphere.calls import fault_is, or_none, transferring
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
-from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import ended, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
 from pyrigaud.domain.errors import ProviderError
 
@@ -76,7 +76,11 @@ def read_small(
                     f"datastore file {file.datastore_path!r} is larger than {limit} bytes"
                 )
             )
-        return _checked(status, "reading", file).map(lambda _: body)
+
+        def read_body(_checked_status: None) -> bytes | None:
+            return body
+
+        return _checked(status, "reading", file).map(read_body)
 
     return _resolve(connection, datastore_path).bind(read)
 
@@ -105,15 +109,19 @@ def exists(connection: Connection, datastore_path: str) -> Result[bool, Provider
         # A name with wildcard characters matches itself through `?`; the exact test is below.
         spec = vim.host.DatastoreBrowser.SearchSpec(matchPattern=[WILDCARDS.sub("?", name)])
         folder = f"[{file.datastore_name}] {parent}".rstrip()
-        found = or_none(
-            lambda: wait(
+
+        def searched() -> Result[Any, ProviderError]:
+            return wait(
                 connection, browser.SearchDatastore_Task(datastorePath=folder, searchSpec=spec)
-            ),
-            fault_is(vim.fault.FileNotFound),
-        )
+            )
+
+        def named(answer: Any) -> bool:
+            return any(entry.path == name for entry in answer.file or ())
+
+        found = or_none(searched, fault_is(vim.fault.FileNotFound))
         if found is None:
             return Success(False)
-        return found.map(lambda answer: any(entry.path == name for entry in answer.file or ()))
+        return found.map(named)
 
     return _resolve(connection, datastore_path).bind(look)
 
@@ -123,16 +131,17 @@ def delete(connection: Connection, datastore_path: str) -> Result[None, Provider
 
     def remove(file: _File) -> Result[None, ProviderError]:
         manager = connection.content.fileManager
-        deleted = or_none(
-            lambda: wait(
+
+        def deleted_now() -> Result[None, ProviderError]:
+            return ended(
                 connection,
                 manager.DeleteDatastoreFile_Task(
                     name=file.datastore_path, datacenter=file.datacenter
                 ),
-            ),
-            fault_is(vim.fault.FileNotFound),
-        )
-        return Success(None) if deleted is None else deleted.map(lambda _: None)
+            )
+
+        deleted = or_none(deleted_now, fault_is(vim.fault.FileNotFound))
+        return Success(None) if deleted is None else deleted
 
     return _resolve(connection, datastore_path).bind(remove)
 

@@ -52,13 +52,17 @@ FALLBACK_NIC = NicModel.E1000E
 UNKNOWN = "unknown"  # Describe's word for a device with none in the domain's vocabulary
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class FallbackCounters:
     """Told once per VM given a fallback disk controller, once per VM given fallback NICs
     (pyrigaud_hardware_fallbacks_total by device)."""
 
-    disk_controller: Callable[[], None] = lambda: None
-    nic: Callable[[], None] = lambda: None
+    disk_controller: Callable[[], None] = _nothing
+    nic: Callable[[], None] = _nothing
 
 
 def controller_word(device: Any) -> DiskController | None:

@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Any, BinaryIO
 from xml.etree import ElementTree as ET
 
@@ -31,7 +32,7 @@ from pyrigaud.adapters.hypervisors.vsphere.ovf_import import import_spec, import
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
-from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import destroyed, wait
 from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -73,15 +74,19 @@ def import_stream_optimized(  # noqa: PLR0917 (the signature the ImportDisk glue
         return Success(None)
 
     descriptor = one_disk_descriptor(name, disk.size_bytes, capacity_bytes)
+
+    def spec(_unclaimed: None) -> Result[Any, ProviderError]:
+        return import_spec(connection, descriptor, name, location, _refused)
+
     # A failure inside import_vm aborts the lease and destroys the VM it was making, with its
     # home folder. One before the VM exists (another import of that name got there between
     # the check and now) leaves everything alone: that folder is the other import's.
     return (
         datastore_files.exists(connection, folder)
         .bind(unclaimed)
-        .bind(lambda _: import_spec(connection, descriptor, name, location, _refused))
-        .bind(lambda spec: import_vm(connection, disk, spec, location, marks))
-        .bind(lambda vm: _kept(connection, vm, folder, datastore, name))
+        .bind(spec)
+        .bind(partial(import_vm, connection, disk, location=location, marks=marks))
+        .bind(partial(_kept, connection, folder=folder, datastore=datastore, name=name))
     )
 
 
@@ -90,7 +95,7 @@ def _kept(
 ) -> Result[str, ProviderError]:
     """The imported VM's disk kept in `folder` and the VM gone; whatever fails on the way
     takes the VM (and, once the disk is detached, its folder) away."""
-    home = undone_on_raise(lambda: _home_folder(connection, vm), lambda: _destroy(connection, vm))
+    home = undone_on_raise(partial(_home_folder, connection, vm), partial(_destroy, connection, vm))
     if home != folder:  # the folder appeared meanwhile, and vCenter made ours beside it
         _destroy(connection, vm)
         return Failure(
@@ -100,7 +105,7 @@ def _kept(
             )
         )
     return undone_on_failure(
-        lambda: _keep_disk(connection, vm), lambda: _forget(connection, vm, home)
+        partial(_keep_disk, connection, vm), partial(_forget, connection, vm, home)
     )
 
 
@@ -113,14 +118,14 @@ def _home_folder(connection: Connection, vm: Any) -> str:
 def _destroy(connection: Connection, vm: Any) -> None:
     """Destroy the import's VM if it is still there; the caller's failure is the one told (so
     this cleanup's own is not)."""
-    best_effort(lambda: wait(connection, vm.Destroy_Task()))
+    best_effort(partial(destroyed, connection, vm))
 
 
 def _forget(connection: Connection, vm: Any, home: str) -> None:
     """Once detached the disk is no longer the VM's: only deleting the VM's home folder,
     where the disk was made, takes it away."""
     _destroy(connection, vm)
-    best_effort(lambda: datastore_files.delete(connection, home))
+    best_effort(partial(datastore_files.delete, connection, home))
 
 
 def one_disk_descriptor(name: str, size_bytes: int, capacity_bytes: int) -> str:

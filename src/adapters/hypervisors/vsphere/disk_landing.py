@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from functools import partial
 from typing import IO, Any, BinaryIO
 
 from returns.result import Failure, Result, Success
@@ -89,21 +90,20 @@ class DatastoreSite:
             earlier = parse_record(record)
             if earlier is None or not earlier.result.path:
                 return Success(record)  # not ours to judge: a clash
-            return datastore_files.exists(instance, earlier.result.path).bind(
-                lambda there: (
-                    Success(record)
-                    if there
-                    else datastore_files.delete(instance, self.folder).map(lambda _: None)
-                )
+
+            def kept_if_there(there: bool) -> Result[bytes | None, ProviderError]:
+                if there:
+                    return Success(record)
+                return datastore_files.delete(instance, self.folder)
+
+            return datastore_files.exists(instance, earlier.result.path).bind(kept_if_there)
+
+        def read(instance: Any) -> Result[bytes | None, ProviderError]:
+            return datastore_files.read_small(instance, self._record_path).bind(
+                partial(judged, instance)
             )
 
-        return run(
-            self.vcenter.session,
-            IMPORTING,
-            lambda instance: datastore_files.read_small(instance, self._record_path).bind(
-                lambda record: judged(instance, record)
-            ),
-        )
+        return run(self.vcenter.session, IMPORTING, read)
 
     def receive(
         self,
@@ -118,9 +118,13 @@ class DatastoreSite:
         def received() -> Result[ReceivedDisk, ProviderError]:
             vmdk = open_scratch(self.scratch_dir)
             written = undone_on_failure(
-                lambda: self._stream_optimized(chunks, size_bytes, image, vmdk, watch), vmdk.close
+                partial(self._stream_optimized, chunks, size_bytes, image, vmdk, watch), vmdk.close
             )
-            return written.map(lambda capacity: _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity))
+
+            def to_upload(capacity: int) -> ReceivedDisk:
+                return _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity)
+
+            return written.map(to_upload)
 
         return attempt(IMPORTING, received)
 
@@ -133,8 +137,8 @@ class DatastoreSite:
 
         def keep(instance: Any) -> Result[None, ProviderError]:
             return undone_on_failure(
-                lambda: datastore_files.write_small(instance, self._record_path, record),
-                lambda: forget(instance),
+                partial(datastore_files.write_small, instance, self._record_path, record),
+                partial(forget, instance),
             )
 
         return run(self.vcenter.session, IMPORTING, keep)
@@ -150,8 +154,12 @@ class DatastoreSite:
         """The staged disk written to `vmdk` as a streamOptimized vmdk; its capacity."""
         if image.stream_optimized_vmdk:
             spool(chunks, vmdk)
+
+            def capacity(_checked: None) -> int:
+                return image.virtual_size_bytes
+
             return checked_vmdk(vmdk, image.virtual_size_bytes, fields.SOURCE_URL, watch=watch).map(
-                lambda _: image.virtual_size_bytes
+                capacity
             )
         if image.format == "raw":
             if size_bytes is None:
@@ -170,9 +178,14 @@ class DatastoreSite:
                 case Success(MappedDisk() as disk):
                     return _encoded(disk.chunks, disk.capacity_bytes, vmdk)
             with scratch_file(self.scratch_dir) as raw:
-                return mapped.bind(lambda _: _read_by_qemu(staged, image, raw, watch)).bind(
-                    lambda capacity: _encoded(file_chunks(raw), capacity, vmdk)
-                )
+
+                def converted(_unmapped: object) -> Result[int, ProviderError]:
+                    return _read_by_qemu(staged, image, raw, watch)
+
+                def encoded(capacity: int) -> Result[int, ProviderError]:
+                    return _encoded(file_chunks(raw), capacity, vmdk)
+
+                return mapped.bind(converted).bind(encoded)
 
 
 def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[int, ProviderError]:
@@ -180,7 +193,11 @@ def _encoded(disk: Iterable[bytes], capacity: int, vmdk: IO[bytes]) -> Result[in
     capacity, or why the encoding stopped (a disk of another size than said)."""
     encoded = encode_stream_optimized(disk, capacity)
     spool(encoded, vmdk)
-    return encoded.outcome().map(lambda _: capacity)
+
+    def whole(_ended: None) -> int:
+        return capacity
+
+    return encoded.outcome().map(whole)
 
 
 def _read_by_qemu(
@@ -212,6 +229,10 @@ def _read_by_qemu(
     return converted.map(size)
 
 
+def _landed(path: str) -> LandedDisk:
+    return LandedDisk(path=path)
+
+
 class _ReceivedVmdk:
     """The staged disk as a streamOptimized vmdk of `size_bytes` in `vmdk`, to upload."""
 
@@ -235,7 +256,7 @@ class _ReceivedVmdk:
                 site.location,
                 self._capacity_bytes,
                 marks=site.marks.building(),
-            ).map(lambda path: LandedDisk(path=path))
+            ).map(_landed)
 
         return run(site.vcenter.session, f"importing disk {site.disk_name!r}", landed)
 

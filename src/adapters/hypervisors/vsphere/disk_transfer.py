@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, BinaryIO
 
 from pyVmomi import vim as untyped_vim
@@ -87,28 +88,29 @@ class VSphereDiskTransfer:
 
         def details(row: Mapping[str, Any]) -> Result[DiskDetails, ProviderError]:
             disks = virtual_disks(row)
-            return disk_index(disks, query.disk_id, query.vm_id).map(
-                lambda index: _details(disks[index], is_bootable=index == 0)
+
+            def detailed(index: int) -> DiskDetails:
+                return _details(disks[index], is_bootable=index == 0)
+
+            return disk_index(disks, query.disk_id, query.vm_id).map(detailed)
+
+        def found(instance: Any) -> Result[DiskDetails, ProviderError]:
+            return self.vcenter.found_row(instance, query.vm_id, ("config.hardware.device",)).bind(
+                details
             )
 
-        return run(
-            self.vcenter.session,
-            f"reading disks of VM {query.vm_id!r}",
-            lambda instance: self.vcenter.found_row(
-                instance, query.vm_id, ("config.hardware.device",)
-            ).bind(details),
-        )
+        return run(self.vcenter.session, f"reading disks of VM {query.vm_id!r}", found)
 
     def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
         doing = f"exporting a disk of VM {disk.vm_id!r}"
         properties = ("name", "runtime.powerState", "config.hardware.device", "config.firmware")
-        return run(
-            self.vcenter.session,
-            doing,
-            lambda instance: self.vcenter.found_row(instance, disk.vm_id, properties).bind(
-                lambda row: self._read_from(instance, _Asked(disk, watch), doing, row)
-            ),
-        )
+
+        def read(instance: Any) -> Result[DiskStream, ProviderError]:
+            return self.vcenter.found_row(instance, disk.vm_id, properties).bind(
+                partial(self._read_from, instance, _Asked(disk, watch), doing)
+            )
+
+        return run(self.vcenter.session, doing, read)
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
         def site(instance: Any) -> Result[LandingSite, ProviderError]:
@@ -119,8 +121,9 @@ class VSphereDiskTransfer:
                     if transient is None
                     else self.marks.refuse_unfinished(transient, "an import of the disk")
                 )
-                return refused.map(
-                    lambda _: DatastoreSite(
+
+                def landing(_unclaimed: None) -> LandingSite:
+                    return DatastoreSite(
                         self.vcenter,
                         self.marks,
                         self.scratch_dir,
@@ -128,7 +131,8 @@ class VSphereDiskTransfer:
                         datastore=str(location.datastore.name),
                         name=stem,
                     )
-                )
+
+                return refused.map(landing)
 
             return import_location(instance, self._defaults, storage_hint).bind(unclaimed)
 
@@ -145,7 +149,13 @@ class VSphereDiskTransfer:
             for left_behind in preflight(name, disks[index], row)
             for source in self._source(instance, asked.disk, row, name)
         )
-        return chosen.bind(lambda found: self._stream(instance, asked, doing, name, *found))
+
+        def streamed(
+            found: tuple[int, tuple[LeftBehind, ...], Any],
+        ) -> Result[DiskStream, ProviderError]:
+            return self._stream(instance, asked, doing, name, *found)
+
+        return chosen.bind(streamed)
 
     def _source(
         self, instance: Any, disk: DiskRead, row: Mapping[str, Any], name: str
@@ -154,10 +164,7 @@ class VSphereDiskTransfer:
         snapshots stay behind; a running VM is refused unless a snapshot is named."""
         if disk.snapshot_id is not None:
             return find_snapshot_tree(self.vcenter, instance, disk.vm_id, disk.snapshot_id).map(
-                lambda node: (
-                    node.snapshot,
-                    (LeftBehind.LATER_SNAPSHOTS,) if node.childSnapshotList else (),
-                )
+                _snapshot_source
             )
         if power_state(row) != PowerState.OFF:
             return Failure(
@@ -183,7 +190,7 @@ class VSphereDiskTransfer:
         holds = contextlib.ExitStack()
         try:
             opened = export_disk(instance, source, index, holds).bind(
-                lambda disk: self._converted(holds, disk, asked, name, doing)
+                partial(self._converted, holds, asked=asked, name=name, doing=doing)
             )
         except BaseException:
             holds.__exit__(*sys.exc_info())  # the lease is aborted, not completed
@@ -192,11 +199,17 @@ class VSphereDiskTransfer:
             case Failure():
                 stopped = TransferStoppedError("the export failed before its first chunk")
                 holds.__exit__(TransferStoppedError, stopped, None)
-        return opened.map(
-            lambda found: ChunkStream(
-                *found, holds, lambda read: attempt(doing, lambda: Success(read())), left_behind
-            )
-        )
+
+        def read_at_the_edge(read: Callable[[], bytes]) -> Result[bytes, ProviderError]:
+            def chunk() -> Result[bytes, ProviderError]:
+                return Success(read())
+
+            return attempt(doing, chunk)
+
+        def chunk_stream(found: tuple[Iterator[bytes] | Make, int | None]) -> DiskStream:
+            return ChunkStream(*found, holds, read_at_the_edge, left_behind)
+
+        return opened.map(chunk_stream)
 
     def _converted(
         self,
@@ -213,9 +226,11 @@ class VSphereDiskTransfer:
             return Success((vmdk, disk.size_bytes))
         if asked.disk.format == "raw":
             header, rest = peek_header(vmdk, HEADER_BYTES)
-            return stream_optimized_capacity(header).map(
-                lambda capacity: (decode_stream_optimized(rest), capacity)
-            )
+
+            def decoded(capacity: int) -> tuple[Iterator[bytes], int]:
+                return (decode_stream_optimized(rest), capacity)
+
+            return stream_optimized_capacity(header).map(decoded)
         return Success((self._as_qcow2(holds, vmdk, asked.watch, doing), None))
 
     def _as_qcow2(
@@ -227,14 +242,22 @@ class VSphereDiskTransfer:
         def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
             header, rest = peek_header(counted(vmdk, watch), HEADER_BYTES)
             file = given_or_scratch(given, self.scratch_dir, holds)
-            return (
-                rest.outcome()
-                .bind(lambda _: stream_optimized_capacity(header))
-                .bind(lambda capacity: write_qcow2(decode_stream_optimized(rest), capacity, file))
-                .map(lambda _: file)
-            )
 
-        return lambda given: attempt(doing, lambda: made(given))
+            def capacity(_read: None) -> Result[int, ProviderError]:
+                return stream_optimized_capacity(header)
+
+            def written(capacity_bytes: int) -> Result[int, ProviderError]:
+                return write_qcow2(decode_stream_optimized(rest), capacity_bytes, file)
+
+            def the_file(_written: int) -> BinaryIO:
+                return file
+
+            return rest.outcome().bind(capacity).bind(written).map(the_file)
+
+        def make(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
+            return attempt(doing, partial(made, given))
+
+        return make
 
 
 @dataclass(frozen=True)
@@ -283,6 +306,11 @@ def preflight(
     if row.get("config.firmware") == "efi":
         left.append(LeftBehind.NVRAM)
     return Success(tuple(left))
+
+
+def _snapshot_source(node: Any) -> tuple[Any, tuple[LeftBehind, ...]]:
+    """A snapshot read, and whether later snapshots stay behind."""
+    return (node.snapshot, (LeftBehind.LATER_SNAPSHOTS,) if node.childSnapshotList else ())
 
 
 def _details(disk: Any, *, is_bootable: bool) -> DiskDetails:

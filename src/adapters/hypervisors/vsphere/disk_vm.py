@@ -22,9 +22,11 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.converters import flatten
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
@@ -55,7 +57,7 @@ from pyrigaud.adapters.hypervisors.vsphere.placement import (
     resolve_on_datastore,
 )
 from pyrigaud.adapters.hypervisors.vsphere.properties import extra_config
-from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTask, ended, wait
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import (
     BUILDING_KEY,
@@ -130,7 +132,7 @@ class DiskVMMaker:
         placement = merged(request.placement, self._defaults)
         root_gib = request.vm_class.disk_defaults.size_gib or None
         chosen = None if request.hardware is None else guest_devices(request.hardware)
-        return Result.do(
+        made = Result.do(
             self._made(instance, location, guest, root_gib, spec)
             for datastore in named_entity(
                 instance, vim.Datastore, datastore_name, fields.IMAGE_PATH
@@ -146,7 +148,8 @@ class DiskVMMaker:
                 datastore_name,
                 chosen,
             )
-        ).bind(lambda made: made.map(lambda created: self._told(request, chosen, created)))
+        )
+        return flatten(made).map(partial(self._told, request, chosen))
 
     def _marks(self, owner: OwnerMark, *, in_steps: bool) -> dict[str, str]:
         """A VM made in steps is marked as building until the last one."""
@@ -166,11 +169,12 @@ class DiskVMMaker:
         if guest is None and root_gib is None:
             started = VSphereTask(task=str(task._moId), vm_id=spec.instanceUuid)
             return Success(CreatedVM(id=spec.instanceUuid, task=started.task_ref()))
-        return (
-            wait(instance, task)
-            .bind(lambda vm: self._finished(instance, vm, guest, root_gib, spec))
-            .map(lambda _: CreatedVM(id=spec.instanceUuid))
-        )
+
+        def created(_finished: None) -> CreatedVM:
+            return CreatedVM(id=spec.instanceUuid)
+
+        finished = partial(self._finished, instance, guest=guest, root_gib=root_gib, spec=spec)
+        return wait(instance, task).bind(finished).map(created)
 
     def _finished(
         self,
@@ -187,15 +191,20 @@ class DiskVMMaker:
             grown = (
                 Success(None) if root_gib is None else self._grow_root_disk(instance, vm, root_gib)
             )
-            return grown.bind(lambda _: self._customized(instance, vm, guest, spec)).bind(
-                lambda _: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
-            )
 
-        return undone_on_failure(finished, lambda: self._forget(instance, vm))
+            def customized(_grown: None) -> Result[None, ProviderError]:
+                return self._customized(instance, vm, guest, spec)
+
+            def unmarked(_customized: None) -> Result[None, ProviderError]:
+                return self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""})
+
+            return grown.bind(customized).bind(unmarked)
+
+        return undone_on_failure(finished, partial(self._forget, instance, vm))
 
     def _forget(self, instance: Any, vm: Any) -> None:
         """The caller's failure is the one told (so this cleanup's own is not)."""
-        best_effort(lambda: destroy_keeping_foreign_disks(instance, self._vcenter, vm))
+        best_effort(partial(destroy_keeping_foreign_disks, instance, self._vcenter, vm))
 
     @staticmethod
     def _customized(
@@ -204,7 +213,7 @@ class DiskVMMaker:
         if guest is None:
             return Success(None)
         nics = nic_count([], spec.deviceChange)
-        return wait(instance, vm.CustomizeVM_Task(guest.spec(nics))).map(lambda _: None)
+        return ended(instance, vm.CustomizeVM_Task(guest.spec(nics)))
 
     def _grow_root_disk(self, instance: Any, vm: Any, size_gib: int) -> Result[None, ProviderError]:
         """The class's root-disk size, when the attached disk is smaller (it never shrinks)."""
@@ -212,11 +221,11 @@ class DiskVMMaker:
         disks = [d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)]
         if not disks or disks[0].capacityInKB >= size_gib * 1024 * 1024:
             return Success(None)
-        return disk_growth(devices, VMChanges(root_disk_gib=size_gib)).bind(
-            lambda edits: wait(
-                instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=edits))
-            ).map(lambda _: None)
-        )
+
+        def grown(edits: list[Any]) -> Result[None, ProviderError]:
+            return ended(instance, vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=edits)))
+
+        return disk_growth(devices, VMChanges(root_disk_gib=size_gib)).bind(grown)
 
     def _config(
         self,
@@ -346,7 +355,11 @@ def destroy_keeping_foreign_disks(
         if removals
         else Success(None)
     )
-    return detached.bind(lambda _: wait(instance, vm.Destroy_Task())).map(lambda _: None)
+
+    def destroyed_now(_detached: object) -> Result[None, ProviderError]:
+        return ended(instance, vm.Destroy_Task())
+
+    return detached.bind(destroyed_now)
 
 
 def foreign_disk_removals(row: Mapping[str, Any]) -> list[Any]:

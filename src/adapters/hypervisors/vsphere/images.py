@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import IO, Any
 
 from pyVmomi import vim as untyped_vim
@@ -28,7 +29,7 @@ from pyrigaud.adapters.hypervisors.vsphere.ovf_package import (
     read_tar,
 )
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location, import_location
-from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import destroyed
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import BUILDING_KEY, ImportMarks
 from pyrigaud.application.ports.image_judge import ImageInspection, ImageJudge
@@ -70,18 +71,20 @@ class VSphereImages:
         return run(
             self._vcenter.session,
             f"preparing image {request.target_name!r}",
-            lambda instance: self._prepare(instance, request),
+            partial(self._prepare, request=request),
         )
 
     def _prepare(
         self, instance: Any, request: PrepareImageRequest
     ) -> Result[PreparedImage, ProviderError]:
         source = request.source
+
+        def prepared(_made: None) -> PreparedImage:
+            return PreparedImage(id=request.target_name)
+
         existing = self._vcenter.record(instance, request.target_name)
         if existing is not None:
-            return self._marks.refuse_unfinished(existing, "an import of the image").map(
-                lambda _: PreparedImage(id=request.target_name)
-            )
+            return self._marks.refuse_unfinished(existing, "an import of the image").map(prepared)
         if source.template_name:
             if self._vcenter.vm_named(instance, source.template_name) is None:
                 return Failure(
@@ -104,9 +107,9 @@ class VSphereImages:
             )
         return (
             import_location(instance, self._defaults, request.storage_hint)
-            .bind(lambda location: self._import(instance, source, request, location))
-            .bind(lambda vm: self._made_template(instance, vm))
-            .map(lambda _: PreparedImage(id=request.target_name))
+            .bind(partial(self._import, instance, source, request))
+            .bind(partial(self._made_template, instance))
+            .map(prepared)
         )
 
     def _import(
@@ -120,7 +123,7 @@ class VSphereImages:
         files are gone once it is made."""
         loopback = self._allow_loopback_urls
 
-        def judged(package: Package, spec: Any) -> Result[None, ProviderError]:
+        def judged(package: Package, spec: Any, _fetched: None) -> Result[None, ProviderError]:
             for item in spec.fileItem or ():
                 if item.cimType == CIM_DISK_DRIVE:
                     match _judged_disk(self._judge, package, str(item.path), self._scratch_dir):
@@ -128,28 +131,23 @@ class VSphereImages:
                             return failed
             return Success(None)
 
+        def vm_made(package: Package, spec: Any, _judged: None) -> Result[Any, ProviderError]:
+            # A tar damaged where a file lies fails while the lease reads it.
+            marks = self._marks.building()
+            return read_tar(partial(import_vm, instance, package, spec, location, marks))
+
+        def imported(package: Package, spec: Any) -> Result[Any, ProviderError]:
+            hrefs = [str(item.path) for item in spec.fileItem or ()]
+            return (
+                fetch_referenced(package, source.url, hrefs, allow_loopback=loopback)
+                .bind(partial(judged, package, spec))
+                .bind(partial(vm_made, package, spec))
+            )
+
         def made(package: Package) -> Result[Any, ProviderError]:
             return import_spec(
                 instance, package.descriptor, request.target_name, location, _refused_package
-            ).bind(
-                lambda spec: (
-                    fetch_referenced(
-                        package,
-                        source.url,
-                        [str(item.path) for item in spec.fileItem or ()],
-                        allow_loopback=loopback,
-                    )
-                    .bind(lambda _: judged(package, spec))
-                    .bind(
-                        # A tar damaged where a file lies fails while the lease reads it.
-                        lambda _: read_tar(
-                            lambda: import_vm(
-                                instance, package, spec, location, self._marks.building()
-                            )
-                        )
-                    )
-                )
-            )
+            ).bind(partial(imported, package))
 
         with contextlib.ExitStack() as holds:
             return fetched_package(
@@ -163,17 +161,19 @@ class VSphereImages:
     def _made_template(self, instance: Any, vm: Any) -> Result[None, ProviderError]:
         """The imported VM unmarked and made a template, or destroyed again: the caller's
         failure is the one told (so the cleanup's own is not)."""
-        return undone_on_failure(
-            lambda: self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(
-                lambda _: vm.MarkAsTemplate()
-            ),
-            lambda: _destroy(instance, vm),
-        )
+
+        def template(_unmarked: None) -> None:
+            vm.MarkAsTemplate()
+
+        def unmarked_template() -> Result[None, ProviderError]:
+            return self._vcenter.set_extra_config(instance, vm, {BUILDING_KEY: ""}).map(template)
+
+        return undone_on_failure(unmarked_template, partial(_destroy, instance, vm))
 
 
 def _destroy(instance: Any, vm: Any) -> None:
     """The caller's failure is the one told (so this cleanup's own is not)."""
-    best_effort(lambda: wait(instance, vm.Destroy_Task()))
+    best_effort(partial(destroyed, instance, vm))
 
 
 def _judged_disk(
@@ -194,9 +194,13 @@ def _judged_disk(
                         copy.write(chunk)
                 return Success(None)
 
-            return read_tar(lambda: package.open(href).bind(fed)).bind(
-                lambda _: _verdict(inspection, copy, href)
-            )
+            def opened_and_fed() -> Result[None, ProviderError]:
+                return package.open(href).bind(fed)
+
+            def judged(_fed: None) -> Result[None, ProviderError]:
+                return _verdict(inspection, copy, href)
+
+            return read_tar(opened_and_fed).bind(judged)
 
     return package.size(href).bind(copied)
 
@@ -207,21 +211,20 @@ def _verdict(
     """The judge's verdict on the whole disk, then qemu's reading of the copy; a refusal
     names the package's disk. ImagePrepare is no transfer its caller stops: qemu is bounded by
     its limits alone."""
-    checked = (
-        inspection.first_look()
-        .bind(lambda _: inspection.verdict())
-        .bind(_a_vmdk)
-        .bind(
-            lambda image: checked_vmdk(
-                copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL, watch=None
-            )
-        )
-    )
-    return checked.alt(
-        lambda error: error.model_copy(
+
+    def whole_verdict(_first_look: JudgedImage) -> Result[JudgedImage, ProviderError]:
+        return inspection.verdict()
+
+    def read_by_qemu(image: JudgedImage) -> Result[None, ProviderError]:
+        return checked_vmdk(copy, image.virtual_size_bytes, fields.PREPARE_OVA_URL, watch=None)
+
+    def naming_the_disk(error: ProviderError) -> ProviderError:
+        return error.model_copy(
             update={"message": f"{error.message} (the package's disk {href!r})"}
         )
-    )
+
+    checked = inspection.first_look().bind(whole_verdict).bind(_a_vmdk).bind(read_by_qemu)
+    return checked.alt(naming_the_disk)
 
 
 def _a_vmdk(image: JudgedImage) -> Result[JudgedImage, ProviderError]:

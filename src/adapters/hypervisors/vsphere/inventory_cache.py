@@ -22,13 +22,15 @@ import logging
 import threading
 from dataclasses import dataclass
 from itertools import count
+from typing import Any
 
-from returns.result import Failure, Success
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.calls import run
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import INSTANCE_UUID, VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import VMEntry, vm_entry
+from pyrigaud.domain.errors import ProviderError
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +88,11 @@ class InventoryCache:
         """Re-read one VM now, through the replica's session (after this replica changed it).
         A read that fails leaves the cache in doubt: cold until the feed has read it all."""
         begun = self.begin()
-        read = run(
-            self._vcenter.session,
-            f"re-reading VM {vm_id!r}",
-            lambda instance: Success(self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES)),
-        )
+
+        def read_row(instance: Any) -> Result[dict[str, Any] | None, ProviderError]:
+            return Success(self._vcenter.vm_row(instance, vm_id, VM_PROPERTIES))
+
+        read = run(self._vcenter.session, f"re-reading VM {vm_id!r}", read_row)
         match read:
             case Success(None):
                 self.forget(vm_id, begun)

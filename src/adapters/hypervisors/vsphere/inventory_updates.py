@@ -23,7 +23,7 @@ from typing import Any
 
 from pyVmomi import vim as untyped_vim
 from pyVmomi import vmodl as untyped_vmodl
-from returns.result import Failure, Success
+from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, best_effort, or_none
@@ -31,6 +31,7 @@ from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import About, Invento
 from pyrigaud.adapters.hypervisors.vsphere.properties import VM_PROPERTIES, retrieve, view_filter
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection, VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import vm_entry
+from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
 vim: Any = untyped_vim
@@ -81,7 +82,7 @@ def _run(
         try:
             step = attempt(
                 "following vSphere inventory updates",
-                lambda: Success(_step(session, feed, cache, on_resync)),  # noqa: B023 (run now)
+                partial(_step, session, feed, cache, on_resync),
             )
         except Exception:  # a bug: say so, and start over
             logger.exception("vSphere inventory updates failed")
@@ -110,16 +111,16 @@ def _step(
     feed: _Feed | None,
     cache: InventoryCache,
     on_resync: Callable[[], None],
-) -> _Feed:
+) -> Result[_Feed, ProviderError]:
     """One turn of the feed: a new one reads the whole view (dropped again if it cannot), a
     running one polls once."""
     if feed is not None:
         feed.poll(cache)
-        return feed
+        return Success(feed)
     cache.go_cold()
     fresh = _Feed.open(session)
-    undone_on_raise(lambda: fresh.start(cache), lambda: _drop(fresh, cache, on_resync))
-    return fresh
+    undone_on_raise(partial(fresh.start, cache), partial(_drop, fresh, cache, on_resync))
+    return Success(fresh)
 
 
 def _drop(feed: _Feed, cache: InventoryCache, on_resync: Callable[[], None]) -> None:
@@ -153,7 +154,7 @@ class _Feed:
     def open(cls, session: VSphereSession) -> _Feed:
         connection = session.open_private()
         return undone_on_raise(
-            lambda: cls(connection), lambda: VSphereSession.end_private(connection)
+            partial(cls, connection), partial(VSphereSession.end_private, connection)
         )
 
     def start(self, cache: InventoryCache) -> None:
@@ -266,7 +267,7 @@ def _read_each(
 ) -> list[dict[str, Any]]:
     """The objects' properties in one read; when one of them is gone (vCenter then fails the
     whole read), one read each, without the missing."""
-    together = or_none(lambda: retrieve(connection, objects, properties))
+    together = or_none(partial(retrieve, connection, objects, properties))
     if together is not None:
         return together
     rows: list[dict[str, Any]] = []

@@ -64,7 +64,11 @@ def nic_changes(
         ),
         Success(()),
     )
-    return additions.map(lambda added: removals + list(added))
+
+    def changes(added: tuple[Any, ...]) -> list[Any]:
+        return removals + list(added)
+
+    return additions.map(changes)
 
 
 def _new_nic(

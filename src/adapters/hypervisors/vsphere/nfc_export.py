@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 from collections.abc import Iterator
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -61,7 +62,7 @@ class ExportedDisk:
         while True:
             chunk = transferring(
                 "downloading a disk through the NFC lease",
-                lambda: self._response.read(CHUNK_BYTES),
+                partial(self._response.read, CHUNK_BYTES),
             )
             if not chunk:
                 return
@@ -77,11 +78,11 @@ def export_disk(
     export lease that `holds` keep: closing them normally completes the lease, with an
     exception (a stopped transfer, a Failure on the way) aborts it. vCenter's faults stay
     faults, for the caller's edge to map."""
-    return _export_lease(source).bind(
-        lambda lease: _opened(
-            connection, holds.enter_context(_HeldLease(lease)), source, disk_index
-        )
-    )
+
+    def opened(lease: Any) -> Result[ExportedDisk, ProviderError]:
+        return _opened(connection, holds.enter_context(_HeldLease(lease)), source, disk_index)
+
+    return _export_lease(source).bind(opened)
 
 
 def _opened(
@@ -89,7 +90,7 @@ def _opened(
 ) -> Result[ExportedDisk, ProviderError]:
     lease = held.lease
     found = ready_lease_info(connection, lease, ProviderError.unavailable).bind(
-        lambda info: _disk_url(info, source, disk_index)
+        partial(_disk_url, source=source, disk_index=disk_index)
     )
     match found:
         case Success(device):
@@ -135,7 +136,7 @@ class _HeldLease:
             progress.report(done=True)
             self.lease.HttpNfcLeaseComplete()
 
-        undone_on_raise(completed, lambda: abandon_lease(self.lease))
+        undone_on_raise(completed, partial(abandon_lease, self.lease))
 
 
 def _export_lease(source: Any) -> Result[Any, ProviderError]:

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -21,7 +22,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort, transferring
 from pyrigaud.adapters.hypervisors.vsphere.errors import fault_message
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
-from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import destroyed
 from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
 from pyrigaud.domain.errors import ProviderError
 
@@ -73,7 +74,7 @@ def send_to_lease(
             connection.close()
         return response
 
-    return _checked_status(transferring(doing, sent), doing).map(lambda _: None)
+    return _checked_status(transferring(doing, sent), doing).map(_accepted)
 
 
 def receive_from_lease(
@@ -90,6 +91,10 @@ def receive_from_lease(
         return connection.getresponse()
 
     return _checked_status(transferring(doing, received), doing)
+
+
+def _accepted(_response: http.client.HTTPResponse) -> None:
+    return None
 
 
 def _checked_status(
@@ -130,7 +135,12 @@ def abandon_lease(lease: Any) -> None:
 def abort_lease(connection: Connection, lease: Any) -> None:
     """Abort an import lease and destroy the VM it made, if vCenter has not already; the
     caller's failure is the one reported (so this cleanup's own is not)."""
-    entity = best_effort(lambda: lease.info.entity if lease.info is not None else None)
+    entity = best_effort(partial(_made_vm, lease))
     abandon_lease(lease)
     if entity is not None:
-        best_effort(lambda: wait(connection, entity.Destroy_Task()))
+        best_effort(partial(destroyed, connection, entity))
+
+
+def _made_vm(lease: Any) -> Any:
+    """The VM an import lease made, once it made one."""
+    return lease.info.entity if lease.info is not None else None

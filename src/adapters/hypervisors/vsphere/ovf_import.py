@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import IO, Any, Protocol
 
 from pyVmomi import vim as untyped_vim
@@ -83,22 +84,25 @@ def import_vm(
     )
 
     def uploaded(info: Any) -> Result[Any, ProviderError]:
+        def entity(_uploaded: None) -> Any:
+            return info.entity
+
         return _upload(connection, lease, info.deviceUrl or (), package, spec.fileItem or ()).map(
-            lambda _: info.entity
+            entity
         )
 
     def completed(entity: Any) -> Any:
         lease.HttpNfcLeaseComplete()
         return entity
 
-    return undone_on_failure(
-        lambda: (
+    def imported() -> Result[Any, ProviderError]:
+        return (
             ready_lease_info(connection, lease, ProviderError.failed_precondition)
             .bind(uploaded)
             .map(completed)
-        ),
-        lambda: abort_lease(connection, lease),
-    )
+        )
+
+    return undone_on_failure(imported, partial(abort_lease, connection, lease))
 
 
 def _upload(

@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import IO, TypeVar
 from urllib.parse import urljoin, urlsplit
@@ -61,15 +63,15 @@ class Package:
 
     def size(self, href: str) -> Result[int, ProviderError]:
         if self._tar is not None:
-            return self._member(href).map(lambda member: member.size)
-        return self._file(href).map(lambda path: path.stat().st_size)
+            return self._member(href).map(attrgetter("size"))
+        return self._file(href).map(_file_size)
 
     def open(self, href: str) -> Result[AbstractContextManager[IO[bytes]], ProviderError]:
         """The referenced file's bytes, read from the tar (OVA) or the fetched file (OVF); a
         tar damaged where the file lies fails its reads, once they are under `read_tar`."""
         tar = self._tar
         if tar is None:
-            return self._file(href).map(lambda path: path.open("rb"))
+            return self._file(href).map(methodcaller("open", "rb"))
 
         def extracted(
             member: tarfile.TarInfo,
@@ -92,7 +94,7 @@ class Package:
     def _file(self, href: str) -> Result[Path, ProviderError]:
         directory = self._directory
         assert directory is not None
-        return _local_name(href).map(lambda name: directory / name)
+        return _local_name(href).map(directory.joinpath)
 
 
 def fetched_package(
@@ -112,10 +114,19 @@ def fetched_package(
         main = directory / ("package.ovf" if is_ovf else "package.ova")
         downloaded = _download(url, main, checksum, checksum_type, allow_loopback)
         if is_ovf:
-            return downloaded.bind(lambda _: _descriptor_text(main.read_bytes())).map(
-                lambda descriptor: Package(descriptor=descriptor, _directory=directory)
-            )
-        return downloaded.bind(lambda _: read_tar(lambda: _tar_package(holds, main)))
+
+            def descriptor_read(_downloaded: None) -> Result[str, ProviderError]:
+                return _descriptor_text(main.read_bytes())
+
+            def package(descriptor: str) -> Package:
+                return Package(descriptor=descriptor, _directory=directory)
+
+            return downloaded.bind(descriptor_read).map(package)
+
+        def tar_read(_downloaded: None) -> Result[Package, ProviderError]:
+            return read_tar(partial(_tar_package, holds, main))
+
+        return downloaded.bind(tar_read)
 
     return checksum_algorithm(checksum_type, PACKAGE_FIELDS.checksum_type).bind(fetch)
 
@@ -129,7 +140,13 @@ def fetch_referenced(
 
     def fetch(href: str) -> Result[None, ProviderError]:
         return package._file(href).bind(
-            lambda path: _download(urljoin(url, href), path, "", "", allow_loopback)
+            partial(
+                _download,
+                urljoin(url, href),
+                checksum="",
+                checksum_type="",
+                loopback=allow_loopback,
+            )
         )
 
     for href in hrefs:
@@ -184,9 +201,15 @@ def _tar_package(holds: contextlib.ExitStack, path: Path) -> Result[Package, Pro
     assert reader is not None  # a regular file, checked above
     with reader:
         data = reader.read(MAX_DESCRIPTOR_BYTES + 1)
-    return _descriptor_text(data).map(
-        lambda descriptor: Package(descriptor=descriptor, _tar=tar, _members=members)
-    )
+
+    def package(descriptor: str) -> Package:
+        return Package(descriptor=descriptor, _tar=tar, _members=members)
+
+    return _descriptor_text(data).map(package)
+
+
+def _file_size(path: Path) -> int:
+    return path.stat().st_size
 
 
 def _descriptor_text(data: bytes) -> Result[str, ProviderError]:

@@ -7,6 +7,7 @@ round trips whatever the inventory size. An unknown name is INVALID_SPEC naming 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -49,7 +50,7 @@ def resolve(instance: Any, placement: Placement, source: Any) -> Result[Location
         if placement.cluster:
             return named_entity(
                 instance, vim.ClusterComputeResource, placement.cluster, fields.PLACEMENT_CLUSTER
-            ).map(lambda cluster: _resource_pool(instance, cluster))
+            ).map(partial(_resource_pool, instance))
         if host is not None:
             return Success(_resource_pool(instance, _compute_of(instance, host)))
         return Success(own.pool)
@@ -62,7 +63,7 @@ def resolve(instance: Any, placement: Placement, source: Any) -> Result[Location
         if placement.storage_pod:
             return named_entity(
                 instance, vim.StoragePod, placement.storage_pod, fields.PLACEMENT_STORAGE_POD
-            ).bind(lambda pod: roomiest_member(instance, pod, placement.storage_pod))
+            ).bind(partial(roomiest_member, instance, name=placement.storage_pod))
         return Success(own.datastore)
 
     def folder() -> Result[Any, ProviderError]:
@@ -100,7 +101,11 @@ def roomiest_member(instance: Any, pod: Any, name: str) -> Result[Any, ProviderE
             ProviderError.invalid_spec(fields.PLACEMENT_STORAGE_POD, f"{name!r} has no datastore")
         )
     rows = retrieve(instance, datastores, ("summary.freeSpace",))
-    return Success(max(rows, key=lambda row: int(row.get("summary.freeSpace") or 0))["_ref"])
+    return Success(max(rows, key=_free_space)["_ref"])
+
+
+def _free_space(row: dict[str, Any]) -> int:
+    return int(row.get("summary.freeSpace") or 0)
 
 
 def _source_location(instance: Any, source: Any) -> Location:
@@ -125,7 +130,7 @@ def resolve_on_datastore(
         if placement.cluster:
             return named_entity(
                 instance, vim.ClusterComputeResource, placement.cluster, fields.PLACEMENT_CLUSTER
-            ).map(lambda cluster: _resource_pool(instance, cluster))
+            ).map(partial(_resource_pool, instance))
         mounts = list(retrieve(instance, [datastore], ("host",))[0].get("host") or ())
         if host is None and not mounts:
             return Failure(ProviderError.failed_precondition("no host mounts the datastore"))
@@ -157,7 +162,7 @@ def import_location(
     elif defaults.storage_pod:
         datastore = named_entity(
             instance, vim.StoragePod, defaults.storage_pod, fields.STORAGE_HINT
-        ).bind(lambda pod: roomiest_member(instance, pod, defaults.storage_pod))
+        ).bind(partial(roomiest_member, instance, name=defaults.storage_pod))
     else:
         datastore = Failure(
             ProviderError.invalid_spec(
@@ -165,11 +170,8 @@ def import_location(
                 "name the datastore to import into (or set PROVIDER_DEFAULT_DATASTORE)",
             )
         )
-    return datastore.bind(
-        lambda found: resolve_on_datastore(
-            instance, Placement(cluster=defaults.cluster, folder=defaults.folder), found
-        )
-    )
+    placement = Placement(cluster=defaults.cluster, folder=defaults.folder)
+    return datastore.bind(partial(resolve_on_datastore, instance, placement))
 
 
 def _compute_of(instance: Any, host: Any) -> Any:

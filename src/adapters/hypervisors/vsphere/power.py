@@ -3,9 +3,11 @@ deadline kept in the VM's extraConfig, where every replica reads it."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
+from returns.functions import not_
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.vsphere.calls import Faulted, answer, fault_is, or_none, run
@@ -26,13 +28,11 @@ class VSpherePowerControl:
         self._vcenter = vcenter
 
     def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
-        return run(
-            self._vcenter.session,
-            f"reading power of VM {vm_id!r}",
-            lambda instance: self._vcenter.vm(instance, vm_id).bind(
-                lambda vm: self._vcenter.power(instance, vm)
-            ),
-        )
+
+        def read(instance: Any) -> Result[PowerState, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).bind(partial(self._vcenter.power, instance))
+
+        return run(self._vcenter.session, f"reading power of VM {vm_id!r}", read)
 
     def power_on(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
         return self._change(vm_id, PowerState.ON)
@@ -44,7 +44,7 @@ class VSpherePowerControl:
         """The guest reboots itself (no Task: None), or the reset Task when it cannot."""
 
         def restart(vm: Any) -> Any:
-            refused = answer(vm.RebootGuest, lambda error: not is_missing(error))
+            refused = answer(vm.RebootGuest, not_(is_missing))
             if isinstance(refused, Faulted):
                 # No guest tools (or, on the simulator, no RebootGuest at all): reset instead.
                 return vm.ResetVM_Task()
@@ -62,14 +62,17 @@ class VSpherePowerControl:
                 or_none(vm.ShutdownGuest, fault_is(vim.fault.ToolsUnavailable))
 
         def asked(instance: Any, vm: Any) -> Result[None, ProviderError]:
+            def power(_recorded: None) -> Result[PowerState, ProviderError]:
+                return self._vcenter.power(instance, vm)
+
             return (
                 self._vcenter.set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: str(deadline)})
-                .bind(lambda _: self._vcenter.power(instance, vm))
-                .map(lambda state: shut_down(vm, state))
+                .bind(power)
+                .map(partial(shut_down, vm))
             )
 
         def ask(instance: Any) -> Result[None, ProviderError]:
-            return self._vcenter.vm(instance, vm_id).bind(lambda vm: asked(instance, vm))
+            return self._vcenter.vm(instance, vm_id).bind(partial(asked, instance))
 
         return run(self._vcenter.session, f"shutting down VM {vm_id!r}", ask)
 
@@ -84,13 +87,14 @@ class VSpherePowerControl:
         return run(self._vcenter.session, f"reading VM {vm_id!r}", read)
 
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
-        return run(
-            self._vcenter.session,
-            f"updating VM {vm_id!r}",
-            lambda instance: self._vcenter.vm(instance, vm_id).bind(
-                lambda vm: self._vcenter.set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: ""})
-            ),
-        )
+
+        def clear(instance: Any) -> Result[None, ProviderError]:
+            def cleared(vm: Any) -> Result[None, ProviderError]:
+                return self._vcenter.set_extra_config(instance, vm, {SHUTDOWN_DEADLINE_KEY: ""})
+
+            return self._vcenter.vm(instance, vm_id).bind(cleared)
+
+        return run(self._vcenter.session, f"updating VM {vm_id!r}", clear)
 
     def _change(self, vm_id: str, target: PowerState) -> Result[TaskRef | None, ProviderError]:
         """The power Task, or None when the VM is already in the state asked for."""
@@ -100,10 +104,11 @@ class VSpherePowerControl:
                 return None
             return vm.PowerOnVM_Task() if target is PowerState.ON else vm.PowerOffVM_Task()
 
+        def task_for(instance: Any, vm: Any) -> Result[Any, ProviderError]:
+            return self._vcenter.power(instance, vm).map(partial(started, vm))
+
         def start(instance: Any) -> Result[Any, ProviderError]:
-            return self._vcenter.vm(instance, vm_id).bind(
-                lambda vm: self._vcenter.power(instance, vm).map(lambda state: started(vm, state))
-            )
+            return self._vcenter.vm(instance, vm_id).bind(partial(task_for, instance))
 
         operation = TaskOperation(f"powering VM {vm_id!r} {target.value}", vm_id, start)
         return begin(self._vcenter.session, operation)

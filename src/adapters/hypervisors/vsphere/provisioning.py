@@ -9,6 +9,8 @@ after a restart). Delete waits on its Tasks within the call, bounded.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
+from operator import methodcaller
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -61,11 +63,11 @@ class VSphereVMLifecycle:
         self._disk_vms = disk_vms
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
-        return run(
-            self._vcenter.session,
-            f"finding VM {name!r}",
-            lambda instance: Success(self._vcenter.record(instance, name)),
-        )
+
+        def find(instance: Any) -> Result[VMRecord | None, ProviderError]:
+            return Success(self._vcenter.record(instance, name))
+
+        return run(self._vcenter.session, f"finding VM {name!r}", find)
 
     def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
         """One listing of every VM's extraConfig: the simulator cannot select one key of it
@@ -97,7 +99,7 @@ class VSphereVMLifecycle:
             return run(
                 self._vcenter.session,
                 f"creating VM {request.name!r}",
-                lambda instance: self._disk_vms.create(instance, request, owner),
+                partial(self._disk_vms.create, request=request, owner=owner),
             )
         if not image.template_name or image.path or image.url:
             return Failure(
@@ -145,7 +147,7 @@ class VSphereVMLifecycle:
                     name=request.name,
                     owner=owner,
                     placement=request.placement,
-                    configure=lambda devices: configure(instance, devices),
+                    configure=partial(configure, instance),
                     version=version,
                     guest=guest,
                 )
@@ -158,7 +160,7 @@ class VSphereVMLifecycle:
                     named=CREATE_ATTACHMENTS,
                 )
             )
-            return order.bind(lambda ordered: self._clone_maker.clone(instance, ordered))
+            return order.bind(partial(self._clone_maker.clone, instance))
 
         return run(self._vcenter.session, f"creating VM {request.name!r}", make)
 
@@ -168,14 +170,18 @@ class VSphereVMLifecycle:
                 return wait(instance, vm.PowerOffVM_Task())
             return Success(None)
 
-        def remove(instance: Any) -> Result[None, ProviderError]:
-            return self._vcenter.vm(instance, vm_id).bind(
-                lambda vm: (
-                    self._vcenter.power(instance, vm)
-                    .bind(lambda state: powered_off(instance, vm, state))
-                    .bind(lambda _: destroy_keeping_foreign_disks(instance, self._vcenter, vm))
-                )
+        def removed(instance: Any, vm: Any) -> Result[None, ProviderError]:
+            def destroyed(_off: object) -> Result[None, ProviderError]:
+                return destroy_keeping_foreign_disks(instance, self._vcenter, vm)
+
+            return (
+                self._vcenter.power(instance, vm)
+                .bind(partial(powered_off, instance, vm))
+                .bind(destroyed)
             )
+
+        def remove(instance: Any) -> Result[None, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).bind(partial(removed, instance))
 
         return run(self._vcenter.session, f"deleting VM {vm_id!r}", remove)
 
@@ -201,13 +207,11 @@ class VSphereVMLifecycle:
         self, vm_id: str, target_version: int
     ) -> Result[TaskRef | None, ProviderError]:
         version = f"vmx-{target_version:02d}" if target_version else None
-        operation = TaskOperation(
-            f"upgrading VM {vm_id!r}",
-            vm_id,
-            lambda instance: self._vcenter.vm(instance, vm_id).map(
-                lambda vm: vm.UpgradeVM_Task(version)
-            ),
-        )
+
+        def start(instance: Any) -> Result[Any, ProviderError]:
+            return self._vcenter.vm(instance, vm_id).map(methodcaller("UpgradeVM_Task", version))
+
+        operation = TaskOperation(f"upgrading VM {vm_id!r}", vm_id, start)
         return begin(self._vcenter.session, operation)
 
 

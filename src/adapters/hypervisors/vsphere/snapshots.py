@@ -4,6 +4,7 @@ snapshot), removal and revert hand back their Task's id. A snapshot is named by 
 
 from __future__ import annotations
 
+from operator import attrgetter, methodcaller
 from typing import Any
 
 from returns.result import Failure, Result, Success
@@ -31,43 +32,40 @@ class VSphereSnapshots:
                 )
                 return wait(instance, task)
 
-            return (
-                self._vcenter.vm(instance, request.vm_id)
-                .bind(taken)
-                .map(
-                    lambda snapshot: Snapshot(
-                        id=str(snapshot._moId),
-                        name=request.name,
-                        description=request.description,
-                        include_memory=request.include_memory,
-                    )
+            def described(snapshot: Any) -> Snapshot:
+                return Snapshot(
+                    id=str(snapshot._moId),
+                    name=request.name,
+                    description=request.description,
+                    include_memory=request.include_memory,
                 )
-            )
+
+            return self._vcenter.vm(instance, request.vm_id).bind(taken).map(described)
 
         return run(self._vcenter.session, f"snapshotting VM {request.vm_id!r}", take)
 
     def delete_snapshot(
         self, vm_id: str, snapshot_id: str
     ) -> Result[TaskRef | None, ProviderError]:
-        operation = TaskOperation(
-            f"deleting snapshot {snapshot_id!r}",
-            vm_id,
-            lambda instance: find_snapshot(self._vcenter, instance, vm_id, snapshot_id).map(
-                lambda snapshot: snapshot.RemoveSnapshot_Task(False)
-            ),
-        )
+
+        def start(instance: Any) -> Result[Any, ProviderError]:
+            return find_snapshot(self._vcenter, instance, vm_id, snapshot_id).map(
+                methodcaller("RemoveSnapshot_Task", False)
+            )
+
+        operation = TaskOperation(f"deleting snapshot {snapshot_id!r}", vm_id, start)
         return begin(self._vcenter.session, operation)
 
     def revert_snapshot(
         self, vm_id: str, snapshot_id: str
     ) -> Result[TaskRef | None, ProviderError]:
-        operation = TaskOperation(
-            f"reverting to snapshot {snapshot_id!r}",
-            vm_id,
-            lambda instance: find_snapshot(self._vcenter, instance, vm_id, snapshot_id).map(
-                lambda snapshot: snapshot.RevertToSnapshot_Task()
-            ),
-        )
+
+        def start(instance: Any) -> Result[Any, ProviderError]:
+            return find_snapshot(self._vcenter, instance, vm_id, snapshot_id).map(
+                methodcaller("RevertToSnapshot_Task")
+            )
+
+        operation = TaskOperation(f"reverting to snapshot {snapshot_id!r}", vm_id, start)
         return begin(self._vcenter.session, operation)
 
 
@@ -93,7 +91,7 @@ def find_snapshot(
     vcenter: VCenter, instance: Any, vm_id: str, snapshot_id: str
 ) -> Result[Any, ProviderError]:
     """The VM's snapshot named by MoRef value or name; NOT_FOUND otherwise."""
-    return find_snapshot_tree(vcenter, instance, vm_id, snapshot_id).map(lambda tree: tree.snapshot)
+    return find_snapshot_tree(vcenter, instance, vm_id, snapshot_id).map(attrgetter("snapshot"))
 
 
 def find_snapshot_tree(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 from pyVmomi import vim as untyped_vim
@@ -66,7 +67,7 @@ class Progress:
 
 def progress(instance: Any, task: Any) -> Progress | None:
     """Where the task stands (one round trip); None once vCenter no longer knows it."""
-    rows = or_none(lambda: retrieve(instance, [task], ("info.state", "info.error")))
+    rows = or_none(partial(retrieve, instance, [task], ("info.state", "info.error")))
     if not rows:
         return None
     return Progress(state=rows[0].get("info.state"), error=rows[0].get("info.error"))
@@ -96,6 +97,20 @@ def wait(connection: Connection, task: Any) -> Result[Any, ProviderError]:
         delay = min(delay * 2, 2.0)
 
 
+def ended(connection: Connection, task: Any) -> Result[None, ProviderError]:
+    """`wait` for a task whose result is not wanted."""
+    return wait(connection, task).map(_ignored)
+
+
+def destroyed(connection: Connection, vm: Any) -> Result[Any, ProviderError]:
+    """`vm` destroyed, its task waited for."""
+    return wait(connection, vm.Destroy_Task())
+
+
+def _ignored(_result: Any) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class TaskOperation:
     """An operation that is one vSphere Task: `start` returns it (None: nothing to do)."""
@@ -111,14 +126,13 @@ def begin(
     """Start the operation's Task and hand back its id at once; None when no Task was needed
     (already in the state asked for, or a guest reboot)."""
 
+    def task_ref(task: Any) -> TaskRef | None:
+        if task is None:
+            return None
+        return VSphereTask(task=str(task._moId), vm_id=operation.vm_id).task_ref()
+
     def start(instance: Any) -> Result[TaskRef | None, ProviderError]:
-        return operation.start(instance).map(
-            lambda task: (
-                None
-                if task is None
-                else VSphereTask(task=str(task._moId), vm_id=operation.vm_id).task_ref()
-            )
-        )
+        return operation.start(instance).map(task_ref)
 
     return run(session, operation.doing, start)
 
@@ -127,9 +141,7 @@ class VSphereTaskTracker:
     """TaskStatus for `vsphere-task:` ids, from vCenter alone; `on_ended` is told the VM of a
     task reported done, before TaskStatus answers (the inventory cache re-reads it)."""
 
-    def __init__(
-        self, session: VSphereSession, on_ended: Callable[[str], None] = lambda _vm_id: None
-    ) -> None:
+    def __init__(self, session: VSphereSession, on_ended: Callable[[str], None] = _ignored) -> None:
         self._session = session
         self._on_ended = on_ended
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from pyVmomi import vim as untyped_vim
@@ -22,7 +24,7 @@ from pyrigaud.adapters.hypervisors.vsphere.properties import (
     retrieve_all_vms,
 )
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
-from pyrigaud.adapters.hypervisors.vsphere.tasks import wait
+from pyrigaud.adapters.hypervisors.vsphere.tasks import ended
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import RECORD_PROPERTIES, power_state, vm_record
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import VMRecord
@@ -50,7 +52,7 @@ class VCenter:
 
     def vm(self, instance: Any, vm_id: str) -> Result[Any, ProviderError]:
         """The VM's MoRef, checked to exist (one round trip); NOT_FOUND otherwise."""
-        return self.found_row(instance, vm_id, ("name",)).map(lambda row: row["_ref"])
+        return self.found_row(instance, vm_id, ("name",)).map(itemgetter("_ref"))
 
     def found_row(
         self, instance: Any, vm_id: str, properties: tuple[str, ...]
@@ -68,9 +70,8 @@ class VCenter:
         moref = self._moref(instance, vm_id)
         if moref is None:
             return None
-        rows = or_none(
-            lambda: retrieve(instance, [vim.VirtualMachine(moref, instance._stub)], properties)
-        )
+        vm = vim.VirtualMachine(moref, instance._stub)
+        rows = or_none(partial(retrieve, instance, [vm], properties))
         return rows[0] if rows else None
 
     def remember_moref(self, row: Mapping[str, Any]) -> None:
@@ -120,7 +121,7 @@ class VCenter:
         """Set (or, with "", clear) extraConfig keys, waiting for the reconfigure task."""
         options = [vim.option.OptionValue(key=key, value=value) for key, value in values.items()]
         task = vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=options))
-        return wait(instance, task).map(lambda _: None)
+        return ended(instance, task)
 
     def power(self, instance: Any, vm: Any) -> Result[PowerState, ProviderError]:
         return self.found_row(instance, vm._moId, ("runtime.powerState",)).map(power_state)

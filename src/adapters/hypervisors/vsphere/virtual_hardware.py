@@ -4,6 +4,7 @@ trip for the export's manifest, and the record an import kept beside a datastore
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from returns.result import Result, Success
@@ -34,13 +35,13 @@ class VSphereHardwareFacts:
 
     def hardware_of(self, vm_id: str, disk_id: str) -> Result[VirtualHardware, ProviderError]:
         """The disk is the one ExportDisk reads for `disk_id` (a device key; "" the first)."""
-        return run(
-            self._vcenter.session,
-            f"reading the virtual hardware of VM {vm_id!r}",
-            lambda instance: self._vcenter.found_row(instance, vm_id, HARDWARE_PROPERTIES).bind(
-                lambda row: hardware_in(row, disk_id, vm_id)
-            ),
-        )
+
+        def read(instance: Any) -> Result[VirtualHardware, ProviderError]:
+            return self._vcenter.found_row(instance, vm_id, HARDWARE_PROPERTIES).bind(
+                partial(hardware_in, disk_id=disk_id, vm_id=vm_id)
+            )
+
+        return run(self._vcenter.session, f"reading the virtual hardware of VM {vm_id!r}", read)
 
     def import_record_of(self, disk_path: str) -> Result[bytes | None, ProviderError]:
         """The record in the disk's folder, as the import named it; None for a disk outside
@@ -51,7 +52,7 @@ class VSphereHardwareFacts:
         return run(
             self._vcenter.session,
             f"reading the import record of {disk_path!r}",
-            lambda instance: datastore_files.read_small(instance, record_path(folder)),
+            partial(datastore_files.read_small, datastore_path=record_path(folder)),
         )
 
 
@@ -62,8 +63,9 @@ def hardware_in(
     disk `disk_id` names; NOT_FOUND when it names none."""
     devices = row.get("config.hardware.device") or ()
     disks = virtual_disks(row)
-    return disk_index(disks, disk_id, str(row.get("name") or vm_id)).map(
-        lambda index: VirtualHardware(
+
+    def hardware(index: int) -> VirtualHardware:
+        return VirtualHardware(
             source_hypervisor=SOURCE_HYPERVISOR,
             firmware=Firmware.UEFI if row.get("config.firmware") == "efi" else Firmware.BIOS,
             secure_boot=bool(row.get("config.bootOptions.efiSecureBootEnabled")),
@@ -72,4 +74,5 @@ def hardware_in(
             machine_type=str(row.get("config.version") or ""),
             guest_os=str(row.get("config.guestId") or ""),
         )
-    )
+
+    return disk_index(disks, disk_id, str(row.get("name") or vm_id)).map(hardware)

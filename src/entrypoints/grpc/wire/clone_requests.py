@@ -6,6 +6,8 @@ failure names the field.
 
 from __future__ import annotations
 
+from functools import partial
+
 from returns.result import Result, Success
 
 from pyrigaud.domain import bounds
@@ -43,46 +45,53 @@ def _clone_network(item: Document) -> Result[NetworkAttachment, ProviderError]:
         )
         for name in item.text("name", 256)
         for network_name in item.text("networkName", 256)
-        for static_ip in item.text("ipAddress", 64)
-        .bind(lambda given: Success(given) if given else item.text("staticIP", 64))
-        .bind(lambda text: checked_ip(text.strip(), item.field("ipAddress"), allow_prefix=True))
+        for given_ip in _given_ip(item)
+        for static_ip in checked_ip(given_ip.strip(), item.field("ipAddress"), allow_prefix=True)
         for prefix in item.integer("prefix", 0, 128)
-        for gateway in item.text("gateway", 64).bind(
-            lambda text: checked_ip(text.strip(), item.field("gateway"))
-        )
-        for dns in item.strings("dns", 16, 64).bind(
-            lambda servers: each(
-                servers, lambda server: checked_ip(server.strip(), item.field("dns"))
-            )
-        )
+        for gateway_text in item.text("gateway", 64)
+        for gateway in checked_ip(gateway_text.strip(), item.field("gateway"))
+        for servers in item.strings("dns", 16, 64)
+        for dns in each(servers, partial(_stripped_ip, field=item.field("dns")))
     )
+
+
+def _given_ip(item: Document) -> Result[str, ProviderError]:
+    """ipAddress, else staticIP."""
+
+    def or_static_ip(given: str) -> Result[str, ProviderError]:
+        return Success(given) if given else item.text("staticIP", 64)
+
+    return item.text("ipAddress", 64).bind(or_static_ip)
+
+
+def _stripped_ip(text: str, field: str) -> Result[str, ProviderError]:
+    return checked_ip(text.strip(), field)
 
 
 def _clone_user_data(doc: Document) -> Result[bytes, ProviderError]:
     def inline(user_data_doc: Document | None) -> Result[bytes, ProviderError]:
         if user_data_doc is None:
             return Success(b"")
-        return (
-            user_data_doc.obj("cloudInit")
-            .bind(
-                lambda cloud_init: (
-                    cloud_init.text("inline", bounds.MAX_CLOUD_INIT_BYTES)
-                    if cloud_init is not None
-                    else user_data_doc.text("cloudInitData", bounds.MAX_CLOUD_INIT_BYTES)
-                )
-            )
-            .bind(lambda text: checked_cloud_init(text.encode(), doc.field("userData")))
+
+        def inline_text(cloud_init: Document | None) -> Result[str, ProviderError]:
+            if cloud_init is not None:
+                return cloud_init.text("inline", bounds.MAX_CLOUD_INIT_BYTES)
+            return user_data_doc.text("cloudInitData", bounds.MAX_CLOUD_INIT_BYTES)
+
+        return Result.do(
+            checked
+            for text in user_data_doc.obj("cloudInit").bind(inline_text)
+            for checked in checked_cloud_init(text.encode(), doc.field("userData"))
         )
 
     return doc.obj("userData").bind(inline)
 
 
 def _hostname(doc: Document) -> Result[str, ProviderError]:
-    return doc.text("hostname", 253).bind(
-        lambda hostname: (
-            checked_name(hostname, doc.field("hostname")) if hostname else Success(hostname)
-        )
-    )
+    def checked(hostname: str) -> Result[str, ProviderError]:
+        return checked_name(hostname, doc.field("hostname")) if hostname else Success(hostname)
+
+    return doc.text("hostname", 253).bind(checked)
 
 
 def _domain(doc: Document) -> Result[str, ProviderError]:
@@ -115,9 +124,8 @@ def _customization(doc: Document) -> Result[Customization, ProviderError]:
             networks=networks,
             user_data=user_data,
         )
-        for networks in doc.objects("networks", bounds.MAX_NICS).bind(
-            lambda items: each(items, _clone_network)
-        )
+        for items in doc.objects("networks", bounds.MAX_NICS)
+        for networks in each(items, _clone_network)
         for user_data in _clone_user_data(doc)
         for hostname in _hostname(doc)
         for domain in _domain(doc)
@@ -136,14 +144,15 @@ def _clone_memory(vm_class: Document) -> Result[int | None, ProviderError]:
             )
         return checked_memory(mib, names.CLONE_MEMORY)
     if memory_raw is not None and not isinstance(memory_raw, str):
-        return vm_class.integer("memory", 0, 2**63 - 1).bind(
-            lambda bytes_: (
-                checked_memory(-(-bytes_ // (1024 * 1024)), names.CLONE_MEMORY)
-                if bytes_
-                else Success(None)
-            )
-        )
+        return vm_class.integer("memory", 0, 2**63 - 1).bind(_memory_bytes)
     return Success(None)
+
+
+def _memory_bytes(value: int) -> Result[int | None, ProviderError]:
+    """A number of bytes, in whole MiB rounded up; 0 means "as the source"."""
+    if not value:
+        return Success(None)
+    return checked_memory(-(-value // (1024 * 1024)), names.CLONE_MEMORY)
 
 
 def _clone_cpu(value: int) -> Result[int | None, ProviderError]:
@@ -183,8 +192,7 @@ def parse_clone(
         for customize in load(customize_json, names.CUSTOMIZE)
         for checked_target in checked_name(target_name, names.TARGET_NAME)
         for cpu in _clone_cpu(cpu_value)
-        for placement_policy in load(placement_json, names.PLACEMENT).bind(
-            lambda placement: placement.text("name", 256)
-        )
+        for placement in load(placement_json, names.PLACEMENT)
+        for placement_policy in placement.text("name", 256)
         for customization in _clone_customization(customize, given=bool(customize_json.strip()))
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
@@ -38,11 +39,24 @@ def each(
     checked: list[_U] = []
     for item in items:
         match check(item):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(value):
                 checked.append(value)
     return Success(tuple(checked))
+
+
+def each_at(
+    items: Iterable[_T], field: str, check: Callable[[_T, str], Result[_U, ProviderError]]
+) -> Result[tuple[_U, ...], ProviderError]:
+    """`check` of every item of the list `field` with its wire path, `field[i]`, in order; the
+    first failure is the answer."""
+
+    def at(indexed: tuple[int, _T]) -> Result[_U, ProviderError]:
+        index, item = indexed
+        return check(item, f"{field}[{index}]")
+
+    return each(enumerate(items), at)
 
 
 class Document:
@@ -84,24 +98,20 @@ class Document:
 
     def objects(self, key: str, most: int) -> Result[tuple[Document, ...], ProviderError]:
         field = self.field(key)
-        return as_list(self.raw(key), field, most).bind(
-            lambda items: each(
-                enumerate(items),
-                lambda indexed: as_document(indexed[1], f"{field}[{indexed[0]}]").map(
-                    lambda doc: doc if doc is not None else Document({}, "")
-                ),
-            )
+        return Result.do(
+            docs
+            for items in as_list(self.raw(key), field, most)
+            for docs in each_at(items, field, partial(_object_at, empty_path=""))
         )
 
     def strings(
         self, key: str, most: int, limit: int = bounds.MAX_STRING_LENGTH
     ) -> Result[tuple[str, ...], ProviderError]:
         field = self.field(key)
-        return as_list(self.raw(key), field, most).bind(
-            lambda items: each(
-                enumerate(items),
-                lambda indexed: as_text(indexed[1], f"{field}[{indexed[0]}]", limit),
-            )
+        return Result.do(
+            texts
+            for items in as_list(self.raw(key), field, most)
+            for texts in each_at(items, field, partial(as_text, limit=limit))
         )
 
     def string_map(self, key: str) -> Result[dict[str, str], ProviderError]:
@@ -120,11 +130,11 @@ def _string_map(value: object, field: str) -> Result[dict[str, str], ProviderErr
     result: dict[str, str] = {}
     for name, item in value.items():
         match _checked_unicode(name, field):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
         match _map_value(item, name, field):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(text):
                 result[name] = text
     return Success(result)
@@ -153,13 +163,12 @@ def as_text(
         return Success("")
     if not isinstance(value, str):
         return invalid(field, f"expected a string, got {describe_value(value)}")
-    return _checked_unicode(value, field).bind(
-        lambda text: (
-            invalid(field, f"must be at most {limit} characters")
-            if len(text) > limit
-            else Success(text)
-        )
-    )
+    match _checked_unicode(value, field):
+        case Failure() as failed:
+            return failed
+    if len(value) > limit:
+        return invalid(field, f"must be at most {limit} characters")
+    return Success(value)
 
 
 def as_int(value: object, field: str, low: int, high: int) -> Result[int, ProviderError]:
@@ -206,9 +215,7 @@ def load(text: str, field: str) -> Result[Document, ProviderError]:
         value = json.loads(text)
     except (ValueError, RecursionError) as error:
         return invalid(field, f"is not valid JSON ({_short(error)})")
-    return as_document(value, field).map(
-        lambda doc: doc if doc is not None else Document({}, field)
-    )
+    return _object_at(value, field)
 
 
 def load_list(text: str, field: str, most: int) -> Result[tuple[Document, ...], ProviderError]:
@@ -220,13 +227,20 @@ def load_list(text: str, field: str, most: int) -> Result[tuple[Document, ...], 
         value = json.loads(wrapper)
     except (ValueError, RecursionError) as error:
         return invalid(field, f"is not valid JSON ({_short(error)})")
-    return as_list(value.get("items"), field, most).bind(
-        lambda items: each(
-            enumerate(items),
-            lambda indexed: as_document(indexed[1], f"{field}[{indexed[0]}]").map(
-                lambda doc: doc if doc is not None else Document({}, f"{field}[{indexed[0]}]")
-            ),
-        )
+    return Result.do(
+        docs
+        for items in as_list(value.get("items"), field, most)
+        for docs in each_at(items, field, _object_at)
+    )
+
+
+def _object_at(
+    value: object, path: str, empty_path: str | None = None
+) -> Result[Document, ProviderError]:
+    """The object at `path`; null is an empty one, at `empty_path` when given."""
+    return Result.do(
+        doc if doc is not None else Document({}, path if empty_path is None else empty_path)
+        for doc in as_document(value, path)
     )
 
 

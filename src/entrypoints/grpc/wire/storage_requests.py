@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from hashlib import sha256
 
 from returns.result import Failure, Result, Success
@@ -69,11 +70,11 @@ def _named_source(source: ImageSource) -> Result[ImageSource, ProviderError]:
 
 def _image_source(doc: Document) -> Result[ImageSource, ProviderError]:
     match doc.obj("source"):
-        case Failure(error):
-            return Failure(error)
+        case Failure() as failed:
+            return failed
         case Success(None):
-            return vm_image(doc).map(
-                lambda flat: ImageSource(
+            return Result.do(
+                ImageSource(
                     path=flat.path,
                     url=flat.url,
                     format=flat.format,
@@ -81,13 +82,14 @@ def _image_source(doc: Document) -> Result[ImageSource, ProviderError]:
                     checksum_type=flat.checksum_type,
                     template_name=flat.template_name,
                 )
+                for flat in vm_image(doc)
             )
         case Success(Document() as wrapper):
             pass
     for origin in ("libvirt", "vsphere", "http"):
         match wrapper.obj(origin):
-            case Failure(error):
-                return Failure(error)
+            case Failure() as failed:
+                return failed
             case Success(Document() as inner):
                 return _origin_source(origin, inner)
     return invalid(names.PREPARE_SOURCE, "must hold one of libvirt, vsphere or http")
@@ -174,14 +176,16 @@ def _transfer_url(url: str, field: str) -> Result[str, ProviderError]:
 def _storage_options(text: str) -> Result[dict[str, object], ProviderError]:
     """The manager's StorageOptions keys that some staging type reads (Go matches them
     case-insensitively)."""
-    return load(text, names.STORAGE_OPTIONS).map(
-        lambda doc: {key: doc.raw(key) for key in option_keys() if doc.raw(key) is not None}
+    return Result.do(
+        {key: doc.raw(key) for key in option_keys() if doc.raw(key) is not None}
+        for doc in load(text, names.STORAGE_OPTIONS)
     )
 
 
 def _credentials(credentials: Mapping[str, str]) -> Result[dict[str, str], ProviderError]:
-    return each(credentials, lambda key: as_text(key, names.CREDENTIALS, 256)).map(
-        lambda _: dict(credentials)
+    return Result.do(
+        dict(credentials)
+        for _ in each(credentials, partial(as_text, field=names.CREDENTIALS, limit=256))
     )
 
 

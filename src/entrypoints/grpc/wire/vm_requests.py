@@ -8,7 +8,8 @@ Every value is checked against the domain's bounds, and a failure names the fiel
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 from returns.result import Result, Success
 
@@ -43,6 +44,7 @@ from pyrigaud.entrypoints.grpc.wire.document import (
     checked_name,
     disk_gib,
     each,
+    each_at,
     invalid,
     load,
     load_list,
@@ -80,10 +82,10 @@ def _vm_class(doc: Document) -> Result[VMClass, ProviderError]:
         for performance_doc in doc.obj("PerformanceProfile")
         for security_doc in doc.obj("SecurityProfile")
         for limits_doc in doc.obj("ResourceLimits")
-        for cpu in doc.integer("CPU").bind(lambda value: checked_cpu(value, doc.field("CPU")))
-        for memory_mib in doc.integer("MemoryMiB", 0, INT32_MAX).bind(
-            lambda value: checked_memory(value, doc.field("MemoryMiB"))
-        )
+        for cpu_value in doc.integer("CPU")
+        for cpu in checked_cpu(cpu_value, doc.field("CPU"))
+        for memory_value in doc.integer("MemoryMiB", 0, INT32_MAX)
+        for memory_mib in checked_memory(memory_value, doc.field("MemoryMiB"))
         for disk_defaults in _disk_defaults(disk_defaults_doc)
         for guest_tools_policy in doc.text("GuestToolsPolicy")
         for extra_config in doc.string_map("ExtraConfig")
@@ -204,16 +206,15 @@ def _dns(doc: Document) -> Result[tuple[str, ...], ProviderError]:
     listed = (
         doc.strings("DNS", 16, 256)
         if isinstance(doc.raw("DNS"), list)
-        else doc.text("DNS", 4096).map(
-            lambda text: tuple(part.strip() for part in text.split(",") if part.strip())
-        )
+        else doc.text("DNS", 4096).map(_comma_separated)
     )
-    return listed.bind(
-        lambda servers: each(
-            enumerate(servers),
-            lambda indexed: checked_ip(indexed[1], f"{doc.field('DNS')}[{indexed[0]}]"),
-        )
+    return Result.do(
+        checked for servers in listed for checked in each_at(servers, doc.field("DNS"), checked_ip)
     )
+
+
+def _comma_separated(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _network(doc: Document) -> Result[NetworkAttachment, ProviderError]:
@@ -242,19 +243,19 @@ def _network(doc: Document) -> Result[NetworkAttachment, ProviderError]:
         for vlan in doc.integer("VLAN", 0, bounds.MAX_VLAN)
         for model in doc.text("Model", 64)
         for ip_policy in doc.text("IPPolicy", 64)
-        for static_ip in doc.text("StaticIP", 64).bind(
-            lambda text: checked_ip(text.strip(), doc.field("StaticIP"), allow_prefix=True)
+        for static_ip_text in doc.text("StaticIP", 64)
+        for static_ip in checked_ip(
+            static_ip_text.strip(), doc.field("StaticIP"), allow_prefix=True
         )
         for prefix in doc.integer("Prefix", 0, 128)
-        for gateway in doc.text("Gateway", 64).bind(
-            lambda text: checked_ip(text.strip(), doc.field("Gateway"))
-        )
+        for gateway_text in doc.text("Gateway", 64)
+        for gateway in checked_ip(gateway_text.strip(), doc.field("Gateway"))
         for pci_slot_number in doc.optional_integer("PCISlotNumber", 0, bounds.MAX_PCI_SLOT)
     )
 
 
 def _networks(text: str, field: str) -> Result[tuple[NetworkAttachment, ...], ProviderError]:
-    return load_list(text, field, bounds.MAX_NICS).bind(lambda docs: each(docs, _network))
+    return load_list(text, field, bounds.MAX_NICS).bind(partial(each, check=_network))
 
 
 def _disk(doc: Document) -> Result[DiskSpec, ProviderError]:
@@ -267,7 +268,7 @@ def _disk(doc: Document) -> Result[DiskSpec, ProviderError]:
 
 
 def _disks(text: str, field: str) -> Result[tuple[DiskSpec, ...], ProviderError]:
-    return load_list(text, field, bounds.MAX_DISKS).bind(lambda docs: each(docs, _disk))
+    return load_list(text, field, bounds.MAX_DISKS).bind(partial(each, check=_disk))
 
 
 def _placement(doc: Document) -> Result[Placement, ProviderError]:
@@ -287,10 +288,7 @@ def _tags(tags: Iterable[str]) -> Result[tuple[str, ...], ProviderError]:
     given = tuple(tags)
     if len(given) > bounds.MAX_TAGS:
         return invalid(names.TAGS, f"at most {bounds.MAX_TAGS} tags are supported")
-    return each(
-        enumerate(given),
-        lambda indexed: as_text(indexed[1], f"{names.TAGS}[{indexed[0]}]", bounds.MAX_TAG_LENGTH),
-    )
+    return each_at(given, names.TAGS, partial(as_text, limit=bounds.MAX_TAG_LENGTH))
 
 
 def parse_create(
@@ -335,46 +333,49 @@ def parse_create(
 
 def parse_reconfigure(desired_json: str) -> Result[VMChanges, ProviderError]:
     """The whole desired create request; a missing, null or zero value means "no change"."""
-    return load(desired_json, names.DESIRED).bind(
-        lambda desired: Result.do(
-            VMChanges(cpu=cpu, memory_mib=memory, root_disk_gib=root_disk, disks=disks)
-            for vm_class in desired.obj("Class")
-            for cpu in _changed_cpu(vm_class)
-            for memory in _changed_memory(vm_class)
-            for root_disk in _changed_root_disk(vm_class)
-            for disks in desired.objects("Disks", bounds.MAX_DISKS).bind(
-                lambda docs: each(docs, _desired_disk)
-            )
-        )
+    return Result.do(
+        VMChanges(cpu=cpu, memory_mib=memory, root_disk_gib=root_disk, disks=disks)
+        for desired in load(desired_json, names.DESIRED)
+        for vm_class in desired.obj("Class")
+        for cpu in _changed_cpu(vm_class)
+        for memory in _changed_memory(vm_class)
+        for root_disk in _changed_root_disk(vm_class)
+        for disk_docs in desired.objects("Disks", bounds.MAX_DISKS)
+        for disks in each(disk_docs, _desired_disk)
     )
 
 
 def _changed_cpu(vm_class: Document | None) -> Result[int | None, ProviderError]:
     if vm_class is None:
         return Success(None)
-    return vm_class.integer("CPU").bind(
-        lambda value: checked_cpu(value, vm_class.field("CPU")) if value else Success(None)
-    )
+    return vm_class.integer("CPU").bind(partial(_changed, checked_cpu, vm_class.field("CPU")))
 
 
 def _changed_memory(vm_class: Document | None) -> Result[int | None, ProviderError]:
     if vm_class is None:
         return Success(None)
     return vm_class.integer("MemoryMiB", 0, INT32_MAX).bind(
-        lambda value: checked_memory(value, vm_class.field("MemoryMiB")) if value else Success(None)
+        partial(_changed, checked_memory, vm_class.field("MemoryMiB"))
     )
+
+
+def _changed(
+    check: Callable[[int, str], Result[int, ProviderError]], field: str, value: int
+) -> Result[int | None, ProviderError]:
+    """A zero value asks no change; any other is checked."""
+    return check(value, field) if value else Success(None)
 
 
 def _changed_root_disk(vm_class: Document | None) -> Result[int | None, ProviderError]:
     if vm_class is None:
         return Success(None)
-    return vm_class.obj("DiskDefaults").bind(
-        lambda defaults: (
-            Success(None)
-            if defaults is None
-            else disk_gib(defaults, "SizeGiB", 0).map(lambda size: size or None)
-        )
-    )
+    return vm_class.obj("DiskDefaults").bind(_changed_size)
+
+
+def _changed_size(defaults: Document | None) -> Result[int | None, ProviderError]:
+    if defaults is None:
+        return Success(None)
+    return Result.do(size or None for size in disk_gib(defaults, "SizeGiB", 0))
 
 
 def _desired_disk(doc: Document) -> Result[DiskSpec, ProviderError]:
