@@ -2,61 +2,114 @@
 
 The container wraps each port of the selected backend here before wiring the use cases, so
 every port is instrumented without the adapters or the application knowing Prometheus exists.
-The operation label is the port method's name (`describe`, `start_create`, ...).
+One wrapper class per port implements its protocol, each method timing the call it hands on;
+the operation label is the port method's name (`describe`, `start_create`, ...). What a
+disk port hands back to be driven further (a disk stream, a landing site and the disk it
+received) is wrapped likewise, so its calls are timed too (`read_chunk`, `receive`, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-import typing
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO, ParamSpec, TypeVar
 
-from returns.result import Failure, Success
+from returns.result import Failure, Result, Success
 
 from pyrigaud.application.backend import Backend
+from pyrigaud.application.ports import (
+    CapabilitySource,
+    Cloning,
+    DiskTransfer,
+    Health,
+    Images,
+    Inventory,
+    PowerControl,
+    Snapshots,
+    TaskTracker,
+    VMLifecycle,
+)
+from pyrigaud.application.ports.disk_transfer import (
+    DiskStream,
+    LandingSite,
+    ReceivedDisk,
+    TransferLeftovers,
+    TransferWatch,
+)
+from pyrigaud.application.ports.virtual_hardware import HardwareFacts
+from pyrigaud.application.ports.vm_lifecycle import CreatedVM
+from pyrigaud.domain.disk_images import JudgedImage, LandedDisk, LeftBehind
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import HealthReport
+from pyrigaud.domain.hardware import VirtualHardware
+from pyrigaud.domain.models import (
+    Capabilities,
+    CloneRequest,
+    CreateRequest,
+    DiskDetails,
+    DiskQuery,
+    DiskRead,
+    HealthReport,
+    OwnerMark,
+    PreparedImage,
+    PrepareImageRequest,
+    Snapshot,
+    SnapshotRequest,
+    VMChanges,
+    VMDescription,
+    VMInfo,
+    VMRecord,
+)
+from pyrigaud.domain.power import PowerState
+from pyrigaud.domain.tasks import TaskRef, TaskState
 from pyrigaud.entrypoints.metrics import Metrics
 
-_Port = TypeVar("_Port")
+_Args = ParamSpec("_Args")
+_Value = TypeVar("_Value")
 
 
 def instrument_backend(backend: Backend, metrics: Metrics) -> Backend:
-    """`backend` with each port it has wrapped by `instrument`; a missing port stays None.
-    The operations of the ports it has are counted (at 0) from the start."""
-    ports = {
-        field.name: instrument(port, metrics)
-        for field in dataclasses.fields(backend)
-        if (port := getattr(backend, field.name)) is not None
-    }
-    metrics.expect_hypervisor_calls(_operations_of(ports))
-    return dataclasses.replace(backend, **ports)
+    """`backend` with each port it has wrapped in its timed counterpart; a missing port stays
+    None. The operations of the ports it has are counted (at 0) from the start."""
+    timer = Timer(metrics)
+    timed = Backend(
+        lifecycle=TimedLifecycle(backend.lifecycle, timer),
+        power=TimedPower(backend.power, timer),
+        inventory=TimedInventory(backend.inventory, timer),
+        health=TimedHealth(backend.health, timer),
+        capabilities=TimedCapabilities(backend.capabilities, timer),
+        tasks=TimedTasks(backend.tasks, timer),
+        snapshots=_optional(TimedSnapshots, backend.snapshots, timer),
+        cloning=_optional(TimedCloning, backend.cloning, timer),
+        images=_optional(TimedImages, backend.images, timer),
+        disk_transfer=_optional(TimedDiskTransfer, backend.disk_transfer, timer),
+        transfer_leftovers=_optional(TimedLeftovers, backend.transfer_leftovers, timer),
+        hardware=_optional(TimedHardware, backend.hardware, timer),
+    )
+    metrics.expect_hypervisor_calls(_operations_of(timed))
+    return timed
 
 
-def _operations_of(ports: dict[str, object]) -> Iterator[str]:
-    """The methods the port protocols of `ports` declare (Backend's field types)."""
-    declared = typing.get_type_hints(Backend)
-    for name in ports:
-        for protocol in typing.get_args(declared[name]) or (declared[name],):
-            if protocol is not type(None):
-                yield from (
-                    member
-                    for member in dir(protocol)
-                    if not member.startswith("_") and callable(getattr(protocol, member))
-                )
+def _optional(
+    wrapper: Callable[[_Value, Timer], _Value], port: _Value | None, timer: Timer
+) -> _Value | None:
+    return None if port is None else wrapper(port, timer)
 
 
-def instrument(port: _Port, metrics: Metrics) -> _Port:
-    """`port`, with each public method call recorded in `metrics`.
+def _operations_of(backend: Backend) -> Iterator[str]:
+    """The operations each timed port of `backend` records: its wrapper's public methods."""
+    for field in dataclasses.fields(backend):
+        port = getattr(backend, field.name)
+        if port is not None:
+            yield from _operations_of_wrapper(type(port))
 
-    A `__getattr__` proxy rather than one typed wrapper per port: ports grow, and a proxy
-    follows without edits. The proxy is typed as the port it wraps (`cast`) because it answers
-    every attribute the port does, so callers keep the port's static type, and mypy checks
-    them against it.
-    """
-    return cast(_Port, _InstrumentedPort(port, metrics))
+
+def _operations_of_wrapper(wrapper: type) -> Iterator[str]:
+    for name, member in vars(wrapper).items():
+        if not name.startswith("_") and callable(member):
+            yield name
+    for inner in _HANDS_BACK.get(wrapper, ()):
+        yield from _operations_of_wrapper(inner)
 
 
 def _call_outcome(value: object) -> str:
@@ -69,38 +122,281 @@ def _call_outcome(value: object) -> str:
     return "ok"
 
 
-class _InstrumentedPort:
-    def __init__(self, port: object, metrics: Metrics) -> None:
-        self._port = port
-        self._metrics = metrics
+class Timer:
+    """Times one call of a port method and records it under its operation's name."""
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._port, name)
-        if name.startswith("_") or not callable(attribute):
-            return attribute  # state (e.g. the fake's `faults`) passes through, read live
-        timed = self._timed(name, attribute)
-        # A bound method never changes: keep the wrapper, so the next lookup is a plain hit.
-        self.__dict__[name] = timed
-        return timed
+    def __init__(self, metrics: Metrics) -> None:
+        self._record = metrics.record_hypervisor_call
 
-    def _timed(self, operation: str, method: Callable[..., object]) -> Callable[..., object]:
-        record = self._metrics.record_hypervisor_call
+    def __call__(
+        self,
+        operation: str,
+        method: Callable[_Args, _Value],
+        *args: _Args.args,
+        **kwargs: _Args.kwargs,
+    ) -> _Value:
+        started = time.perf_counter()
+        try:
+            value = method(*args, **kwargs)
+        except Exception:
+            self._record(operation, "exception", time.perf_counter() - started)
+            raise
+        match value:  # a Success, the common case, told without a call (an exact-type hit)
+            case Success():
+                outcome = "ok"
+            case _:
+                outcome = _call_outcome(value)
+        self._record(operation, outcome, time.perf_counter() - started)
+        return value
 
-        def timed(*args: object, **kwargs: object) -> object:
-            started = time.perf_counter()
-            try:
-                value = method(*args, **kwargs)
-            except Exception:
-                record(operation, "exception", time.perf_counter() - started)
-                raise
-            match value:  # a Success, the common case, told without a call (an exact-type hit)
-                case Success():
-                    outcome = "ok"
-                case _:
-                    outcome = _call_outcome(value)
-            record(operation, outcome, time.perf_counter() - started)
-            return value
 
-        timed.__name__ = operation
-        timed.__doc__ = method.__doc__
-        return timed
+class TimedLifecycle:
+    def __init__(self, port: VMLifecycle, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
+        return self._timer("find_by_name", self._port.find_by_name, name)
+
+    def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
+        return self._timer("find_unfinished", self._port.find_unfinished)
+
+    def start_create(
+        self, request: CreateRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        return self._timer("start_create", self._port.start_create, request, owner)
+
+    def delete(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._timer("delete", self._port.delete, vm_id)
+
+    def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("reconfigure", self._port.reconfigure, vm_id, changes)
+
+    def upgrade_hardware(
+        self, vm_id: str, target_version: int
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("upgrade_hardware", self._port.upgrade_hardware, vm_id, target_version)
+
+
+class TimedPower:
+    def __init__(self, port: PowerControl, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
+        return self._timer("power_state", self._port.power_state, vm_id)
+
+    def power_on(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("power_on", self._port.power_on, vm_id)
+
+    def power_off(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("power_off", self._port.power_off, vm_id)
+
+    def reboot(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("reboot", self._port.reboot, vm_id)
+
+    def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
+        return self._timer("request_shutdown", self._port.request_shutdown, vm_id, deadline)
+
+    def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
+        return self._timer("shutdown_deadline", self._port.shutdown_deadline, vm_id)
+
+    def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
+        return self._timer("clear_shutdown_deadline", self._port.clear_shutdown_deadline, vm_id)
+
+
+class TimedInventory:
+    def __init__(self, port: Inventory, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
+        return self._timer("describe", self._port.describe, vm_id)
+
+    def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
+        return self._timer("vm_info", self._port.vm_info, vm_id)
+
+    def list_vms(self) -> Result[list[VMInfo], ProviderError]:
+        return self._timer("list_vms", self._port.list_vms)
+
+
+class TimedHealth:
+    def __init__(self, port: Health, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def check(self) -> HealthReport:
+        return self._timer("check", self._port.check)
+
+
+class TimedCapabilities:
+    def __init__(self, port: CapabilitySource, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def capabilities(self) -> Capabilities:
+        return self._timer("capabilities", self._port.capabilities)
+
+
+class TimedTasks:
+    def __init__(self, port: TaskTracker, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def task_state(self, task_id: str) -> TaskState | None:
+        return self._timer("task_state", self._port.task_state, task_id)
+
+
+class TimedSnapshots:
+    def __init__(self, port: Snapshots, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
+        return self._timer("create_snapshot", self._port.create_snapshot, request)
+
+    def delete_snapshot(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("delete_snapshot", self._port.delete_snapshot, vm_id, snapshot_id)
+
+    def revert_snapshot(
+        self, vm_id: str, snapshot_id: str
+    ) -> Result[TaskRef | None, ProviderError]:
+        return self._timer("revert_snapshot", self._port.revert_snapshot, vm_id, snapshot_id)
+
+
+class TimedCloning:
+    def __init__(self, port: Cloning, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def start_clone(
+        self, request: CloneRequest, owner: OwnerMark
+    ) -> Result[CreatedVM, ProviderError]:
+        return self._timer("start_clone", self._port.start_clone, request, owner)
+
+
+class TimedImages:
+    def __init__(self, port: Images, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
+        return self._timer("prepare_image", self._port.prepare_image, request)
+
+
+class TimedLeftovers:
+    def __init__(self, port: TransferLeftovers, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def sweep_transfer_leftovers(
+        self, older_than_seconds: float
+    ) -> Result[tuple[str, ...], ProviderError]:
+        sweep = self._port.sweep_transfer_leftovers
+        return self._timer("sweep_transfer_leftovers", sweep, older_than_seconds)
+
+
+class TimedHardware:
+    def __init__(self, port: HardwareFacts, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    def hardware_of(self, vm_id: str, disk_id: str) -> Result[VirtualHardware, ProviderError]:
+        return self._timer("hardware_of", self._port.hardware_of, vm_id, disk_id)
+
+    def import_record_of(self, disk_path: str) -> Result[bytes | None, ProviderError]:
+        return self._timer("import_record_of", self._port.import_record_of, disk_path)
+
+
+class TimedDiskTransfer:
+    """The disk port; the stream it reads and the site it lands on are timed as well."""
+
+    def __init__(self, port: DiskTransfer, timer: Timer) -> None:
+        self._port, self._timer = port, timer
+
+    @property
+    def disk_suffix(self) -> str:
+        return self._port.disk_suffix
+
+    def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
+        return self._timer("read_disk", self._port.read_disk, disk, watch).map(self._stream)
+
+    def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
+        site = self._timer("landing_site", self._port.landing_site, stem, storage_hint)
+        return site.map(self._site)
+
+    def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
+        return self._timer("disk_details", self._port.disk_details, query)
+
+    def _stream(self, stream: DiskStream) -> DiskStream:
+        return TimedDiskStream(stream, self._timer)
+
+    def _site(self, site: LandingSite) -> LandingSite:
+        return TimedLandingSite(site, self._timer)
+
+
+class TimedDiskStream:
+    def __init__(self, stream: DiskStream, timer: Timer) -> None:
+        self._stream, self._timer = stream, timer
+
+    @property
+    def size_bytes(self) -> int | None:
+        return self._stream.size_bytes
+
+    @property
+    def left_behind(self) -> tuple[LeftBehind, ...]:
+        return self._stream.left_behind
+
+    @property
+    def made_whole_first(self) -> bool:
+        return self._stream.made_whole_first
+
+    def make(self, into: BinaryIO | None) -> Result[None, ProviderError]:
+        return self._timer("make", self._stream.make, into)
+
+    def read_chunk(self) -> Result[bytes, ProviderError]:
+        return self._timer("read_chunk", self._stream.read_chunk)
+
+    def close(self) -> None:
+        self._timer("close", self._stream.close)
+
+
+class TimedLandingSite:
+    def __init__(self, site: LandingSite, timer: Timer) -> None:
+        self._site, self._timer = site, timer
+
+    @property
+    def disk_name(self) -> str:
+        return self._site.disk_name
+
+    @property
+    def place(self) -> str:
+        return self._site.place
+
+    def earlier_record(self) -> Result[bytes | None, ProviderError]:
+        return self._timer("earlier_record", self._site.earlier_record)
+
+    def receive(
+        self,
+        chunks: Iterable[bytes],
+        size_bytes: int | None,
+        image: JudgedImage,
+        watch: TransferWatch,
+    ) -> Result[ReceivedDisk, ProviderError]:
+        received = self._timer("receive", self._site.receive, chunks, size_bytes, image, watch)
+        return received.map(self._received)
+
+    def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
+        return self._timer("keep_record", self._site.keep_record, record, landed)
+
+    def _received(self, disk: ReceivedDisk) -> ReceivedDisk:
+        return TimedReceivedDisk(disk, self._timer)
+
+
+class TimedReceivedDisk:
+    def __init__(self, disk: ReceivedDisk, timer: Timer) -> None:
+        self._disk, self._timer = disk, timer
+
+    def land(self) -> Result[LandedDisk, ProviderError]:
+        return self._timer("land", self._disk.land)
+
+    def discard(self) -> None:
+        self._timer("discard", self._disk.discard)
+
+
+# What a wrapper's calls hand back wrapped in further timed wrappers: their operations too.
+_HANDS_BACK: dict[type, tuple[type, ...]] = {
+    TimedDiskTransfer: (TimedDiskStream, TimedLandingSite),
+    TimedLandingSite: (TimedReceivedDisk,),
+}

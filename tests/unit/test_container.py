@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from dependency_injector import providers
-from returns.result import Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
@@ -29,7 +28,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.entrypoints.container import Container
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
-from pyrigaud.entrypoints.grpc.servicer import RpcSpec, method_handlers
+from pyrigaud.entrypoints.grpc.servicer import method_handlers
 from pyrigaud.entrypoints.settings import SettingsError, load_settings
 
 from support import ManualClock, error_kind, error_of
@@ -120,10 +119,11 @@ def test_every_rpc_of_the_proto_has_a_spec() -> None:
     assert served == set(pb.DESCRIPTOR.services_by_name["Provider"].methods_by_name)
 
 
-@pytest.mark.parametrize("readers", [{}, {"read": str, "parse": Success}])
-def test_a_spec_takes_its_request_one_way(readers: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="exactly one of read and parse"):
-        RpcSpec("Describe", pb.DescribeRequest, pb.DescribeResponse, Success, str, **readers)  # type: ignore[arg-type]
+def test_each_rpc_is_served_by_the_handler_named_for_it() -> None:
+    rpcs = Container(settings=load_settings({"PROVIDER_TYPE": "fake"})).rpcs()
+    for rpc in rpcs:
+        assert rpc.handle.__name__ == re.sub(r"(?<=[a-z])(?=[A-Z])", "_", rpc.name).lower()
+    assert len(rpcs) == len(pb.DESCRIPTOR.services_by_name["Provider"].methods)
 
 
 def test_plaintext_is_decided_and_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:

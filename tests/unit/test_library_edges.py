@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 HYPERVISORS = SRC / "adapters" / "hypervisors"
 
-LIBVIRT_EDGE = frozenset({"edge.py", "errors.py"})
+LIBVIRT_EDGE = frozenset({"calls.py", "errors.py"})
 LIBVIRT_CAUGHT = frozenset({"libvirtError"})
 # The session re-logs in on NotAuthenticated and names a failed login: what the edge calls.
-VSPHERE_EDGE = frozenset({"calls.py", "faults.py", "session.py"})
+VSPHERE_EDGE = frozenset({"calls.py", "errors.py", "session.py"})
 VSPHERE_CAUGHT = frozenset(
     {"EXPECTED_FAILURES", "MethodFault", "OSError", "ConnectionError", "HTTPException"}
 )
@@ -52,7 +52,7 @@ def _caught(tree: ast.AST) -> Iterator[tuple[int, set[str]]]:
 def _libvirt_offences(tree: ast.AST) -> Iterator[tuple[int, str]]:
     for line, names in _caught(tree):
         if names & LIBVIRT_CAUGHT:
-            yield line, "catches libvirtError outside the edge: use an edge.py helper"
+            yield line, "catches libvirtError outside the edge: use a calls.py helper"
 
 
 def _vsphere_offences(tree: ast.AST) -> Iterator[tuple[int, str]]:

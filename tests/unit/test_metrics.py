@@ -14,12 +14,11 @@ from returns.result import Failure, Success
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
-from pyrigaud.adapters.hypervisors.fake.inventory import FakeInventory
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
-from pyrigaud.entrypoints.instrumented import instrument, instrument_backend
+from pyrigaud.entrypoints.instrumented import instrument_backend
 from pyrigaud.entrypoints.metrics import (
     LATENCY_BUCKETS_SECONDS,
     Metrics,
@@ -27,7 +26,7 @@ from pyrigaud.entrypoints.metrics import (
     PrometheusTransfers,
 )
 
-from support import ManualClock
+from support import ManualClock, ok
 from support.e2e import CLASS_JSON, start_provider
 
 
@@ -159,24 +158,30 @@ def test_hypervisor_calls_are_counted_by_operation_and_outcome() -> None:
 
 def test_an_exception_from_the_backend_is_counted_then_raised() -> None:
     metrics = Metrics()
-    backend = instrument_backend(fake_backend(FakeHypervisor(ManualClock())), metrics)
+    fake = FakeHypervisor(ManualClock())
+    backend = instrument_backend(fake_backend(fake), metrics)
+
+    def bug() -> None:
+        raise TypeError("a bug in the backend")
+
+    fake.faults.on_entry("describe", bug)
     with pytest.raises(TypeError):
-        backend.inventory.describe()  # type: ignore[call-arg]
+        backend.inventory.describe("any")
     assert calls(metrics, "describe", "exception") == 1
 
 
-def test_state_passes_through_uncounted() -> None:
+def test_what_a_disk_port_hands_back_is_timed_too() -> None:
+    """A landing site's calls (and a disk stream's) are operations of their own, shown at 0
+    from the start like every port operation."""
     metrics = Metrics()
-    fake = FakeHypervisor(ManualClock())
-    inventory = instrument(FakeInventory(fake), metrics)
-    assert inventory.hypervisor is fake
-    counted = [
-        sample
-        for family in metrics.registry.collect()
-        if family.name == "pyrigaud_hypervisor_calls"
-        for sample in family.samples
-    ]
-    assert counted == []
+    backend = instrument_backend(fake_backend(FakeHypervisor(ManualClock())), metrics)
+    for operation in ("read_chunk", "make", "receive", "keep_record", "land", "discard"):
+        assert calls(metrics, operation, "ok") == 0
+    assert backend.disk_transfer is not None
+    site = ok(backend.disk_transfer.landing_site("timed", ""))
+    assert site.earlier_record() == Success(None)
+    assert calls(metrics, "landing_site", "ok") == 1
+    assert calls(metrics, "earlier_record", "ok") == 1
 
 
 def test_each_metrics_has_its_own_registry_with_every_family() -> None:

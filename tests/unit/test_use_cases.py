@@ -13,8 +13,8 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
+from pyrigaud.adapters.hypervisors.fake.capabilities import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
-from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FAKE_CAPABILITIES, FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.provisioning import FakeVMLifecycle
 from pyrigaud.adapters.staging.pvc_location import PVC

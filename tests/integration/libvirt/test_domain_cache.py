@@ -25,6 +25,7 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache, read
 from pyrigaud.adapters.hypervisors.libvirt.guest import power_of
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
 from pyrigaud.application.backend import Backend
+from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
     CloneRequest,
     CreateRequest,
@@ -36,7 +37,7 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 
-from support import ManualClock, ok, present
+from support import ManualClock, error_kind, ok, present
 from support.libvirt import clone_vm, create_vm, libvirt_test_backend
 
 URI = "test:///default"
@@ -299,6 +300,40 @@ def test_a_describe_the_cache_answers_makes_no_round_trip_and_a_new_feed_is_a_re
         assert resyncs.count == 1
         assert round_trips.count == before + 3  # nothing from before survives: read again
     finally:
+        connection.close()
+
+
+def test_a_describe_the_cache_answers_takes_no_call_slot(other: Any, gate: EventGate) -> None:
+    """A cache hit reads the cache alone: with the one call slot held, a cached VM is still
+    described, while a VM the cache does not hold waits for the slot (RESOURCE_EXHAUSTED)."""
+    connection = LibvirtConnection(URI, max_concurrent_calls=1, slot_wait_seconds=0)
+    backend = libvirt_test_backend(
+        connection,
+        ManualClock(),
+        domain_type="test",
+        pools=PoolSettings(default_pool="default-pool"),
+    )
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_slot(conn: Any) -> None:
+        holding.set()
+        release.wait(EVENT_WAIT_SECONDS)  # bounded: a failed test never hangs
+
+    try:
+        ok(backend.inventory.list_vms())  # subscribes, after the gate
+        vm_id = create(backend, "no-slot")
+        gate.settle()  # the "defined" event, which drops the view, is behind us
+        described(backend, vm_id)  # our own write dropped it: read, and kept
+        holder = threading.Thread(target=connection.call, args=(hold_the_slot,))
+        holder.start()
+        assert holding.wait(EVENT_WAIT_SECONDS)
+        assert described(backend, vm_id).power_state is PowerState.OFF
+        missing = "00000000-0000-0000-0000-000000000000"
+        assert error_kind(backend.inventory.describe(missing)) is ErrorKind.RESOURCE_EXHAUSTED
+        release.set()
+        holder.join()
+    finally:
+        release.set()
         connection.close()
 
 

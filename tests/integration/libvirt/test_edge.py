@@ -10,10 +10,10 @@ import libvirt
 import pytest
 from returns.result import Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import prepare_libvirt_for_process
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import host_qemu_img_refusal
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 from support import error_of

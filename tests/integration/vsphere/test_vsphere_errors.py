@@ -17,7 +17,7 @@ from pyVmomi.SoapAdapter import SoapStubAdapter
 from returns.result import Success
 
 from pyrigaud.adapters.hypervisors.vsphere.calls import attempt
-from pyrigaud.adapters.hypervisors.vsphere.faults import provider_error
+from pyrigaud.adapters.hypervisors.vsphere.errors import provider_error
 from pyrigaud.adapters.hypervisors.vsphere.session import LoginError
 from pyrigaud.domain.errors import ErrorKind
 

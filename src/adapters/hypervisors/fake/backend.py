@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pyrigaud.adapters.hypervisors.fake.capabilities import FakeCapabilities
 from pyrigaud.adapters.hypervisors.fake.cloning import FakeCloning
 from pyrigaud.adapters.hypervisors.fake.disk_transfer import FakeDiskTransfer
-from pyrigaud.adapters.hypervisors.fake.health import FakeCapabilities, FakeHealth
+from pyrigaud.adapters.hypervisors.fake.health import FakeHealth
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.adapters.hypervisors.fake.images import FakeImages
 from pyrigaud.adapters.hypervisors.fake.inventory import FakeInventory

@@ -1,4 +1,4 @@
-"""Health and CapabilitySource on the fake hypervisor."""
+"""Health on the fake hypervisor: reachable unless a test says otherwise."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from returns.result import Failure
 
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
-from pyrigaud.domain.models import Capabilities, HealthReport
+from pyrigaud.domain.models import HealthReport
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,3 @@ class FakeHealth:
             case Failure(error):
                 return HealthReport(ok=False, message=error.message)
         return HealthReport(ok=True, message="fake hypervisor reachable")
-
-
-@dataclass(frozen=True)
-class FakeCapabilities:
-    hypervisor: FakeHypervisor
-
-    def capabilities(self) -> Capabilities:
-        return self.hypervisor.capabilities

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pyrigaud.adapters.hypervisors.libvirt.capabilities import LibvirtCapabilities
 from pyrigaud.adapters.hypervisors.libvirt.cloning import LibvirtCloning
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.device_models import FallbackCounts
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import LibvirtDiskTransfer
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
 from pyrigaud.adapters.hypervisors.libvirt.health import LibvirtHealth
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.image_sources import ImageDownloads
 from pyrigaud.adapters.hypervisors.libvirt.images import LibvirtImages
 from pyrigaud.adapters.hypervisors.libvirt.inventory import LibvirtInventory, guest_addresses

@@ -14,9 +14,9 @@ from typing import Any
 import libvirt
 from returns.result import Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort, caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainDefinition, render_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import (

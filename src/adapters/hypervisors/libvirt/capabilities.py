@@ -5,8 +5,8 @@ from __future__ import annotations
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import EXPORT_FORMATS, IMPORT_FORMATS
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Capabilities
 

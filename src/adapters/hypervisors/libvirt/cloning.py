@@ -22,26 +22,26 @@ from pyrigaud.adapters.hypervisors.libvirt.building import (
     random_mac,
     write_seed,
 )
+from pyrigaud.adapters.hypervisors.libvirt.calls import (
+    RAISED_BY_LIBVIRT,
+    best_effort,
+    caught,
+    or_none,
+)
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import (
     SeedInput,
     build_seed,
     time_zone_vendor_data,
 )
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     DomainDefinition,
     DomainFacts,
     cloned_domain,
     parse_domain,
 )
-from pyrigaud.adapters.hypervisors.libvirt.edge import (
-    RAISED_BY_LIBVIRT,
-    best_effort,
-    caught,
-    or_none,
-)
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     copy_volume,

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.edge import (
+from pyrigaud.adapters.hypervisors.libvirt.calls import (
     ANY_CODE,
     Refused,
     answer,

@@ -36,10 +36,10 @@ import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
+from pyrigaud.adapters.hypervisors.libvirt.calls import caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VirStoragePool,
     delete_volume,

@@ -36,12 +36,12 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.disk_images.scratch import given_or_scratch
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, Make
+from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.disk_landing import PoolSite
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, guest_action
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import image_at
 from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import (
     StandaloneVolume,

@@ -34,9 +34,9 @@ from typing import Any
 
 import libvirt
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import ANY_CODE, best_effort, refusal
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import ANY_CODE, best_effort, refusal
 
 VirDomain = Any
 AddressReader = Callable[[VirDomain], tuple[str, ...]]
@@ -249,6 +249,23 @@ class DomainCache:
     def view(self, vm_id: str) -> DomainView | None:
         """The cached view, or None: then the caller reads libvirt and may `keep` what it read."""
         return self._views.get(vm_id.lower()) if self._caching else None
+
+    def hit(self, vm_id: str) -> tuple[DomainView, tuple[str, ...]] | None:
+        """All Describe shows of `vm_id` when the cache holds it, read without the connection:
+        the view with its running definition, and the guest's last addresses (none when it
+        is not running). None sends the caller through the connection (`attach`, `view`),
+        which also stops caching for a connection found dead here."""
+        conn = self._conn
+        if not self._caching or conn is None or not _is_alive(conn):
+            return None
+        key = vm_id.lower()
+        view = self._views.get(key)
+        if view is None or view.live is None:
+            return None
+        if view.state not in RUNNING_STATES:
+            return view, ()
+        known = self._addresses.get(view.facts.uuid.lower())
+        return (view, known.ips) if known is not None else None
 
     @contextlib.contextmanager
     def loading(self) -> Iterator[Load]:

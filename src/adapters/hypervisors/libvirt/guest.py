@@ -2,7 +2,7 @@
 
 libvirt's domain object answers in raw calls and error codes; a Guest answers in what pyrigaud
 means (its persistent facts, its metadata, whether it runs) and returns the failures a user
-can act on as Failure values; libvirt's own exceptions rise to the edge (edge.py).
+can act on as Failure values; libvirt's own exceptions rise to the edge (calls.py).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from typing import Any, TypeVar
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.domain_cache import RUNNING_STATES
-from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, dimm_xml, parse_domain
-from pyrigaud.adapters.hypervisors.libvirt.edge import (
+from pyrigaud.adapters.hypervisors.libvirt.calls import (
     best_effort,
     caught,
     or_none,
     refusal,
 )
+from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
+from pyrigaud.adapters.hypervisors.libvirt.domain_cache import RUNNING_STATES
+from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, dimm_xml, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     CONNECTION_LOSS_CODES,
     MISSING_CODES,

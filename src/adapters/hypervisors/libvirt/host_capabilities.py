@@ -26,9 +26,9 @@ from functools import partial
 import libvirt
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import or_none
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import SECURE_BOOT_MACHINE
-from pyrigaud.adapters.hypervisors.libvirt.edge import or_none
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import Firmware, VMClass

@@ -26,8 +26,8 @@ from pyrigaud.adapters.downloads import (
     open_download,
 )
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure, undone_on_raise
+from pyrigaud.adapters.hypervisors.libvirt.calls import caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,

@@ -17,7 +17,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.downloads import Download
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
     PREPARE_FIELDS,
     ImageDownloads,

@@ -14,8 +14,8 @@ from typing import Any
 import libvirt
 from returns.result import Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.device_models import (
     shown_disk_controller,
     shown_nic_model,
@@ -28,8 +28,8 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_cache import (
     read_view,
 )
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, awaiting_power_cycle
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     GIB,
     VolumeFacts,
@@ -87,8 +87,12 @@ class LibvirtInventory:
         self._listing = threading.Lock()
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
-        """From the cache when it holds the VM (no libvirt call at all, none counted), else
-        read, kept and counted as one round trip."""
+        """A cache hit is answered from the cache alone: no connection, no call slot, no
+        libvirt call, none counted. Otherwise read through the connection, kept and counted
+        as one round trip."""
+        hit = self._domains.hit(vm_id)
+        if hit is not None:
+            return Success(_description(*hit))
 
         def describe(conn: VirConnect) -> VMDescription | None:
             self._domains.attach(conn)
@@ -102,13 +106,7 @@ class LibvirtInventory:
                 with self._domains.loading() as load:
                     view = read_view(dom)
                     load.keep_view(guest.id, view)
-            live = view.live or view.facts
-            return VMDescription(
-                power_state=power_of(view.state),
-                ips=self._last_addresses(conn, view, dom),
-                console_url=f"vnc://127.0.0.1:{live.vnc_port}" if live.vnc_port else "",
-                raw=_raw(view.facts.uuid, live, view.state, persistent=view.facts),
-            )
+            return _description(view, self._last_addresses(conn, view, dom))
 
         return self._host.read_through_cache(
             f"describe {vm_id!r}", lambda conn: Success(describe(conn))
@@ -190,6 +188,16 @@ class LibvirtInventory:
             guest = Guest.lookup(conn, view.facts.uuid)
             dom = guest.dom if guest is not None else None
         return self._domains.read_addresses(view.facts.uuid, dom) if dom is not None else ()
+
+
+def _description(view: DomainView, ips: tuple[str, ...]) -> VMDescription:
+    live = view.live or view.facts
+    return VMDescription(
+        power_state=power_of(view.state),
+        ips=ips,
+        console_url=f"vnc://127.0.0.1:{live.vnc_port}" if live.vnc_port else "",
+        raw=_raw(view.facts.uuid, live, view.state, persistent=view.facts),
+    )
 
 
 def _info(

@@ -21,8 +21,8 @@ from functools import partial
 
 import libvirt
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import Refused, answer, or_none
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import Refused, answer, or_none
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     NVRAM_POOL_PREFIX,

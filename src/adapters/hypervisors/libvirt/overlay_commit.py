@@ -15,7 +15,7 @@ from functools import partial
 import libvirt
 from returns.result import Failure, Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught
+from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest
 from pyrigaud.application.ports import Clock

@@ -12,8 +12,8 @@ from typing import TypeVar
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, power_of
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.metadata import VMMetadata
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.power import PowerState

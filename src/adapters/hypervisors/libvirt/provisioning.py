@@ -24,9 +24,9 @@ from pyrigaud.adapters.hypervisors.libvirt.building import (
     with_macs,
     write_seed,
 )
+from pyrigaud.adapters.hypervisors.libvirt.calls import RAISED_BY_LIBVIRT, caught
 from pyrigaud.adapters.hypervisors.libvirt.cloud_init import SeedInput, build_seed, needs_seed
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.device_models import (
     Fallback,
     FallbackCounts,
@@ -44,13 +44,13 @@ from pyrigaud.adapters.hypervisors.libvirt.domain_xml import (
     render_domain,
     with_resources,
 )
-from pyrigaud.adapters.hypervisors.libvirt.edge import RAISED_BY_LIBVIRT, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import (
     REFUSED_VARIANT_CODES,
     error_code,
     is_missing,
 )
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, blockers, guest_action
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import (
     check_firmware,
     default_machine_is_pcie,

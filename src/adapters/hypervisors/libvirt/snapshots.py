@@ -20,11 +20,11 @@ from typing import Any
 import libvirt
 from returns.result import Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import caught, or_none
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
-from pyrigaud.adapters.hypervisors.libvirt.edge import caught, or_none
 from pyrigaud.adapters.hypervisors.libvirt.errors import error_code, is_missing
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, guest_action
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.overlay_snapshots import (
     create_overlay_snapshot,
     delete_overlay_snapshot,

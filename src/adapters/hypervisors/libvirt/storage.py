@@ -18,8 +18,8 @@ import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
+from pyrigaud.adapters.hypervisors.libvirt.calls import ANY_CODE, best_effort, or_none, refusal
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import ANY_CODE, best_effort, or_none, refusal
 from pyrigaud.adapters.hypervisors.libvirt.pool_jobs import building_in, refreshing
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError

@@ -15,7 +15,6 @@ from functools import partial
 from returns.result import Result, Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.context import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.device_models import (
     SOURCE_HYPERVISOR,
     disk_controller_of,
@@ -25,6 +24,7 @@ from pyrigaud.adapters.hypervisors.libvirt.disk_landing import import_record_bes
 from pyrigaud.adapters.hypervisors.libvirt.disk_transfer import chosen_disk
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DiskDevice, NicDevice, parse_domain
 from pyrigaud.adapters.hypervisors.libvirt.guest import Guest, guest_action
+from pyrigaud.adapters.hypervisors.libvirt.host import LibvirtHost
 from pyrigaud.adapters.hypervisors.libvirt.storage import volume_facts
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.hardware import Firmware, VirtualHardware

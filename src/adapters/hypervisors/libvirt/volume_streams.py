@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import libvirt
 from returns.result import Result, Success
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort, caught, or_none, refusal
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
-from pyrigaud.adapters.hypervisors.libvirt.edge import best_effort, caught, or_none, refusal
 from pyrigaud.adapters.hypervisors.libvirt.errors import MISSING_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.pool_jobs import building_in
 from pyrigaud.adapters.hypervisors.libvirt.storage import (

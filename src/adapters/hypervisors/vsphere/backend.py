@@ -4,20 +4,26 @@ shared session (no round trip until the first call)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
 
+from pyrigaud.adapters.hypervisors.vsphere.capabilities import VSphereCapabilities
 from pyrigaud.adapters.hypervisors.vsphere.clone_maker import CloneMaker
 from pyrigaud.adapters.hypervisors.vsphere.cloning import VSphereCloning
 from pyrigaud.adapters.hypervisors.vsphere.device_models import FallbackCounters
 from pyrigaud.adapters.hypervisors.vsphere.disk_transfer import VSphereDiskTransfer
 from pyrigaud.adapters.hypervisors.vsphere.disk_vm import DiskVMMaker
-from pyrigaud.adapters.hypervisors.vsphere.health import VSphereCapabilities, VSphereHealth
+from pyrigaud.adapters.hypervisors.vsphere.health import VSphereHealth
 from pyrigaud.adapters.hypervisors.vsphere.images import VSphereImages
 from pyrigaud.adapters.hypervisors.vsphere.inventory import VSphereInventory
 from pyrigaud.adapters.hypervisors.vsphere.inventory_cache import InventoryCache
 from pyrigaud.adapters.hypervisors.vsphere.inventory_updates import follow
 from pyrigaud.adapters.hypervisors.vsphere.power import VSpherePowerControl
 from pyrigaud.adapters.hypervisors.vsphere.provisioning import VSphereVMLifecycle
+from pyrigaud.adapters.hypervisors.vsphere.read_your_writes import (
+    RefreshingCloning,
+    RefreshingLifecycle,
+    RefreshingPower,
+    RefreshingSnapshots,
+)
 from pyrigaud.adapters.hypervisors.vsphere.session import VSphereSession
 from pyrigaud.adapters.hypervisors.vsphere.snapshots import VSphereSnapshots
 from pyrigaud.adapters.hypervisors.vsphere.tasks import VSphereTaskTracker
@@ -58,19 +64,19 @@ def vsphere_backend(
     clone_maker = CloneMaker(vcenter, defaults, clock)
     marks = ImportMarks(owner, clock)
     return Backend(
-        lifecycle=_refreshing(
+        lifecycle=RefreshingLifecycle(
             VSphereVMLifecycle(
                 vcenter, clone_maker, DiskVMMaker(vcenter, defaults, clock, fallbacks)
             ),
             cache,
         ),
-        power=_refreshing(VSpherePowerControl(vcenter), cache),
+        power=RefreshingPower(VSpherePowerControl(vcenter), cache),
         inventory=VSphereInventory(vcenter, cache),
         health=VSphereHealth(session),
         capabilities=VSphereCapabilities(),
         tasks=VSphereTaskTracker(session, on_ended=cache.refresh),
-        snapshots=_refreshing(VSphereSnapshots(vcenter), cache),
-        cloning=_refreshing(VSphereCloning(vcenter, clone_maker), cache),
+        snapshots=RefreshingSnapshots(VSphereSnapshots(vcenter), cache),
+        cloning=RefreshingCloning(VSphereCloning(vcenter, clone_maker), cache),
         disk_transfer=VSphereDiskTransfer(vcenter, defaults, marks, scratch_dir=scratch_dir),
         images=VSphereImages(
             vcenter,
@@ -82,51 +88,3 @@ def vsphere_backend(
         ),
         hardware=VSphereHardwareFacts(vcenter),
     )
-
-
-_Port = TypeVar("_Port")
-
-# The mutations that change what Describe and ListVMs show, by the VM they change: the first
-# argument (a VM id), or the id of the VM they made.
-CHANGES_ARGUMENT_VM = frozenset(
-    {
-        "delete",
-        "reconfigure",
-        "upgrade_hardware",
-        "power_on",
-        "power_off",
-        "reboot",
-        "request_shutdown",
-        "revert_snapshot",
-    }
-)
-MAKES_VM = frozenset({"start_create", "start_clone"})
-
-
-def _refreshing(port: _Port, cache: InventoryCache) -> _Port:
-    """`port`, whose mutations have the cache re-read their VM before they return (read your
-    writes); typed as the port it wraps, whose every attribute it answers."""
-    return cast(_Port, _Refreshing(port, cache))
-
-
-class _Refreshing:
-    def __init__(self, port: object, cache: InventoryCache) -> None:
-        self._port = port
-        self._cache = cache
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._port, name)
-        if name not in CHANGES_ARGUMENT_VM | MAKES_VM:
-            return method
-
-        def changing(*args: Any, **kwargs: Any) -> Any:
-            outcome = method(*args, **kwargs)
-            if name in MAKES_VM:
-                vm_id = outcome.map(lambda made: made.id).value_or("")
-            else:
-                vm_id = args[0] if args else kwargs.get("vm_id", "")
-            if vm_id:
-                self._cache.refresh(vm_id)
-            return outcome
-
-        return changing

@@ -2,7 +2,7 @@
 vCenter runs (or while a disk's bytes come off a lease already open) becomes a Failure.
 
 Code inside the package returns its own expected failures as Results and lets pyVmomi's
-faults fly; the edge maps those by `faults.py`'s table and flattens the action's Result, so a
+faults fly; the edge maps those by `errors.py`'s table and flattens the action's Result, so a
 port answers one Result whichever way the call failed. What is neither a fault nor a reply
 this pyVmomi cannot read is a bug of ours and stays an exception.
 
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from pyVmomi import SoapAdapter
 from returns.result import Failure, Result
 
-from pyrigaud.adapters.hypervisors.vsphere.faults import (
+from pyrigaud.adapters.hypervisors.vsphere.errors import (
     EXPECTED_FAILURES,
     is_missing,
     provider_error,

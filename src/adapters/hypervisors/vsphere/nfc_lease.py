@@ -20,7 +20,7 @@ from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort, transferring
-from pyrigaud.adapters.hypervisors.vsphere.faults import fault_message
+from pyrigaud.adapters.hypervisors.vsphere.errors import fault_message
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import destroyed
 from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request

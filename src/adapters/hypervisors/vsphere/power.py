@@ -11,7 +11,7 @@ from returns.functions import not_
 from returns.result import Result
 
 from pyrigaud.adapters.hypervisors.vsphere.calls import Faulted, answer, fault_is, or_none, run
-from pyrigaud.adapters.hypervisors.vsphere.faults import is_missing
+from pyrigaud.adapters.hypervisors.vsphere.errors import is_missing
 from pyrigaud.adapters.hypervisors.vsphere.tasks import TaskOperation, begin
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
 from pyrigaud.adapters.hypervisors.vsphere.vm_rows import SHUTDOWN_DEADLINE_KEY

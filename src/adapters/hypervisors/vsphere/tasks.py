@@ -18,7 +18,7 @@ from pyVmomi import vim as untyped_vim
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.vsphere.calls import or_none, run
-from pyrigaud.adapters.hypervisors.vsphere.faults import (
+from pyrigaud.adapters.hypervisors.vsphere.errors import (
     fault_message,
 )
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve

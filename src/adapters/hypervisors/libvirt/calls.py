@@ -4,7 +4,7 @@ libvirt answers every refusal by raising libvirtError, and the files this packag
 snapshot export's scratch files, an image file on this host, the SSH key copies) raise
 OSError; the code that drives them lets those rise (an expected failure of its own is a
 Failure value it returns) until `caught` turns one into a ProviderError. The port modules'
-way in is LibvirtHost (context.py), which describes any libvirtError by what it was doing; a
+way in is LibvirtHost (host.py), which describes any libvirtError by what it was doing; a
 helper that expects a particular code (a driver that cannot stream, a lookup that misses)
 describes that one itself and lets the others rise.
 

@@ -1,4 +1,4 @@
-"""What every port module shares, and its way into the package's edge (edge.py).
+"""What every port module shares, and its way into the package's edge (calls.py).
 
 A LibvirtHost is a context, not a connection (that is connection.py): the connection, the
 clock, the domain cache and the settings the port modules act with. A port method hands `run`
@@ -17,9 +17,9 @@ from typing import TypeVar
 from returns.converters import flatten
 from returns.result import Result
 
+from pyrigaud.adapters.hypervisors.libvirt.calls import Describer, caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
-from pyrigaud.adapters.hypervisors.libvirt.edge import Describer, caught
 from pyrigaud.adapters.hypervisors.libvirt.errors import provider_error
 from pyrigaud.adapters.hypervisors.libvirt.host_capabilities import domain_type_for
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, VolumeWriter
