@@ -22,6 +22,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.hypervisors.libvirt.calls import (
     ANY_CODE,
     Refused,
+    Refusing,
     answer,
     best_effort,
     caught,
@@ -152,22 +153,21 @@ class LibvirtConnection:
                 )
             )
         try:
-            return self._opened(self._handle.current).bind(
-                partial(self._called, action=action, once=once)
-            )
+            match self._opened(self._handle.current):
+                case Failure() as failed:
+                    return failed
+                case Success(conn):
+                    pass
+
+            def not_retried() -> bool:
+                return once or _is_alive(conn)
+
+            with Refusing(CONNECTION_LOSS_CODES, unless=not_retried):
+                return Success(action(conn))
+            # The connection died under the call: once more, on a fresh one.
+            return self._opened(partial(self._reopen, conn)).map(action)
         finally:
             self._slots.release()
-
-    def _called(
-        self, conn: VirConnect, action: Callable[[VirConnect], T], *, once: bool
-    ) -> Result[T, ProviderError]:
-        def not_retried() -> bool:
-            return once or _is_alive(conn)
-
-        answered = answer(partial(action, conn), CONNECTION_LOSS_CODES, unless=not_retried)
-        if isinstance(answered, Refused):  # the connection died under the call: once more
-            return self._opened(partial(self._reopen, conn)).map(action)
-        return Success(answered)
 
     def _opened(self, opening: Callable[[], VirConnect]) -> Result[VirConnect, ProviderError]:
         """The connection `opening` gives; a host that cannot be reached, whatever libvirt's

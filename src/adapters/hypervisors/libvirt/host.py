@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from returns.converters import flatten
 from returns.result import Result
 
-from pyrigaud.adapters.hypervisors.libvirt.calls import Describer, caught
+from pyrigaud.adapters.hypervisors.libvirt.calls import Caught
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection, VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_cache import DomainCache
 from pyrigaud.adapters.hypervisors.libvirt.errors import provider_error
@@ -53,12 +54,16 @@ class LibvirtHost:
 
     def run(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`action` on the live connection, at the edge: a libvirtError says what was `doing`."""
-        return self.attempt(doing, lambda: flatten(self.connection.call(action)))
+        with _at_edge(doing) as edge:
+            return flatten(self.connection.call(action))
+        return edge.failure
 
     def read_through_cache(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`run` for a read the domain cache may answer: `action` counts its own call into
         libvirt (`count_round_trip`) when it reads libvirt; a cache hit makes none."""
-        return self.attempt(doing, lambda: flatten(self.connection.call(action, from_cache=True)))
+        with _at_edge(doing) as edge:
+            return flatten(self.connection.call(action, from_cache=True))
+        return edge.failure
 
     def count_round_trip(self) -> None:
         """A `read_through_cache` action read libvirt: one round trip (or more)."""
@@ -67,7 +72,9 @@ class LibvirtHost:
     def run_once(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`run`, never started over on a reopened connection: for an action that consumes a
         stream of bytes, which a second start would take up part-way."""
-        return self.attempt(doing, lambda: flatten(self.connection.call(action, once=True)))
+        with _at_edge(doing) as edge:
+            return flatten(self.connection.call(action, once=True))
+        return edge.failure
 
     @staticmethod
     def attempt(
@@ -76,7 +83,9 @@ class LibvirtHost:
         """The edge for work on a connection already in hand (a volume stream being read):
         no call slot taken, no reopening, which would restart a stream part-way. A libvirtError
         or a file's OSError says what was `doing`."""
-        return caught(action, _doing(doing), files_doing=doing)
+        with _at_edge(doing) as edge:
+            return action()
+        return edge.failure
 
     def mutate(self, vm_id: str, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`run` a change of the VM `vm_id`; however it ends, the VM is read afresh after."""
@@ -94,6 +103,7 @@ class LibvirtHost:
         return CreatedVM(id=vm_id)
 
 
-def _doing(doing: str) -> Describer:
-    """Any libvirtError, as the ProviderError of its code while `doing` something."""
-    return lambda error: provider_error(error, doing)
+def _at_edge(doing: str) -> Caught:
+    """The edge for work `doing` something: any libvirtError as the ProviderError of its code,
+    a file's OSError as that file's failure, both saying what was `doing`."""
+    return Caught(partial(provider_error, doing=doing), files_doing=doing)

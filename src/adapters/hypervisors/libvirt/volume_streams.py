@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import libvirt
 from returns.result import Result, Success
 
-from pyrigaud.adapters.hypervisors.libvirt.calls import best_effort, caught, or_none, refusal
+from pyrigaud.adapters.hypervisors.libvirt.calls import Caught, best_effort, or_none, refusal
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.errors import MISSING_CODES, error_code
 from pyrigaud.adapters.hypervisors.libvirt.pool_jobs import building_in
@@ -157,10 +157,9 @@ def refusing_unsupported(direction: str, transfer: Callable[[], T]) -> Result[T,
             f"{direction.capitalize()}): disk transfer needs a real hypervisor"
         )
 
-    def transferred() -> Result[T, ProviderError]:
+    with Caught(unsupported) as edge:
         return Success(transfer())
-
-    return caught(transferred, unsupported)
+    return edge.failure
 
 
 @dataclass(frozen=True)
