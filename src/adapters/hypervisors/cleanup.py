@@ -7,7 +7,8 @@ what is undone, and when, reads at the call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import TypeVar
 
@@ -25,11 +26,8 @@ def undone_on_raise(
     raised: tuple[type[BaseException], ...] = (BaseException,),
 ) -> T:
     """`work()`, after `undo` ran if it raised one of `raised` (which then rises on)."""
-    try:
+    with _undone_if_raised(undo, raised):
         return work()
-    except raised:
-        undo()
-        raise
 
 
 def undone_on_failure(
@@ -41,7 +39,22 @@ def undone_on_failure(
     """`work`'s Result, after `undo` ran if it failed: as a Failure, or by raising one of
     `raised`. Making a libvirt VM undoes only libvirt's refusals: a process killed part-way
     (or a bug) leaves the building placeholder that records what to remove, for Delete."""
-    return undone_on_raise(work, undo, raised=raised).alt(partial(_undone, undo))
+    with _undone_if_raised(undo, raised):
+        done = work()
+    return done.alt(partial(_undone, undo))
+
+
+@contextmanager
+def _undone_if_raised(
+    undo: Callable[[], object], raised: tuple[type[BaseException], ...]
+) -> Iterator[None]:
+    """`undo` run when the block raises one of `raised`, which then rises on: a `with` adds
+    no frame to the work it guards, so both helpers call the work directly."""
+    try:
+        yield
+    except raised:
+        undo()
+        raise
 
 
 def _undone(undo: Callable[[], object], error: ProviderError) -> ProviderError:
