@@ -93,11 +93,7 @@ class LibvirtDiskTransfer:
 
     def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
         doing = f"export disk of {disk.vm_id!r}"
-
-        def opened(conn: VirConnect, guest: Guest) -> Result[DiskStream, ProviderError]:
-            return self._opened(conn, guest.dom, _Asked(disk, watch), doing)
-
-        return self.host.run(doing, guest_action(disk.vm_id, opened))
+        return self.host.run(doing, partial(self._opened, _Asked(disk, watch), doing))
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
         pool = storage_hint or self.host.pools.default_pool
@@ -130,45 +126,47 @@ class LibvirtDiskTransfer:
         return self.host.run("sweep temporary transfer volumes", swept)
 
     def _opened(
-        self, conn: VirConnect, dom: VirDomain, asked: _Asked, doing: str
+        self, asked: _Asked, doing: str, conn: VirConnect
     ) -> Result[DiskStream, ProviderError]:
+        """The stream of the disk asked for, once the VM and the disk are found and checked:
+        what it cannot carry refused, a running VM without a snapshot refused."""
+        match Guest.by_id(conn, asked.disk.vm_id):
+            case Failure() as failed:
+                return failed
+            case Success(guest):
+                pass
+        dom = guest.dom
         xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         facts = parse_domain(xml)
+        match chosen_disk(facts.name, facts.disks, asked.disk.disk_id):
+            case Failure() as failed:
+                return failed
+            case Success(disk):
+                pass
+        match _preflight(facts, xml):
+            case Failure() as failed:
+                return failed
+            case Success(left_behind):
+                pass
+        if dom.isActive() and asked.disk.snapshot_id is None:
+            return Failure(
+                ProviderError.failed_precondition(
+                    f"VM {facts.name!r} is running (QEMU is writing to its disk): power it "
+                    "off, or export from a snapshot (snapshot_id)"
+                )
+            )
+        holds = contextlib.ExitStack()
+        read = undone_on_failure(partial(self._read, conn, dom, holds, disk, asked), holds.close)
 
-        def opened(
-            disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
-        ) -> Result[DiskStream, ProviderError]:
-            holds = contextlib.ExitStack()
-            read = undone_on_failure(
-                partial(self._read, conn, dom, holds, disk, asked), holds.close
+        def downloaded(chunk: Callable[[], bytes]) -> Result[bytes, ProviderError]:
+            return self.host.attempt(doing, partial(refusing_unsupported, "download", chunk))
+
+        def stream(found: _Read) -> DiskStream:
+            return ChunkStream(
+                found.chunks, found.size, holds, downloaded, left_behind + found.left_behind
             )
 
-            def downloaded(chunk: Callable[[], bytes]) -> Result[bytes, ProviderError]:
-                return self.host.attempt(doing, partial(refusing_unsupported, "download", chunk))
-
-            def stream(found: _Read) -> DiskStream:
-                return ChunkStream(
-                    found.chunks, found.size, holds, downloaded, left_behind + found.left_behind
-                )
-
-            return read.map(stream)
-
-        def unless_running(
-            disk: DiskDevice, left_behind: tuple[LeftBehind, ...]
-        ) -> Result[DiskStream, ProviderError]:
-            if dom.isActive() and asked.disk.snapshot_id is None:
-                return Failure(
-                    ProviderError.failed_precondition(
-                        f"VM {facts.name!r} is running (QEMU is writing to its disk): power it "
-                        "off, or export from a snapshot (snapshot_id)"
-                    )
-                )
-            return opened(disk, left_behind)
-
-        def checked(disk: DiskDevice) -> Result[DiskStream, ProviderError]:
-            return _preflight(facts, xml).bind(partial(unless_running, disk))
-
-        return chosen_disk(facts.name, facts.disks, asked.disk.disk_id).bind(checked)
+        return read.map(stream)
 
     def _read(
         self,
@@ -183,22 +181,19 @@ class LibvirtDiskTransfer:
         snapshot_id = asked.disk.snapshot_id
         if snapshot_id is None:
             return Success(self._as_it_is(conn, holds, disk.path, asked.disk.format))
-
-        def at(snapshot: Any) -> Result[_Read, ProviderError]:
-            later = (LeftBehind.LATER_SNAPSHOTS,) if snapshot.numChildren(0) else ()
-            image = image_at(conn, snapshot, disk.target)
-            read = (
-                Success(self._as_it_is(conn, holds, image, asked.disk.format))
-                if image
-                else self._at_snapshot(conn, holds, disk.path, snapshot_id, asked)
-            )
-
-            def leaving_later(read: _Read) -> _Read:
-                return _Read(read.chunks, read.size, later)
-
-            return read.map(leaving_later)
-
-        return find_snapshot(Guest(dom), snapshot_id).bind(at)
+        match find_snapshot(Guest(dom), snapshot_id):
+            case Failure() as failed:
+                return failed
+            case Success(snapshot):
+                pass
+        later = (LeftBehind.LATER_SNAPSHOTS,) if snapshot.numChildren(0) else ()
+        image = image_at(conn, snapshot, disk.target)
+        read = (
+            Success(self._as_it_is(conn, holds, image, asked.disk.format))
+            if image
+            else self._at_snapshot(conn, holds, disk.path, snapshot_id, asked)
+        )
+        return read.map(partial(_leaving, later))
 
     def _as_it_is(
         self, conn: VirConnect, holds: contextlib.ExitStack, path: str, disk_format: str
@@ -287,6 +282,11 @@ class _Read:
     chunks: Iterator[bytes] | Make
     size: int | None
     left_behind: tuple[LeftBehind, ...] = ()
+
+
+def _leaving(left_behind: tuple[LeftBehind, ...], read: _Read) -> _Read:
+    """`read`, leaving `left_behind` (later snapshots, which the moved disk does not carry)."""
+    return _Read(read.chunks, read.size, left_behind)
 
 
 def _file_size(volume: VirStorageVol) -> int | None:
