@@ -49,6 +49,7 @@ from pyrigaud.adapters.hypervisors.libvirt.snapshot_export import (
 )
 from pyrigaud.adapters.hypervisors.libvirt.snapshots import find_snapshot
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
+    VolumeFacts,
     find_pool,
     volume_facts,
     volume_made_from,
@@ -223,8 +224,31 @@ class LibvirtDiskTransfer:
             if disk.backing_path
             else None
         )
+        made = partial(
+            self._made,
+            conn=conn,
+            disk=disk,
+            snapshot_id=snapshot_id,
+            backing=backing,
+            asked=asked,
+            holds=holds,
+        )
+        return Success(_Read(made, None))
 
-        def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
+    def _made(
+        self,
+        given: BinaryIO | None,
+        *,
+        conn: VirConnect,
+        disk: VolumeFacts,
+        snapshot_id: str,
+        backing: StandaloneVolume | None,
+        asked: _Asked,
+        holds: contextlib.ExitStack,
+    ) -> Result[BinaryIO, ProviderError]:
+        """The image at the snapshot, made in `given` (else in a scratch file `holds` keeps),
+        at the edge: it is made when the stream is first read, outside `host.run`."""
+        with self.host.edge(f"export of snapshot {snapshot_id!r}") as edge:
             out = given_or_scratch(given, self.scratch_dir, holds)
             imaged = snapshot_image(
                 conn,
@@ -238,13 +262,7 @@ class LibvirtDiskTransfer:
                 out=out,
             )
             return Result.do(out for _ in imaged)
-
-        doing = f"export of snapshot {snapshot_id!r}"
-
-        def made_at_edge(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
-            return self.host.attempt(doing, partial(made, given))
-
-        return Success(_Read(made_at_edge, None))
+        return edge.failure
 
     @contextlib.contextmanager
     def _standalone_volume(

@@ -54,14 +54,14 @@ class LibvirtHost:
 
     def run(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`action` on the live connection, at the edge: a libvirtError says what was `doing`."""
-        with _at_edge(doing) as edge:
+        with self.edge(doing) as edge:
             return flatten(self.connection.call(action))
         return edge.failure
 
     def read_through_cache(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`run` for a read the domain cache may answer: `action` counts its own call into
         libvirt (`count_round_trip`) when it reads libvirt; a cache hit makes none."""
-        with _at_edge(doing) as edge:
+        with self.edge(doing) as edge:
             return flatten(self.connection.call(action, from_cache=True))
         return edge.failure
 
@@ -72,9 +72,16 @@ class LibvirtHost:
     def run_once(self, doing: str, action: Action[T]) -> Result[T, ProviderError]:
         """`run`, never started over on a reopened connection: for an action that consumes a
         stream of bytes, which a second start would take up part-way."""
-        with _at_edge(doing) as edge:
+        with self.edge(doing) as edge:
             return flatten(self.connection.call(action, once=True))
         return edge.failure
+
+    @staticmethod
+    def edge(doing: str) -> Caught:
+        """The edge as a `with` block for work `doing` something: any libvirtError as the
+        ProviderError of its code, a file's OSError as that file's failure, both saying what was
+        `doing`. For work on a connection already in hand, as `attempt`."""
+        return Caught(partial(provider_error, doing=doing), files_doing=doing)
 
     @staticmethod
     def attempt(
@@ -83,7 +90,7 @@ class LibvirtHost:
         """The edge for work on a connection already in hand (a volume stream being read):
         no call slot taken, no reopening, which would restart a stream part-way. A libvirtError
         or a file's OSError says what was `doing`."""
-        with _at_edge(doing) as edge:
+        with LibvirtHost.edge(doing) as edge:
             return action()
         return edge.failure
 
@@ -101,9 +108,3 @@ class LibvirtHost:
     def _made(self, vm_id: str) -> CreatedVM:
         self.domains.forget(vm_id)
         return CreatedVM(id=vm_id)
-
-
-def _at_edge(doing: str) -> Caught:
-    """The edge for work `doing` something: any libvirtError as the ProviderError of its code,
-    a file's OSError as that file's failure, both saying what was `doing`."""
-    return Caught(partial(provider_error, doing=doing), files_doing=doing)

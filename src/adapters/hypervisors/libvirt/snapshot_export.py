@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
+from functools import partial
 from typing import BinaryIO
 
 from returns.result import Failure, Result
@@ -73,12 +74,10 @@ def snapshot_image(
     image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
     descriptors = [overlay.fileno()]
     if backing is not None:
-        chain, base = backing.volume, files.enter_context(scratch_file(scratch_dir))
-
-        def backing_spooled(_: None) -> Result[None, ProviderError]:
-            return _spooled(counted(volume_chunks(conn, chain), watch), base)
-
-        spooled = spooled.bind(backing_spooled)
+        base = files.enter_context(scratch_file(scratch_dir))
+        # Its chunks are read only once the overlay's are spooled (volume_chunks is lazy).
+        chain = counted(volume_chunks(conn, backing.volume), watch)
+        spooled = spooled.bind(partial(_spooled, chain, base))
         image["backing"] = _backing(backing.format, base)
         descriptors.append(base.fileno())
 
@@ -112,8 +111,11 @@ def _backing(disk_format: str, base: BinaryIO) -> dict[str, object]:
     return {"driver": disk_format, "file": _file(base)}
 
 
-def _spooled(read: Chunks[bytes], file: BinaryIO) -> Result[None, ProviderError]:
-    """`read` spooled into `file`, or the failure that cut it short (a cancelled call)."""
+def _spooled(
+    read: Chunks[bytes], file: BinaryIO, _after: None = None
+) -> Result[None, ProviderError]:
+    """`read` spooled into `file`, or the failure that cut it short (a cancelled call); bound
+    after an earlier spool, `_after` is what that one gave."""
     spool_sparse(read, file)
     return read.outcome()
 
