@@ -78,7 +78,10 @@ def _jobs_of(pool: VirStoragePool) -> _BuildsOrRefresh:
     """The pool's jobs, by its UUID (a pool's name may be reused by another pool later)."""
     key = str(pool.UUIDString())
     with _registry_lock:
-        return _by_pool.setdefault(key, _BuildsOrRefresh())
+        jobs = _by_pool.get(key)
+        if jobs is None:  # made once per pool, not on every lookup
+            jobs = _by_pool[key] = _BuildsOrRefresh()
+        return jobs
 
 
 def building_in(pool: VirStoragePool) -> contextlib.AbstractContextManager[None]:
