@@ -41,7 +41,7 @@ CALL_SECONDS = 300
 
 # The depths docs/architecture.md draws ("Describe, walked" and the two after it).
 DESCRIBE_DEPTH = 14
-EXPORT_DEPTH = 36
+EXPORT_DEPTH = 25
 IMPORT_DEPTH = 36
 
 
