@@ -2,9 +2,8 @@
 command no longer runs fails here, not in a reader's hands. Each run checks the exit status and
 the table it prints, never a figure (durations belong to the benchmarks themselves).
 
-Not run here, as docs/benchmarks.md says: `describe_bench.py --instructions` (minutes under
-valgrind even at a tiny size) and `migration_bench.py --profile` (py-spy is no dependency of
-the project)."""
+Not run here, as docs/benchmarks.md says: `migration_bench.py --profile` (py-spy is no
+dependency of the project)."""
 
 from __future__ import annotations
 
@@ -65,6 +64,16 @@ def test_the_describe_benchmark_runs_and_prints_its_table(tmp_path: Path) -> Non
     assert "pyrigaud/floor p50 at c=1: " in out
     assert "pyrigaud/floor rps at c=32: " in out
     assert "pyrigaud errors at c=32: 0" in out
+
+
+def test_the_describe_benchmark_counts_instructions_under_callgrind(tmp_path: Path) -> None:
+    """Both servers under valgrind's callgrind (scripts/test installs it): about half a minute
+    at this size, where the documented one takes minutes."""
+    arguments = [*TINY_DESCRIBE, "--rounds", "1", "--instructions"]
+    out = bench("describe_bench.py", *arguments, json_to=tmp_path / "out.json")
+    assert "floor: 32 calls, " in out
+    assert "pyrigaud: 32 calls, " in out
+    assert "floor/pyrigaud instructions per Describe at c=32: " in out
 
 
 def test_the_describe_benchmark_runs_during_a_create_flood(tmp_path: Path) -> None:

@@ -114,6 +114,16 @@ def remove_test_leftovers(conn: VirConnect) -> list[str]:
     return remove_pool_leftovers(conn, TEST_POOL, TEST_POOL_PATH)
 
 
+def swept_pool_connection(name: str, path: Path) -> Iterator[VirConnect]:
+    """A raw connection for a module's own pool, swept of leftovers before and after (a
+    fixture's body: `yield from swept_pool_connection(POOL, POOL_PATH)`)."""
+    connection = open_qemu()
+    remove_pool_leftovers(connection, name, path)
+    yield connection
+    remove_pool_leftovers(connection, name, path)
+    connection.close()
+
+
 def remove_pool_leftovers(conn: VirConnect, name: str, path: Path) -> list[str]:
     """Every domain using the pool at `path` and every volume in it, gone; returns the names.
 

@@ -50,7 +50,7 @@ from support.migration import (
     settled,
 )
 from support.ova import read_datastore_file
-from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.qemu import QEMU_URI, ensure_dir_pool, swept_pool_connection
 from support.replica import Replica
 from support.vsphere import SIMULATOR_DATASTORE, Simulator, shared_simulator
 
@@ -110,11 +110,7 @@ CASES.append(Case("libvirt", "libvirt", "pvc", running=True, uefi=True))
 @pytest.fixture(scope="module")
 def conn() -> Iterator[Any]:
     """A raw connection for the source's base volumes and reading disks; the pool is swept."""
-    connection = open_qemu()
-    remove_pool_leftovers(connection, POOL, POOL_PATH)
-    yield connection
-    remove_pool_leftovers(connection, POOL, POOL_PATH)
-    connection.close()
+    yield from swept_pool_connection(POOL, POOL_PATH)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from pyrigaud.entrypoints.settings import load_settings
 
 from support import ok
 from support.migration import TRANSFER_SECONDS, manager_storage, settled
-from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.qemu import QEMU_URI, ensure_dir_pool, swept_pool_connection
 from support.vsphere import SIMULATOR_DATASTORE, shared_simulator
 from support.walks import Walk, WalkRecorder
 
@@ -79,11 +79,7 @@ def recorder() -> Iterator[WalkRecorder]:
 
 @pytest.fixture(scope="module")
 def conn() -> Iterator[Any]:
-    connection = open_qemu()
-    remove_pool_leftovers(connection, POOL, POOL_PATH)
-    yield connection
-    remove_pool_leftovers(connection, POOL, POOL_PATH)
-    connection.close()
+    yield from swept_pool_connection(POOL, POOL_PATH)
 
 
 @pytest.fixture(scope="module")
