@@ -198,7 +198,7 @@ def test_a_disk_the_ova_lacks_leaves_no_vm_and_no_files(
     ("disguise", "problem"),
     [
         ("qcow2", "the image is qcow2, not a vmdk (the package's disk 'tiny-disk1.vmdk')"),
-        ("cut short", "qemu-img refuses the image"),
+        ("cut short", "the vmdk ends inside a grain (the package's disk 'tiny-disk1.vmdk')"),
     ],
 )
 def test_a_disk_that_is_no_whole_vmdk_is_refused_before_vcenter_sees_it(
