@@ -15,10 +15,11 @@ moved over HTTP beside the session: a network failure named for the edge to map)
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -56,25 +57,48 @@ def run(
     """`operation(connection)` through the session: its own Result, or the fault it raised as
     the ProviderError of its kind while `doing` something (for the message: "deleting VM
     'vm-42'")."""
-    return attempt(doing, lambda: session.call(operation))
+    with _Edge(doing) as edge:
+        return session.call(operation)
+    return edge.failure
 
 
 def attempt(doing: str, action: Callable[[], Result[T, ProviderError]]) -> Result[T, ProviderError]:
     """`action()`'s Result, or what it raised as a Failure, for work that needs no session
     call (a disk's bytes read off a lease already open, converted in the pod)."""
-    try:
+    with _Edge(doing) as edge:
         return action()
-    except EXPECTED_FAILURES as error:
-        return Failure(provider_error(error, doing))
-    except (KeyError, AttributeError, TypeError, ValueError) as error:
-        if not _raised_reading_a_reply(error):
-            raise
-        return Failure(
-            ProviderError.unavailable(
-                f"{doing}: vCenter answered with what this client cannot read (a newer "
-                f"server's fault or type?): {type(error).__name__}: {error}"
+    return edge.failure
+
+
+class _Edge:
+    """The block `run` and `attempt` call in: a fault it raises stops here, as `failure` (a
+    `with` adds no frame while the call runs, as a wrapper would); anything else rises on."""
+
+    failure: Result[Any, ProviderError]  # set once the block raised a fault
+
+    def __init__(self, doing: str) -> None:
+        self._doing = doing
+
+    def __enter__(self) -> _Edge:
+        return self
+
+    def __exit__(self, _kind: object, error: BaseException | None, _trace: object) -> bool:
+        if error is None:
+            return False
+        if isinstance(error, EXPECTED_FAILURES):
+            self.failure = Failure(provider_error(error, self._doing))
+            return True
+        if isinstance(error, KeyError | AttributeError | TypeError | ValueError) and (
+            _raised_reading_a_reply(error)
+        ):
+            self.failure = Failure(
+                ProviderError.unavailable(
+                    f"{self._doing}: vCenter answered with what this client cannot read (a "
+                    f"newer server's fault or type?): {type(error).__name__}: {error}"
+                )
             )
-        )
+            return True
+        return False
 
 
 def _raised_reading_a_reply(error: BaseException) -> bool:
@@ -118,11 +142,12 @@ def best_effort(call: Callable[[], T]) -> T | None:
     return or_none(call, lambda _: True)
 
 
-def transferring(doing: str, call: Callable[[], T]) -> T:
-    """`call()`, which moves bytes over HTTP beside the SOAP session (a lease's disk, a
-    datastore file); a network failure rises as a ConnectionError naming what was `doing`,
-    which `attempt` makes UNAVAILABLE (it may be retried)."""
+@contextlib.contextmanager
+def transferring(doing: str) -> Iterator[None]:
+    """A block that moves bytes over HTTP beside the SOAP session (a lease's disk, a datastore
+    file); a network failure in it rises as a ConnectionError naming what was `doing`, which
+    the edge makes UNAVAILABLE (it may be retried)."""
     try:
-        return call()
+        yield
     except NETWORK_FAILURES as error:
         raise ConnectionError(f"{doing}: {error}") from error

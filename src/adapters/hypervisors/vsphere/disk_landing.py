@@ -246,19 +246,17 @@ class _ReceivedVmdk:
 
     def land(self) -> Result[LandedDisk, ProviderError]:
         site = self._site
-
-        def landed(instance: Any) -> Result[LandedDisk, ProviderError]:
-            return import_stream_optimized(
-                instance,
-                self._vmdk,
-                self._size_bytes,
-                site.disk_name,
-                site.location,
-                self._capacity_bytes,
-                marks=site.marks.building(),
-            ).map(_landed)
-
-        return run(site.vcenter.session, f"importing disk {site.disk_name!r}", landed)
+        imported = partial(
+            import_stream_optimized,
+            vmdk=self._vmdk,
+            size_bytes=self._size_bytes,
+            name=site.disk_name,
+            location=site.location,
+            capacity_bytes=self._capacity_bytes,
+            marks=site.marks.building(),
+        )
+        doing = f"importing disk {site.disk_name!r}"
+        return run(site.vcenter.session, doing, imported).map(_landed)
 
     def discard(self) -> None:
         self._vmdk.close()
