@@ -57,7 +57,7 @@ def run(
     """`operation(connection)` through the session: its own Result, or the fault it raised as
     the ProviderError of its kind while `doing` something (for the message: "deleting VM
     'vm-42'")."""
-    with _Edge(doing) as edge:
+    with Edge(doing) as edge:
         return session.call(operation)
     return edge.failure
 
@@ -65,21 +65,27 @@ def run(
 def attempt(doing: str, action: Callable[[], Result[T, ProviderError]]) -> Result[T, ProviderError]:
     """`action()`'s Result, or what it raised as a Failure, for work that needs no session
     call (a disk's bytes read off a lease already open, converted in the pod)."""
-    with _Edge(doing) as edge:
+    with Edge(doing) as edge:
         return action()
     return edge.failure
 
 
-class _Edge:
-    """The block `run` and `attempt` call in: a fault it raises stops here, as `failure` (a
-    `with` adds no frame while the call runs, as a wrapper would); anything else rises on."""
+class Edge:
+    """The edge as a block, which `run` and `attempt` call in, and a caller may use itself
+    where a wrapper's frame is not worth it: a fault the block raises stops here, as
+    `failure`, which the caller returns after the block; anything else rises on.
+
+        with Edge(doing) as edge:
+            return work()
+        return edge.failure
+    """
 
     failure: Result[Any, ProviderError]  # set once the block raised a fault
 
     def __init__(self, doing: str) -> None:
         self._doing = doing
 
-    def __enter__(self) -> _Edge:
+    def __enter__(self) -> Edge:
         return self
 
     def __exit__(self, _kind: object, error: BaseException | None, _trace: object) -> bool:
