@@ -40,9 +40,9 @@ CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
 CALL_SECONDS = 300
 
 # The depths docs/architecture.md draws ("Describe, walked" and the two after it).
-DESCRIBE_DEPTH = 23
-EXPORT_DEPTH = 42
-IMPORT_DEPTH = 38
+DESCRIBE_DEPTH = 12
+EXPORT_DEPTH = 31
+IMPORT_DEPTH = 25
 
 
 @dataclass
