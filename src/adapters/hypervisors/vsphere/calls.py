@@ -121,13 +121,10 @@ def _raised_reading_a_reply(error: BaseException) -> bool:
 
 def answer(call: Callable[[], T], expected: Expected) -> T | Faulted:
     """`call()`, or the fault it raised when `expected` says the caller expects it; any other
-    rises on, to `attempt`."""
-    try:
+    rises on, to the edge."""
+    with _Expecting(expected) as expecting:
         return call()
-    except EXPECTED_FAILURES as error:
-        if not expected(error):
-            raise
-        return Faulted(error)
+    return Faulted(expecting.fault)
 
 
 def fault_is(*faults: type[BaseException]) -> Expected:
@@ -138,14 +135,38 @@ def fault_is(*faults: type[BaseException]) -> Expected:
 def or_none(call: Callable[[], T], expected: Expected = is_missing) -> T | None:
     """`call()`, or None when it raised an `expected` fault: by default, that what it reads
     or looks up is gone."""
-    answered = answer(call, expected)
-    return None if isinstance(answered, Faulted) else answered
+    with _Expecting(expected):
+        return call()
+    return None
 
 
 def best_effort(call: Callable[[], T]) -> T | None:
     """`call()`, or None when vCenter or the network failed it at all: a cleanup whose own
     failure is not the one to tell (the caller's is)."""
-    return or_none(call, lambda _: True)
+    return or_none(call, _any_fault)
+
+
+def _any_fault(_error: BaseException) -> bool:
+    return True
+
+
+class _Expecting:
+    """The block `answer` and `or_none` call in: a fault it raises that the caller `expected`
+    stops here, as `fault`; any other rises on."""
+
+    fault: BaseException  # set once the block raised an expected fault
+
+    def __init__(self, expected: Expected) -> None:
+        self._expected = expected
+
+    def __enter__(self) -> _Expecting:
+        return self
+
+    def __exit__(self, _kind: object, error: BaseException | None, _trace: object) -> bool:
+        if isinstance(error, EXPECTED_FAILURES) and self._expected(error):
+            self.fault = error
+            return True
+        return False
 
 
 @contextlib.contextmanager
