@@ -42,7 +42,7 @@ CALL_SECONDS = 300
 # The depths docs/architecture.md draws ("Describe, walked" and the two after it).
 DESCRIBE_DEPTH = 12
 EXPORT_DEPTH = 31
-IMPORT_DEPTH = 25
+IMPORT_DEPTH = 24
 
 
 @dataclass
