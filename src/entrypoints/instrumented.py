@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO, ParamSpec, TypeVar
+from typing import BinaryIO, TypeVar
 
 from returns.result import Failure, Result, Success
 
@@ -64,7 +64,6 @@ from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskRef, TaskState
 from pyrigaud.entrypoints.metrics import Metrics
 
-_Args = ParamSpec("_Args")
 _Value = TypeVar("_Value")
 
 
@@ -123,31 +122,46 @@ def _call_outcome(value: object) -> str:
 
 
 class Timer:
-    """Times one call of a port method and records it under its operation's name."""
+    """Times calls of port methods and records each under its operation's name."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._record = metrics.record_hypervisor_call
 
-    def __call__(
-        self,
-        operation: str,
-        method: Callable[_Args, _Value],
-        *args: _Args.args,
-        **kwargs: _Args.kwargs,
-    ) -> _Value:
-        started = time.perf_counter()
-        try:
-            value = method(*args, **kwargs)
-        except Exception:
-            self._record(operation, "exception", time.perf_counter() - started)
-            raise
+    def __call__(self, operation: str) -> TimedCall:
+        """One call's timing, as the block the call runs in (a `with` adds no frame while the
+        port works, as a wrapper around the call would)."""
+        return TimedCall(self._record, operation)
+
+
+class TimedCall:
+    """One timed call: started now, recorded when its block ends, with the outcome `told` of
+    the value it answered ("ok" when none is told), or "exception" when it raised one."""
+
+    __slots__ = ("_operation", "_outcome", "_record", "_started")
+
+    def __init__(self, record: Callable[[str, str, float], None], operation: str) -> None:
+        self._record = record
+        self._operation = operation
+        self._outcome = "ok"
+        self._started = time.perf_counter()
+
+    def __enter__(self) -> TimedCall:
+        return self
+
+    def told(self, value: _Value) -> _Value:
+        """`value`, its outcome noted for the record."""
         match value:  # a Success, the common case, told without a call (an exact-type hit)
             case Success():
-                outcome = "ok"
+                self._outcome = "ok"
             case _:
-                outcome = _call_outcome(value)
-        self._record(operation, outcome, time.perf_counter() - started)
+                self._outcome = _call_outcome(value)
         return value
+
+    def __exit__(self, kind: type[BaseException] | None, _error: object, _trace: object) -> None:
+        if kind is None:
+            self._record(self._operation, self._outcome, time.perf_counter() - self._started)
+        elif issubclass(kind, Exception):
+            self._record(self._operation, "exception", time.perf_counter() - self._started)
 
 
 class TimedLifecycle:
@@ -155,26 +169,32 @@ class TimedLifecycle:
         self._port, self._timer = port, timer
 
     def find_by_name(self, name: str) -> Result[VMRecord | None, ProviderError]:
-        return self._timer("find_by_name", self._port.find_by_name, name)
+        with self._timer("find_by_name") as timed:
+            return timed.told(self._port.find_by_name(name))
 
     def find_unfinished(self) -> Result[list[VMRecord], ProviderError]:
-        return self._timer("find_unfinished", self._port.find_unfinished)
+        with self._timer("find_unfinished") as timed:
+            return timed.told(self._port.find_unfinished())
 
     def start_create(
         self, request: CreateRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
-        return self._timer("start_create", self._port.start_create, request, owner)
+        with self._timer("start_create") as timed:
+            return timed.told(self._port.start_create(request, owner))
 
     def delete(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._timer("delete", self._port.delete, vm_id)
+        with self._timer("delete") as timed:
+            return timed.told(self._port.delete(vm_id))
 
     def reconfigure(self, vm_id: str, changes: VMChanges) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("reconfigure", self._port.reconfigure, vm_id, changes)
+        with self._timer("reconfigure") as timed:
+            return timed.told(self._port.reconfigure(vm_id, changes))
 
     def upgrade_hardware(
         self, vm_id: str, target_version: int
     ) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("upgrade_hardware", self._port.upgrade_hardware, vm_id, target_version)
+        with self._timer("upgrade_hardware") as timed:
+            return timed.told(self._port.upgrade_hardware(vm_id, target_version))
 
 
 class TimedPower:
@@ -182,25 +202,32 @@ class TimedPower:
         self._port, self._timer = port, timer
 
     def power_state(self, vm_id: str) -> Result[PowerState, ProviderError]:
-        return self._timer("power_state", self._port.power_state, vm_id)
+        with self._timer("power_state") as timed:
+            return timed.told(self._port.power_state(vm_id))
 
     def power_on(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("power_on", self._port.power_on, vm_id)
+        with self._timer("power_on") as timed:
+            return timed.told(self._port.power_on(vm_id))
 
     def power_off(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("power_off", self._port.power_off, vm_id)
+        with self._timer("power_off") as timed:
+            return timed.told(self._port.power_off(vm_id))
 
     def reboot(self, vm_id: str) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("reboot", self._port.reboot, vm_id)
+        with self._timer("reboot") as timed:
+            return timed.told(self._port.reboot(vm_id))
 
     def request_shutdown(self, vm_id: str, deadline: int) -> Result[None, ProviderError]:
-        return self._timer("request_shutdown", self._port.request_shutdown, vm_id, deadline)
+        with self._timer("request_shutdown") as timed:
+            return timed.told(self._port.request_shutdown(vm_id, deadline))
 
     def shutdown_deadline(self, vm_id: str) -> Result[int | None, ProviderError]:
-        return self._timer("shutdown_deadline", self._port.shutdown_deadline, vm_id)
+        with self._timer("shutdown_deadline") as timed:
+            return timed.told(self._port.shutdown_deadline(vm_id))
 
     def clear_shutdown_deadline(self, vm_id: str) -> Result[None, ProviderError]:
-        return self._timer("clear_shutdown_deadline", self._port.clear_shutdown_deadline, vm_id)
+        with self._timer("clear_shutdown_deadline") as timed:
+            return timed.told(self._port.clear_shutdown_deadline(vm_id))
 
 
 class TimedInventory:
@@ -208,13 +235,16 @@ class TimedInventory:
         self._port, self._timer = port, timer
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
-        return self._timer("describe", self._port.describe, vm_id)
+        with self._timer("describe") as timed:
+            return timed.told(self._port.describe(vm_id))
 
     def vm_info(self, vm_id: str) -> Result[VMInfo | None, ProviderError]:
-        return self._timer("vm_info", self._port.vm_info, vm_id)
+        with self._timer("vm_info") as timed:
+            return timed.told(self._port.vm_info(vm_id))
 
     def list_vms(self) -> Result[list[VMInfo], ProviderError]:
-        return self._timer("list_vms", self._port.list_vms)
+        with self._timer("list_vms") as timed:
+            return timed.told(self._port.list_vms())
 
 
 class TimedHealth:
@@ -222,7 +252,8 @@ class TimedHealth:
         self._port, self._timer = port, timer
 
     def check(self) -> HealthReport:
-        return self._timer("check", self._port.check)
+        with self._timer("check") as timed:
+            return timed.told(self._port.check())
 
 
 class TimedCapabilities:
@@ -230,7 +261,8 @@ class TimedCapabilities:
         self._port, self._timer = port, timer
 
     def capabilities(self) -> Capabilities:
-        return self._timer("capabilities", self._port.capabilities)
+        with self._timer("capabilities") as timed:
+            return timed.told(self._port.capabilities())
 
 
 class TimedTasks:
@@ -238,7 +270,8 @@ class TimedTasks:
         self._port, self._timer = port, timer
 
     def task_state(self, task_id: str) -> TaskState | None:
-        return self._timer("task_state", self._port.task_state, task_id)
+        with self._timer("task_state") as timed:
+            return timed.told(self._port.task_state(task_id))
 
 
 class TimedSnapshots:
@@ -246,17 +279,20 @@ class TimedSnapshots:
         self._port, self._timer = port, timer
 
     def create_snapshot(self, request: SnapshotRequest) -> Result[Snapshot, ProviderError]:
-        return self._timer("create_snapshot", self._port.create_snapshot, request)
+        with self._timer("create_snapshot") as timed:
+            return timed.told(self._port.create_snapshot(request))
 
     def delete_snapshot(
         self, vm_id: str, snapshot_id: str
     ) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("delete_snapshot", self._port.delete_snapshot, vm_id, snapshot_id)
+        with self._timer("delete_snapshot") as timed:
+            return timed.told(self._port.delete_snapshot(vm_id, snapshot_id))
 
     def revert_snapshot(
         self, vm_id: str, snapshot_id: str
     ) -> Result[TaskRef | None, ProviderError]:
-        return self._timer("revert_snapshot", self._port.revert_snapshot, vm_id, snapshot_id)
+        with self._timer("revert_snapshot") as timed:
+            return timed.told(self._port.revert_snapshot(vm_id, snapshot_id))
 
 
 class TimedCloning:
@@ -266,7 +302,8 @@ class TimedCloning:
     def start_clone(
         self, request: CloneRequest, owner: OwnerMark
     ) -> Result[CreatedVM, ProviderError]:
-        return self._timer("start_clone", self._port.start_clone, request, owner)
+        with self._timer("start_clone") as timed:
+            return timed.told(self._port.start_clone(request, owner))
 
 
 class TimedImages:
@@ -274,7 +311,8 @@ class TimedImages:
         self._port, self._timer = port, timer
 
     def prepare_image(self, request: PrepareImageRequest) -> Result[PreparedImage, ProviderError]:
-        return self._timer("prepare_image", self._port.prepare_image, request)
+        with self._timer("prepare_image") as timed:
+            return timed.told(self._port.prepare_image(request))
 
 
 class TimedLeftovers:
@@ -285,7 +323,8 @@ class TimedLeftovers:
         self, older_than_seconds: float
     ) -> Result[tuple[str, ...], ProviderError]:
         sweep = self._port.sweep_transfer_leftovers
-        return self._timer("sweep_transfer_leftovers", sweep, older_than_seconds)
+        with self._timer("sweep_transfer_leftovers") as timed:
+            return timed.told(sweep(older_than_seconds))
 
 
 class TimedHardware:
@@ -293,10 +332,12 @@ class TimedHardware:
         self._port, self._timer = port, timer
 
     def hardware_of(self, vm_id: str, disk_id: str) -> Result[VirtualHardware, ProviderError]:
-        return self._timer("hardware_of", self._port.hardware_of, vm_id, disk_id)
+        with self._timer("hardware_of") as timed:
+            return timed.told(self._port.hardware_of(vm_id, disk_id))
 
     def import_record_of(self, disk_path: str) -> Result[bytes | None, ProviderError]:
-        return self._timer("import_record_of", self._port.import_record_of, disk_path)
+        with self._timer("import_record_of") as timed:
+            return timed.told(self._port.import_record_of(disk_path))
 
 
 class TimedDiskTransfer:
@@ -310,14 +351,17 @@ class TimedDiskTransfer:
         return self._port.disk_suffix
 
     def read_disk(self, disk: DiskRead, watch: TransferWatch) -> Result[DiskStream, ProviderError]:
-        return self._timer("read_disk", self._port.read_disk, disk, watch).map(self._stream)
+        with self._timer("read_disk") as timed:
+            return timed.told(self._port.read_disk(disk, watch)).map(self._stream)
 
     def landing_site(self, stem: str, storage_hint: str) -> Result[LandingSite, ProviderError]:
-        site = self._timer("landing_site", self._port.landing_site, stem, storage_hint)
+        with self._timer("landing_site") as timed:
+            site = timed.told(self._port.landing_site(stem, storage_hint))
         return site.map(self._site)
 
     def disk_details(self, query: DiskQuery) -> Result[DiskDetails, ProviderError]:
-        return self._timer("disk_details", self._port.disk_details, query)
+        with self._timer("disk_details") as timed:
+            return timed.told(self._port.disk_details(query))
 
     def _stream(self, stream: DiskStream) -> DiskStream:
         return TimedDiskStream(stream, self._timer)
@@ -343,13 +387,16 @@ class TimedDiskStream:
         return self._stream.made_whole_first
 
     def make(self, into: BinaryIO | None) -> Result[None, ProviderError]:
-        return self._timer("make", self._stream.make, into)
+        with self._timer("make") as timed:
+            return timed.told(self._stream.make(into))
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
-        return self._timer("read_chunk", self._stream.read_chunk)
+        with self._timer("read_chunk") as timed:
+            return timed.told(self._stream.read_chunk())
 
     def close(self) -> None:
-        self._timer("close", self._stream.close)
+        with self._timer("close"):
+            self._stream.close()
 
 
 class TimedLandingSite:
@@ -365,7 +412,8 @@ class TimedLandingSite:
         return self._site.place
 
     def earlier_record(self) -> Result[bytes | None, ProviderError]:
-        return self._timer("earlier_record", self._site.earlier_record)
+        with self._timer("earlier_record") as timed:
+            return timed.told(self._site.earlier_record())
 
     def receive(
         self,
@@ -374,11 +422,13 @@ class TimedLandingSite:
         image: JudgedImage,
         watch: TransferWatch,
     ) -> Result[ReceivedDisk, ProviderError]:
-        received = self._timer("receive", self._site.receive, chunks, size_bytes, image, watch)
+        with self._timer("receive") as timed:
+            received = timed.told(self._site.receive(chunks, size_bytes, image, watch))
         return received.map(self._received)
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
-        return self._timer("keep_record", self._site.keep_record, record, landed)
+        with self._timer("keep_record") as timed:
+            return timed.told(self._site.keep_record(record, landed))
 
     def _received(self, disk: ReceivedDisk) -> ReceivedDisk:
         return TimedReceivedDisk(disk, self._timer)
@@ -389,10 +439,12 @@ class TimedReceivedDisk:
         self._disk, self._timer = disk, timer
 
     def land(self) -> Result[LandedDisk, ProviderError]:
-        return self._timer("land", self._disk.land)
+        with self._timer("land") as timed:
+            return timed.told(self._disk.land())
 
     def discard(self) -> None:
-        self._timer("discard", self._disk.discard)
+        with self._timer("discard"):
+            self._disk.discard()
 
 
 # What a wrapper's calls hand back wrapped in further timed wrappers: their operations too.

@@ -36,7 +36,7 @@ from pyrigaud.application.use_cases.transfers import (
 )
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.hardware import VirtualHardware
-from pyrigaud.domain.models import Capabilities, DiskRead, ExportRequest, ExportResult
+from pyrigaud.domain.models import DiskRead, ExportRequest, ExportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 logger = logging.getLogger(__name__)
@@ -64,30 +64,29 @@ class ExportDisk:
 
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         caps = self._capabilities.capabilities()
-        return carried(request, partial(self._gated, caps=caps))
-
-    def _gated(
-        self, request: ExportRequest, caps: Capabilities
-    ) -> Result[ExportResult, ProviderError]:
-        claims = claimed(
-            request,
-            "export",
-            supported=caps.supports_disk_export,
-            formats=caps.supported_export_formats,
-            backends=caps.supported_export_backends,
-            modes=caps.supported_transfer_modes,
-        )
-        return Result.do(
-            exported
-            for _ in claims
+        gated = Result.do(
+            (carried_request, destination)
+            for carried_request in carried(request)
+            for _ in claimed(
+                carried_request,
+                "export",
+                supported=caps.supports_disk_export,
+                formats=caps.supported_export_formats,
+                backends=caps.supported_export_backends,
+                modes=caps.supported_transfer_modes,
+            )
             for _ in require(
                 caps.supports_export_compression or not request.compress, "compressed export"
             )
             for destination in self._storage_gate.admitted(request.destination)
-            for exported in Watched(self._metrics, "export", destination).over(
-                partial(self._export, request, destination)
-            )
         )
+        match gated:
+            case Failure() as failed:
+                return failed
+            case Success((ExportRequest() as carried_request, StagedLocation() as destination)):
+                pass
+        with Watched(self._metrics, "export", destination) as watched:
+            return watched.counted(self._export(carried_request, destination, watched))
 
     def _export(
         self, request: ExportRequest, destination: StagedLocation, watched: Watched

@@ -49,7 +49,7 @@ from pyrigaud.domain.disk_images import (
 )
 from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.hardware import BootNeed, VirtualHardware
-from pyrigaud.domain.models import Capabilities, ImportRequest, ImportResult
+from pyrigaud.domain.models import ImportRequest, ImportResult
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
 # What a staged object's name may end with that is no part of the disk's name.
@@ -79,27 +79,26 @@ class ImportDisk:
 
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         caps = self._capabilities.capabilities()
-        return carried(request, partial(self._gated, caps=caps))
-
-    def _gated(
-        self, request: ImportRequest, caps: Capabilities
-    ) -> Result[ImportResult, ProviderError]:
-        claims = claimed(
-            request,
-            "import",
-            supported=caps.supports_disk_import,
-            formats=caps.supported_import_formats,
-            backends=caps.supported_import_backends,
-            modes=caps.supported_transfer_modes,
-        )
-        return Result.do(
-            imported
-            for _ in claims
-            for source in self._storage_gate.admitted(request.source)
-            for imported in Watched(self._metrics, "import", source).over(
-                partial(self._import, request, source)
+        gated = Result.do(
+            (carried_request, source)
+            for carried_request in carried(request)
+            for _ in claimed(
+                carried_request,
+                "import",
+                supported=caps.supports_disk_import,
+                formats=caps.supported_import_formats,
+                backends=caps.supported_import_backends,
+                modes=caps.supported_transfer_modes,
             )
+            for source in self._storage_gate.admitted(request.source)
         )
+        match gated:
+            case Failure() as failed:
+                return failed
+            case Success((ImportRequest() as carried_request, StagedLocation() as source)):
+                pass
+        with Watched(self._metrics, "import", source) as watched:
+            return watched.counted(self._import(carried_request, source, watched))
 
     def _import(
         self, request: ImportRequest, source: StagedLocation, watched: Watched
@@ -138,7 +137,14 @@ class ImportDisk:
                 case Success(bytes() as record):
                     watched.phase = TransferPhase.VERIFY
                     return _answer_again(record, reader, source, expected, site, watched=watched)
-            landed = self._land(site, reader, source, expected, watched)
+            # The staged bytes received by the hypervisor, checked, then made the disk.
+            landed = Result.do(
+                made
+                for received, digest, boot in self._received(
+                    site, reader, source, expected, watched
+                )
+                for made in _made_disk(received, digest, boot, watched)
+            )
         finally:
             reader.close()
         match landed:
@@ -157,22 +163,6 @@ class ImportDisk:
             result=result, hardware=_guest_hardware(manifest, digest, source), boot=boot
         )
         return Result.do(result for _ in site.keep_record(render_record(kept), disk))
-
-    def _land(
-        self,
-        site: LandingSite,
-        reader: StagedReader,
-        source: StagedLocation,
-        expected: str | None,
-        watched: Watched,
-    ) -> Result[_Landed, ProviderError]:
-        """The staged bytes received by the hypervisor, checked, then made the disk; with the
-        digest of the staged bytes and what firmware the disk can boot by."""
-        return Result.do(
-            landed
-            for received, digest, boot in self._received(site, reader, source, expected, watched)
-            for landed in _made_disk(received, digest, boot, watched)
-        )
 
     def _received(
         self,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
@@ -33,15 +32,9 @@ Move = TypeVar("Move", ExportRequest, ImportRequest)
 logger = logging.getLogger(__name__)
 
 
-def carried(
-    request: Move, gated: Callable[[Move], Result[T, ProviderError]]
-) -> Result[T, ProviderError]:
-    """`gated(request)` with the request's transfer mode as it is carried out."""
-    return Result.do(
-        answer
-        for mode in carried_mode(request)
-        for answer in gated(request.model_copy(update={"mode": mode}))
-    )
+def carried(request: Move) -> Result[Move, ProviderError]:
+    """`request` with its transfer mode as it is carried out."""
+    return Result.do(request.model_copy(update={"mode": mode}) for mode in carried_mode(request))
 
 
 def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode, ProviderError]:
@@ -99,7 +92,8 @@ def sweep_dead_transfers(
 
 class Watched:
     """One transfer as its metrics see it: started now, the phase it is in (where a failure
-    is counted), its bytes as they pass, and its end."""
+    is counted), its bytes as they pass, and its end, as the block it runs in (a `with` adds
+    no frame while the transfer runs): its outcome is `counted`."""
 
     def __init__(self, metrics: TransferMetrics, direction: str, location: StagedLocation) -> None:
         self._metrics = metrics
@@ -109,28 +103,28 @@ class Watched:
         self._bytes = 0
         self.phase = TransferPhase.OPEN
 
-    def over(
-        self, transfer: Callable[[Watched], Result[T, ProviderError]]
-    ) -> Result[T, ProviderError]:
-        """`transfer` run and counted; an exception (a bug) counts as failed where it was."""
+    def __enter__(self) -> Watched:
         self._metrics.started(self._direction, self._storage)
-        failed_in: TransferPhase | None = self.phase
-        try:
-            result = transfer(self)
-            match result:
-                case Success(_):
-                    failed_in = None
-                case Failure(_):
-                    failed_in = self.phase
-            return result
-        finally:
-            self._metrics.ended(
-                self._direction,
-                self._storage,
-                seconds=time.monotonic() - self._started,
-                size_bytes=self._bytes,
-                failed_in=failed_in,
-            )
+        self._failed_in: TransferPhase | None = self.phase  # an exception (a bug) counts here
+        return self
+
+    def counted(self, result: Result[T, ProviderError]) -> Result[T, ProviderError]:
+        """`result`, the transfer's outcome: a Failure counts as failed in the phase it is in."""
+        match result:
+            case Success(_):
+                self._failed_in = None
+            case Failure(_):
+                self._failed_in = self.phase
+        return result
+
+    def __exit__(self, *_raised: object) -> None:
+        self._metrics.ended(
+            self._direction,
+            self._storage,
+            seconds=time.monotonic() - self._started,
+            size_bytes=self._bytes,
+            failed_in=self._failed_in,
+        )
 
     def moved(self, count: int) -> None:
         self._bytes += count

@@ -60,26 +60,25 @@ class RpcSpec(Generic[_Request, _Response]):
         try:
             if self.cancellable:
                 with serving_call(context.is_active):
-                    return self._answer(request, context)
-            # Outside `serving_call` a call counts as active: a read pays nothing for it.
-            return self._answer(request, context)
+                    answered = self.handle(request)
+            else:
+                # Outside `serving_call` a call counts as active: a read pays nothing for it.
+                answered = self.handle(request)
+            # Success first: a class pattern that matches the exact type costs no call into
+            # the ABC metaclass's isinstance (a Python frame); a miss does (bench: Describe).
+            match answered:
+                case Success(answer):
+                    response: _Response = answer  # the handler's reply, typed by its Result
+                    return response
+                case Failure(ProviderError() as error):
+                    context.set_code(STATUS_BY_KIND[error.kind])
+                    context.set_details(for_the_manager(error))
+            return self.response()
         except Exception:
             logger.exception("unexpected error (a bug) while serving an RPC")
             context.set_code(grpc.StatusCode.INTERNAL)
             context.set_details("internal error; see the provider's log")
             return self.response()
-
-    def _answer(self, request: _Request, context: grpc.ServicerContext) -> _Response:
-        # Success first: a class pattern that matches the exact type costs no call into the
-        # ABC metaclass's isinstance (a Python frame); a miss does (bench: Describe).
-        match self.handle(request):
-            case Success(answer):
-                response: _Response = answer  # the handler's reply, typed by its Result
-                return response
-            case Failure(ProviderError() as error):
-                context.set_code(STATUS_BY_KIND[error.kind])
-                context.set_details(for_the_manager(error))
-        return self.response()
 
 
 AnyRpc = RpcSpec[Any, Any]

@@ -15,10 +15,11 @@ moved over HTTP beside the session: a network failure named for the edge to map)
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -56,25 +57,54 @@ def run(
     """`operation(connection)` through the session: its own Result, or the fault it raised as
     the ProviderError of its kind while `doing` something (for the message: "deleting VM
     'vm-42'")."""
-    return attempt(doing, lambda: session.call(operation))
+    with Edge(doing) as edge:
+        return session.call(operation)
+    return edge.failure
 
 
 def attempt(doing: str, action: Callable[[], Result[T, ProviderError]]) -> Result[T, ProviderError]:
     """`action()`'s Result, or what it raised as a Failure, for work that needs no session
     call (a disk's bytes read off a lease already open, converted in the pod)."""
-    try:
+    with Edge(doing) as edge:
         return action()
-    except EXPECTED_FAILURES as error:
-        return Failure(provider_error(error, doing))
-    except (KeyError, AttributeError, TypeError, ValueError) as error:
-        if not _raised_reading_a_reply(error):
-            raise
-        return Failure(
-            ProviderError.unavailable(
-                f"{doing}: vCenter answered with what this client cannot read (a newer "
-                f"server's fault or type?): {type(error).__name__}: {error}"
+    return edge.failure
+
+
+class Edge:
+    """The edge as a block, which `run` and `attempt` call in, and a caller may use itself
+    where a wrapper's frame is not worth it: a fault the block raises stops here, as
+    `failure`, which the caller returns after the block; anything else rises on.
+
+        with Edge(doing) as edge:
+            return work()
+        return edge.failure
+    """
+
+    failure: Result[Any, ProviderError]  # set once the block raised a fault
+
+    def __init__(self, doing: str) -> None:
+        self._doing = doing
+
+    def __enter__(self) -> Edge:
+        return self
+
+    def __exit__(self, _kind: object, error: BaseException | None, _trace: object) -> bool:
+        if error is None:
+            return False
+        if isinstance(error, EXPECTED_FAILURES):
+            self.failure = Failure(provider_error(error, self._doing))
+            return True
+        if isinstance(error, KeyError | AttributeError | TypeError | ValueError) and (
+            _raised_reading_a_reply(error)
+        ):
+            self.failure = Failure(
+                ProviderError.unavailable(
+                    f"{self._doing}: vCenter answered with what this client cannot read (a "
+                    f"newer server's fault or type?): {type(error).__name__}: {error}"
+                )
             )
-        )
+            return True
+        return False
 
 
 def _raised_reading_a_reply(error: BaseException) -> bool:
@@ -91,13 +121,10 @@ def _raised_reading_a_reply(error: BaseException) -> bool:
 
 def answer(call: Callable[[], T], expected: Expected) -> T | Faulted:
     """`call()`, or the fault it raised when `expected` says the caller expects it; any other
-    rises on, to `attempt`."""
-    try:
+    rises on, to the edge."""
+    with _Expecting(expected) as expecting:
         return call()
-    except EXPECTED_FAILURES as error:
-        if not expected(error):
-            raise
-        return Faulted(error)
+    return Faulted(expecting.fault)
 
 
 def fault_is(*faults: type[BaseException]) -> Expected:
@@ -108,21 +135,46 @@ def fault_is(*faults: type[BaseException]) -> Expected:
 def or_none(call: Callable[[], T], expected: Expected = is_missing) -> T | None:
     """`call()`, or None when it raised an `expected` fault: by default, that what it reads
     or looks up is gone."""
-    answered = answer(call, expected)
-    return None if isinstance(answered, Faulted) else answered
+    with _Expecting(expected):
+        return call()
+    return None
 
 
 def best_effort(call: Callable[[], T]) -> T | None:
     """`call()`, or None when vCenter or the network failed it at all: a cleanup whose own
     failure is not the one to tell (the caller's is)."""
-    return or_none(call, lambda _: True)
+    return or_none(call, _any_fault)
 
 
-def transferring(doing: str, call: Callable[[], T]) -> T:
-    """`call()`, which moves bytes over HTTP beside the SOAP session (a lease's disk, a
-    datastore file); a network failure rises as a ConnectionError naming what was `doing`,
-    which `attempt` makes UNAVAILABLE (it may be retried)."""
+def _any_fault(_error: BaseException) -> bool:
+    return True
+
+
+class _Expecting:
+    """The block `answer` and `or_none` call in: a fault it raises that the caller `expected`
+    stops here, as `fault`; any other rises on."""
+
+    fault: BaseException  # set once the block raised an expected fault
+
+    def __init__(self, expected: Expected) -> None:
+        self._expected = expected
+
+    def __enter__(self) -> _Expecting:
+        return self
+
+    def __exit__(self, _kind: object, error: BaseException | None, _trace: object) -> bool:
+        if isinstance(error, EXPECTED_FAILURES) and self._expected(error):
+            self.fault = error
+            return True
+        return False
+
+
+@contextlib.contextmanager
+def transferring(doing: str) -> Iterator[None]:
+    """A block that moves bytes over HTTP beside the SOAP session (a lease's disk, a datastore
+    file); a network failure in it rises as a ConnectionError naming what was `doing`, which
+    the edge makes UNAVAILABLE (it may be retried)."""
     try:
-        return call()
+        yield
     except NETWORK_FAILURES as error:
         raise ConnectionError(f"{doing}: {error}") from error

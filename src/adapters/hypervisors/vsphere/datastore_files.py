@@ -23,7 +23,7 @@ from pyrigaud.adapters.hypervisors.vsphere.calls import fault_is, or_none, trans
 from pyrigaud.adapters.hypervisors.vsphere.properties import retrieve, retrieve_all
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import ended, wait
-from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
+from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import opened_request
 from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -197,17 +197,14 @@ def _exchange(
         else {}
     )
 
-    def answered() -> tuple[int, bytes]:
-        request = open_request(connection._stub, method, file.url, headers)
-        try:
-            if body:
-                request.send(body)
-            response = request.getresponse()
-            return response.status, response.read(limit + 1)
-        finally:
-            request.close()
-
-    return transferring(f"datastore file {file.datastore_path!r}", answered)
+    with (
+        transferring(f"datastore file {file.datastore_path!r}"),
+        opened_request(connection._stub, method, file.url, headers) as request,
+    ):
+        if body:
+            request.send(body)
+        response = request.getresponse()
+        return response.status, response.read(limit + 1)
 
 
 def _succeeded(status: int) -> bool:

@@ -34,7 +34,7 @@ from pyrigaud.adapters.disk_images.stream_optimized import (
 )
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_failure
 from pyrigaud.adapters.hypervisors.vsphere import datastore_files
-from pyrigaud.adapters.hypervisors.vsphere.calls import attempt, run
+from pyrigaud.adapters.hypervisors.vsphere.calls import Edge, run
 from pyrigaud.adapters.hypervisors.vsphere.disk_import import import_stream_optimized
 from pyrigaud.adapters.hypervisors.vsphere.placement import Location
 from pyrigaud.adapters.hypervisors.vsphere.vcenter import VCenter
@@ -115,7 +115,7 @@ class DatastoreSite:
         """The staged disk as a streamOptimized vmdk in a scratch file, qemu-img's runs on the
         way stopped through `watch`."""
 
-        def received() -> Result[ReceivedDisk, ProviderError]:
+        with Edge(IMPORTING) as edge:
             vmdk = open_scratch(self.scratch_dir)
             written = undone_on_failure(
                 partial(self._stream_optimized, chunks, size_bytes, image, vmdk, watch), vmdk.close
@@ -125,8 +125,7 @@ class DatastoreSite:
                 return _ReceivedVmdk(self, vmdk, vmdk.tell(), capacity)
 
             return written.map(to_upload)
-
-        return attempt(IMPORTING, received)
+        return edge.failure
 
     def keep_record(self, record: bytes, landed: LandedDisk) -> Result[None, ProviderError]:
         def forget(instance: Any) -> None:
@@ -246,19 +245,17 @@ class _ReceivedVmdk:
 
     def land(self) -> Result[LandedDisk, ProviderError]:
         site = self._site
-
-        def landed(instance: Any) -> Result[LandedDisk, ProviderError]:
-            return import_stream_optimized(
-                instance,
-                self._vmdk,
-                self._size_bytes,
-                site.disk_name,
-                site.location,
-                self._capacity_bytes,
-                marks=site.marks.building(),
-            ).map(_landed)
-
-        return run(site.vcenter.session, f"importing disk {site.disk_name!r}", landed)
+        imported = partial(
+            import_stream_optimized,
+            vmdk=self._vmdk,
+            size_bytes=self._size_bytes,
+            name=site.disk_name,
+            location=site.location,
+            capacity_bytes=self._capacity_bytes,
+            marks=site.marks.building(),
+        )
+        doing = f"importing disk {site.disk_name!r}"
+        return run(site.vcenter.session, doing, imported).map(_landed)
 
     def discard(self) -> None:
         self._vmdk.close()

@@ -60,10 +60,8 @@ class ExportedDisk:
         """The VMDK's bytes as they arrive, at most CHUNK_BYTES at a time (memory stays
         bounded); the lease hears the progress every few seconds, which keeps it alive."""
         while True:
-            chunk = transferring(
-                "downloading a disk through the NFC lease",
-                partial(self._response.read, CHUNK_BYTES),
-            )
+            with transferring("downloading a disk through the NFC lease"):
+                chunk = self._response.read(CHUNK_BYTES)
             if not chunk:
                 return
             self._progress.add(len(chunk))

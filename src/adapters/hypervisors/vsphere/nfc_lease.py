@@ -23,7 +23,7 @@ from pyrigaud.adapters.hypervisors.vsphere.calls import best_effort, transferrin
 from pyrigaud.adapters.hypervisors.vsphere.errors import fault_message
 from pyrigaud.adapters.hypervisors.vsphere.session import Connection
 from pyrigaud.adapters.hypervisors.vsphere.tasks import destroyed
-from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import open_request
+from pyrigaud.adapters.hypervisors.vsphere.vcenter_http import opened_request
 from pyrigaud.domain.errors import ProviderError
 
 # pyVmomi's stubs leave its data-object constructors untyped: use them dynamically.
@@ -62,19 +62,14 @@ def send_to_lease(
     doing = "uploading a disk through the NFC lease"
     headers = {"Content-Type": "application/x-vnd.vmware-streamVmdk", "Content-Length": str(size)}
 
-    def sent() -> http.client.HTTPResponse:
-        connection = open_request(stub, "PUT" if create else "POST", url, headers)
-        try:
-            while chunk := reader.read(CHUNK_BYTES):
-                connection.send(chunk)
-                progress.add(len(chunk))
-            response = connection.getresponse()
-            response.read()
-        finally:
-            connection.close()
-        return response
-
-    return _checked_status(transferring(doing, sent), doing).map(_accepted)
+    method = "PUT" if create else "POST"
+    with transferring(doing), opened_request(stub, method, url, headers) as connection:
+        while chunk := reader.read(CHUNK_BYTES):
+            connection.send(chunk)
+            progress.add(len(chunk))
+        response = connection.getresponse()
+        response.read()
+    return _checked_status(response, doing).map(_accepted)
 
 
 def receive_from_lease(
@@ -85,12 +80,9 @@ def receive_from_lease(
     connection is closed when `holds` close."""
     doing = "downloading a disk through the NFC lease"
 
-    def received() -> http.client.HTTPResponse:
-        connection = open_request(stub, "GET", url, {})
-        holds.callback(connection.close)
-        return connection.getresponse()
-
-    return _checked_status(transferring(doing, received), doing)
+    with transferring(doing):
+        response = holds.enter_context(opened_request(stub, "GET", url, {})).getresponse()
+    return _checked_status(response, doing)
 
 
 def _accepted(_response: http.client.HTTPResponse) -> None:

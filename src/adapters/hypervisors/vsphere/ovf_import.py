@@ -83,37 +83,24 @@ def import_vm(
         spec=spec.importSpec, folder=location.folder, host=location.host
     )
 
-    def uploaded(info: Any) -> Result[Any, ProviderError]:
-        def entity(_uploaded: None) -> Any:
-            return info.entity
-
-        return _upload(connection, lease, info.deviceUrl or (), package, spec.fileItem or ()).map(
-            entity
-        )
-
-    def completed(entity: Any) -> Any:
-        lease.HttpNfcLeaseComplete()
-        return entity
-
-    def imported() -> Result[Any, ProviderError]:
-        return (
-            ready_lease_info(connection, lease, ProviderError.failed_precondition)
-            .bind(uploaded)
-            .map(completed)
-        )
-
-    return undone_on_failure(imported, partial(abort_lease, connection, lease))
+    return undone_on_failure(
+        partial(_filled, connection, lease, package, spec.fileItem or ()),
+        partial(abort_lease, connection, lease),
+    )
 
 
-def _upload(
-    connection: Connection,
-    lease: Any,
-    urls: Sequence[Any],
-    package: PackageFiles,
-    items: Sequence[Any],
-) -> Result[None, ProviderError]:
-    """Each file item's bytes to the device URL of the same import key, in one stream each."""
-    by_key = {str(url.importKey): url for url in urls}
+def _filled(
+    connection: Connection, lease: Any, package: PackageFiles, items: Sequence[Any]
+) -> Result[Any, ProviderError]:
+    """The lease's VM once it is ready, each file item's bytes went to the device URL of the
+    same import key (in one stream each) and the lease completed."""
+    info: Any
+    match ready_lease_info(connection, lease, ProviderError.failed_precondition):
+        case Failure() as failed:
+            return failed
+        case Success(info):
+            pass
+    by_key = {str(url.importKey): url for url in info.deviceUrl or ()}
     sizes: dict[str, int] = {}
     for item in items:
         match package.size(item.path):
@@ -122,21 +109,6 @@ def _upload(
             case Failure() as failed:
                 return failed
     progress = LeaseProgress(lease, sum(sizes.values()) or 1)
-
-    def send(device: Any, item: Any) -> Result[None, ProviderError]:
-        def sent(opened: AbstractContextManager[IO[bytes]]) -> Result[None, ProviderError]:
-            with opened as reader:
-                return send_to_lease(
-                    connection._stub,
-                    device.url,
-                    create=bool(item.create),
-                    size=sizes[item.path],
-                    reader=reader,
-                    progress=progress,
-                )
-
-        return package.open(item.path).bind(sent)
-
     for item in items:
         device = by_key.get(str(item.deviceId))
         if device is None:
@@ -145,8 +117,24 @@ def _upload(
                     f"the import lease has no upload URL for {item.path!r}"
                 )
             )
-        match send(device, item):
+        opened: AbstractContextManager[IO[bytes]]
+        match package.open(item.path):
+            case Failure() as failed:
+                return failed
+            case Success(opened):
+                pass
+        with opened as reader:
+            sent = send_to_lease(
+                connection._stub,
+                device.url,
+                create=bool(item.create),
+                size=sizes[item.path],
+                reader=reader,
+                progress=progress,
+            )
+        match sent:
             case Failure() as failed:
                 return failed
     progress.report(done=True)
-    return Success(None)
+    lease.HttpNfcLeaseComplete()
+    return Success(info.entity)
