@@ -3,9 +3,9 @@ a request runs through, from the gRPC edge (or the task's thread) to the call th
 
 A frame is one call of a function of the package (a lambda included; the generated gRPC stubs
 and comprehensions not); the chain is read at every call while a request is recorded, in every
-thread, and the deepest one is kept. Library frames between two of the project's (returns'
-`bind`, grpcio's handler) are not counted: the count measures how many of our own rooms a
-request is passed through, which is what a newcomer reads.
+thread, and the deepest one that starts in a gRPC worker is kept. Library frames between two
+of the project's (returns' `bind`, grpcio's handler) are not counted: the count measures how
+many of our own rooms a request is passed through, which is what a newcomer reads.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ import pyrigaud
 
 PACKAGE = str(Path(pyrigaud.__file__).parent)
 GENERATED = f"{PACKAGE}/entrypoints/grpc/generated/"
+# A request's chain starts in a gRPC worker; the provider's background threads (the domain
+# cache's refresh, the inventory feed) run meanwhile but are no part of it.
+REQUEST_ROOT = "entrypoints/grpc/workers:RpcWorkers._work"
 # Python 3.12 inlines comprehensions: they are not frames a reader passes through.
 COMPREHENSIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"})
 
@@ -75,7 +78,7 @@ class WalkRecorder:
         if walk is None or event != "call":
             return
         chain = _project_chain(frame)
-        if len(chain) > walk.depth:
+        if len(chain) > walk.depth and chain[0] == REQUEST_ROOT:
             with self._lock:
                 if len(chain) > walk.depth:
                     walk.frames = chain

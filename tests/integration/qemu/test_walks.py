@@ -40,9 +40,9 @@ CLASS_JSON = json.dumps({"CPU": 1, "MemoryMiB": 256})
 CALL_SECONDS = 300
 
 # The depths docs/architecture.md draws ("Describe, walked" and the two after it).
-DESCRIBE_DEPTH = 12
-EXPORT_DEPTH = 25
-IMPORT_DEPTH = 24
+DESCRIBE_DEPTH = 11
+EXPORT_DEPTH = 20
+IMPORT_DEPTH = 23
 
 
 @dataclass
