@@ -1,9 +1,6 @@
 """The commands docs/benchmarks.md shows, run at a tiny size: a benchmark whose documented
 command no longer runs fails here, not in a reader's hands. Each run checks the exit status and
-the table it prints, never a figure (durations belong to the benchmarks themselves).
-
-Not run here, as docs/benchmarks.md says: `migration_bench.py --profile` (py-spy is no
-dependency of the project)."""
+the table it prints, never a figure (durations belong to the benchmarks themselves)."""
 
 from __future__ import annotations
 
@@ -141,3 +138,25 @@ def test_the_migration_benchmark_runs_every_store_with_the_floors_first_in_turn(
     table = out.split("All rows:")[1].split("Ranges over")[0]
     firsts = {line.split("|")[-3].strip() for line in table.splitlines() if "-off |" in line}
     assert firsts == {"pyrigaud", "floors"}
+
+
+@needs_root
+@pytest.mark.qemu
+def test_the_migration_benchmark_profiles_each_transfer_with_py_spy(tmp_path: Path) -> None:
+    """`--profile`: py-spy (a dev dependency) samples each serving provider while its transfer
+    runs, one PVC migration being enough to show the stacks are written."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "pyrigaud").symlink_to(Path(pyrigaud.__file__).parent)
+    profiles = tmp_path / "profiles"
+    arguments = [*TINY_MIGRATION, "--storages", "pvc", "--profile", str(profiles)]
+    arguments = [*arguments, "--code", str(code)]
+    arguments[arguments.index("--rounds") + 1] = "1"
+    out = bench("migration_bench.py", *arguments, json_to=tmp_path / "out.json", timeout=600)
+    assert "| v2l-pvc-mostly-empty-off | export (vsphere) |" in out
+    stacks = sorted(path.name for path in profiles.iterdir())
+    assert stacks == [
+        "pyrigaud-bench-v2l-pvc-mostly-empty-off-export.txt",
+        "pyrigaud-bench-v2l-pvc-mostly-empty-off-import.txt",
+    ]
+    assert all((profiles / name).stat().st_size > 0 for name in stacks)
