@@ -192,6 +192,8 @@ class ImageInspection:
         problem = _unsafe(chosen.format, inspector)
         if problem is None and chosen.keepable_qcow2 and self._tables is not None:
             problem = self._tables.problem()
+            if not self._tables.counted:  # too many clusters to count: qemu-img converts it
+                chosen = chosen.model_copy(update={"keepable_qcow2": False})
         if problem:
             return self._refused(problem)
         if chosen.stream_optimized_vmdk and self._grains is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from pyrigaud.adapters.disk_images.qcow2_tables import (
     MAX_CLUSTER_BITS,
+    MAX_REFCOUNT_ORDER,
     MAX_REFCOUNT_TABLE_BYTES,
     MIN_CLUSTER_BITS,
     QCOW2_CORRUPT,
@@ -38,7 +39,6 @@ V3_MIN_HEADER_BYTES = V2_HEADER_BYTES + _V3_FIELDS.size  # 104
 _COMPRESSION_TYPE_OFFSET = V3_MIN_HEADER_BYTES
 QCOW2_COMPRESSION_TYPE = 1 << 3  # the incompatible feature bit: not zlib
 ZLIB, ZSTD = 0, 1
-MAX_REFCOUNT_ORDER = 6  # 64-bit refcounts
 MIN_EXTENDED_L2_CLUSTER_BITS = 14  # 32 subclusters of at least 512 bytes
 MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
 MAX_SNAPSHOTS = 65536  # qemu's QCOW_MAX_SNAPSHOTS

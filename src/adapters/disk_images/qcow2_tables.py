@@ -21,19 +21,24 @@ as zeros, as qemu reads it (and is refused when it lies a cluster or more past i
 
 from __future__ import annotations
 
+import heapq
 import struct
 import sys
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pyrigaud.adapters.disk_images.qcow2 import MAGIC
 from pyrigaud.adapters.disk_images.qcow2_compressed import CompressedClusters, compressed_span
+from pyrigaud.adapters.disk_images.qcow2_refcounts import RefcountBalance
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES
 
 HELD_BYTES = JUDGED_PREFIX_BYTES
 # The header to its refcount table (qemu's docs/interop/qcow2.txt): magic, version, cluster
 # bits, size, L1 entries, L1 offset, refcount table offset, refcount table clusters.
 _HEADER = struct.Struct(">4sI12xIQ4xIQQI")
+# A version 3 header's refcount order (a version 2 image's refcounts are 16 bits wide).
+_REFCOUNT_ORDER = struct.Struct(">96xI")
+_V2_REFCOUNT_ORDER = 4
 _ENTRY = struct.Struct(">Q")
 _ENTRY_BYTES = _ENTRY.size
 MIN_CLUSTER_BITS, MAX_CLUSTER_BITS = 9, 21  # qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS
@@ -48,15 +53,19 @@ QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
 COPIED = 1 << 63  # an L1 or L2 entry whose cluster's refcount is exactly one
+ZERO = 1  # an L2 entry that reads as zeros (version 3 only)
 # The bits qemu-img check finds set in an entry and calls corrupt (qemu's L1E_RESERVED_MASK,
 # L2E_STD_RESERVED_MASK and REFT_RESERVED_MASK).
 L1_RESERVED = 0x7F000000000001FF
 L2_RESERVED = 0x3F000000000001FE
 REFCOUNT_TABLE_RESERVED = 0x1FF
 MAX_REFCOUNT_TABLE_BYTES = 8 * 1024 * 1024  # qemu's QCOW_MAX_REFTABLE_SIZE
+MAX_REFCOUNT_ORDER = 6  # 64-bit refcounts
 
 # A table's entries checked, numbered from the first: what qemu refuses in them, or None.
-EntriesCheck = Callable[[int, "array[int]"], str | None]
+EntriesCheck = Callable[[int, Sequence[int]], str | None]
+_TYPECODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_BYTE_ORDER = 3  # a refcount order of 8 bits
 
 
 class Qcow2TableCheck:
@@ -83,17 +92,23 @@ class Qcow2TableCheck:
             return
         self._held += chunk
         self._fed += len(chunk)
-        if self._layout is None and len(self._held) >= _HEADER.size:
-            self._layout = _Layout.read(bytes(self._held[: _HEADER.size]))
+        if self._layout is None and len(self._held) >= _REFCOUNT_ORDER.size:
+            self._layout = _Layout.read(bytes(self._held[: _REFCOUNT_ORDER.size]))
             if not self.watching:
                 self._held = None
                 return
         if self._layout is not None and self._fed >= self._layout.l1_end:
             self._tables = self._tables_from_held(self._layout, self._held)
 
+    @property
+    def counted(self) -> bool:
+        """Once every byte was fed, of a watched image: whether its refcounts were counted
+        against its tables (`qcow2_refcounts.py`); one they were not is to be converted."""
+        return self._tables is not None and self._tables.refcounts.countable
+
     def problem(self) -> str | None:
         """Once every byte was fed, of a watched image: what qemu would refuse as corrupt in
-        its tables, or None."""
+        its tables and refcounts, or None."""
         if self._tables is None and self.watching and self._layout and self._held is not None:
             # The image ended before its L1 table did: zeros after its end, as qemu reads.
             self._tables = self._tables_from_held(self._layout, self._held)
@@ -114,12 +129,17 @@ class _Layout:
 
     def __init__(
         self,
+        *,
+        version: int,
         cluster_bits: int,
         l1_entries: int,
         l1_offset: int,
         refcount: int,
         refcount_clusters: int,
+        refcount_order: int,
     ) -> None:
+        self.version = version
+        self.refcount_order = refcount_order
         self.cluster_bits = cluster_bits
         self.cluster = 1 << cluster_bits
         self.l1_offset = l1_offset
@@ -131,27 +151,46 @@ class _Layout:
     def read(cls, header: bytes) -> _Layout | None:
         """The layout of a qcow2 header with a cluster size qemu reads; None for anything else
         (the judge names what is wrong with it)."""
-        magic, _version, bits, _size, l1_entries, l1_offset, refcount, refcount_clusters = (
-            _HEADER.unpack(header)
+        magic, version, bits, _size, l1_entries, l1_offset, refcount, refcount_clusters = (
+            _HEADER.unpack_from(header)
         )
         if magic != MAGIC or not MIN_CLUSTER_BITS <= bits <= MAX_CLUSTER_BITS:
             return None
-        return cls(bits, l1_entries, l1_offset, refcount, refcount_clusters)
+        (order,) = _REFCOUNT_ORDER.unpack(header) if version == 3 else (_V2_REFCOUNT_ORDER,)
+        if order > MAX_REFCOUNT_ORDER:
+            return None
+        return cls(
+            version=version,
+            cluster_bits=bits,
+            l1_entries=l1_entries,
+            l1_offset=l1_offset,
+            refcount=refcount,
+            refcount_clusters=refcount_clusters,
+            refcount_order=order,
+        )
 
 
 class _PassingTables:
-    """The refcount table and the L2 tables an L1 table names, checked as their bytes pass;
-    `problem` is the first thing qemu would refuse (the L1 table's own entries included)."""
+    """The refcount table, the refcount blocks and the L2 tables an L1 table names, checked as
+    their bytes pass, their references and refcounts counted (`refcounts`); `problem` is the
+    first thing qemu would refuse (the L1 table's own entries included)."""
 
     def __init__(self, layout: _Layout, l1: bytes) -> None:
         cluster = layout.cluster
         self.problem: str | None = None
+        self.refcounts = RefcountBalance(layout.cluster_bits)
         self._active: list[_Table] = []
         self._cluster = cluster
         self._cluster_bits = layout.cluster_bits
+        self._version = layout.version
+        self._refcount_order = layout.refcount_order
         self._compressed = CompressedClusters(cluster)
+        self._blocks: list[tuple[int, int]] = []  # (offset, refcount table index), a heap
         # The furthest byte a table or cluster in use reaches (qemu-img check counts each).
         self._reach = max(layout.l1_end, layout.refcount_offset + layout.refcount_bytes)
+        self.refcounts.referenced(0, cluster)  # the header
+        self.refcounts.referenced(layout.l1_offset, layout.l1_end - layout.l1_offset)
+        self.refcounts.referenced(layout.refcount_offset, layout.refcount_bytes)
         starts: set[int] = set()
         for index, (entry,) in enumerate(_ENTRY.iter_unpack(l1)):
             table = entry & OFFSET_MASK
@@ -166,17 +205,17 @@ class _PassingTables:
                 return
             if table:
                 starts.add(table)
+                self.refcounts.referenced(table, cluster, copied=bool(entry & COPIED))
                 self._reach = max(self._reach, table + cluster)
         if layout.refcount_bytes > MAX_REFCOUNT_TABLE_BYTES:
             self.problem = "the qcow2 image's refcount table is larger than qemu reads (8 MiB)"
             return
-        self._refcount_check = self._refcount_blocks
         self._l2_check = self._l2_entries
         self._l2_starts = array("Q", sorted(starts))
         self._next_l2 = 0
         if layout.refcount_bytes:
             self._active.append(
-                _Table(layout.refcount_offset, layout.refcount_bytes, self._refcount_check)
+                _Table(layout.refcount_offset, layout.refcount_bytes, self._refcount_table)
             )
 
     def passing(self, at: int, chunk: bytes) -> None:
@@ -192,13 +231,28 @@ class _PassingTables:
             self.problem = table.passing(at, chunk)
             if self.problem is not None:
                 return
+        # The refcount blocks the refcount table named in these bytes may lie in them too.
+        while self._blocks and self._blocks[0][0] < end:
+            offset, index = heapq.heappop(self._blocks)
+            if offset < at:  # passed before the refcount table named it: not counted
+                self.refcounts.countable = False
+                continue
+            block = _Table(
+                offset,
+                self._cluster,
+                self._refcount_block(index),
+                entry_bytes=1 << max(self._refcount_order - _BYTE_ORDER, 0),
+            )
+            block.passing(at, chunk)
+            self._active.append(block)
         self._active = [table for table in self._active if not table.done]
         self._compressed.passing(at, chunk)
         self.problem = self._compressed.problem
 
     def ended(self, file_bytes: int) -> str | None:
         """The image ended after `file_bytes`: the first thing qemu would refuse, its reading
-        of the compressed clusters and qemu-img check's of what lies past the end included."""
+        of the compressed clusters and qemu-img check's of what lies past the end and of the
+        refcounts included."""
         if self.problem is None:
             self.problem = self._compressed.ended()
         if self.problem is None and self._reach - file_bytes >= self._cluster:
@@ -206,9 +260,11 @@ class _PassingTables:
                 f"the qcow2 image's tables or clusters reach byte {self._reach}, a cluster or "
                 f"more past its end at {file_bytes} (qemu-img check finds it corrupt)"
             )
+        if self.problem is None:
+            self.problem = self.refcounts.problem()
         return self.problem
 
-    def _refcount_blocks(self, first: int, entries: array[int]) -> str | None:
+    def _refcount_table(self, first: int, entries: Sequence[int]) -> str | None:
         cluster = self._cluster
         for index, entry in enumerate(entries, first):
             block = entry & REFCOUNT_OFFSET_MASK
@@ -221,11 +277,31 @@ class _PassingTables:
                 )
             if block:
                 self._reach = max(self._reach, block + cluster)
+                self.refcounts.refcount_block(block)
+                heapq.heappush(self._blocks, (block, index))
         return None
 
-    def _l2_entries(self, first: int, entries: array[int]) -> str | None:
-        """Data clusters off a cluster boundary, compressed clusters flagged as copied (what
-        qemu-img check finds corrupt); the compressed ones are read as their bytes pass."""
+    def _refcount_block(self, index: int) -> EntriesCheck:
+        """The check of refcount block `index` (of the refcount table): its refcounts, each
+        of 2^refcount_order bits, counted as they pass."""
+        first_cluster = index * (self._cluster * 8 >> self._refcount_order)
+        order = self._refcount_order
+
+        def counted(first: int, entries: Sequence[int]) -> None:
+            if order < _BYTE_ORDER:  # several refcounts a byte, the low bits first
+                bits = 1 << order
+                mask = (1 << bits) - 1
+                shifts = range(0, 8, bits)
+                entries = [byte >> shift & mask for byte in entries for shift in shifts]
+                first *= 8 >> order
+            self.refcounts.refcounts(first_cluster + first, entries)
+
+        return counted
+
+    def _l2_entries(self, first: int, entries: Sequence[int]) -> str | None:
+        """Data clusters off a cluster boundary, compressed clusters flagged as copied, zero
+        clusters in a version 2 image (what qemu refuses as corrupt); the compressed ones are
+        read as their bytes pass, every cluster's reference counted."""
         del first
         cluster = self._cluster
         for entry in entries:
@@ -237,29 +313,39 @@ class _PassingTables:
                     )
                 offset, length = compressed_span(entry, self._cluster_bits)
                 self._compressed.named(offset, length)
+                self.refcounts.referenced(offset, length)
                 self._reach = max(self._reach, offset + length)
                 continue
             offset = entry & OFFSET_MASK
             if entry & L2_RESERVED:
                 return _reserved_bits("L2 entry")
+            if entry & ZERO and self._version == 2:
+                return (
+                    "the qcow2 image's L2 table has a zero cluster, which a version 2 image "
+                    "cannot have (qemu refuses the image as corrupt)"
+                )
             if offset % cluster:
                 return (
                     "the qcow2 image's L2 table places a data cluster off a cluster boundary "
                     f"(at byte {offset}; qemu refuses the image as corrupt)"
                 )
             if offset:
+                self.refcounts.referenced(offset, cluster, copied=bool(entry & COPIED))
                 self._reach = max(self._reach, offset + cluster)
         return self._compressed.problem
 
 
 class _Table:
-    """A table of 8-byte entries at `offset`, `length` bytes, its entries checked as they
-    pass."""
+    """A table of big-endian entries of `entry_bytes` at `offset`, `length` bytes, its entries
+    checked as they pass."""
 
-    def __init__(self, offset: int, length: int, check: EntriesCheck) -> None:
+    def __init__(
+        self, offset: int, length: int, check: EntriesCheck, entry_bytes: int = _ENTRY_BYTES
+    ) -> None:
         self._next = offset  # where the table's next byte lies in the image
         self._end = offset + length
         self._check = check
+        self._entry_bytes = entry_bytes
         self._index = 0  # the number of the next entry
         self._partial = b""  # an entry cut by a chunk's edge
 
@@ -273,14 +359,19 @@ class _Table:
             return None
         data = self._partial + chunk[start - at : stop - at]
         self._next = stop
-        whole = len(data) - len(data) % _ENTRY_BYTES
+        whole = len(data) - len(data) % self._entry_bytes
         self._partial = data[whole:]
-        entries = array("Q", data[:whole])
-        if sys.byteorder == "little":
-            entries.byteswap()
+        entries = _big_endian(data[:whole], self._entry_bytes)
         problem = self._check(self._index, entries)
         self._index += len(entries)
         return problem
+
+
+def _big_endian(data: bytes, entry_bytes: int) -> Sequence[int]:
+    entries = array(_TYPECODES[entry_bytes], data)
+    if sys.byteorder == "little" and entry_bytes > 1:
+        entries.byteswap()
+    return entries
 
 
 def _reserved_bits(entry: str) -> str:

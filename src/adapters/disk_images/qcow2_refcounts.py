@@ -1,0 +1,140 @@
+"""The refcounts of a qcow2 kept as it is, counted against its tables as the bytes stream past,
+as `qemu-img check` counts them for an image without internal snapshots.
+
+qemu-img check counts a reference for every cluster in use: the header's, the L1 table's, the
+refcount table's, each L2 table and refcount block, each data cluster (a zero cluster with an
+offset too) and each cluster a compressed cluster's bytes touch. A cluster whose refcount is
+below its references is corrupt (the guest's next write would reuse a live cluster); one above
+is a leak, which is no harm. An L1 or L2 entry flagged copied must have refcount exactly one,
+one not flagged (a compressed cluster aside) must not; a refcount block's cluster is referenced
+by nothing else. (The tables of persistent bitmaps are not counted: an uncounted reference can
+only hide a corruption, never invent one.)
+
+The judge sees the bytes once, in order, and the refcounts may pass before or after the
+clusters they count, so both go into one balance per cluster (refcount less references) and
+a few flag bits per cluster, compared once the last byte passed: 5 bytes per cluster, for at
+most MAX_CLUSTERS clusters (40 MiB). An image with more clusters, or whose refcount block
+passes before the refcount table names it, is not counted here: it is converted by qemu-img
+rather than kept as it is.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+MAX_CLUSTERS = 8 * 1024 * 1024
+# A refcount above this counts as this much: more references than that are never counted.
+_REFCOUNT_CEILING = 1 << 30
+# Flag bits per cluster.
+_REFERENCED = 1  # any reference counted
+_SHARED = 2  # more than one reference counted
+_COPIED_REFERENCE = 4  # an L1 or L2 entry flagged copied refers to it
+_PLAIN_REFERENCE = 8  # an L1 or L2 entry not flagged copied (nor compressed) refers to it
+_REFCOUNT_BLOCK = 16  # a refcount block lies in it
+_REFCOUNT_ONE = 32  # its refcount is exactly one
+
+
+def _flags_verdicts() -> bytes:
+    """For each byte of flags: 0, or the number of the problem it shows (see _PROBLEMS)."""
+    verdicts = bytearray(256)
+    for flags in range(256):
+        if flags & _COPIED_REFERENCE and not flags & _REFCOUNT_ONE:
+            verdicts[flags] = 1
+        elif flags & _PLAIN_REFERENCE and flags & _REFCOUNT_ONE:
+            verdicts[flags] = 2
+        elif flags & _REFCOUNT_BLOCK and flags & _SHARED:
+            verdicts[flags] = 3
+    return bytes(verdicts)
+
+
+_FLAGS_VERDICTS = _flags_verdicts()
+_PROBLEMS = {
+    1: "is flagged copied but its refcount is not one",
+    2: "is not flagged copied but its refcount is one",
+    3: "holds a refcount block and something else",
+}
+
+
+class RefcountBalance:
+    """References and refcounts of one image's clusters (of 2^cluster_bits bytes), counted in
+    any order; `problem` once all were counted."""
+
+    def __init__(self, cluster_bits: int) -> None:
+        self._cluster_bits = cluster_bits
+        self._balance = array("i")  # refcount less references, per cluster
+        self._flags = bytearray()
+        self.countable = True  # False: more clusters than MAX_CLUSTERS
+
+    def referenced(self, offset: int, length: int, copied: bool | None = None) -> None:
+        """A reference to every cluster of the `length` bytes at `offset`; `copied`: whether
+        the L1 or L2 entry making it is flagged copied (None: no entry, or a compressed one)."""
+        if length <= 0:
+            return
+        first = offset >> self._cluster_bits
+        last = (offset + length - 1) >> self._cluster_bits
+        if not self._holds(last):
+            return
+        balance, flags = self._balance, self._flags
+        entry_flag = 0 if copied is None else _COPIED_REFERENCE if copied else _PLAIN_REFERENCE
+        for cluster in range(first, last + 1):
+            balance[cluster] -= 1
+            seen = flags[cluster]
+            shared = _SHARED if seen & _REFERENCED else 0
+            flags[cluster] = seen | _REFERENCED | entry_flag | shared
+
+    def refcount_block(self, offset: int) -> None:
+        """The cluster at `offset` holds a refcount block (its reference is counted too)."""
+        self.referenced(offset, 1)
+        cluster = offset >> self._cluster_bits
+        if self.countable:
+            self._flags[cluster] |= _REFCOUNT_BLOCK
+
+    def refcounts(self, first_cluster: int, counts: Sequence[int]) -> None:
+        """The refcounts of the clusters from `first_cluster` on, as a refcount block says."""
+        if not self.countable:
+            return
+        balance, flags = self._balance, self._flags
+        for cluster, count in enumerate(counts, first_cluster):
+            if not count:
+                continue
+            if cluster >= MAX_CLUSTERS:
+                return  # no reference reaches it but one that makes the image uncounted
+            if cluster >= len(flags):
+                self._holds(cluster)
+            balance[cluster] += min(count, _REFCOUNT_CEILING)
+            if count == 1:
+                flags[cluster] |= _REFCOUNT_ONE
+
+    def problem(self) -> str | None:
+        """Once every reference and refcount was counted: the first cluster qemu-img check finds
+        corrupt, or None."""
+        if not self.countable:
+            return None
+        if self._balance and min(self._balance) < 0:
+            cluster = self._balance.index(min(self._balance))
+            return (
+                f"the qcow2 image's cluster {cluster} has a refcount below its references "
+                "(qemu-img check finds it corrupt)"
+            )
+        flagged = self._flags.translate(_FLAGS_VERDICTS)
+        cluster = len(flagged) - len(flagged.lstrip(b"\0"))
+        if cluster == len(flagged):
+            return None
+        return (
+            f"the qcow2 image's cluster {cluster} {_PROBLEMS[flagged[cluster]]} "
+            "(qemu-img check finds it corrupt)"
+        )
+
+    def _holds(self, cluster: int) -> bool:
+        """Make room for the clusters up to `cluster`; False past MAX_CLUSTERS (then nothing
+        more is counted)."""
+        if cluster >= MAX_CLUSTERS:
+            self.countable = False
+        if not self.countable:
+            return False
+        missing = cluster + 1 - len(self._flags)
+        if missing > 0:
+            self._flags.extend(bytes(missing))
+            self._balance.extend(array("i", bytes(4 * missing)))
+        return True
