@@ -29,12 +29,20 @@ from typing import TYPE_CHECKING
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
 from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
 from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
-from pyrigaud.adapters.disk_images.qcow2_tables import QCOW2_FEATURES_OFFSET, Qcow2TableCheck
+from pyrigaud.adapters.disk_images.qcow2_tables import (
+    QCOW2_FEATURES_OFFSET,
+    QCOW2_LAYOUT_BYTES,
+    Qcow2TableCheck,
+    l2_table_inside_l1,
+    tables_past_end,
+)
 from pyrigaud.adapters.disk_images.stream_optimized_grains import (
     StreamOptimizedCheck,
     is_stream_optimized,
+    sparse_flags_problem,
 )
 from pyrigaud.domain.boot_sectors import boot_need
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
@@ -118,6 +126,8 @@ class ImageInspection:
         self._grains: StreamOptimizedCheck | None = StreamOptimizedCheck(field)
         # The guest's first sectors, for the firmware the disk can boot by.
         self._first_sectors = FirstSectors()
+        # A qcow2's header, for where its tables end against the image's end.
+        self._qcow2_head = b""
 
     def feed(self, chunk: bytes) -> None:
         """The next bytes; an inspector that finds they are not its format drops out."""
@@ -190,6 +200,8 @@ class ImageInspection:
         inspector = self._inspectors[chosen.format]
         inspector.finish()
         problem = _unsafe(chosen.format, inspector)
+        if problem is None and chosen.format == "qcow2":
+            problem = tables_past_end(self._qcow2_head, self._fed)
         if problem is None and chosen.keepable_qcow2 and self._tables is not None:
             problem = self._tables.problem()
             if not self._tables.counted:  # too many clusters to count: qemu-img converts it
@@ -216,12 +228,19 @@ class ImageInspection:
         problem = _unsafe(name, inspector) if inspector.complete else None
         if name == "qcow2" and problem is None:
             problem = qcow2_header_problem(head, whole=self._fed == len(head))
+            problem = problem or l2_table_inside_l1(head)
+            self._qcow2_head = head[:QCOW2_LAYOUT_BYTES]
+        if name == "vmdk" and problem is None:
+            problem = sparse_flags_problem(bytes(inspector.region("header").data))
         if problem:
             return self._refused(problem)
+        virtual = int(inspector.virtual_size)
+        if name == "qcow2":  # qemu reads whole sectors of it
+            virtual -= virtual % SECTOR_BYTES
         return self._bounded(
             JudgedImage(
                 format=name,
-                virtual_size_bytes=int(inspector.virtual_size),
+                virtual_size_bytes=virtual,
                 keepable_qcow2=name == "qcow2" and self._keeps_qcow2_as_is(inspector),
                 stream_optimized_vmdk=name == "vmdk"
                 and is_stream_optimized(bytes(inspector.region("header").data)),

@@ -38,6 +38,7 @@ HELD_BYTES = JUDGED_PREFIX_BYTES
 _HEADER = struct.Struct(">4sI12xIQ4xIQQI")
 # A version 3 header's refcount order (a version 2 image's refcounts are 16 bits wide).
 _REFCOUNT_ORDER = struct.Struct(">96xI")
+QCOW2_LAYOUT_BYTES = _REFCOUNT_ORDER.size
 _V2_REFCOUNT_ORDER = 4
 _ENTRY = struct.Struct(">Q")
 _ENTRY_BYTES = _ENTRY.size
@@ -92,8 +93,8 @@ class Qcow2TableCheck:
             return
         self._held += chunk
         self._fed += len(chunk)
-        if self._layout is None and len(self._held) >= _REFCOUNT_ORDER.size:
-            self._layout = _Layout.read(bytes(self._held[: _REFCOUNT_ORDER.size]))
+        if self._layout is None and len(self._held) >= QCOW2_LAYOUT_BYTES:
+            self._layout = _Layout.read(bytes(self._held[:QCOW2_LAYOUT_BYTES]))
             if not self.watching:
                 self._held = None
                 return
@@ -122,6 +123,40 @@ class Qcow2TableCheck:
         tables = _PassingTables(layout, l1.ljust(layout.l1_end - layout.l1_offset, b"\0"))
         tables.passing(0, bytes(held))
         return tables
+
+
+def tables_past_end(head: bytes, file_bytes: int) -> str | None:
+    """Of any qcow2 (kept or converted) whose first bytes are `head` and that ended after
+    `file_bytes`: its L1 or refcount table reaching a cluster or more past the end (qemu-img
+    check counts each of their clusters and finds it corrupt), or None."""
+    layout = _Layout.read(head) if len(head) >= QCOW2_LAYOUT_BYTES else None
+    if layout is None:
+        return None
+    reach = max(layout.l1_end, layout.refcount_offset + layout.refcount_bytes)
+    if reach - file_bytes < layout.cluster:
+        return None
+    return (
+        f"the qcow2 image's L1 or refcount table reaches byte {reach}, a cluster or more past "
+        f"its end at {file_bytes} (qemu-img check finds it corrupt)"
+    )
+
+
+def l2_table_inside_l1(head: bytes) -> str | None:
+    """Of any qcow2 whose first bytes are `head`: an L1 entry among them naming an L2 table
+    that lies inside the L1 table itself (qemu would read the L1's own entries as an L2
+    table's; no image qemu writes has one cluster serve both), or None."""
+    layout = _Layout.read(head) if len(head) >= QCOW2_LAYOUT_BYTES else None
+    if layout is None:
+        return None
+    l1 = head[layout.l1_offset : layout.l1_end]
+    for index, (entry,) in enumerate(_ENTRY.iter_unpack(l1[: len(l1) - len(l1) % 8])):
+        table = entry & OFFSET_MASK
+        if table and layout.l1_offset - layout.cluster < table < layout.l1_end:
+            return (
+                f"the qcow2 image's L1 entry {index} names an L2 table inside the L1 table "
+                "(qemu refuses the image as corrupt)"
+            )
+    return None
 
 
 class _Layout:
@@ -156,7 +191,7 @@ class _Layout:
         )
         if magic != MAGIC or not MIN_CLUSTER_BITS <= bits <= MAX_CLUSTER_BITS:
             return None
-        (order,) = _REFCOUNT_ORDER.unpack(header) if version == 3 else (_V2_REFCOUNT_ORDER,)
+        (order,) = _REFCOUNT_ORDER.unpack_from(header) if version == 3 else (_V2_REFCOUNT_ORDER,)
         if order > MAX_REFCOUNT_ORDER:
             return None
         return cls(
@@ -196,6 +231,12 @@ class _PassingTables:
             table = entry & OFFSET_MASK
             if entry & L1_RESERVED:
                 self.problem = _reserved_bits(f"L1 entry {index}")
+                return
+            if entry and not table:
+                self.problem = (
+                    f"the qcow2 image's L1 entry {index} is flagged but names no L2 table "
+                    "(qemu-img check reads the header as one and finds it corrupt)"
+                )
                 return
             if table % cluster:
                 self.problem = (

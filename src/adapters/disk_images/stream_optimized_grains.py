@@ -122,6 +122,23 @@ def is_stream_optimized(header: bytes) -> bool:
     return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
 
 
+def sparse_flags_problem(header: bytes) -> str | None:
+    """A sparse VMDK header whose compression and flags disagree, or None: qemu takes its
+    grains as compressed by the compression field and as framed by markers by the flag, so
+    deflated grains without the markers flag are inflated from their marker (and fail), where
+    pyrigaud's reading of a stream would take them either as a stream or as raw grains."""
+    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
+        return None
+    fields = SPARSE_HEADER.unpack_from(header)
+    flags, algorithm = int(fields[2]), int(fields[13])
+    if algorithm == COMPRESS_DEFLATE and not is_stream_optimized(header):
+        return (
+            f"the vmdk's grains are deflated but its flags ({flags:#x}) do not say they are "
+            "compressed and framed by markers (qemu reads them another way)"
+        )
+    return None
+
+
 def read_grains(field: str) -> Reading:
     """The reading of one stream (see the module's docstring); refusals name `field`."""
     header = yield Read(SECTOR_BYTES)

@@ -1,0 +1,139 @@
+"""The refcounts of a qcow2 kept as it is, counted against its tables as the bytes stream past,
+as `qemu-img check` counts them: every refcount width qemu-img writes passes, and a refcount
+below its references, or a copied flag that disagrees with a refcount, is named, as qemu-img
+check names it, however the bytes are cut into chunks."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyrigaud.adapters.disk_images.qcow2_refcounts import MAX_CLUSTERS, RefcountBalance
+from pyrigaud.adapters.disk_images.qcow2_tables import COPIED, OFFSET_MASK, Qcow2TableCheck
+
+from support.image_corpus import source_disk, valid_image
+
+CHUNKINGS = (1 << 40, 65536 + 3, 4099)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+def checked(image: bytes, chunk_bytes: int = CHUNKINGS[0]) -> Qcow2TableCheck:
+    check = Qcow2TableCheck()
+    for start in range(0, len(image), chunk_bytes):
+        check.feed(image[start : start + chunk_bytes])
+    assert check.watching
+    return check
+
+
+def qemu_checks(image: bytes, path: Path) -> str:
+    path.write_bytes(image)
+    checked_out = subprocess.run(
+        ["qemu-img", "check", "-f", "qcow2", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    return checked_out.stdout + checked_out.stderr
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+@pytest.mark.parametrize("refcount_bits", [1, 2, 4, 8, 16, 32, 64])
+def test_every_refcount_width_qemu_img_writes_is_counted_and_passes(
+    corpus: Path, refcount_bits: int, chunk_bytes: int
+) -> None:
+    path = corpus / f"refcount-bits-{refcount_bits}.qcow2"
+    if not path.exists():
+        options = f"refcount_bits={refcount_bits},cluster_size=4096"
+        source = str(source_disk(corpus))
+        subprocess.run(
+            ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-o", options, source, str(path)],
+            check=True,
+            capture_output=True,
+        )
+    check = checked(path.read_bytes(), chunk_bytes)
+    assert check.problem() is None
+    assert check.counted
+
+
+def _first_data_cluster(image: bytes) -> tuple[int, int]:
+    """(where its L2 entry lies, the entry) of the first data cluster of a qemu-img image."""
+    (l1_offset,) = struct.unpack_from(">Q", image, 40)
+    (l1_entry,) = struct.unpack_from(">Q", image, l1_offset)
+    l2_offset = l1_entry & OFFSET_MASK
+    for where in range(l2_offset, l2_offset + 65536, 8):
+        (entry,) = struct.unpack_from(">Q", image, where)
+        if entry & OFFSET_MASK:
+            return where, entry
+    raise AssertionError("no data cluster")
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+def test_a_data_cluster_whose_refcount_is_zero_is_what_qemu_img_check_refuses(
+    corpus: Path, chunk_bytes: int
+) -> None:
+    image = bytearray(valid_image("qcow2-v3", corpus).path.read_bytes())
+    _where, entry = _first_data_cluster(bytes(image))
+    cluster = (entry & OFFSET_MASK) >> 16
+    (table,) = struct.unpack_from(">Q", image, 48)
+    (block,) = struct.unpack_from(">Q", image, table)
+    struct.pack_into(">H", image, block + 2 * cluster, 0)
+    assert f"ERROR cluster {cluster} refcount=0 reference=1" in qemu_checks(
+        bytes(image), corpus / f"refcount-zero-{chunk_bytes}.qcow2"
+    )
+    problem = checked(bytes(image), chunk_bytes).problem()
+    assert problem == (
+        f"the qcow2 image's cluster {cluster} has a refcount below its references "
+        "(qemu-img check finds it corrupt)"
+    )
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+def test_a_copied_flag_that_disagrees_with_the_refcount_is_what_qemu_img_check_refuses(
+    corpus: Path, chunk_bytes: int
+) -> None:
+    image = bytearray(valid_image("qcow2-v3", corpus).path.read_bytes())
+    where, entry = _first_data_cluster(bytes(image))
+    struct.pack_into(">Q", image, where, entry & ~COPIED)
+    assert "ERROR OFLAG_COPIED data cluster" in qemu_checks(
+        bytes(image), corpus / f"not-copied-{chunk_bytes}.qcow2"
+    )
+    problem = checked(bytes(image), chunk_bytes).problem()
+    assert problem is not None
+    assert "is not flagged copied but its refcount is one" in problem
+
+
+def test_a_zero_cluster_in_a_version_2_image_is_refused(corpus: Path) -> None:
+    """qemu: "Zero cluster entry found in pre-v3 image"."""
+    image = bytearray(valid_image("qcow2-v2", corpus).path.read_bytes())
+    where, entry = _first_data_cluster(bytes(image))
+    struct.pack_into(">Q", image, where, entry | 1)
+    problem = checked(bytes(image)).problem()
+    assert problem is not None
+    assert "zero cluster, which a version 2 image cannot have" in problem
+
+
+def test_clusters_past_the_bound_are_not_counted_and_the_image_is_converted() -> None:
+    balance = RefcountBalance(cluster_bits=9)
+    balance.referenced(0, 512)
+    balance.referenced(MAX_CLUSTERS * 512, 512, copied=True)
+    balance.refcounts(0, [0])
+    assert not balance.countable
+    assert balance.problem() is None
+
+
+def test_a_refcount_block_that_holds_anything_else_is_corrupt() -> None:
+    balance = RefcountBalance(cluster_bits=9)
+    balance.refcount_block(1024)
+    balance.referenced(1024, 512)
+    balance.refcounts(0, [0, 0, 2])
+    assert balance.problem() == (
+        "the qcow2 image's cluster 2 holds a refcount block and something else "
+        "(qemu-img check finds it corrupt)"
+    )
