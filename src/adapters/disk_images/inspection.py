@@ -32,6 +32,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
 from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
 from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
+from pyrigaud.adapters.disk_images.qcow2_refcounts import countable_disk
 from pyrigaud.adapters.disk_images.qcow2_tables import (
     QCOW2_FEATURES_OFFSET,
     QCOW2_LAYOUT_BYTES,
@@ -87,6 +88,7 @@ MAGIC_NUMBERS = {
 VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # qcow2's header (qemu's docs/interop/qcow2.txt); its feature bits are qcow2_tables.py's.
 QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
+QCOW2_CLUSTER_BITS_OFFSET = 20
 
 
 class InspectingJudge:
@@ -204,8 +206,6 @@ class ImageInspection:
             problem = tables_past_end(self._qcow2_head, self._fed)
         if problem is None and chosen.keepable_qcow2 and self._tables is not None:
             problem = self._tables.problem()
-            if not self._tables.counted:  # too many clusters to count: qemu-img converts it
-                chosen = chosen.model_copy(update={"keepable_qcow2": False})
         if problem:
             return self._refused(problem)
         if chosen.stream_optimized_vmdk and self._grains is not None:
@@ -248,9 +248,17 @@ class ImageInspection:
         )
 
     def _keeps_qcow2_as_is(self, inspector: FileInspector) -> bool:
-        """A plain qcow2 whose tables are checked as they pass; the check is dropped for any
-        other image (a conversion by qemu-img reads its tables)."""
-        keepable = _is_plain_qcow2(inspector) and self._tables is not None and self._tables.watching
+        """A plain qcow2 whose tables are checked as they pass and whose refcounts are counted
+        (a disk of at most half the clusters counted); the check is dropped for any other
+        image (a conversion by qemu-img reads its tables)."""
+        header = bytes(inspector.region("header").data)
+        (cluster_bits,) = struct.unpack_from(">I", header, QCOW2_CLUSTER_BITS_OFFSET)
+        keepable = (
+            _is_plain_qcow2(inspector)
+            and self._tables is not None
+            and self._tables.watching
+            and countable_disk(int(inspector.virtual_size), cluster_bits)
+        )
         if not keepable:
             self._tables = None
         return keepable

@@ -237,6 +237,11 @@ def _tables_problem(header: _Header) -> str | None:
             return f"the qcow2 image's {name} is larger than qemu reads ({largest_said})"
         if offset % cluster or offset > _INT64_MAX - length:
             return f"the qcow2 image's {name} does not start on a cluster (qemu refuses it)"
+    if header.snapshots and header.snapshots_offset < cluster:
+        return (
+            "the qcow2 image's snapshot table lies in its header's cluster (qemu-img check "
+            "reads the header as a snapshot and finds it corrupt)"
+        )
     l2_entry_bytes = 16 if header.features & QCOW2_EXTENDED_L2 else 8
     covered_by_one_entry = cluster * (cluster // l2_entry_bytes)
     if header.l1_entries * covered_by_one_entry < header.size:

@@ -13,9 +13,11 @@ only hide a corruption, never invent one.)
 The judge sees the bytes once, in order, and the refcounts may pass before or after the
 clusters they count, so both go into one balance per cluster (refcount less references) and
 a few flag bits per cluster, compared once the last byte passed: 5 bytes per cluster, for at
-most MAX_CLUSTERS clusters (40 MiB). An image with more clusters, or whose refcount block
-passes before the refcount table names it, is not counted here: it is converted by qemu-img
-rather than kept as it is.
+most MAX_CLUSTERS clusters (40 MiB). Only an image whose disk has at most half as many
+clusters is kept as it is (`countable_disk`; a larger one is converted by qemu-img), and one
+of them that uses a cluster past MAX_CLUSTERS anyway is refused. The refcounts of a refcount
+block that passes before the refcount table names it (qemu moves a full refcount table after
+its blocks) cannot be read again: those clusters' refcounts are not compared.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ _COPIED_REFERENCE = 4  # an L1 or L2 entry flagged copied refers to it
 _PLAIN_REFERENCE = 8  # an L1 or L2 entry not flagged copied (nor compressed) refers to it
 _REFCOUNT_BLOCK = 16  # a refcount block lies in it
 _REFCOUNT_ONE = 32  # its refcount is exactly one
+
+
+def countable_disk(virtual_bytes: int, cluster_bits: int) -> bool:
+    """Whether a plain qcow2 of this disk size is sure to have its refcounts counted here: its
+    clusters in use (the disk's, and the tables') well within MAX_CLUSTERS."""
+    return virtual_bytes >> cluster_bits <= MAX_CLUSTERS // 2
 
 
 def _flags_verdicts() -> bytes:
@@ -64,7 +72,8 @@ class RefcountBalance:
         self._cluster_bits = cluster_bits
         self._balance = array("i")  # refcount less references, per cluster
         self._flags = bytearray()
-        self.countable = True  # False: more clusters than MAX_CLUSTERS
+        self.countable = True  # False: a cluster in use past MAX_CLUSTERS
+        self._unknown: list[tuple[int, int]] = []  # clusters whose refcounts passed unread
 
     def referenced(self, offset: int, length: int, copied: bool | None = None) -> None:
         """A reference to every cluster of the `length` bytes at `offset`; `copied`: whether
@@ -106,11 +115,24 @@ class RefcountBalance:
             if count == 1:
                 flags[cluster] |= _REFCOUNT_ONE
 
+    def unknown(self, first_cluster: int, clusters: int) -> None:
+        """The refcounts of these clusters passed before they were known to be refcounts (a
+        refcount block before the refcount table naming it): they are not compared."""
+        self._unknown.append((first_cluster, first_cluster + clusters))
+
     def problem(self) -> str | None:
         """Once every reference and refcount was counted: the first cluster qemu-img check finds
         corrupt, or None."""
         if not self.countable:
-            return None
+            return (
+                f"the qcow2 image uses a cluster past its {MAX_CLUSTERS}th, more than are "
+                "counted here for a disk of its size (qemu-img writes no such image)"
+            )
+        for first, past in self._unknown:
+            end = min(past, len(self._flags))
+            if first < end:
+                self._balance[first:end] = array("i", bytes(4 * (end - first)))
+                self._flags[first:end] = bytes(end - first)
         if self._balance and min(self._balance) < 0:
             cluster = self._balance.index(min(self._balance))
             return (

@@ -101,12 +101,6 @@ class Qcow2TableCheck:
         if self._layout is not None and self._fed >= self._layout.l1_end:
             self._tables = self._tables_from_held(self._layout, self._held)
 
-    @property
-    def counted(self) -> bool:
-        """Once every byte was fed, of a watched image: whether its refcounts were counted
-        against its tables (`qcow2_refcounts.py`); one they were not is to be converted."""
-        return self._tables is not None and self._tables.refcounts.countable
-
     def problem(self) -> str | None:
         """Once every byte was fed, of a watched image: what qemu would refuse as corrupt in
         its tables and refcounts, or None."""
@@ -275,8 +269,9 @@ class _PassingTables:
         # The refcount blocks the refcount table named in these bytes may lie in them too.
         while self._blocks and self._blocks[0][0] < end:
             offset, index = heapq.heappop(self._blocks)
-            if offset < at:  # passed before the refcount table named it: not counted
-                self.refcounts.countable = False
+            if offset < at:  # passed before the refcount table named it: not compared
+                per_block = self._cluster * 8 >> self._refcount_order
+                self.refcounts.unknown(index * per_block, per_block)
                 continue
             block = _Table(
                 offset,

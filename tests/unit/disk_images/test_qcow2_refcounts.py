@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pyrigaud.adapters.disk_images.qcow2_refcounts import MAX_CLUSTERS, RefcountBalance
+from pyrigaud.adapters.disk_images.qcow2_refcounts import (
+    MAX_CLUSTERS,
+    RefcountBalance,
+    countable_disk,
+)
 from pyrigaud.adapters.disk_images.qcow2_tables import COPIED, OFFSET_MASK, Qcow2TableCheck
 
 from support.image_corpus import source_disk, valid_image
@@ -57,9 +61,7 @@ def test_every_refcount_width_qemu_img_writes_is_counted_and_passes(
             check=True,
             capture_output=True,
         )
-    check = checked(path.read_bytes(), chunk_bytes)
-    assert check.problem() is None
-    assert check.counted
+    assert checked(path.read_bytes(), chunk_bytes).problem() is None
 
 
 def _first_data_cluster(image: bytes) -> tuple[int, int]:
@@ -119,13 +121,41 @@ def test_a_zero_cluster_in_a_version_2_image_is_refused(corpus: Path) -> None:
     assert "zero cluster, which a version 2 image cannot have" in problem
 
 
-def test_clusters_past_the_bound_are_not_counted_and_the_image_is_converted() -> None:
+def test_a_cluster_in_use_past_the_bound_is_refused() -> None:
+    """Only a disk of at most half MAX_CLUSTERS clusters is kept: one that uses a cluster past
+    MAX_CLUSTERS is not what qemu-img writes."""
+    assert countable_disk((MAX_CLUSTERS // 2) << 16, 16)
+    assert not countable_disk((MAX_CLUSTERS // 2 + 1) << 16, 16)
     balance = RefcountBalance(cluster_bits=9)
     balance.referenced(0, 512)
     balance.referenced(MAX_CLUSTERS * 512, 512, copied=True)
-    balance.refcounts(0, [0])
+    balance.refcounts(0, [1])
     assert not balance.countable
-    assert balance.problem() is None
+    assert "uses a cluster past" in (balance.problem() or "")
+
+
+def test_refcount_blocks_before_the_table_that_names_them_are_not_compared(
+    tmp_path: Path,
+) -> None:
+    """qemu moves a full refcount table after its blocks (here: 512-byte clusters, 25 MiB
+    written): the blocks before it passed unread, their clusters are not compared, and the
+    image passes."""
+    path = tmp_path / "grown.qcow2"
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=512", str(path), "30M"],
+        check=True,
+    )
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", "write -P 7 0 25M", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    image = path.read_bytes()
+    (table,) = struct.unpack_from(">Q", image, 48)
+    (first_block,) = struct.unpack_from(">Q", image, table)
+    assert first_block < table
+    assert "No errors were found" in qemu_checks(image, path)
+    assert checked(image, 65536 + 3).problem() is None
 
 
 def test_a_refcount_block_that_holds_anything_else_is_corrupt() -> None:
