@@ -43,7 +43,7 @@ from pyrigaud.adapters.disk_images.qcow2_tables import (
 from pyrigaud.adapters.disk_images.stream_optimized_grains import (
     StreamOptimizedCheck,
     is_stream_optimized,
-    sparse_flags_problem,
+    sparse_header_problem,
 )
 from pyrigaud.domain.boot_sectors import boot_need
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
@@ -231,7 +231,7 @@ class ImageInspection:
             problem = problem or l2_table_inside_l1(head)
             self._qcow2_head = head[:QCOW2_LAYOUT_BYTES]
         if name == "vmdk" and problem is None:
-            problem = sparse_flags_problem(bytes(inspector.region("header").data))
+            problem = sparse_header_problem(bytes(inspector.region("header").data))
         if problem:
             return self._refused(problem)
         virtual = int(inspector.virtual_size)

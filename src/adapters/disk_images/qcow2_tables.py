@@ -62,6 +62,8 @@ L2_RESERVED = 0x3F000000000001FE
 REFCOUNT_TABLE_RESERVED = 0x1FF
 MAX_REFCOUNT_TABLE_BYTES = 8 * 1024 * 1024  # qemu's QCOW_MAX_REFTABLE_SIZE
 MAX_REFCOUNT_ORDER = 6  # 64-bit refcounts
+_INDEX_BITS = 20  # a refcount table's entries: at most 8 MiB of 8 bytes
+_INDEX_MASK = (1 << _INDEX_BITS) - 1
 
 # A table's entries checked, numbered from the first: what qemu refuses in them, or None.
 EntriesCheck = Callable[[int, Sequence[int]], str | None]
@@ -214,7 +216,9 @@ class _PassingTables:
         self._version = layout.version
         self._refcount_order = layout.refcount_order
         self._compressed = CompressedClusters(cluster)
-        self._blocks: list[tuple[int, int]] = []  # (offset, refcount table index), a heap
+        # The refcount blocks named and not yet passed, offset << _INDEX_BITS | refcount table
+        # index, a heap (one int each: a full 8 MiB table names a million).
+        self._blocks: list[int] = []
         # The furthest byte a table or cluster in use reaches (qemu-img check counts each).
         self._reach = max(layout.l1_end, layout.refcount_offset + layout.refcount_bytes)
         self.refcounts.referenced(0, cluster)  # the header
@@ -267,8 +271,9 @@ class _PassingTables:
             if self.problem is not None:
                 return
         # The refcount blocks the refcount table named in these bytes may lie in them too.
-        while self._blocks and self._blocks[0][0] < end:
-            offset, index = heapq.heappop(self._blocks)
+        while self._blocks and self._blocks[0] >> _INDEX_BITS < end:
+            named = heapq.heappop(self._blocks)
+            offset, index = named >> _INDEX_BITS, named & _INDEX_MASK
             if offset < at:  # passed before the refcount table named it: not compared
                 per_block = self._cluster * 8 >> self._refcount_order
                 self.refcounts.unknown(index * per_block, per_block)
@@ -314,7 +319,7 @@ class _PassingTables:
             if block:
                 self._reach = max(self._reach, block + cluster)
                 self.refcounts.refcount_block(block)
-                heapq.heappush(self._blocks, (block, index))
+                heapq.heappush(self._blocks, block << _INDEX_BITS | index)
         return None
 
     def _refcount_block(self, index: int) -> EntriesCheck:
