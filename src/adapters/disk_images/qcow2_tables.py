@@ -9,8 +9,10 @@ and fail the guest's read; a compressed cluster that does not inflate to a whole
 the read (`qcow2_compressed.py`). A conversion by qemu-img reads every table, so it refuses
 such an image; an image kept as it is gets the same checks here, on the bytes that pass on
 their way to the disk, so nothing is read back. So does what `qemu-img check` finds corrupt in
-the tables: a compressed cluster flagged as copied, and a table or cluster in use that reaches
-a cluster or more past the file's end.
+the tables: a compressed cluster flagged as copied, an L1 entry flagged with no L2 table, a
+zero cluster in a version 2 image, a table or cluster in use that reaches a cluster or more
+past the file's end, and refcounts below the references or disagreeing with the copied flags
+(counted as the bytes pass: `qcow2_refcounts.py`).
 
 The L1 table says where the L2 tables are, so the bytes before its end are held until it has
 passed: only an image whose L1 table ends within the first HELD_BYTES is watched (qemu-img
