@@ -249,15 +249,15 @@ class ImageInspection:
 
     def _keeps_qcow2_as_is(self, inspector: FileInspector) -> bool:
         """A plain qcow2 whose tables are checked as they pass and whose refcounts are counted
-        (a disk of at most half the clusters counted); the check is dropped for any other
-        image (a conversion by qemu-img reads its tables)."""
+        (`countable_disk`); the check is dropped for any other image (a conversion by
+        qemu-img reads its tables)."""
         header = bytes(inspector.region("header").data)
         (cluster_bits,) = struct.unpack_from(">I", header, QCOW2_CLUSTER_BITS_OFFSET)
         keepable = (
             _is_plain_qcow2(inspector)
             and self._tables is not None
             and self._tables.watching
-            and countable_disk(int(inspector.virtual_size), cluster_bits)
+            and countable_disk(int(inspector.virtual_size), self._size_bytes, cluster_bits)
         )
         if not keepable:
             self._tables = None

@@ -13,9 +13,10 @@ only hide a corruption, never invent one.)
 The judge sees the bytes once, in order, and the refcounts may pass before or after the
 clusters they count, so both go into one balance per cluster (refcount less references) and
 a few flag bits per cluster, compared once the last byte passed: 5 bytes per cluster, for at
-most MAX_CLUSTERS clusters (40 MiB). Only an image whose disk has at most half as many
-clusters is kept as it is (`countable_disk`; a larger one is converted by qemu-img), and one
-of them that uses a cluster past MAX_CLUSTERS anyway is refused. The refcounts of a refcount
+most MAX_CLUSTERS clusters (40 MiB). Only an image whose file has fewer clusters (or, when
+its size is not known ahead, whose disk has at most half as many) is kept as it is
+(`countable_disk`; any other is converted by qemu-img), and one of them that uses a cluster
+past MAX_CLUSTERS anyway is refused. The refcounts of a refcount
 block that passes before the refcount table names it (qemu moves a full refcount table after
 its blocks) cannot be read again: those clusters' refcounts are not compared.
 """
@@ -37,9 +38,13 @@ _REFCOUNT_BLOCK = 16  # a refcount block lies in it
 _REFCOUNT_ONE = 32  # its refcount is exactly one
 
 
-def countable_disk(virtual_bytes: int, cluster_bits: int) -> bool:
-    """Whether a plain qcow2 of this disk size is sure to have its refcounts counted here: its
-    clusters in use (the disk's, and the tables') well within MAX_CLUSTERS."""
+def countable_disk(virtual_bytes: int, file_bytes: int | None, cluster_bits: int) -> bool:
+    """Whether a plain qcow2 of this disk size (and file size, when known) is sure to have
+    its refcounts counted here: its file's clusters (a cluster in use a cluster or more past
+    its end is refused anyway) or, of a file of unknown size, its disk's clusters and its
+    tables' well within MAX_CLUSTERS."""
+    if file_bytes is not None:
+        return file_bytes >> cluster_bits < MAX_CLUSTERS
     return virtual_bytes >> cluster_bits <= MAX_CLUSTERS // 2
 
 

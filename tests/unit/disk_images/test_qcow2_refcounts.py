@@ -122,10 +122,12 @@ def test_a_zero_cluster_in_a_version_2_image_is_refused(corpus: Path) -> None:
 
 
 def test_a_cluster_in_use_past_the_bound_is_refused() -> None:
-    """Only a disk of at most half MAX_CLUSTERS clusters is kept: one that uses a cluster past
-    MAX_CLUSTERS is not what qemu-img writes."""
-    assert countable_disk((MAX_CLUSTERS // 2) << 16, 16)
-    assert not countable_disk((MAX_CLUSTERS // 2 + 1) << 16, 16)
+    """Only a file of fewer than MAX_CLUSTERS clusters (of unknown size: a disk of at most
+    half as many) is kept: one that uses a cluster past MAX_CLUSTERS anyway is refused."""
+    assert countable_disk((MAX_CLUSTERS // 2) << 16, None, 16)
+    assert not countable_disk((MAX_CLUSTERS // 2 + 1) << 16, None, 16)
+    assert countable_disk(1 << 40, 10 << 30, 16)  # a sparse TiB disk in a file of 10 GiB
+    assert not countable_disk(1 << 40, MAX_CLUSTERS << 16, 16)
     balance = RefcountBalance(cluster_bits=9)
     balance.referenced(0, 512)
     balance.referenced(MAX_CLUSTERS * 512, 512, copied=True)
