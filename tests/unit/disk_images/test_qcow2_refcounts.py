@@ -10,7 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from returns.result import Success
 
+from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.disk_images.qcow2_refcounts import (
     MAX_CLUSTERS,
     RefcountBalance,
@@ -169,3 +171,30 @@ def test_a_refcount_block_that_holds_anything_else_is_corrupt() -> None:
         "the qcow2 image's cluster 2 holds a refcount block and something else "
         "(qemu-img check finds it corrupt)"
     )
+
+
+def test_a_dirty_image_a_crash_left_is_converted_not_refused(tmp_path: Path) -> None:
+    """A VM that crashed with lazy refcounts leaves the dirty bit and stale refcounts, which
+    qemu rebuilds when it opens the image for writing (qemu-img check reports them): the
+    judge does not count them, and the image is converted rather than kept."""
+    path = tmp_path / "crashed.qcow2"
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-o", "lazy_refcounts=on", str(path), "20M"],
+        check=True,
+    )
+    crashed = subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", "write -P 1 0 3M", "-c", "abort", str(path)],
+        check=False,
+        capture_output=True,
+    )
+    assert crashed.returncode != 0
+    image = path.read_bytes()
+    assert "refcount=0 reference=1" in qemu_checks(image, path)
+    inspection = InspectingJudge(1 << 30).inspect(len(image), "source_url")
+    inspection.feed(image)
+    match inspection.first_look().bind(lambda _: inspection.verdict()):
+        case Success(judged):
+            assert judged.format == "qcow2"
+            assert not judged.keepable_qcow2
+        case refused:
+            raise AssertionError(refused)
