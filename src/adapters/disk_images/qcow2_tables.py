@@ -125,17 +125,20 @@ class Qcow2TableCheck:
 
 def tables_past_end(head: bytes, file_bytes: int) -> str | None:
     """Of any qcow2 (kept or converted) whose first bytes are `head` and that ended after
-    `file_bytes`: its L1 or refcount table reaching a cluster or more past the end (qemu-img
-    check counts each of their clusters and finds it corrupt), or None."""
+    `file_bytes`: its L1 or refcount table starting at or past the end, or reaching a cluster
+    or more past it (qemu-img check counts each of their clusters, which have no refcount
+    there, and finds it corrupt), or None."""
     layout = _Layout.read(head) if len(head) >= QCOW2_LAYOUT_BYTES else None
     if layout is None:
         return None
+    l1_past = layout.l1_end > layout.l1_offset >= file_bytes
+    refcounts_past = layout.refcount_bytes > 0 and layout.refcount_offset >= file_bytes
     reach = max(layout.l1_end, layout.refcount_offset + layout.refcount_bytes)
-    if reach - file_bytes < layout.cluster:
+    if not (l1_past or refcounts_past or reach - file_bytes >= layout.cluster):
         return None
     return (
-        f"the qcow2 image's L1 or refcount table reaches byte {reach}, a cluster or more past "
-        f"its end at {file_bytes} (qemu-img check finds it corrupt)"
+        f"the qcow2 image's L1 or refcount table lies past its end at {file_bytes} (up to byte "
+        f"{reach}; qemu-img check finds it corrupt)"
     )
 
 
