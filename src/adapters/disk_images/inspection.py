@@ -34,6 +34,7 @@ from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
 from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
 from pyrigaud.adapters.disk_images.qcow2_refcounts import countable_disk
 from pyrigaud.adapters.disk_images.qcow2_tables import (
+    QCOW2_DIRTY,
     QCOW2_FEATURES_OFFSET,
     QCOW2_LAYOUT_BYTES,
     Qcow2TableCheck,
@@ -204,8 +205,9 @@ class ImageInspection:
         problem = _unsafe(chosen.format, inspector)
         if problem is None and chosen.format == "qcow2":
             problem = tables_past_end(self._qcow2_head, self._fed)
-        if problem is None and chosen.keepable_qcow2 and self._tables is not None:
-            problem = self._tables.problem()
+        if problem is None and self._tables is not None:
+            # A dirty image's refcounts may be stale: qemu rebuilds them when it opens it.
+            problem = self._tables.problem(count_refcounts=chosen.keepable_qcow2)
         if problem:
             return self._refused(problem)
         if chosen.stream_optimized_vmdk and self._grains is not None:
@@ -249,19 +251,20 @@ class ImageInspection:
 
     def _keeps_qcow2_as_is(self, inspector: FileInspector) -> bool:
         """A plain qcow2 whose tables are checked as they pass and whose refcounts are counted
-        (`countable_disk`); the check is dropped for any other image (a conversion by
-        qemu-img reads its tables)."""
+        (`countable_disk`). A dirty one's tables are checked alike but not its refcounts, and
+        it is converted (qemu rebuilds its refcounts when it opens it for writing); the
+        check is dropped for any other image (a conversion by qemu-img reads its tables)."""
         header = bytes(inspector.region("header").data)
         (cluster_bits,) = struct.unpack_from(">I", header, QCOW2_CLUSTER_BITS_OFFSET)
-        keepable = (
-            _is_plain_qcow2(inspector)
+        checked = (
+            _is_plain_qcow2(inspector, dirty_too=True)
             and self._tables is not None
             and self._tables.watching
             and countable_disk(int(inspector.virtual_size), self._size_bytes, cluster_bits)
         )
-        if not keepable:
+        if not checked:
             self._tables = None
-        return keepable
+        return checked and _is_plain_qcow2(inspector)
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
         if image.virtual_size_bytes == 0:
@@ -285,8 +288,9 @@ def _matches(inspector: FileInspector) -> bool:
         return False
 
 
-def _is_plain_qcow2(inspector: FileInspector) -> bool:
-    """No internal snapshots and (version 3) no incompatible feature bit set."""
+def _is_plain_qcow2(inspector: FileInspector, dirty_too: bool = False) -> bool:
+    """No internal snapshots and (version 3) no incompatible feature bit set (`dirty_too`:
+    but the dirty bit, which changes nothing in the tables' layout)."""
     header = bytes(inspector.region("header").data)
     (version,) = struct.unpack_from(">I", header, 4)
     (snapshots,) = struct.unpack_from(">I", header, QCOW2_SNAPSHOTS_OFFSET)
@@ -295,7 +299,7 @@ def _is_plain_qcow2(inspector: FileInspector) -> bool:
     if version == 2:
         return True
     (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
-    return bool(features == 0)
+    return bool(features & ~QCOW2_DIRTY == 0 if dirty_too else features == 0)
 
 
 def _unsafe(name: str, inspector: FileInspector) -> str | None:

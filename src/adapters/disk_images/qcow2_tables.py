@@ -51,6 +51,7 @@ REFCOUNT_OFFSET_MASK = 0xFFFFFFFFFFFFFE00  # a refcount table entry's
 # 8 bytes at QCOW2_FEATURES_OFFSET): 0 dirty, 1 corrupt, 2 external data file, 3 compression
 # type, 4 extended L2 entries; qemu knows no other.
 QCOW2_FEATURES_OFFSET = 72
+QCOW2_DIRTY = 1 << 0
 QCOW2_CORRUPT = 1 << 1
 QCOW2_EXTENDED_L2 = 1 << 4
 QCOW2_KNOWN_FEATURES = (1 << 5) - 1
@@ -105,13 +106,13 @@ class Qcow2TableCheck:
         if self._layout is not None and self._fed >= self._layout.l1_end:
             self._tables = self._tables_from_held(self._layout, self._held)
 
-    def problem(self) -> str | None:
+    def problem(self, count_refcounts: bool = True) -> str | None:
         """Once every byte was fed, of a watched image: what qemu would refuse as corrupt in
-        its tables and refcounts, or None."""
+        its tables and (`count_refcounts`) refcounts, or None."""
         if self._tables is None and self.watching and self._layout and self._held is not None:
             # The image ended before its L1 table did: zeros after its end, as qemu reads.
             self._tables = self._tables_from_held(self._layout, self._held)
-        return None if self._tables is None else self._tables.ended(self._fed)
+        return None if self._tables is None else self._tables.ended(self._fed, count_refcounts)
 
     def _tables_from_held(self, layout: _Layout, held: bytearray) -> _PassingTables:
         """The tables the L1 table names, with the held bytes already checked (they may
@@ -295,7 +296,7 @@ class _PassingTables:
         self._compressed.passing(at, chunk)
         self.problem = self._compressed.problem
 
-    def ended(self, file_bytes: int) -> str | None:
+    def ended(self, file_bytes: int, count_refcounts: bool) -> str | None:
         """The image ended after `file_bytes`: the first thing qemu would refuse, its reading
         of the compressed clusters and qemu-img check's of what lies past the end and of the
         refcounts included."""
@@ -306,7 +307,7 @@ class _PassingTables:
                 f"the qcow2 image's tables or clusters reach byte {self._reach}, a cluster or "
                 f"more past its end at {file_bytes} (qemu-img check finds it corrupt)"
             )
-        if self.problem is None:
+        if self.problem is None and count_refcounts:
             self.problem = self.refcounts.problem()
         return self.problem
 
