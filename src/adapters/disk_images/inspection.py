@@ -29,12 +29,22 @@ from typing import TYPE_CHECKING
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.adapters.disk_images.blocks import SECTOR_BYTES
 from pyrigaud.adapters.disk_images.first_sectors import FirstSectors
 from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
-from pyrigaud.adapters.disk_images.qcow2_tables import QCOW2_FEATURES_OFFSET, Qcow2TableCheck
+from pyrigaud.adapters.disk_images.qcow2_refcounts import countable_disk
+from pyrigaud.adapters.disk_images.qcow2_tables import (
+    QCOW2_DIRTY,
+    QCOW2_FEATURES_OFFSET,
+    QCOW2_LAYOUT_BYTES,
+    Qcow2TableCheck,
+    l2_table_inside_l1,
+    tables_past_end,
+)
 from pyrigaud.adapters.disk_images.stream_optimized_grains import (
     StreamOptimizedCheck,
     is_stream_optimized,
+    sparse_header_problem,
 )
 from pyrigaud.domain.boot_sectors import boot_need
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
@@ -79,6 +89,7 @@ MAGIC_NUMBERS = {
 VMDK_SUBFORMATS = ("monolithicsparse", "streamoptimized")
 # qcow2's header (qemu's docs/interop/qcow2.txt); its feature bits are qcow2_tables.py's.
 QCOW2_SNAPSHOTS_OFFSET = 60  # nb_snapshots: internal snapshots the image carries
+QCOW2_CLUSTER_BITS_OFFSET = 20
 
 
 class InspectingJudge:
@@ -118,6 +129,8 @@ class ImageInspection:
         self._grains: StreamOptimizedCheck | None = StreamOptimizedCheck(field)
         # The guest's first sectors, for the firmware the disk can boot by.
         self._first_sectors = FirstSectors()
+        # A qcow2's header, for where its tables end against the image's end.
+        self._qcow2_head = b""
 
     def feed(self, chunk: bytes) -> None:
         """The next bytes; an inspector that finds they are not its format drops out."""
@@ -190,8 +203,11 @@ class ImageInspection:
         inspector = self._inspectors[chosen.format]
         inspector.finish()
         problem = _unsafe(chosen.format, inspector)
-        if problem is None and chosen.keepable_qcow2 and self._tables is not None:
-            problem = self._tables.problem()
+        if problem is None and chosen.format == "qcow2":
+            problem = tables_past_end(self._qcow2_head, self._fed)
+        if problem is None and self._tables is not None:
+            # A dirty image's refcounts may be stale: qemu rebuilds them when it opens it.
+            problem = self._tables.problem(count_refcounts=chosen.keepable_qcow2)
         if problem:
             return self._refused(problem)
         if chosen.stream_optimized_vmdk and self._grains is not None:
@@ -214,12 +230,19 @@ class ImageInspection:
         problem = _unsafe(name, inspector) if inspector.complete else None
         if name == "qcow2" and problem is None:
             problem = qcow2_header_problem(head, whole=self._fed == len(head))
+            problem = problem or l2_table_inside_l1(head)
+            self._qcow2_head = head[:QCOW2_LAYOUT_BYTES]
+        if name == "vmdk" and problem is None:
+            problem = sparse_header_problem(bytes(inspector.region("header").data))
         if problem:
             return self._refused(problem)
+        virtual = int(inspector.virtual_size)
+        if name == "qcow2":  # qemu reads whole sectors of it
+            virtual -= virtual % SECTOR_BYTES
         return self._bounded(
             JudgedImage(
                 format=name,
-                virtual_size_bytes=int(inspector.virtual_size),
+                virtual_size_bytes=virtual,
                 keepable_qcow2=name == "qcow2" and self._keeps_qcow2_as_is(inspector),
                 stream_optimized_vmdk=name == "vmdk"
                 and is_stream_optimized(bytes(inspector.region("header").data)),
@@ -227,12 +250,21 @@ class ImageInspection:
         )
 
     def _keeps_qcow2_as_is(self, inspector: FileInspector) -> bool:
-        """A plain qcow2 whose tables are checked as they pass; the check is dropped for any
-        other image (a conversion by qemu-img reads its tables)."""
-        keepable = _is_plain_qcow2(inspector) and self._tables is not None and self._tables.watching
-        if not keepable:
+        """A plain qcow2 whose tables are checked as they pass and whose refcounts are counted
+        (`countable_disk`). A dirty one's tables are checked alike but not its refcounts, and
+        it is converted (qemu rebuilds its refcounts when it opens it for writing); the
+        check is dropped for any other image (a conversion by qemu-img reads its tables)."""
+        header = bytes(inspector.region("header").data)
+        (cluster_bits,) = struct.unpack_from(">I", header, QCOW2_CLUSTER_BITS_OFFSET)
+        checked = (
+            _is_plain_qcow2(inspector, dirty_too=True)
+            and self._tables is not None
+            and self._tables.watching
+            and countable_disk(int(inspector.virtual_size), self._size_bytes, cluster_bits)
+        )
+        if not checked:
             self._tables = None
-        return keepable
+        return checked and _is_plain_qcow2(inspector)
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
         if image.virtual_size_bytes == 0:
@@ -256,8 +288,9 @@ def _matches(inspector: FileInspector) -> bool:
         return False
 
 
-def _is_plain_qcow2(inspector: FileInspector) -> bool:
-    """No internal snapshots and (version 3) no incompatible feature bit set."""
+def _is_plain_qcow2(inspector: FileInspector, dirty_too: bool = False) -> bool:
+    """No internal snapshots and (version 3) no incompatible feature bit set (`dirty_too`:
+    but the dirty bit, which changes nothing in the tables' layout)."""
     header = bytes(inspector.region("header").data)
     (version,) = struct.unpack_from(">I", header, 4)
     (snapshots,) = struct.unpack_from(">I", header, QCOW2_SNAPSHOTS_OFFSET)
@@ -266,7 +299,7 @@ def _is_plain_qcow2(inspector: FileInspector) -> bool:
     if version == 2:
         return True
     (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
-    return bool(features == 0)
+    return bool(features & ~QCOW2_DIRTY == 0 if dirty_too else features == 0)
 
 
 def _unsafe(name: str, inspector: FileInspector) -> str | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from pyrigaud.adapters.disk_images.qcow2_tables import (
     MAX_CLUSTER_BITS,
+    MAX_REFCOUNT_ORDER,
     MAX_REFCOUNT_TABLE_BYTES,
     MIN_CLUSTER_BITS,
     QCOW2_CORRUPT,
@@ -37,8 +38,8 @@ V2_HEADER_BYTES = _HEADER.size  # 72
 V3_MIN_HEADER_BYTES = V2_HEADER_BYTES + _V3_FIELDS.size  # 104
 _COMPRESSION_TYPE_OFFSET = V3_MIN_HEADER_BYTES
 QCOW2_COMPRESSION_TYPE = 1 << 3  # the incompatible feature bit: not zlib
+QCOW2_DATA_FILE_RAW = 1 << 1  # the autoclear feature bit: the external data file is raw
 ZLIB, ZSTD = 0, 1
-MAX_REFCOUNT_ORDER = 6  # 64-bit refcounts
 MIN_EXTENDED_L2_CLUSTER_BITS = 14  # 32 subclusters of at least 512 bytes
 MAX_L1_ENTRIES = 32 * 1024 * 1024 // 8  # qemu's QCOW_MAX_L1_SIZE, of 8-byte entries
 MAX_SNAPSHOTS = 65536  # qemu's QCOW_MAX_SNAPSHOTS
@@ -72,6 +73,7 @@ class _Header:
     snapshots: int
     snapshots_offset: int
     features: int = 0
+    autoclear: int = 0
     header_bytes: int = V2_HEADER_BYTES
     refcount_order: int = 4
     compression: int = ZLIB
@@ -82,7 +84,7 @@ class _Header:
         header = cls(*fields)
         if header.version != 3:
             return header
-        features, _compatible, _autoclear, refcount_order, header_bytes = _V3_FIELDS.unpack_from(
+        features, _compatible, autoclear, refcount_order, header_bytes = _V3_FIELDS.unpack_from(
             head, QCOW2_FEATURES_OFFSET
         )
         compression = (
@@ -91,6 +93,7 @@ class _Header:
         return replace(
             header,
             features=features,
+            autoclear=autoclear,
             header_bytes=header_bytes,
             refcount_order=refcount_order,
             compression=compression,
@@ -138,6 +141,8 @@ def _features_problem(header: _Header) -> str | None:
         return "the qcow2 image is encrypted: decrypt it first (pyrigaud holds no keys)"
     if header.features & QCOW2_CORRUPT:
         return "the qcow2 image is marked corrupt (qemu-img check -r all repairs it)"
+    if header.autoclear & QCOW2_DATA_FILE_RAW:  # pyrigaud takes no external data file
+        return "the qcow2 image's data is raw in an external data file (qemu refuses it alone)"
     if header.features & ~QCOW2_KNOWN_FEATURES:
         return "the qcow2 image needs features qemu does not know"
     if header.refcount_order > MAX_REFCOUNT_ORDER:
@@ -232,6 +237,11 @@ def _tables_problem(header: _Header) -> str | None:
             return f"the qcow2 image's {name} is larger than qemu reads ({largest_said})"
         if offset % cluster or offset > _INT64_MAX - length:
             return f"the qcow2 image's {name} does not start on a cluster (qemu refuses it)"
+    if header.snapshots and header.snapshots_offset < cluster:
+        return (
+            "the qcow2 image's snapshot table lies in its header's cluster (qemu-img check "
+            "reads the header as a snapshot and finds it corrupt)"
+        )
     l2_entry_bytes = 16 if header.features & QCOW2_EXTENDED_L2 else 8
     covered_by_one_entry = cluster * (cluster // l2_entry_bytes)
     if header.l1_entries * covered_by_one_entry < header.size:

@@ -35,9 +35,11 @@ from pyrigaud.adapters.disk_images.stream_optimized_tables import (
 from pyrigaud.domain.errors import ProviderError
 
 MAGIC = b"KDMV"
+FLAG_REDUNDANT_DIRECTORY = 1 << 1
 FLAG_COMPRESSED = 1 << 16
+LARGEST_SECTOR = 1 << 54  # qemu reads a sector's offset as a signed 64-bit byte offset
 FLAG_MARKERS = 1 << 17
-COMPRESS_DEFLATE = 1
+COMPRESS_NONE, COMPRESS_DEFLATE = 0, 1
 GD_AT_END = 0xFFFF_FFFF_FFFF_FFFF
 MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
 # The sparse extent header: magic, version, flags, capacity, grainSize, descriptorOffset,
@@ -120,6 +122,36 @@ def is_stream_optimized(header: bytes) -> bool:
         return False
     flags = int(SPARSE_HEADER.unpack_from(header)[2])
     return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
+
+
+def sparse_header_problem(header: bytes) -> str | None:
+    """What qemu reads otherwise than pyrigaud, or cannot read, in a sparse VMDK header, or
+    None. qemu takes the grains as compressed by the compression field and as framed by
+    markers by the flag, so deflated grains without the markers flag are inflated from their
+    marker (and fail), where pyrigaud would read them as a stream or as raw grains; it takes
+    an unknown compression for none (no tool writes one); and it
+    reads the redundant grain directory the flags name wherever its offset says, failing at
+    an offset past what it can address."""
+    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
+        return None
+    fields = SPARSE_HEADER.unpack_from(header)
+    flags, redundant_directory, algorithm = int(fields[2]), int(fields[8]), int(fields[13])
+    if algorithm not in (COMPRESS_NONE, COMPRESS_DEFLATE):
+        return (
+            f"the vmdk's grains use an unknown compression ({algorithm}; qemu reads them as "
+            "not compressed)"
+        )
+    if algorithm == COMPRESS_DEFLATE and not is_stream_optimized(header):
+        return (
+            f"the vmdk's grains are deflated but its flags ({flags:#x}) do not say they are "
+            "compressed and framed by markers (qemu reads them another way)"
+        )
+    if flags & FLAG_REDUNDANT_DIRECTORY and redundant_directory >= LARGEST_SECTOR:
+        return (
+            "the vmdk's redundant grain directory lies past what qemu can read "
+            f"(sector {redundant_directory})"
+        )
+    return None
 
 
 def read_grains(field: str) -> Reading:
