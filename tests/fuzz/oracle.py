@@ -13,6 +13,8 @@ the import then fails cleanly, with INVALID_SPEC."""
 from __future__ import annotations
 
 import json
+import shutil
+import struct
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -139,11 +141,17 @@ def _against_qemu(path: Path, accepted: JudgedImage, said: str, folder: Path) ->
 
 def _qemu_check(path: Path, disk_format: str, folder: Path) -> str | None:
     """qemu-img check's refusal, or None: leaked clusters alone (exit status 3) are no
-    refusal; qemu reads such an image whole and right."""
+    refusal; qemu reads such an image whole and right. A dirty qcow2 (lazy refcounts, its
+    VM stopped before they were written) is checked as qemu opens it for writing: its
+    refcounts rebuilt first (`-r all`, on a copy), so only what that repair leaves counts."""
     report = folder / "check.json"
+    repair: list[str] = []
+    if disk_format == "qcow2" and _dirty(path):
+        path = Path(shutil.copyfile(path, folder / "repaired.qcow2"))
+        repair = ["-r", "all"]
     with report.open("w+b") as output:
         checked = run_qemu_img(
-            ["check", "--output=json", "-f", disk_format, str(path)],
+            ["check", *repair, "--output=json", "-f", disk_format, str(path)],
             doing="checking a fuzzed image",
             watch=None,
             limits=_CHECK_LIMITS,
@@ -153,6 +161,15 @@ def _qemu_check(path: Path, disk_format: str, folder: Path) -> str | None:
         case Failure(error):
             return _corruption(report, error)
     return None
+
+
+def _dirty(path: Path) -> bool:
+    """The qcow2's dirty bit (incompatible feature bit 0; version 3 headers only)."""
+    with path.open("rb") as image:
+        header = image.read(80)
+    if len(header) < 80 or struct.unpack_from(">I", header, 4)[0] < 3:
+        return False
+    return bool(struct.unpack_from(">Q", header, 72)[0] & 1)
 
 
 def _corruption(report: Path, error: ProviderError) -> str | None:

@@ -21,7 +21,7 @@ from fuzz.oracle import classified, outcome
 from fuzz.recipes import Recipe, load_regressions, regression_json
 from fuzz.seeds import SEED_IMAGES, seed_image
 
-DEFAULT_CASES = 500
+DEFAULT_CASES = 3000
 DEFAULT_SEED = 41
 BATCH_CASES = 50  # one test per batch: each stays well under the per-test timeout
 CASES = int(os.environ.get("PYRIGAUD_FUZZ_CASES", DEFAULT_CASES))
