@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
@@ -118,11 +116,6 @@ def _lambda_lines(tree: ast.AST) -> set[int]:
     return {node.lineno for node in ast.walk(tree) if isinstance(node, ast.Lambda)}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the libvirt, fake and disk image shares still rebuild Failures; the integrator "
-    "makes this a plain test once every share has landed",
-)
 def test_src_passes_a_failure_on_as_it_is() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: a Failure rebuilt; return it as it is "

@@ -65,8 +65,8 @@ def write_qcow2(
         file.write(data)
         next_cluster += 1
     match blocks.outcome():
-        case Failure(error):
-            return Failure(error)
+        case Failure() as failed:
+            return failed
     if l2:
         l1[l2_index] = _write_l2(file, l2, next_cluster)
         next_cluster += 1

@@ -84,9 +84,9 @@ def mapped_disk(
         case Failure(ProviderError(kind=ErrorKind.FAILED_PRECONDITION)):
             extents.close()
             return Success(None)
-        case Failure(error):
+        case Failure() as failed:
             extents.close()
-            return Failure(error)
+            return failed
     extents.seek(0)
     capacity = round_up(image.virtual_size_bytes, SECTOR_BYTES)
     read = _Reading(descriptor, path, image_bytes, capacity)
