@@ -49,7 +49,7 @@ from pyrigaud.adapters.disk_images.stream_optimized_grains import (
     MARKER_FOOTER,
     MARKER_GD,
     MARKER_GT,
-    SPARSE_HEADER,
+    sparse_header,
 )
 from pyrigaud.adapters.disk_images.stream_optimized_grains import MAGIC as VMDK_MAGIC
 from pyrigaud.domain.boot_sectors import FIRST_SECTORS_BYTES
@@ -298,24 +298,12 @@ def _zero_unallocated_subclusters(
 
 
 def _sparse_vmdk(header: bytes) -> _Reading:
-    if len(header) < SPARSE_HEADER.size:
+    read = sparse_header(header)
+    if read is None:
         return None
-    (
-        _,
-        _,
-        flags,
-        capacity,
-        grain_sectors,
-        _,
-        _,
-        table_entries,
-        _,
-        directory,
-        overhead,
-        _,
-        _,
-        algorithm,
-    ) = SPARSE_HEADER.unpack_from(header)
+    flags, capacity, grain_sectors = read.flags, read.capacity, read.grain_sectors
+    table_entries, directory, overhead = read.table_entries, read.directory, read.overhead
+    algorithm = read.algorithm
     if not 1 <= grain_sectors <= LARGEST_GRAIN_SECTORS:
         return None
     wanted = min(capacity * SECTOR_BYTES, FIRST_SECTORS_BYTES)

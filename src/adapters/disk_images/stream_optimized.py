@@ -38,6 +38,7 @@ from pyrigaud.adapters.disk_images.stream_optimized_grains import (
     Read,
     Skip,
     read_grains,
+    sparse_header,
 )
 from pyrigaud.domain import fields
 from pyrigaud.domain.chunks import Chunks, successes
@@ -198,9 +199,10 @@ def stream_optimized_capacity(
     header: bytes, *, field: str = fields.SOURCE_URL
 ) -> Result[int, ProviderError]:
     """The disk's capacity in bytes, from a sparse VMDK's first sector."""
-    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
+    read = sparse_header(header)
+    if read is None:
         return _invalid(field, "not a sparse vmdk")
-    return Success(int(SPARSE_HEADER.unpack_from(header)[3]) * SECTOR_BYTES)
+    return Success(read.capacity * SECTOR_BYTES)
 
 
 def _header(sectors: int, descriptor_sectors: int, directory_sector: int) -> bytes:

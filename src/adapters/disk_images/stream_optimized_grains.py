@@ -24,6 +24,7 @@ import struct
 import zlib
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from returns.result import Failure, Result, Success
 
@@ -46,6 +47,34 @@ MARKER_EOS, MARKER_GT, MARKER_GD, MARKER_FOOTER = 0, 1, 2, 3
 # descriptorSize, numGTEsPerGT, rgdOffset, gdOffset, overHead, uncleanShutdown, the four
 # newline-detection characters and compressAlgorithm; padded to one sector.
 SPARSE_HEADER = struct.Struct("<4sIIQQQQIQQQB4sH")
+
+
+class SparseHeader(NamedTuple):
+    """The sparse extent header's fields by name, read once for every rule that needs them."""
+
+    magic: bytes
+    version: int
+    flags: int
+    capacity: int  # in sectors
+    grain_sectors: int
+    descriptor_offset: int
+    descriptor_size: int
+    table_entries: int
+    redundant_directory: int
+    directory: int
+    overhead: int
+    unclean_shutdown: int
+    newline_characters: bytes
+    algorithm: int
+
+
+def sparse_header(header: bytes) -> SparseHeader | None:
+    """The header's fields, or None when `header` holds no sparse vmdk header."""
+    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
+        return None
+    return SparseHeader._make(SPARSE_HEADER.unpack_from(header))
+
+
 GRAIN_MARKER = struct.Struct("<QI")
 LARGEST_GRAIN_SECTORS = 2048  # a grain above 1 MiB is refused: one grain is held in memory
 MAX_FRAMED_BYTES = 8 * 1024 * 1024  # of a grain table or directory: 64 TiB of grains
@@ -118,10 +147,10 @@ Reading = Generator[Event | Layout, bytes | bool | None, Failure[ProviderError] 
 
 def is_stream_optimized(header: bytes) -> bool:
     """A sparse VMDK header whose grains are compressed and carry markers."""
-    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
-        return False
-    flags = int(SPARSE_HEADER.unpack_from(header)[2])
-    return flags & (FLAG_COMPRESSED | FLAG_MARKERS) == FLAG_COMPRESSED | FLAG_MARKERS
+    read = sparse_header(header)
+    return read is not None and read.flags & (FLAG_COMPRESSED | FLAG_MARKERS) == (
+        FLAG_COMPRESSED | FLAG_MARKERS
+    )
 
 
 def sparse_header_problem(header: bytes) -> str | None:
@@ -132,10 +161,10 @@ def sparse_header_problem(header: bytes) -> str | None:
     an unknown compression for none (no tool writes one); and it
     reads the redundant grain directory the flags name wherever its offset says, failing at
     an offset past what it can address."""
-    if len(header) < SPARSE_HEADER.size or not header.startswith(MAGIC):
+    read = sparse_header(header)
+    if read is None:
         return None
-    fields = SPARSE_HEADER.unpack_from(header)
-    flags, redundant_directory, algorithm = int(fields[2]), int(fields[8]), int(fields[13])
+    flags, redundant_directory, algorithm = read.flags, read.redundant_directory, read.algorithm
     if algorithm not in (COMPRESS_NONE, COMPRESS_DEFLATE):
         return (
             f"the vmdk's grains use an unknown compression ({algorithm}; qemu reads them as "
@@ -204,24 +233,11 @@ def read_grains(field: str) -> Reading:
 
 
 def _layout(header: bytes, field: str) -> Result[Layout, ProviderError]:
-    if not is_stream_optimized(header):
+    read = sparse_header(header)
+    if read is None or not is_stream_optimized(header):
         return _invalid(field, "not a streamOptimized vmdk (no sparse header with grain markers)")
-    (
-        _,
-        _,
-        _,
-        capacity,
-        grain_sectors,
-        _,
-        _,
-        table_entries,
-        _,
-        directory,
-        overhead,
-        _,
-        _,
-        algorithm,
-    ) = SPARSE_HEADER.unpack_from(header)
+    capacity, grain_sectors, table_entries = read.capacity, read.grain_sectors, read.table_entries
+    directory, overhead, algorithm = read.directory, read.overhead, read.algorithm
     if algorithm != COMPRESS_DEFLATE:
         return _invalid(field, f"the vmdk's grains use compression {algorithm}, not deflate")
     if not 1 <= grain_sectors <= LARGEST_GRAIN_SECTORS:
