@@ -7,6 +7,7 @@ from pathlib import Path
 from returns.result import Result
 
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
+from pyrigaud.adapters.disk_images.qcow2_tables import Qcow2TableCheck
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, JudgedImage
 from pyrigaud.domain.errors import ProviderError
 
@@ -29,3 +30,11 @@ def judged(
             first = inspection.first_look()
     first = first if first is not None else inspection.first_look()
     return first.bind(lambda early: inspection.verdict().map(lambda late: (early, late)[1]))
+
+
+def table_check_fed(image: bytes, chunk_bytes: int) -> Qcow2TableCheck:
+    """A kept qcow2's table check, fed `image` in pieces of `chunk_bytes` as an import would."""
+    check = Qcow2TableCheck()
+    for start in range(0, len(image), chunk_bytes):
+        check.feed(image[start : start + chunk_bytes])
+    return check

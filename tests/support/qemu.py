@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import subprocess
 import tempfile
@@ -35,7 +36,7 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import (
     prepare_libvirt_for_process,
 )
 from pyrigaud.adapters.hypervisors.libvirt.metadata import NAMESPACE_URI
-from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings, upload_volume, volume_xml
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
@@ -112,6 +113,20 @@ EVERYTHING_OF_THE_DOMAIN = (
 def remove_test_leftovers(conn: VirConnect) -> list[str]:
     """Every domain using the test pool and every volume in it, gone; returns the names."""
     return remove_pool_leftovers(conn, TEST_POOL, TEST_POOL_PATH)
+
+
+def random_base_volume(
+    conn: VirConnect, pool: str, pool_path: Path, name: str, size_bytes: int
+) -> tuple[str, bytes]:
+    """A raw volume `name` of random bytes in the pool (made if missing): its path and the
+    bytes, for a disk whose transfers are compared byte by byte."""
+    content = os.urandom(size_bytes)
+    made = ensure_dir_pool(conn, pool, pool_path).createXML(
+        volume_xml(name, size_bytes, volume_format="raw"), 0
+    )
+    mib = 2**20
+    upload_volume(conn, made, (content[at : at + mib] for at in range(0, size_bytes, mib)))
+    return str(made.path()), content
 
 
 def swept_pool_connection(name: str, path: Path) -> Iterator[VirConnect]:

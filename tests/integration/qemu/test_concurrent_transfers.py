@@ -13,7 +13,6 @@ source, bytes compared.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -27,9 +26,7 @@ import pytest
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     PoolSettings,
-    upload_volume,
     volume_facts,
-    volume_xml,
 )
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
@@ -37,7 +34,7 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
 from support import ManualClock, ok
 from support.image_corpus import VALID, oracle_raw, valid_image
 from support.libvirt import libvirt_test_backend
-from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.qemu import QEMU_URI, open_qemu, random_base_volume, remove_pool_leftovers
 from support.staging import StagingCase, migration_name, pvc_case
 from support.transfer import DiskMoves, disk_moves, export_disk, import_disk
 
@@ -69,10 +66,7 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     conn = open_qemu()
     remove_pool_leftovers(conn, POOL, POOL_PATH)
     root = tmp_path / "migration-storage"
-    content = os.urandom(BASE_BYTES)
-    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
-    base = pool.createXML(volume_xml("base.raw", BASE_BYTES, volume_format="raw"), 0)
-    upload_volume(conn, base, (content[at : at + 2**20] for at in range(0, BASE_BYTES, 2**20)))
+    base, content = random_base_volume(conn, POOL, POOL_PATH, "base.raw", BASE_BYTES)
     connection = LibvirtConnection(QEMU_URI)
     backend = libvirt_test_backend(
         connection,
@@ -82,7 +76,7 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     )
     staged = pvc_case(root, migration_name(request))
     try:
-        yield Site(backend, disk_moves(backend, root), conn, staged, str(base.path()), content)
+        yield Site(backend, disk_moves(backend, root), conn, staged, base, content)
     finally:
         connection.close()
         remove_pool_leftovers(conn, POOL, POOL_PATH)

@@ -51,7 +51,12 @@ from pyrigaud.domain.power import PowerState
 from support import ManualClock, error_kind, error_of, ok
 from support.image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
 from support.libvirt import libvirt_test_backend
-from support.qemu import QEMU_URI, ensure_dir_pool, open_qemu, remove_pool_leftovers
+from support.qemu import (
+    QEMU_URI,
+    open_qemu,
+    random_base_volume,
+    remove_pool_leftovers,
+)
 from support.small_filesystem import small_filesystem
 from support.staging import (
     NfsServer,
@@ -180,10 +185,7 @@ def _site(
     conn = open_qemu()
     remove_pool_leftovers(conn, POOL, POOL_PATH)
     staged = _staged(kind, request, root)
-    content = os.urandom(BASE_BYTES)
-    pool = ensure_dir_pool(conn, POOL, POOL_PATH)
-    base = pool.createXML(volume_xml("xfer-base.raw", BASE_BYTES, volume_format="raw"), 0)
-    upload_volume(conn, base, (content[at : at + 2**20] for at in range(0, BASE_BYTES, 2**20)))
+    base, content = random_base_volume(conn, POOL, POOL_PATH, "xfer-base.raw", BASE_BYTES)
     connection = LibvirtConnection(QEMU_URI)
     backend = libvirt_test_backend(
         connection,
@@ -193,7 +195,7 @@ def _site(
         scratch_dir=str(scratch_dir) if scratch_dir else None,
     )
     try:
-        yield Site(backend, disk_moves(backend, root), conn, staged, str(base.path()), content)
+        yield Site(backend, disk_moves(backend, root), conn, staged, base, content)
     finally:
         connection.close()
         remove_pool_leftovers(conn, POOL, POOL_PATH)

@@ -21,6 +21,7 @@ from pyrigaud.adapters.disk_images.qcow2_refcounts import (
 from pyrigaud.adapters.disk_images.qcow2_tables import COPIED, OFFSET_MASK, Qcow2TableCheck
 
 from support.image_corpus import source_disk, valid_image
+from support.judging import table_check_fed
 
 CHUNKINGS = (1 << 40, 65536 + 3, 4099)
 
@@ -31,9 +32,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def checked(image: bytes, chunk_bytes: int = CHUNKINGS[0]) -> Qcow2TableCheck:
-    check = Qcow2TableCheck()
-    for start in range(0, len(image), chunk_bytes):
-        check.feed(image[start : start + chunk_bytes])
+    check = table_check_fed(image, chunk_bytes)
     assert check.watching
     return check
 

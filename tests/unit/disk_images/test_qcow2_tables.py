@@ -15,6 +15,7 @@ from pyrigaud.adapters.disk_images.qcow2 import write_qcow2
 from pyrigaud.adapters.disk_images.qcow2_tables import HELD_BYTES, OFFSET_MASK, Qcow2TableCheck
 
 from support.image_corpus import hostile_image, valid_image
+from support.judging import table_check_fed
 
 # The corpus's plain qcow2 images (no snapshots, no incompatible feature) whose L1 table ends
 # within the bytes held: all but the one of 2 MiB clusters, whose L1 table is its fourth.
@@ -36,10 +37,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def checked(image: bytes, chunk_bytes: int = CHUNKINGS[0]) -> Qcow2TableCheck:
-    check = Qcow2TableCheck()
-    for start in range(0, len(image), chunk_bytes):
-        check.feed(image[start : start + chunk_bytes])
-    return check
+    return table_check_fed(image, chunk_bytes)
 
 
 def problem_of(image: bytes, chunk_bytes: int = CHUNKINGS[0]) -> str | None:
