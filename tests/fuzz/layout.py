@@ -11,7 +11,7 @@ tables (qemu reads the disk through them) and each grain's deflated bytes."""
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Order = Literal["big", "little"]
@@ -76,6 +76,7 @@ _QCOW2_HEADER_V3 = [
 ]
 QCOW2_OFFSET_MASK = 0x00FFFFFFFFFFFE00
 QCOW2_COMPRESSED = 1 << 62
+QCOW2_EXTENDED_L2 = 1 << 4  # an incompatible feature: each L2 entry followed by a bitmap
 
 
 def qcow2_layout(image: bytes) -> Layout:
@@ -110,14 +111,31 @@ def qcow2_layout(image: bytes) -> Layout:
         for entry in struct.unpack_from(f">{l1_size}Q", image, l1_offset)
         if entry & QCOW2_OFFSET_MASK
     ]
+    features = struct.unpack_from(">Q", image, 72)[0] if version >= 3 else 0
+    # An extended L2 entry is 16 bytes: the entry, then its subcluster bitmap.
+    l2_entry_bytes = 16 if features & QCOW2_EXTENDED_L2 else 8
     fields["L2 entry"] = []
+    if l2_entry_bytes == 16:
+        fields["L2 subcluster bitmap"] = []
     spans = []
     compressed_bits = 62 - (cluster_bits - 8)
     for table in l2_tables:
-        entries = _entries(
-            "L2 entry", f"L2 entry (table at {table})", image, table, cluster // 8, 8, "big"
+        slots = _entries(
+            "L2 entry",
+            f"L2 entry (table at {table})",
+            image,
+            table,
+            cluster // l2_entry_bytes,
+            l2_entry_bytes,
+            "big",
         )
+        entries = [replace(slot, width=8) for slot in slots]
         fields["L2 entry"] += entries
+        if l2_entry_bytes == 16:
+            fields["L2 subcluster bitmap"] += [
+                Field("L2 subcluster bitmap", f"{slot.name} bitmap", slot.offset + 8, 8, "big")
+                for slot in slots
+            ]
         for entry in entries:
             (value,) = struct.unpack_from(">Q", image, entry.offset)
             if value & QCOW2_COMPRESSED:

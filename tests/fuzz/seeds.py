@@ -23,14 +23,16 @@ _STRIPE = 65536
 SEED_IMAGES: dict[str, tuple[str, ...] | None] = {
     "qcow2": ("-O", "qcow2"),
     "qcow2-compressed": ("-O", "qcow2", "-c"),
+    "qcow2-extended-l2": ("-O", "qcow2", "-o", "extended_l2=on"),
     "qcow2-v2-small-clusters": ("-O", "qcow2", "-o", "compat=0.10,cluster_size=4096"),
     "vmdk-stream": ("-O", "vmdk", "-o", "subformat=streamOptimized"),
     "vmdk-stream-footer": None,
 }
 SEED_FORMATS = {name: name.split("-")[0] for name in SEED_IMAGES}
-# A vmdk's embedded descriptor names a random content ID: fixed, so a seed is the same bytes
-# in every run and a recipe's patches mean the same thing.
-_CONTENT_ID = re.compile(rb"CID=[0-9a-f]{8}")
+# A vmdk's embedded descriptor names a random content ID (in hex, without leading zeros):
+# fixed, so a seed is the same bytes in every run and a recipe's patches mean the same thing.
+_CONTENT_ID = re.compile(rb"\nCID=([0-9a-f]{1,8})\n")
+_FIXED_CONTENT_ID = b"fa22ed00"
 
 
 def seed_disk() -> bytes:
@@ -67,4 +69,16 @@ def seed_image(name: str) -> bytes:
                 capture_output=True,
             )
             image = converted.read_bytes()
-    return _CONTENT_ID.sub(b"CID=fa22ed00", image, count=1)
+    return _fixed_content_id(image)
+
+
+def _fixed_content_id(image: bytes) -> bytes:
+    """The image with its descriptor's content ID fixed, the descriptor's text grown into
+    its zero padding (a shorter ID would otherwise move every byte after it)."""
+    found = _CONTENT_ID.search(image)
+    if found is None:
+        return image
+    start, end = found.span(1)
+    text_end = image.index(b"\0", end)
+    grown = len(_FIXED_CONTENT_ID) - (end - start)
+    return image[:start] + _FIXED_CONTENT_ID + image[end:text_end] + image[text_end + grown :]

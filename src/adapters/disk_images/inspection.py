@@ -35,6 +35,7 @@ from pyrigaud.adapters.disk_images.qcow2_header import qcow2_header_problem
 from pyrigaud.adapters.disk_images.qcow2_refcounts import countable_disk
 from pyrigaud.adapters.disk_images.qcow2_tables import (
     QCOW2_DIRTY,
+    QCOW2_EXTENDED_L2,
     QCOW2_FEATURES_OFFSET,
     QCOW2_LAYOUT_BYTES,
     Qcow2TableCheck,
@@ -124,6 +125,7 @@ class ImageInspection:
         # A qcow2's tables, checked as they pass when it may be kept as it is (dropped at the
         # first look otherwise).
         self._tables: Qcow2TableCheck | None = Qcow2TableCheck()
+        self._count_refcounts = True  # not a dirty qcow2's (qemu rebuilds them)
         # A streamOptimized vmdk's grains, read as they pass as the export reads them (dropped
         # at the first look for any other image).
         self._grains: StreamOptimizedCheck | None = StreamOptimizedCheck(field)
@@ -206,8 +208,7 @@ class ImageInspection:
         if problem is None and chosen.format == "qcow2":
             problem = tables_past_end(self._qcow2_head, self._fed)
         if problem is None and self._tables is not None:
-            # A dirty image's refcounts may be stale: qemu rebuilds them when it opens it.
-            problem = self._tables.problem(count_refcounts=chosen.keepable_qcow2)
+            problem = self._tables.problem(count_refcounts=self._count_refcounts)
         if problem:
             return self._refused(problem)
         if chosen.stream_optimized_vmdk and self._grains is not None:
@@ -250,21 +251,26 @@ class ImageInspection:
         )
 
     def _keeps_qcow2_as_is(self, inspector: FileInspector) -> bool:
-        """A plain qcow2 whose tables are checked as they pass and whose refcounts are counted
-        (`countable_disk`). A dirty one's tables are checked alike but not its refcounts, and
-        it is converted (qemu rebuilds its refcounts when it opens it for writing); the
-        check is dropped for any other image (a conversion by qemu-img reads its tables)."""
+        """A plain qcow2 (no internal snapshots, no incompatible feature) whose tables are
+        checked as they pass and whose refcounts are counted (`countable_disk`). A dirty one's
+        tables, and those of one with extended L2 entries, are checked alike, and the image
+        converted; a dirty one's refcounts are not counted (they may be stale: qemu rebuilds
+        them when it opens it for writing). The check is dropped for any other image (a
+        conversion by qemu-img reads its tables)."""
+        features = _qcow2_features(inspector)
         header = bytes(inspector.region("header").data)
         (cluster_bits,) = struct.unpack_from(">I", header, QCOW2_CLUSTER_BITS_OFFSET)
         checked = (
-            _is_plain_qcow2(inspector, dirty_too=True)
+            features is not None
+            and features & ~(QCOW2_DIRTY | QCOW2_EXTENDED_L2) == 0
             and self._tables is not None
             and self._tables.watching
             and countable_disk(int(inspector.virtual_size), self._size_bytes, cluster_bits)
         )
         if not checked:
             self._tables = None
-        return checked and _is_plain_qcow2(inspector)
+        self._count_refcounts = features is not None and not features & QCOW2_DIRTY
+        return checked and features == 0
 
     def _bounded(self, image: JudgedImage) -> Result[JudgedImage, ProviderError]:
         if image.virtual_size_bytes == 0:
@@ -288,18 +294,18 @@ def _matches(inspector: FileInspector) -> bool:
         return False
 
 
-def _is_plain_qcow2(inspector: FileInspector, dirty_too: bool = False) -> bool:
-    """No internal snapshots and (version 3) no incompatible feature bit set (`dirty_too`:
-    but the dirty bit, which changes nothing in the tables' layout)."""
+def _qcow2_features(inspector: FileInspector) -> int | None:
+    """A qcow2's incompatible feature bits (none in a version 2 image), or None for one with
+    internal snapshots."""
     header = bytes(inspector.region("header").data)
     (version,) = struct.unpack_from(">I", header, 4)
     (snapshots,) = struct.unpack_from(">I", header, QCOW2_SNAPSHOTS_OFFSET)
     if snapshots:
-        return False
+        return None
     if version == 2:
-        return True
+        return 0
     (features,) = struct.unpack_from(">Q", header, QCOW2_FEATURES_OFFSET)
-    return bool(features & ~QCOW2_DIRTY == 0 if dirty_too else features == 0)
+    return int(features)
 
 
 def _unsafe(name: str, inspector: FileInspector) -> str | None:

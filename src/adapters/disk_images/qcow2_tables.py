@@ -12,7 +12,8 @@ their way to the disk, so nothing is read back. So does what `qemu-img check` fi
 the tables: a compressed cluster flagged as copied, an L1 entry flagged with no L2 table, a
 zero cluster in a version 2 image, a table or cluster in use that reaches a cluster or more
 past the file's end, and refcounts below the references or disagreeing with the copied flags
-(counted as the bytes pass: `qcow2_refcounts.py`).
+(counted as the bytes pass: `qcow2_refcounts.py`). An image with extended L2 entries (each
+followed by its subcluster bitmap) is converted, its tables checked alike, its bitmaps too.
 
 The L1 table says where the L2 tables are, so the bytes before its end are held until it has
 passed: only an image whose L1 table ends within the first HELD_BYTES is watched (qemu-img
@@ -38,9 +39,10 @@ HELD_BYTES = JUDGED_PREFIX_BYTES
 # The header to its refcount table (qemu's docs/interop/qcow2.txt): magic, version, cluster
 # bits, size, L1 entries, L1 offset, refcount table offset, refcount table clusters.
 _HEADER = struct.Struct(">4sI12xIQ4xIQQI")
-# A version 3 header's refcount order (a version 2 image's refcounts are 16 bits wide).
-_REFCOUNT_ORDER = struct.Struct(">96xI")
-QCOW2_LAYOUT_BYTES = _REFCOUNT_ORDER.size
+# A version 3 header's incompatible features and refcount order (a version 2 image has no
+# features and 16-bit refcounts).
+_V3_FIELDS = struct.Struct(">72xQ16xI")
+QCOW2_LAYOUT_BYTES = _V3_FIELDS.size
 _V2_REFCOUNT_ORDER = 4
 _ENTRY = struct.Struct(">Q")
 _ENTRY_BYTES = _ENTRY.size
@@ -58,6 +60,8 @@ QCOW2_KNOWN_FEATURES = (1 << 5) - 1
 COMPRESSED = 1 << 62  # an L2 entry of a compressed cluster: its offset is a byte offset
 COPIED = 1 << 63  # an L1 or L2 entry whose cluster's refcount is exactly one
 ZERO = 1  # an L2 entry that reads as zeros (version 3 only)
+# An extended L2 entry's subcluster bitmap: 32 "allocated" bits, then 32 "reads as zeros".
+SUBCLUSTERS_ALLOCATED = 0xFFFFFFFF
 # The bits qemu-img check finds set in an entry and calls corrupt (qemu's L1E_RESERVED_MASK,
 # L2E_STD_RESERVED_MASK and REFT_RESERVED_MASK).
 L1_RESERVED = 0x7F000000000001FF
@@ -168,6 +172,7 @@ class _Layout:
         self,
         *,
         version: int,
+        extended_l2: bool,
         cluster_bits: int,
         l1_entries: int,
         l1_offset: int,
@@ -176,6 +181,7 @@ class _Layout:
         refcount_order: int,
     ) -> None:
         self.version = version
+        self.extended_l2 = extended_l2
         self.refcount_order = refcount_order
         self.cluster_bits = cluster_bits
         self.cluster = 1 << cluster_bits
@@ -193,11 +199,14 @@ class _Layout:
         )
         if magic != MAGIC or not MIN_CLUSTER_BITS <= bits <= MAX_CLUSTER_BITS:
             return None
-        (order,) = _REFCOUNT_ORDER.unpack_from(header) if version == 3 else (_V2_REFCOUNT_ORDER,)
+        features, order = (
+            _V3_FIELDS.unpack_from(header) if version == 3 else (0, _V2_REFCOUNT_ORDER)
+        )
         if order > MAX_REFCOUNT_ORDER:
             return None
         return cls(
             version=version,
+            extended_l2=bool(features & QCOW2_EXTENDED_L2),
             cluster_bits=bits,
             l1_entries=l1_entries,
             l1_offset=l1_offset,
@@ -220,6 +229,7 @@ class _PassingTables:
         self._cluster = cluster
         self._cluster_bits = layout.cluster_bits
         self._version = layout.version
+        self._l2_entry_bytes = 2 * _ENTRY_BYTES if layout.extended_l2 else _ENTRY_BYTES
         self._refcount_order = layout.refcount_order
         self._compressed = CompressedClusters(cluster)
         # The refcount blocks named and not yet passed, offset << _INDEX_BITS | refcount table
@@ -255,7 +265,7 @@ class _PassingTables:
         if layout.refcount_bytes > MAX_REFCOUNT_TABLE_BYTES:
             self.problem = "the qcow2 image's refcount table is larger than qemu reads (8 MiB)"
             return
-        self._l2_check = self._l2_entries
+        self._l2_check = self._extended_l2_entries if layout.extended_l2 else self._l2_entries
         self._l2_starts = array("Q", sorted(starts))
         self._next_l2 = 0
         if layout.refcount_bytes:
@@ -270,7 +280,14 @@ class _PassingTables:
         end = at + len(chunk)
         starts = self._l2_starts
         while self._next_l2 < len(starts) and starts[self._next_l2] < end:
-            self._active.append(_Table(starts[self._next_l2], self._cluster, self._l2_check))
+            self._active.append(
+                _Table(
+                    starts[self._next_l2],
+                    self._cluster,
+                    self._l2_check,
+                    entry_bytes=self._l2_entry_bytes,
+                )
+            )
             self._next_l2 += 1
         for table in self._active:
             self.problem = table.passing(at, chunk)
@@ -381,10 +398,32 @@ class _PassingTables:
                 self._reach = max(self._reach, offset + cluster)
         return self._compressed.problem
 
+    def _extended_l2_entries(self, first: int, words: Sequence[int]) -> str | None:
+        """Extended L2 entries, each an L2 entry and its subcluster bitmap: the bitmap checked
+        as qemu-img check and qemu's reading check it (a compressed cluster has none, an
+        unallocated one allocates no subcluster, an allocated one has no subcluster both
+        allocated and zero), each entry then as a standard one; its zero flag means nothing
+        with subclusters, so a version 3 image's entries are checked as they are."""
+        entries, bitmaps = words[0::2], words[1::2]
+        for index, (entry, bitmap) in enumerate(zip(entries, bitmaps, strict=True), first):
+            if entry & COMPRESSED:
+                wrong = bool(bitmap)
+            elif entry & OFFSET_MASK:
+                wrong = bool(bitmap >> 32 & bitmap)
+            else:
+                wrong = bool(bitmap & SUBCLUSTERS_ALLOCATED)
+            if wrong:
+                return (
+                    f"the qcow2 image's extended L2 entry {index} has a subcluster bitmap its "
+                    "cluster cannot have (qemu refuses the image as corrupt)"
+                )
+        return self._l2_entries(first, entries)
+
 
 class _Table:
     """A table of big-endian entries of `entry_bytes` at `offset`, `length` bytes, its entries
-    checked as they pass."""
+    checked as they pass (an entry of 16 bytes, an extended L2 entry, as its two 8-byte
+    words)."""
 
     def __init__(
         self, offset: int, length: int, check: EntriesCheck, entry_bytes: int = _ENTRY_BYTES
@@ -408,9 +447,9 @@ class _Table:
         self._next = stop
         whole = len(data) - len(data) % self._entry_bytes
         self._partial = data[whole:]
-        entries = _big_endian(data[:whole], self._entry_bytes)
+        entries = _big_endian(data[:whole], min(self._entry_bytes, _ENTRY_BYTES))
         problem = self._check(self._index, entries)
-        self._index += len(entries)
+        self._index += whole // self._entry_bytes
         return problem
 
 

@@ -159,12 +159,14 @@ def sparse_header_problem(header: bytes) -> str | None:
     markers by the flag, so deflated grains without the markers flag are inflated from their
     marker (and fail), where pyrigaud would read them as a stream or as raw grains; it takes
     an unknown compression for none (no tool writes one); and it
-    reads the redundant grain directory the flags name wherever its offset says, failing at
-    an offset past what it can address."""
+    reads the grain directory, and the redundant one the flags name, wherever their offsets
+    say, failing at an offset past what it can address (a footer's directory aside: its
+    header says GD_AT_END)."""
     read = sparse_header(header)
     if read is None:
         return None
     flags, redundant_directory, algorithm = read.flags, read.redundant_directory, read.algorithm
+    directory = read.directory
     if algorithm not in (COMPRESS_NONE, COMPRESS_DEFLATE):
         return (
             f"the vmdk's grains use an unknown compression ({algorithm}; qemu reads them as "
@@ -175,6 +177,8 @@ def sparse_header_problem(header: bytes) -> str | None:
             f"the vmdk's grains are deflated but its flags ({flags:#x}) do not say they are "
             "compressed and framed by markers (qemu reads them another way)"
         )
+    if LARGEST_SECTOR <= directory != GD_AT_END:
+        return f"the vmdk's grain directory lies past what qemu can read (sector {directory})"
     if flags & FLAG_REDUNDANT_DIRECTORY and redundant_directory >= LARGEST_SECTOR:
         return (
             "the vmdk's redundant grain directory lies past what qemu can read "

@@ -171,3 +171,81 @@ def test_an_image_whose_l1_table_ends_past_the_held_bytes_is_not_watched(corpus:
 def test_bytes_that_are_not_a_qcow2_are_not_watched() -> None:
     check = checked(b"KDMV" + bytes(1 << 20))
     assert not check.watching
+
+
+def _extended_l2_image(path: Path, *writes: str) -> bytes:
+    """A qcow2 with extended L2 entries (64 KiB clusters, 32 subclusters of 2 KiB), written
+    by qemu-io's `writes`."""
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-o", "extended_l2=on", str(path), "4M"],
+        check=True,
+    )
+    commands = [part for write in writes for part in ("-c", write)]
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", *commands, str(path)], check=True, capture_output=True
+    )
+    return path.read_bytes()
+
+
+def _first_l2_table(content: bytes | bytearray) -> int:
+    (l1_offset,) = struct.unpack_from(">Q", content, 40)
+    (l1_entry,) = struct.unpack_from(">Q", content, l1_offset)
+    return int(l1_entry & OFFSET_MASK)
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+def test_an_image_with_extended_l2_entries_is_watched_and_passes(
+    tmp_path: Path, chunk_bytes: int
+) -> None:
+    """Subclusters allocated, zeroed and left out, side by side, and compressed clusters: the
+    16-byte entries are read as qemu reads them."""
+    content = _extended_l2_image(
+        tmp_path / "extended.qcow2",
+        "write -P 1 0 4k",
+        "write -z 64k 2k",
+        "write -P 2 130k 6k",
+        "write -c -P 3 1M 64k",
+    )
+    assert qemu_checks(tmp_path / "extended.qcow2").returncode == 0
+    assert problem_of(content, chunk_bytes) is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "bitmap"),
+    [
+        # A data cluster whose first subcluster is both allocated and zero.
+        (None, 0x00000001_00000001),
+        # An unallocated cluster with an allocated subcluster.
+        (0, 0x00000000_00000002),
+        # A compressed cluster (its offset at the second cluster, one sector) with a bitmap.
+        ((1 << 62) | 0x10000, 0x00000000_00000001),
+    ],
+)
+@pytest.mark.parametrize("chunk_bytes", CHUNKINGS)
+def test_a_subcluster_bitmap_a_cluster_cannot_have_is_what_qemu_img_check_refuses(
+    tmp_path: Path, entry: int | None, bitmap: int, chunk_bytes: int
+) -> None:
+    path = tmp_path / "bent.qcow2"
+    content = bytearray(_extended_l2_image(path, "write -P 1 0 4k"))
+    l2_table = _first_l2_table(content)
+    if entry is not None:
+        struct.pack_into(">Q", content, l2_table, entry)
+    struct.pack_into(">Q", content, l2_table + 8, bitmap)
+    path.write_bytes(bytes(content))
+    assert qemu_checks(path).returncode == 2
+    problem = problem_of(bytes(content), chunk_bytes)
+    assert problem is not None
+    assert "extended L2 entry 0 has a subcluster bitmap" in problem
+
+
+def test_the_extended_l2_bit_on_an_image_written_without_it_is_what_qemu_refuses(
+    corpus: Path,
+) -> None:
+    """qemu then reads each pair of entries as an entry and its bitmap."""
+    path = corpus / "extended-bit-set.qcow2"
+    content = bytearray(valid_image("qcow2-v3", corpus).path.read_bytes())
+    (features,) = struct.unpack_from(">Q", content, 72)
+    struct.pack_into(">Q", content, 72, features | 1 << 4)
+    path.write_bytes(bytes(content))
+    assert qemu_reads_it_whole(path).returncode != 0
+    assert "has a subcluster bitmap" in (problem_of(bytes(content)) or "")
