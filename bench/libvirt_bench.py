@@ -67,6 +67,7 @@ from pyrigaud.adapters.disk_images.inspection import InspectingJudge
 from pyrigaud.adapters.hypervisors.libvirt.backend import build_libvirt_backend
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.storage import PoolSettings
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -408,7 +409,9 @@ def profile_adapter(directory: Path, size: int, top: int) -> str:
         domain_type="test",
         pools=PoolSettings(),
         allow_loopback_urls=False,
-        image_judge=InspectingJudge(load_settings({}).max_image_virtual_bytes),
+        image_judge=InspectingJudge(
+            load_settings({}, staging_types=STAGING_TYPES).max_image_virtual_bytes
+        ),
         transfer_owner="bench",
     )
     backend.health.check()  # opens the connection (parses the host) outside the measurements

@@ -15,6 +15,7 @@ from types import FrameType
 from returns.result import Failure, Success
 
 from pyrigaud.entrypoints.bootstrap import bootstrap
+from pyrigaud.entrypoints.container import Container
 from pyrigaud.entrypoints.logs import configure_logging
 from pyrigaud.entrypoints.settings import Settings, SettingsError, load_settings
 
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 "PYRIGAUD_LISTEN_ADDRESS": args.listen_address,
             },
             args.config,
+            staging_types=Container.staging_types(),
         )
     except SettingsError as error:
         configure_logging(os.environ.get("LOG_LEVEL"), os.environ.get("LOG_FORMAT"))

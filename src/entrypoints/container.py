@@ -7,9 +7,9 @@ The typed `Settings` go in as they are. The backend is built through the registr
 wired from the port it needs (`provider_use_cases`; a port the backend lacks leaves its use
 cases answering UNSUPPORTED). Every clock is `clock` (no adapter makes one), so overriding it
 reaches every piece that reads time; the wire and the stores read the staging types from
-`staging_types` (the settings, loaded before the container, are validated against the same
-`STAGING_TYPES` by `load_settings`). Tests swap pieces through `bootstrap`'s overrides, or with
-`container.<provider>.override(...)`.
+`staging_types` (the settings, loaded before the container is built, are validated against
+the same provider's object by `load_settings`). Tests swap pieces through `bootstrap`'s
+overrides, or with `container.<provider>.override(...)`.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pydantic import (
 from returns.result import Failure
 
 from pyrigaud.adapters.staging.patience import STAGING_RETRY_SECONDS
-from pyrigaud.adapters.staging.registry import STAGING_TYPES, StagingTypes
+from pyrigaud.adapters.staging.registry import StagingTypes
 from pyrigaud.application.hypervisor_plugin import SETTINGS_MODEL
 from pyrigaud.application.setting_values import Flag, one_of
 from pyrigaud.domain.bounds import MAX_DISK_GIB
@@ -252,11 +252,13 @@ def load_settings(
     environ: Mapping[str, str],
     overrides: Mapping[str, Any] | None = None,
     config_file: Path | None = None,
-    staging_types: StagingTypes = STAGING_TYPES,
+    *,
+    staging_types: StagingTypes,
 ) -> Settings:
     """Merge the sources; `overrides` are command-line flags, keyed by setting name. The common
-    settings are checked first (the sweep's places against `staging_types`), then the selected
-    hypervisor's own; another hypervisor's settings are known but not read."""
+    settings are checked first (the sweep's places against `staging_types`, the composition
+    root's), then the selected hypervisor's own; another hypervisor's settings are known but
+    not read."""
     names = known_setting_names()
     values: dict[str, Any] = {}
     path = config_file or (

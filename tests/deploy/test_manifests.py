@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.entrypoints.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,7 +231,7 @@ def environment() -> dict[str, str]:
 
 
 def test_deployment_environment_is_accepted_by_pyrigauds_settings() -> None:
-    settings = load_settings(environment())
+    settings = load_settings(environment(), staging_types=STAGING_TYPES)
     assert settings.provider_type == "libvirt"
     assert settings.provider_endpoint is not None
     assert settings.provider_endpoint.startswith("qemu+ssh://")

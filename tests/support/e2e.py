@@ -11,6 +11,7 @@ import grpc
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.entrypoints.bootstrap import Application, bootstrap
 from pyrigaud.entrypoints.container import ServerTransport
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
@@ -48,7 +49,8 @@ def start_provider(
             "PROVIDER_TYPE": "fake",
             "PYRIGAUD_STAGING_ALLOW_LOOPBACK": "true",
             **(environ or {}),
-        }
+        },
+        staging_types=STAGING_TYPES,
     )
     if shared_with is None:
         clock = ManualClock()

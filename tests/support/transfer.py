@@ -41,7 +41,9 @@ from pyrigaud.entrypoints.settings import load_settings
 
 TRANSFER_OWNER = "tests/pyrigaud"  # the owner mark of the staged temporaries tests make
 # The staged image judge as `pyrigaud serve` makes it by default.
-IMAGE_JUDGE = InspectingJudge(load_settings({}).max_image_virtual_bytes)
+IMAGE_JUDGE = InspectingJudge(
+    load_settings({}, staging_types=STAGING_TYPES).max_image_virtual_bytes
+)
 # The storage gate with the tests' stores on loopback allowed (PYRIGAUD_STAGING_ALLOW_LOOPBACK).
 LOOPBACK_GATE = ResolvingGate(StagingGate(allow_loopback=True))
 # How long the tests' staging waits out a store that does not answer: the stores the tests

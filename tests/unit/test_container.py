@@ -15,6 +15,7 @@ from pyrigaud.adapters.credentials.environment import EnvironmentCredentials
 from pyrigaud.adapters.credentials.mounted_secret import MountedSecretCredentials
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.application.backend import Backend
 from pyrigaud.domain.errors import ErrorKind
 from pyrigaud.domain.models import (
@@ -45,15 +46,24 @@ def adapter_package(backend: Backend) -> str:
 
 
 def test_the_backend_is_chosen_by_provider_type() -> None:
-    assert adapter_package(Container(settings=load_settings({})).backend()) == "libvirt"
-    fake = Container(settings=load_settings({"PROVIDER_TYPE": "fake"})).backend()
+    assert (
+        adapter_package(
+            Container(settings=load_settings({}, staging_types=STAGING_TYPES)).backend()
+        )
+        == "libvirt"
+    )
+    fake = Container(
+        settings=load_settings({"PROVIDER_TYPE": "fake"}, staging_types=STAGING_TYPES)
+    ).backend()
     assert adapter_package(fake) == "fake"
 
 
 def test_every_hypervisor_shows_its_counters_at_zero_from_start_up() -> None:
     """Whichever counters a hypervisor takes: panels show zero rather than no data."""
     for provider_type in ("libvirt", "fake"):
-        container = Container(settings=load_settings({"PROVIDER_TYPE": provider_type}))
+        container = Container(
+            settings=load_settings({"PROVIDER_TYPE": provider_type}, staging_types=STAGING_TYPES)
+        )
         container.backend()
         exposed = container.metrics().exposition()[0].decode()
         for counter in ("session_reconnects", "inventory_resyncs", "hypervisor_round_trips"):
@@ -66,23 +76,29 @@ def test_every_hypervisor_shows_its_counters_at_zero_from_start_up() -> None:
 
 def test_the_credentials_source_is_chosen_by_configuration(tmp_path: Path) -> None:
     files = Container(
-        settings=load_settings({"PYRIGAUD_CREDENTIALS_DIR": str(tmp_path)})
+        settings=load_settings(
+            {"PYRIGAUD_CREDENTIALS_DIR": str(tmp_path)}, staging_types=STAGING_TYPES
+        )
     ).credentials()
     assert isinstance(files, MountedSecretCredentials)
-    env = Container(settings=load_settings({"PYRIGAUD_CREDENTIALS": "env"})).credentials()
+    env = Container(
+        settings=load_settings({"PYRIGAUD_CREDENTIALS": "env"}, staging_types=STAGING_TYPES)
+    ).credentials()
     assert isinstance(env, EnvironmentCredentials)
 
 
 def test_kubernetes_credentials_need_a_secret_name() -> None:
     with pytest.raises(SettingsError, match="PYRIGAUD_CREDENTIALS_SECRET"):
-        load_settings({"PYRIGAUD_CREDENTIALS": "kubernetes"})
+        load_settings({"PYRIGAUD_CREDENTIALS": "kubernetes"}, staging_types=STAGING_TYPES)
     with pytest.raises(SettingsError, match="PYRIGAUD_CREDENTIALS"):
-        load_settings({"PYRIGAUD_CREDENTIALS": "vault"})
+        load_settings({"PYRIGAUD_CREDENTIALS": "vault"}, staging_types=STAGING_TYPES)
 
 
 def test_the_mutation_rate_limit_is_configured_from_settings() -> None:
     limiter = Container(
-        settings=load_settings({"PYRIGAUD_RATE_QPS": "5", "PYRIGAUD_RATE_BURST": "1"})
+        settings=load_settings(
+            {"PYRIGAUD_RATE_QPS": "5", "PYRIGAUD_RATE_BURST": "1"}, staging_types=STAGING_TYPES
+        )
     ).limiter()
     with limiter.slot(None) as first:
         assert first
@@ -96,7 +112,9 @@ def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
     without = dataclasses.replace(
         full, snapshots=None, cloning=None, images=None, disk_transfer=None
     )
-    container = Container(settings=load_settings({"PROVIDER_TYPE": "fake"}))
+    container = Container(
+        settings=load_settings({"PROVIDER_TYPE": "fake"}, staging_types=STAGING_TYPES)
+    )
     container.backend.override(providers.Object(without))
     use = container.use_cases()
     refused = (
@@ -114,13 +132,17 @@ def test_a_backend_without_a_port_answers_unsupported_for_its_rpcs() -> None:
 
 
 def test_every_rpc_of_the_proto_has_a_spec() -> None:
-    container = Container(settings=load_settings({"PROVIDER_TYPE": "fake"}))
+    container = Container(
+        settings=load_settings({"PROVIDER_TYPE": "fake"}, staging_types=STAGING_TYPES)
+    )
     served = set(method_handlers(container.rpcs()))
     assert served == set(pb.DESCRIPTOR.services_by_name["Provider"].methods_by_name)
 
 
 def test_each_rpc_is_served_by_the_handler_named_for_it() -> None:
-    rpcs = Container(settings=load_settings({"PROVIDER_TYPE": "fake"})).rpcs()
+    rpcs = Container(
+        settings=load_settings({"PROVIDER_TYPE": "fake"}, staging_types=STAGING_TYPES)
+    ).rpcs()
     for rpc in rpcs:
         assert rpc.handle.__name__ == re.sub(r"(?<=[a-z])(?=[A-Z])", "_", rpc.name).lower()
     assert len(rpcs) == len(pb.DESCRIPTOR.services_by_name["Provider"].methods)
@@ -137,7 +159,8 @@ def test_plaintext_is_decided_and_warned_about_once(caplog: pytest.LogCaptureFix
                 "PYRIGAUD_PORT": "0",
                 "PYRIGAUD_HEALTH_PORT": "0",
                 "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
-            }
+            },
+            staging_types=STAGING_TYPES,
         )
     )
     with caplog.at_level(logging.WARNING):
@@ -193,7 +216,7 @@ def test_the_containers_clock_is_the_only_clock_every_component_reads(
     """A clock given to the container reaches every piece that reads time: the hypervisor's
     ports and sessions, the staging stores and their queue of deferred aborts."""
     clock = ManualClock()
-    container = Container(settings=load_settings(environ))
+    container = Container(settings=load_settings(environ, staging_types=STAGING_TYPES))
     container.clock.override(providers.Object(clock))
     backend, staging = container.backend(), container.staging()
     holders = clock_holders(backend, staging)

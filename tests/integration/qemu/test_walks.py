@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from pyrigaud.adapters.hypervisors.libvirt.storage import upload_volume, volume_xml
+from pyrigaud.adapters.staging.registry import STAGING_TYPES
 from pyrigaud.entrypoints.bootstrap import Application, bootstrap
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
@@ -62,7 +63,8 @@ def _serve(environ: dict[str, str]) -> Served:
             "PROVIDER_NAMESPACE": "ns",
             "VIRTRIGAUD_PROVIDER_INSECURE": "true",
             **environ,
-        }
+        },
+        staging_types=STAGING_TYPES,
     )
     application = ok(bootstrap(settings))
     application.start()
