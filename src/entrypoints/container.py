@@ -39,6 +39,7 @@ from pyrigaud.application.ports.staging import StagingStores
 from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import TransferMetrics
 from pyrigaud.application.provider import ProviderUseCases, Unsupported
+from pyrigaud.application.timed_ports import instrument_backend
 from pyrigaud.application.use_cases.capabilities import GetCapabilities, TransferClaims
 from pyrigaud.application.use_cases.clone_vm import CloneVM
 from pyrigaud.application.use_cases.create_vm import CreateVM
@@ -67,7 +68,6 @@ from pyrigaud.entrypoints.grpc.server import ProviderServer, ProviderService
 from pyrigaud.entrypoints.grpc.servicer import provider_rpcs
 from pyrigaud.entrypoints.grpc.tls import TlsSettings, parse_allowed_sans, server_credentials
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
-from pyrigaud.entrypoints.instrumented import instrument_backend
 from pyrigaud.entrypoints.metrics import Metrics, PrometheusHypervisorCounters, PrometheusTransfers
 from pyrigaud.entrypoints.settings import Settings
 from pyrigaud.entrypoints.sweeper import LeftoverSweeper

@@ -26,6 +26,8 @@ GENERATED = f"{PACKAGE}/entrypoints/grpc/generated/"
 # A request's chain starts in a gRPC worker; the provider's background threads (the domain
 # cache's refresh, the inventory feed) run meanwhile but are no part of it.
 REQUEST_ROOT = "entrypoints/grpc/workers:RpcWorkers._work"
+# The rooms a request passes through, outermost first (the domain's frames are no step).
+_ROOM_ORDER = {"entrypoints": 0, "application": 1, "adapters": 2}
 # Python 3.12 inlines comprehensions: they are not frames a reader passes through.
 COMPREHENSIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"})
 
@@ -63,6 +65,22 @@ class Walk:
 
     def drawn(self) -> str:
         return "\n".join(f"{index:3d}  {name}" for index, name in enumerate(self.frames, 1))
+
+    @property
+    def rooms_reentered(self) -> list[str]:
+        """The frames where the chain steps back into an outer room it had left (the edge,
+        then the application, then the adapters: a request goes inward only). The domain's
+        frames are no step: pure code any room calls, and a stream it holds pulls its
+        source's chunks wherever they are made."""
+        reentered, deepest = [], 0
+        for name in self.frames:
+            room = _ROOM_ORDER.get(name.split("/", 1)[0])
+            if room is None:
+                continue
+            if room < deepest:
+                reentered.append(name)
+            deepest = max(deepest, room)
+        return reentered
 
 
 class WalkRecorder:

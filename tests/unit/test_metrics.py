@@ -14,11 +14,11 @@ from returns.result import Failure, Success
 
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
+from pyrigaud.application.timed_ports import instrument_backend
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.grpc.limits import MutationLimiter
-from pyrigaud.entrypoints.instrumented import instrument_backend
 from pyrigaud.entrypoints.metrics import (
     LATENCY_BUCKETS_SECONDS,
     Metrics,

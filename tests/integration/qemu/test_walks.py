@@ -206,3 +206,5 @@ def test_the_three_walks_are_as_deep_as_the_architecture_page_draws_them(
     assert describe.depth <= DESCRIBE_DEPTH, describe.drawn()
     assert export.depth <= EXPORT_DEPTH, export.drawn()
     assert imported_walk.depth <= IMPORT_DEPTH, imported_walk.drawn()
+    for walk in (describe, export, imported_walk):
+        assert not walk.rooms_reentered, walk.drawn()

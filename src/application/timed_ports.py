@@ -1,7 +1,9 @@
 """Hypervisor call metrics: every port method call counted and timed, by operation.
 
 The container wraps each port of the selected backend here before wiring the use cases, so
-every port is instrumented without the adapters or the application knowing Prometheus exists.
+every port is instrumented without the adapters knowing it, and the use cases reach an
+adapter through an application frame only (the metrics themselves are a port,
+`ports/call_metrics.py`, which the provider's Prometheus metrics implement).
 One wrapper class per port implements its protocol, each method timing the call it hands on;
 the operation label is the port method's name (`describe`, `start_create`, ...). What a
 disk port hands back to be driven further (a disk stream, a landing site and the disk it
@@ -30,6 +32,7 @@ from pyrigaud.application.ports import (
     TaskTracker,
     VMLifecycle,
 )
+from pyrigaud.application.ports.call_metrics import CallMetrics
 from pyrigaud.application.ports.disk_transfer import (
     DiskStream,
     LandingSite,
@@ -62,12 +65,11 @@ from pyrigaud.domain.models import (
 )
 from pyrigaud.domain.power import PowerState
 from pyrigaud.domain.tasks import TaskRef, TaskState
-from pyrigaud.entrypoints.metrics import Metrics
 
 _Value = TypeVar("_Value")
 
 
-def instrument_backend(backend: Backend, metrics: Metrics) -> Backend:
+def instrument_backend(backend: Backend, metrics: CallMetrics) -> Backend:
     """`backend` with each port it has wrapped in its timed counterpart; a missing port stays
     None. The operations of the ports it has are counted (at 0) from the start."""
     timer = Timer(metrics)
@@ -124,7 +126,7 @@ def _call_outcome(value: object) -> str:
 class Timer:
     """Times calls of port methods and records each under its operation's name."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: CallMetrics) -> None:
         self._record = metrics.record_hypervisor_call
 
     def __call__(self, operation: str) -> TimedCall:
