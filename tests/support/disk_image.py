@@ -65,6 +65,12 @@ def to_raw(path: Path, out: Path) -> bytes:
     return out.read_bytes()
 
 
+def qemu_reading(path: Path | str, disk_format: str, out: Path) -> bytes:
+    """The disk as qemu-img reads it from `path` in `disk_format` (converted to raw at `out`)."""
+    qemu_img("convert", "-f", disk_format, "-O", "raw", path, out)
+    return out.read_bytes()
+
+
 def write_file(path: Path, chunks: Iterable[bytes]) -> list[int]:
     """Write the chunks; their sizes."""
     sizes = []

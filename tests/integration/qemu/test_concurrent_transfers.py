@@ -13,10 +13,7 @@ source, bytes compared.
 
 from __future__ import annotations
 
-import subprocess
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,8 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
 
 from support import ManualClock, ok
+from support.at_once import all_at_once, holds
+from support.disk_image import qemu_reading
 from support.image_corpus import VALID, oracle_raw, valid_image
 from support.libvirt import libvirt_test_backend
 from support.qemu import QEMU_URI, open_qemu, random_base_volume, remove_pool_leftovers
@@ -83,32 +82,6 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
         conn.close()
 
 
-def _all_at_once(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Each call's answer, the calls started together on threads of their own."""
-    start = threading.Barrier(len(calls))
-
-    def started(call: Callable[[], Any]) -> Any:
-        start.wait()
-        return call()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as threads:
-        return list(threads.map(started, calls))
-
-
-def _qemu_reading(path: Path | str, disk_format: str, out: Path) -> bytes:
-    subprocess.run(
-        ["qemu-img", "convert", "-f", disk_format, "-O", "raw", str(path), str(out)],
-        check=True,
-        capture_output=True,
-    )
-    return out.read_bytes()
-
-
-def _holds(disk: bytes, expected: bytes) -> bool:
-    """The disk is `expected`, then zeros at most (a volume rounds its size up)."""
-    return disk[: len(expected)] == expected and not disk[len(expected) :].strip(b"\0")
-
-
 def test_two_dozen_imports_and_exports_into_one_pool_at_once_move_the_right_bytes(
     site: Site, tmp_path: Path
 ) -> None:
@@ -139,7 +112,7 @@ def test_two_dozen_imports_and_exports_into_one_pool_at_once_move_the_right_byte
         url = site.staged.locate(f"out-{index}.qcow2").url
         return lambda: export_disk(site.moves, sources[index], url)
 
-    answers = _all_at_once(
+    answers = all_at_once(
         [importing(name) for name in images] + [exporting(index) for index in range(EXPORTS)]
     )
 
@@ -149,13 +122,13 @@ def test_two_dozen_imports_and_exports_into_one_pool_at_once_move_the_right_byte
         facts = volume_facts(site.conn, landed.path)
         assert facts is not None
         assert facts.format == "qcow2", f"{name} landed as {facts.format}"
-        reading = _qemu_reading(landed.path, "qcow2", tmp_path / f"in-{name}.raw")
-        assert _holds(reading, oracle_raw(images[name], corpus)), f"{name} landed other bytes"
+        reading = qemu_reading(landed.path, "qcow2", tmp_path / f"in-{name}.raw")
+        assert holds(reading, oracle_raw(images[name], corpus)), f"{name} landed other bytes"
     for index, answer in enumerate(answers[len(images) :]):
         ok(answer)
         staged = tmp_path / f"out-{index}.qcow2"
         stored = site.staged.stored(site.staged.locate(f"out-{index}.qcow2"))
         assert stored is not None
         staged.write_bytes(stored)
-        reading = _qemu_reading(staged, "qcow2", tmp_path / f"out-{index}.raw")
-        assert _holds(reading, site.content), f"export {index} sent other bytes"
+        reading = qemu_reading(staged, "qcow2", tmp_path / f"out-{index}.raw")
+        assert holds(reading, site.content), f"export {index} sent other bytes"
