@@ -1,10 +1,11 @@
-"""Describe latency and throughput: pyrigaud (fake backend) against a bare grpcio floor.
+"""Describe latency and throughput: pyrigaud (fake or libvirt test driver) against a grpcio floor.
 
 Usage (from the repository root, with the project's venv):
 
     .venv/bin/python bench/describe_bench.py                  # the comparison, ~1 minute
     .venv/bin/python bench/describe_bench.py --json out.json  # also write the numbers
     .venv/bin/python bench/describe_bench.py --create-flood   # Describe under a slow-Create flood
+    .venv/bin/python bench/describe_bench.py --backend libvirt  # on libvirt's test driver
 
 The comparison starts `pyrigaud serve` (PROVIDER_TYPE=fake, plaintext, 127.0.0.1 only) as a
 subprocess, creates --vms VMs (half powered on), then starts the floor: this script re-invoked
@@ -16,6 +17,12 @@ neither). The targets (docs/benchmarks.md): pyrigaud's p50 at concurrency 1 with
 P50_TARGET of the floor's, its rps at concurrency 32 at least RPS_TARGET of the floor's, and no
 error; this script reports, it does not assert (exit status is non-zero only when the
 benchmark itself fails).
+
+--backend libvirt starts pyrigaud with PROVIDER_TYPE=libvirt on libvirt's test driver
+(PROVIDER_ENDPOINT=test:///default, in the server's own process: no libvirtd) instead of the
+fake; the VMs are made the same way, by Create, and a Describe is answered from the domain
+cache as on a real host. It combines with the comparison and --instructions (the create
+flood's slow Creates are the fake's).
 
 --split-cpus keeps the client off the servers' CPUs (client on the first half, both servers
 on the rest; Linux only), as a manager and a provider on separate machines would be: with
@@ -212,9 +219,18 @@ class Launch:
     ready_seconds: float = 20
 
 
-def start_pyrigaud(processes: Processes, latency: str = "", launch: Launch = Launch()) -> Target:
+# What each --backend starts pyrigaud with.
+BACKENDS = {
+    "fake": {"PROVIDER_TYPE": "fake"},
+    "libvirt": {"PROVIDER_TYPE": "libvirt", "PROVIDER_ENDPOINT": "test:///default"},
+}
+
+
+def start_pyrigaud(
+    processes: Processes, backend: str, latency: str = "", launch: Launch = Launch()
+) -> Target:
     port = free_port()
-    env = dict(os.environ, PROVIDER_TYPE="fake", VIRTRIGAUD_PROVIDER_INSECURE="true")
+    env = dict(os.environ, **BACKENDS[backend], VIRTRIGAUD_PROVIDER_INSECURE="true")
     env.update(LOG_LEVEL="warn", PYRIGAUD_FAKE_LATENCY=latency)
     argv = [*launch.prefix, sys.executable, "-m", "pyrigaud.entrypoints.cli", "serve"]
     argv += ["--port", str(port), "--health-port", str(free_port()), "--listen-address", HOST]
@@ -417,7 +433,7 @@ def table(runs: list[Run]) -> str:
 
 
 def compare(args: Any, processes: Processes) -> dict[str, Any]:
-    pyrigaud = start_pyrigaud(processes)
+    pyrigaud = start_pyrigaud(processes, args.backend)
     ids = seed_vms(pyrigaud.channel, args.vms)
     floor = start_floor(processes, pyrigaud.channel, ids)
     if args.split_cpus:
@@ -499,7 +515,7 @@ def instructions_mode(args: Any, processes: Processes) -> dict[str, Any]:
             prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no", dumps)
             return Launch(prefix, ready_seconds=300)
 
-        pyrigaud = start_pyrigaud(processes, launch=launch("pyrigaud"))
+        pyrigaud = start_pyrigaud(processes, args.backend, launch=launch("pyrigaud"))
         ids = seed_vms(pyrigaud.channel, args.vms)
         floor = start_floor(processes, pyrigaud.channel, ids, launch("floor"))
         counted = argparse.Namespace(**{**vars(args), "warmup": 0, "max_seconds": 1800.0})
@@ -532,7 +548,7 @@ def dumped_instructions(out: Path, target: Target) -> int:
 
 
 def flood_mode(args: Any, processes: Processes) -> dict[str, Any]:
-    pyrigaud = start_pyrigaud(processes, latency=f"create={args.create_latency}")
+    pyrigaud = start_pyrigaud(processes, args.backend, latency=f"create={args.create_latency}")
     ids = seed_vms(pyrigaud.channel, args.vms)
     plan = ((1, args.calls_c1), (32, args.calls_c32))
     runs = [summarise("pyrigaud", c, [measure(pyrigaud, ids, c, n, args)]) for c, n in plan]
@@ -562,6 +578,7 @@ def flood_mode(args: Any, processes: Processes) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="fake")
     parser.add_argument("--vms", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--calls-c1", type=int, default=3000)
@@ -582,6 +599,8 @@ def main() -> int:
     parser.add_argument("--floor-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.create_flood and args.backend != "fake":
+        parser.error("--create-flood slows the fake's Creates: it runs with --backend fake only")
     if args.floor_server is not None:
         serve_floor(args.floor_server, args.floor_data)
         return 0
@@ -590,7 +609,7 @@ def main() -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    info = machine()
+    info = {"backend": args.backend, **machine()}
     print(", ".join(f"{k} {v}" for k, v in info.items()) + "\n")
     processes = Processes()
     try:

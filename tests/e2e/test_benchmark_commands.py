@@ -63,6 +63,15 @@ def test_the_describe_benchmark_runs_and_prints_its_table(tmp_path: Path) -> Non
     assert "pyrigaud errors at c=32: 0" in out
 
 
+def test_the_describe_benchmark_runs_on_libvirts_test_driver(tmp_path: Path) -> None:
+    """pyrigaud on libvirt's test driver (in its own process), the VMs made by Create."""
+    arguments = [*TINY_DESCRIBE, "--rounds", "1", "--backend", "libvirt"]
+    out = bench("describe_bench.py", *arguments, json_to=tmp_path / "out.json")
+    assert "backend libvirt" in out
+    assert "pyrigaud/floor rps at c=32: " in out
+    assert "pyrigaud errors at c=32: 0" in out
+
+
 def test_the_describe_benchmark_counts_instructions_under_callgrind(tmp_path: Path) -> None:
     """Both servers under valgrind's callgrind (scripts/test installs it): about half a minute
     at this size, where the documented one takes minutes."""
