@@ -89,6 +89,15 @@ def valid_image(name: str, workdir: Path) -> CorpusImage:
     return image
 
 
+def staged_valid_images(put: Callable[[str, bytes], None], workdir: Path) -> dict[str, CorpusImage]:
+    """Every valid image, made in `workdir` and `put` on a staging store under its file name."""
+    workdir.mkdir(exist_ok=True)
+    images = {name: valid_image(name, workdir) for name in sorted(VALID)}
+    for image in images.values():
+        put(image.path.name, image.path.read_bytes())
+    return images
+
+
 def _vmdk_records(data: bytearray) -> Iterator[tuple[int, int, int]]:
     """A streamOptimized vmdk's records from its first grain on: (offset, the marker's first
     field (a grain's sector, or the sectors of metadata), its compressed size (0: metadata))."""

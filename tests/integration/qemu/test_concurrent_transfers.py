@@ -31,7 +31,7 @@ from pyrigaud.domain.models import CreateRequest, OwnerMark, VMClass, VMImage
 from support import ManualClock, ok
 from support.at_once import all_at_once, holds
 from support.disk_image import qemu_reading
-from support.image_corpus import VALID, oracle_raw, valid_image
+from support.image_corpus import VALID, oracle_raw, staged_valid_images
 from support.libvirt import libvirt_test_backend
 from support.qemu import QEMU_URI, open_qemu, random_base_volume, remove_pool_leftovers
 from support.staging import StagingCase, migration_name, pvc_case
@@ -86,10 +86,7 @@ def test_two_dozen_imports_and_exports_into_one_pool_at_once_move_the_right_byte
     site: Site, tmp_path: Path
 ) -> None:
     corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    images = {name: valid_image(name, corpus) for name in sorted(VALID)}
-    for image in images.values():
-        site.put(image.path.name, image.path.read_bytes())
+    images = staged_valid_images(site.put, corpus)
     sources = [
         ok(
             site.backend.lifecycle.start_create(

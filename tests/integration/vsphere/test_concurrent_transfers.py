@@ -30,7 +30,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 
 from support.at_once import all_at_once, holds
 from support.disk_image import qemu_reading, sparse_disk
-from support.image_corpus import VALID, oracle_raw, valid_image
+from support.image_corpus import VALID, oracle_raw, staged_valid_images
 from support.migration import TRANSFER_SECONDS, Storage, manager_image_json, settled
 from support.replica import Replica
 from support.staging import S3Server, manager_s3_options, migration_name
@@ -180,10 +180,7 @@ def test_two_dozen_imports_and_exports_into_one_datastore_at_once_move_the_right
     site: Site, tmp_path: Path
 ) -> None:
     corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    images = {name: valid_image(name, corpus) for name in sorted(VALID)}
-    for image in images.values():
-        site.staging.put(image.path.name, image.path.read_bytes())
+    images = staged_valid_images(site.staging.put, corpus)
     site.staging.put("base.raw", BASE)
     sources = [
         site.vm_around(
