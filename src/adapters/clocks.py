@@ -9,5 +9,8 @@ class SystemClock:
     def now(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)

@@ -50,6 +50,9 @@ class ManualClock:
         with self._lock:
             return self._now
 
+    def monotonic(self) -> float:
+        return self.now()
+
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
 

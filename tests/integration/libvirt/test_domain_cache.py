@@ -354,7 +354,7 @@ def test_addresses_come_from_the_background_once_known(backend: Backend, other: 
 def test_a_read_that_raced_with_a_drop_is_not_kept(backend: Backend, other: Any) -> None:
     vm_id = create(backend, "race")
     own = libvirt.open(URI)  # libvirt takes one callback per event and connection
-    cache = DomainCache(lambda _dom: ())
+    cache = DomainCache(lambda _dom: (), clock=ManualClock())
     cache.attach(own)
     dom = own.lookupByUUIDString(vm_id)
     with cache.loading() as load:

@@ -62,6 +62,7 @@ def build_libvirt_backend(
     # lambda finds the inventory made below.
     domains = DomainCache(
         guest_addresses,
+        clock=clock,
         warm_up=lambda conn: inventory.warm_up(conn),  # noqa: PLW0108
         on_resync=on_resync,
     )

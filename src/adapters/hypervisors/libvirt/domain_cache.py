@@ -24,7 +24,6 @@ import atexit
 import contextlib
 import logging
 import threading
-import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ import libvirt
 from pyrigaud.adapters.hypervisors.libvirt.calls import ANY_CODE, best_effort, refusal
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.domain_xml import DomainFacts, parse_domain
+from pyrigaud.application.ports.clock import Clock
 
 VirDomain = Any
 AddressReader = Callable[[VirDomain], tuple[str, ...]]
@@ -124,6 +124,7 @@ class DomainCache:
         self,
         read_addresses: AddressReader,
         *,
+        clock: Clock,
         warm_up: WarmUp = lambda _conn: None,
         tick_seconds: float = TICK_SECONDS,
         refreshes_per_tick: int = REFRESHES_PER_TICK,
@@ -135,8 +136,10 @@ class DomainCache:
         cache (a listing that gives up if `claim_warm_up` says another listing came first); the
         background thread runs it once per new connection. `on_resync` is told each time the
         cache starts afresh on a new connection after an earlier one fed it events: their feed
-        broke (the connection died or was replaced), and everything is read again (a metric)."""
+        broke (the connection died or was replaced), and everything is read again (a metric).
+        `clock` ages the addresses read."""
         self._read_addresses = read_addresses
+        self._clock = clock
         self._warm_up = warm_up
         self._cold: VirConnect | None = None  # a new connection no listing has read yet
         # The connection the refresher last filled for, weakly: it must not keep a closed one.
@@ -317,7 +320,7 @@ class DomainCache:
     def _keep_addresses(self, vm_id: str, begun: int, ips: tuple[str, ...]) -> None:
         with self._lock:
             if self._is_current(vm_id, begun):
-                self._addresses[vm_id] = _Addresses(ips, time.monotonic(), begun)
+                self._addresses[vm_id] = _Addresses(ips, self._clock.monotonic(), begun)
 
     def _reset_locked(self) -> None:
         self._sequence += 1
@@ -354,7 +357,7 @@ class DomainCache:
     def _due(self, limit: int) -> list[str]:
         """Running domains that lack their live side or whose addresses are missing, wanted
         or oldest: those first, then by age; at most `limit`."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         with self._lock:
             if not self._caching:
                 return []
