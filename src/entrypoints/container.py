@@ -312,8 +312,9 @@ class Container(containers.DeclarativeContainer):
         MutationLimiter,
         max_concurrent=settings.provided.max_concurrent_ops,
         rate_limit=providers.Factory(
-            rate_limit_of, settings.provided.rate_qps, settings.provided.rate_burst
+            rate_limit_of, settings.provided.rate_qps, settings.provided.rate_burst, clock
         ),
+        clock=clock,
     )
     rpcs = providers.Singleton(provider_rpcs, use_cases, clock, staging_types)
     servicer = providers.Singleton(

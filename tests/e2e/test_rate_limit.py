@@ -22,19 +22,26 @@ def token_waits() -> list[float]:
     return []
 
 
+class WaitsRecorded(ManualClock):
+    """A manual clock whose waits are recorded in `waits`."""
+
+    def __init__(self, waits: list[float]) -> None:
+        super().__init__()
+        self._waits = waits
+
+    def sleep(self, seconds: float) -> None:
+        self._waits.append(seconds)
+        super().sleep(seconds)
+
+
 @pytest.fixture
 def stub(token_waits: list[float]) -> Iterator[pb_grpc.ProviderStub]:
     """A provider allowing 2 mutations a second, 2 at once saved up. The bucket's time is a
     manual clock that only its waits move: however slow the machine, no token comes back
     by itself between two calls, and a wait costs no real time."""
-    clock = ManualClock()
-
-    def sleep(seconds: float) -> None:
-        token_waits.append(seconds)
-        clock.sleep(seconds)
-
-    bucket = TokenBucket(rate=2, burst=2, monotonic=clock.now, sleep=sleep)
-    limiter = MutationLimiter(max_concurrent=8, rate_limit=bucket)
+    clock = WaitsRecorded(token_waits)
+    bucket = TokenBucket(rate=2, burst=2, clock=clock)
+    limiter = MutationLimiter(max_concurrent=8, rate_limit=bucket, clock=clock)
     running = start_provider(limiter=limiter)
     yield running.stub
     running.channel.close()

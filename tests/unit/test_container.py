@@ -199,7 +199,7 @@ def clock_holders(*roots: object) -> dict[str, set[int]]:
     ("environ", "readers"),
     [
         ({"PROVIDER_TYPE": "fake"}, {"FakeHypervisor", "FakeFaults"}),
-        ({"PROVIDER_TYPE": "libvirt"}, {"LibvirtHost"}),
+        ({"PROVIDER_TYPE": "libvirt"}, {"LibvirtHost", "DomainCache"}),
         (
             {
                 "PROVIDER_TYPE": "vsphere",
@@ -214,14 +214,18 @@ def test_the_containers_clock_is_the_only_clock_every_component_reads(
     environ: dict[str, str], readers: set[str]
 ) -> None:
     """A clock given to the container reaches every piece that reads time: the hypervisor's
-    ports and sessions, the staging stores and their queue of deferred aborts."""
+    ports and sessions, the staging stores and their queue of deferred aborts, the mutation
+    limits and their rate limit."""
     clock = ManualClock()
+    environ = {**environ, "PYRIGAUD_RATE_QPS": "5"}
     container = Container(settings=load_settings(environ, staging_types=STAGING_TYPES))
     container.clock.override(providers.Object(clock))
     backend, staging = container.backend(), container.staging()
-    holders = clock_holders(backend, staging)
+    holders = clock_holders(backend, staging, container.limiter())
     session = vars(backend.health).get("_session")  # vSphere's: its update feed stops with it
     if session is not None:
         session.close()
-    assert readers | {"PvcStaging", "DeferredAborts"} <= set(holders)
+    assert readers | {"PvcStaging", "DeferredAborts", "MutationLimiter", "TokenBucket"} <= set(
+        holders
+    )
     assert set().union(*holders.values()) == {id(clock)}

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from returns.result import Failure, Success
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.hypervisors.fake.backend import fake_backend
 from pyrigaud.adapters.hypervisors.fake.hypervisor import FakeHypervisor
 from pyrigaud.application.timed_ports import instrument_backend
@@ -120,7 +121,7 @@ def test_a_bug_is_counted_as_internal_and_the_rpc_is_no_longer_in_flight() -> No
 
 def test_mutations_holding_a_slot_are_in_flight_and_a_refused_one_is_counted() -> None:
     metrics = Metrics()
-    limiter = MutationLimiter(max_concurrent=1)
+    limiter = MutationLimiter(max_concurrent=1, clock=SystemClock())
     with served_on_fake(metrics, limiter) as served:
         assert metrics.registry.get_sample_value("pyrigaud_inflight_mutations") == 0
         with limiter.slot(None) as acquired:

@@ -11,10 +11,11 @@ manager's circuit breaker).
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from pyrigaud.application.ports.clock import Clock
 
 # Leave the caller this much of its deadline to do the work once a slot is free.
 _DEADLINE_MARGIN_SECONDS = 1.0
@@ -34,23 +35,22 @@ class TokenBucket:
         rate: float,
         burst: int,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock,
     ) -> None:
+        """`clock` tells the time the tokens refill by, and waits for the next one."""
         if rate <= 0 or burst < 1:
             raise ValueError(f"a token bucket needs rate > 0 and burst >= 1, not {rate}/{burst}")
         self.rate = rate
         self._burst = float(burst)
-        self._monotonic = monotonic
-        self._sleep = sleep
+        self._clock = clock
         self._tokens = float(burst)
-        self._updated = monotonic()
+        self._updated = clock.monotonic()
         self._lock = threading.Lock()
 
     def acquire(self, timeout: float) -> bool:
         """Takes a token, waiting up to `timeout` seconds; False when none is due in time."""
         with self._lock:
-            now = self._monotonic()
+            now = self._clock.monotonic()
             self._tokens = min(self._burst, self._tokens + (now - self._updated) * self.rate)
             self._updated = now
             wait = max(0.0, (1.0 - self._tokens) / self.rate)
@@ -58,13 +58,13 @@ class TokenBucket:
                 return False
             self._tokens -= 1.0
         if wait > 0:
-            self._sleep(wait)
+            self._clock.sleep(wait)
         return True
 
 
-def rate_limit_of(qps: float, burst: int) -> TokenBucket | None:
+def rate_limit_of(qps: float, burst: int, clock: Clock) -> TokenBucket | None:
     """The backend's bucket from PYRIGAUD_RATE_QPS/BURST; a qps of 0 means no rate limit."""
-    return TokenBucket(qps, burst) if qps > 0 else None
+    return TokenBucket(qps, burst, clock=clock) if qps > 0 else None
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,14 @@ class MutationLimiter:
         max_wait_seconds: float = 30.0,
         rate_limit: TokenBucket | None = None,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock,
     ) -> None:
+        """`clock` tells how much of a caller's deadline its wait for a token spent."""
         self._max_concurrent = max_concurrent
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._max_wait = max_wait_seconds
         self._rate_limit = rate_limit
-        self._monotonic = monotonic
+        self._clock = clock
         self._held = 0
         self._held_lock = threading.Lock()
 
@@ -110,14 +111,14 @@ class MutationLimiter:
         budget = (
             self._max_wait if time_remaining is None else time_remaining - _DEADLINE_MARGIN_SECONDS
         )
-        deadline = self._monotonic() + max(0.0, budget)
+        deadline = self._clock.monotonic() + max(0.0, budget)
         if self._rate_limit is not None and not self._rate_limit.acquire(max(0.0, budget)):
             yield Admission(
                 f"too many operations: rate limit of {self._rate_limit.rate:g} mutations/s "
                 "reached on this provider; retry later"
             )
             return
-        acquired = self._slots.acquire(timeout=max(0.0, deadline - self._monotonic()))
+        acquired = self._slots.acquire(timeout=max(0.0, deadline - self._clock.monotonic()))
         if not acquired:
             yield Admission(
                 f"too many operations: {self._max_concurrent} operations already in progress "
