@@ -404,7 +404,7 @@ def bench_size(args: Any, processes: Processes, size: int, profile: bool) -> Siz
         )
         adapter = backend_over(session).inventory
         wait_warm(lambda: adapter.describe(first).unwrap(), lambda: float(len(adapter_calls)))
-        fake = start_fake(processes)
+        fake = start_fake(processes, "fake")
         fake_stub = pb_grpc.ProviderStub(fake.channel)
         fake_ids = seed_vms(fake.channel, FAKE_VMS)
         answers: list[pb.ListVMsResponse] = []
