@@ -61,8 +61,8 @@ class DownloadFields:
 class Download:
     """An open response: its length when the server said, and its verified body.
 
-    Iterating `chunks` to the end closes the connection, and its `outcome()` then says whether
-    they were the whole file the spec described; `close` closes one left unread.
+    Iterating `chunks` to the end closes the connection, and consuming them (`consumed_by`)
+    answers whether they were the whole file the spec described; `close` closes one left unread.
     """
 
     length: int | None

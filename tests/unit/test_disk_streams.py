@@ -12,6 +12,7 @@ from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.scratch import given_or_scratch
 from pyrigaud.adapters.hypervisors.disk_streams import ChunkStream, TransferStoppedError
+from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 
 from support import error_of, ok
@@ -48,10 +49,12 @@ def made_stream(
         file.write(IMAGE[:4])
         return Success(file)
 
-    def read(chunk: Callable[[], bytes]) -> Result[bytes, ProviderError]:
-        return Success(chunk())
+    return ChunkStream(make, None, holds, read_as_it_is), made_in
 
-    return ChunkStream(make, None, holds, read), made_in
+
+def read_as_it_is(read: Callable[[], Result[bytes, ProviderError]]) -> Result[bytes, ProviderError]:
+    """An edge where nothing raises."""
+    return read()
 
 
 def read_all(stream: ChunkStream) -> bytes:
@@ -91,5 +94,18 @@ def test_a_failed_making_is_told_and_what_the_read_held_is_released_as_stopped()
     holds, released = held()
     stream, _ = made_stream(holds, fails=ProviderError.unavailable("the lease was lost"))
     assert error_of(stream.make(None)).message == "the lease was lost"
+    stream.close()
+    assert released == [TransferStoppedError]
+
+
+def test_a_stream_cut_short_ends_its_reads_with_its_failure_and_the_read_stops() -> None:
+    """A codec's chunks (`Chunks`) end early at their failure: the read after the last chunk
+    answers it, and what the read held is released as stopped, not completed."""
+    holds, released = held()
+    cut = ProviderError.invalid_spec("source", "the vmdk ends inside a grain")
+    chunks = Chunks([Success(b"first"), Success(b"second"), Failure(cut)])
+    stream = ChunkStream(chunks, None, holds, read_as_it_is)
+    assert [ok(stream.read_chunk()), ok(stream.read_chunk())] == [b"first", b"second"]
+    assert error_of(stream.read_chunk()) == cut
     stream.close()
     assert released == [TransferStoppedError]

@@ -4,7 +4,8 @@ branches on a Result with `match` only. This scan fails, naming file:line, on wh
 model did: raising and catching ExpectedError (a value turned exception turned value), telling
 Success from Failure by isinstance or type(), and unwrap()/failure() after such a check. It
 holds the one way Results are sequenced too: a Failure passed on is returned as it is, never
-rebuilt, and lambdas (one-step transforms only) stay under a budget."""
+rebuilt, and lambdas (one-step transforms only) stay under a budget. A stream's failure has one
+channel too: the Result of consuming it, never an `outcome()` asked beside it."""
 
 from __future__ import annotations
 
@@ -134,6 +135,31 @@ def test_src_keeps_its_lambdas_under_budget() -> None:
     total = sum(counts.values())
     most = sorted(counts.items(), key=itemgetter(1), reverse=True)[:10]
     assert total < LAMBDA_BUDGET, f"{total} lines with a lambda, the most in: {most}"
+
+
+def _outcome_calls(tree: ast.AST) -> Iterator[int]:
+    """The lines that ask a stream for its outcome beside consuming it (`x.outcome()`)."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "outcome"
+        ):
+            yield node.lineno
+
+
+def test_src_takes_a_streams_failure_only_as_the_result_of_consuming_it() -> None:
+    """One error channel: a stream's failure is what consuming it answers (`Chunks.consumed_by`,
+    `answered_by`, `results`), never a second question asked after the iteration."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: .outcome() beside the stream; consume it with "
+        "`consumed_by` / `answered_by` and take its Result"
+        for path in _sources()
+        if path != SRC / "domain" / "chunks.py"
+        for line in _outcome_calls(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not offenders, "\n".join(offenders)
+    assert list(_outcome_calls(ast.parse("ended = stream.outcome()\nkind = r.outcome\n"))) == [1]
 
 
 def test_the_sequencing_scans_find_what_they_forbid() -> None:

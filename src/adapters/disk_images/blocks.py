@@ -39,12 +39,14 @@ def nonzero_blocks(
     found by `all_zero` before a block is copied out of its chunk, never byte by byte in
     Python.
     """
-    return Chunks(_nonzero_blocks(raw_chunks, capacity_bytes, block_bytes), after=raw_chunks)
+    return Chunks(nonzero_block_results(raw_chunks, capacity_bytes, block_bytes), after=raw_chunks)
 
 
-def _nonzero_blocks(
+def nonzero_block_results(
     raw_chunks: Iterable[bytes], capacity_bytes: int, block_bytes: int
 ) -> Iterator[Result[tuple[int, bytes], ProviderError]]:
+    """`nonzero_blocks` as Results, a wrong length last, for a codec that passes a failure on
+    in its own stream (its own `Chunks` answers `raw_chunks`' failure first)."""
     pending = bytearray()
     received = 0
     index = 0

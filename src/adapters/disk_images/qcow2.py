@@ -8,7 +8,7 @@ import struct
 from collections.abc import Iterable
 from typing import BinaryIO
 
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
 from pyrigaud.adapters.disk_images.blocks import (
     MAX_CHUNK_BYTES,
@@ -45,41 +45,58 @@ def write_qcow2(
     table is held), all-zero clusters stay unallocated; the L1 table, the refcounts and the
     header come last. Every cluster of the file is used exactly once, so each refcount is 1.
     """
-    size = round_up(capacity_bytes, SECTOR_BYTES)
-    span = _L2_ENTRIES * CLUSTER_BYTES
-    l1_size = -(-size // span)
-    l1_clusters = -(-l1_size * 8 // CLUSTER_BYTES)  # none for an empty disk: no leak
-    l1 = [0] * l1_size  # 8 bytes per 512 MiB of disk
-    next_cluster = 1 + l1_clusters
-    file.seek(next_cluster * CLUSTER_BYTES)
-    l2: list[int] = []
-    l2_index = 0
+    clusters = _Clusters(file, round_up(capacity_bytes, SECTOR_BYTES))
     blocks = nonzero_blocks(raw_chunks, capacity_bytes, CLUSTER_BYTES)
-    for cluster, data in blocks:
-        if cluster // _L2_ENTRIES != l2_index:
-            l1[l2_index] = _write_l2(file, l2, next_cluster)
-            next_cluster += 1
-            l2, l2_index = [], cluster // _L2_ENTRIES
-        l2.extend([0] * (cluster % _L2_ENTRIES - len(l2)))
-        l2.append(next_cluster * CLUSTER_BYTES | _COPIED)
-        file.write(data)
-        next_cluster += 1
-    match blocks.outcome():
-        case Failure() as failed:
-            return failed
-    if l2:
-        l1[l2_index] = _write_l2(file, l2, next_cluster)
-        next_cluster += 1
-    table_offset, table_clusters, total = _write_refcounts(file, next_cluster)
-    file.seek(CLUSTER_BYTES)
-    for start in range(0, l1_size, MAX_CHUNK_BYTES // 8):
-        piece = l1[start : start + MAX_CHUNK_BYTES // 8]
-        file.write(struct.pack(f">{len(piece)}Q", *piece))
-    file.seek(0)
-    file.write(_header(size, l1_size, table_offset, table_clusters))
-    file.truncate(total * CLUSTER_BYTES)
-    file.flush()
-    return Success(total * CLUSTER_BYTES)
+    return blocks.consumed_by(clusters.data_written).map(_Clusters.tables_written)
+
+
+class _Clusters:
+    """The image's clusters as they are written: the data, mapped by the L2 table being
+    filled, then the tables once every data cluster is in."""
+
+    def __init__(self, file: BinaryIO, size: int) -> None:
+        self._file = file
+        self._size = size
+        span = _L2_ENTRIES * CLUSTER_BYTES
+        self._l1_size = -(-size // span)
+        l1_clusters = -(-self._l1_size * 8 // CLUSTER_BYTES)  # none for an empty disk: no leak
+        self._l1 = [0] * self._l1_size  # 8 bytes per 512 MiB of disk
+        self._next_cluster = 1 + l1_clusters
+        self._l2: list[int] = []
+        self._l2_index = 0
+
+    def data_written(self, blocks: Iterable[tuple[int, bytes]]) -> _Clusters:
+        """Every non-zero cluster written in order, each L2 table after the data it maps."""
+        file = self._file
+        file.seek(self._next_cluster * CLUSTER_BYTES)
+        for cluster, data in blocks:
+            if cluster // _L2_ENTRIES != self._l2_index:
+                self._l1[self._l2_index] = _write_l2(file, self._l2, self._next_cluster)
+                self._next_cluster += 1
+                self._l2, self._l2_index = [], cluster // _L2_ENTRIES
+            self._l2.extend([0] * (cluster % _L2_ENTRIES - len(self._l2)))
+            self._l2.append(self._next_cluster * CLUSTER_BYTES | _COPIED)
+            file.write(data)
+            self._next_cluster += 1
+        return self
+
+    def tables_written(self) -> int:
+        """The last L2 table, the refcounts, the L1 table and the header written; the file's
+        size."""
+        file = self._file
+        if self._l2:
+            self._l1[self._l2_index] = _write_l2(file, self._l2, self._next_cluster)
+            self._next_cluster += 1
+        table_offset, table_clusters, total = _write_refcounts(file, self._next_cluster)
+        file.seek(CLUSTER_BYTES)
+        for start in range(0, self._l1_size, MAX_CHUNK_BYTES // 8):
+            piece = self._l1[start : start + MAX_CHUNK_BYTES // 8]
+            file.write(struct.pack(f">{len(piece)}Q", *piece))
+        file.seek(0)
+        file.write(_header(self._size, self._l1_size, table_offset, table_clusters))
+        file.truncate(total * CLUSTER_BYTES)
+        file.flush()
+        return total * CLUSTER_BYTES
 
 
 def _write_l2(file: BinaryIO, entries: list[int], cluster: int) -> int:

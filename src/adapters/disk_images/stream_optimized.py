@@ -18,7 +18,7 @@ from pyrigaud.adapters.disk_images.blocks import (
     MAX_CHUNK_BYTES,
     SECTOR_BYTES,
     ChunkReader,
-    nonzero_blocks,
+    nonzero_block_results,
     round_up,
     zero_chunks,
 )
@@ -73,7 +73,7 @@ def encode_stream_optimized(raw_chunks: Iterable[bytes], capacity_bytes: int) ->
     seeking back: the leading header says the grain directory is at the end, the footer says
     where. All-zero grains are left out; the last partial grain is padded with zeros. Raw
     chunks that end as they should not end the VMDK early, with their failure."""
-    return Chunks(_encoded(raw_chunks, capacity_bytes))
+    return Chunks(_encoded(raw_chunks, capacity_bytes), after=raw_chunks)
 
 
 def _encoded(
@@ -89,8 +89,16 @@ def _encoded(
     directory = [0] * tables  # 4 bytes per 32 MiB of disk
     table: list[int] = []
     table_index = 0
-    blocks = nonzero_blocks(raw_chunks, capacity_bytes, GRAIN_BYTES)
-    for grain, compressed in _deflated_grains(blocks):
+    # The blocks' Results are read as they come, one frame shallower than through a Chunks:
+    # a wrong length (or the raw chunks cut short) ends the VMDK with it, before its tables.
+    blocks = nonzero_block_results(raw_chunks, capacity_bytes, GRAIN_BYTES)
+    for deflated in _deflated_grains(blocks):
+        match deflated:
+            case Failure() as failed:
+                yield failed
+                return
+            case Success((int() as grain, bytes() as compressed)):
+                pass
         while grain // ENTRIES_PER_TABLE > table_index:
             directory[table_index] = _write_table(out, table)
             table, table_index = [], table_index + 1
@@ -100,10 +108,6 @@ def _encoded(
         out.add(compressed)
         out.pad_to_sector()
         yield from successes(out.flushed())
-    match blocks.outcome():
-        case Failure(error):
-            yield Failure(error)
-            return
     if tables:
         directory[table_index] = _write_table(out, table)
     directory_bytes = struct.pack(f"<{tables}I", *directory)
@@ -117,28 +121,40 @@ def _encoded(
     yield from successes(out.flushed(final=True))
 
 
-def _deflated_grains(blocks: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
-    """(grain, its deflated bytes) for every non-zero grain, in order. Deflate is the cost of
-    an export and zlib lets go of the GIL, so grains are deflated on a few threads; at most
-    _IN_FLIGHT grains (a few MiB) wait at once. Once a grain comes back at more than 90% of
-    its size, the following ones are probed before they are deflated, until one shrinks."""
+def _deflated_grains(
+    blocks: Iterable[Result[tuple[int, bytes], ProviderError]],
+) -> Iterator[Result[tuple[int, bytes], ProviderError]]:
+    """(grain, its deflated bytes) for every non-zero grain, in order, then the blocks'
+    failure if one ended them. Deflate is the cost of an export and zlib lets go of the GIL,
+    so grains are deflated on a few threads; at most _IN_FLIGHT grains (a few MiB) wait at
+    once. Once a grain comes back at more than 90% of its size, the following ones are probed
+    before they are deflated, until one shrinks."""
     pending: collections.deque[tuple[int, concurrent.futures.Future[bytes]]] = collections.deque()
     probe = False
+    ended: Result[None, ProviderError] = Success(None)
 
-    def written() -> tuple[int, bytes]:
+    def written() -> Result[tuple[int, bytes], ProviderError]:
         nonlocal probe
         grain, future = pending.popleft()
         deflated = future.result()
         probe = len(deflated) > _WORTH_DEFLATING * GRAIN_BYTES
-        return grain, deflated
+        return Success((grain, deflated))
 
     with concurrent.futures.ThreadPoolExecutor(_THREADS, "vmdk-deflate") as pool:
-        for grain, data in blocks:
-            pending.append((grain, pool.submit(_deflate, data, probe)))
+        for block in blocks:
+            match block:
+                case Failure() as failed:
+                    ended = failed
+                    break
+                case Success((int() as grain, bytes() as data)):
+                    pending.append((grain, pool.submit(_deflate, data, probe)))
             if len(pending) >= _IN_FLIGHT:
                 yield written()
         while pending:
             yield written()
+    match ended:
+        case Failure() as failed:
+            yield failed
 
 
 def _deflate(data: bytes, probe: bool) -> bytes:

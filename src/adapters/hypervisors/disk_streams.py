@@ -1,6 +1,7 @@
 """The DiskStream a hypervisor adapter hands ExportDisk: its chunks read under the adapter's own
-edge (exceptions become values there), or its image made whole first by the adapter's `Make`,
-and what the read holds released when it is closed."""
+edge (exceptions become values there) as Results, a stream's failure as the read it ended with,
+or its image made whole first by the adapter's `Make`, and what the read holds released when
+it is closed."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from typing import BinaryIO
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.scratch import file_chunks
-from pyrigaud.domain.chunks import outcome_of
+from pyrigaud.domain.chunks import results_of
 from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ProviderError
 
 logger = logging.getLogger(__name__)
 
-Edge = Callable[[Callable[[], bytes]], Result[bytes, ProviderError]]
+# A read (the next chunk, b"" at the end, or the stream's failure) made at the adapter's edge.
+Edge = Callable[[Callable[[], Result[bytes, ProviderError]]], Result[bytes, ProviderError]]
 # An image made whole in a file before it can be read, at the adapter's edge: in the file
 # given, or in a new scratch file the adapter's holds keep when given None; the file it is in.
 Make = Callable[[BinaryIO | None], Result[BinaryIO, ProviderError]]
@@ -46,6 +48,7 @@ class ChunkStream:
         self._make = None if isinstance(chunks, Iterator) else chunks
         self._made_whole_first = self._make is not None
         self._chunks: Iterator[bytes] = chunks if isinstance(chunks, Iterator) else iter(())
+        self._reads = results_of(self._chunks)
         self._left_behind = left_behind
         self._size_bytes = size_bytes
         self._holds = holds
@@ -79,6 +82,7 @@ class ChunkStream:
         self._size_bytes = os.fstat(file.fileno()).st_size
         file.seek(0)
         self._chunks = file_chunks(file)
+        self._reads = results_of(self._chunks)
         return Success(None)
 
     def read_chunk(self) -> Result[bytes, ProviderError]:
@@ -87,9 +91,8 @@ class ChunkStream:
                 case Failure() as failed:
                     return failed
         read = self._edge(self._next)
-        if read == _END:  # or cut short: a codec's chunks end early at their failure
-            read = Result.do(b"" for _ in outcome_of(self._chunks))
-            self._finished = read == _END
+        if read == _END:  # not cut short: a codec's chunks end early with their failure
+            self._finished = True
         return read
 
     def close(self) -> None:
@@ -98,7 +101,7 @@ class ChunkStream:
             case Failure(error):
                 logger.warning("could not release what a disk export held: %s", error)
 
-    def _release(self) -> bytes:
+    def _release(self) -> Result[bytes, ProviderError]:
         close = getattr(self._chunks, "close", None)
         if close is not None:
             close()  # a generator's own cleanup (an open libvirt stream is aborted)
@@ -107,10 +110,10 @@ class ChunkStream:
         else:
             stopped = TransferStoppedError("the transfer stopped before the disk's end")
             self._holds.__exit__(TransferStoppedError, stopped, None)
-        return b""
+        return _END
 
-    def _next(self) -> bytes:
-        return next(self._chunks, b"")
+    def _next(self) -> Result[bytes, ProviderError]:
+        return next(self._reads, _END)
 
 
 _END: Result[bytes, ProviderError] = Success(b"")

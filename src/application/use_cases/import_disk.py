@@ -179,27 +179,28 @@ class ImportDisk:
         inspection = self._judge.inspect(reader.size_bytes, fields.SOURCE_URL)
         chunks = _staged_chunks(reader, progress, watched, inspection.feed)
         watched.phase = TransferPhase.READ
-        _, rest = peek_header(chunks, JUDGED_PREFIX_BYTES)
         judged = Result.do(
-            image for _ in chunks.outcome() for image in _judged(watched, inspection.first_look)
+            (rest, image)
+            for _, rest in chunks.consumed_by(partial(peek_header, count=JUDGED_PREFIX_BYTES))
+            for image in _judged(watched, inspection.first_look)
         )
         match judged:
             case Failure() as failed:
                 return failed
-            case Success(image):
+            case Success((Chunks() as rest, JudgedImage() as image)):
                 pass
         watched.phase = TransferPhase.WRITE
-        # The stream's own failure (a read, a cancelled call) is what happened when it cut the
-        # bytes short: it is answered before the landing site's.
-        held = site.receive(rest, reader.size_bytes, image, progress)
-        match chunks.outcome():
-            case Failure() as failed:
-                watched.phase = TransferPhase.READ
-                match held:
-                    case Success(cut_short):
-                        cut_short.discard()
-                return failed
-        match held:
+
+        def cut_short(held: Result[ReceivedDisk, ProviderError]) -> None:
+            """The stream's own failure (a read, a cancelled call) is what happened when it cut
+            the bytes short: it is answered, not the landing site's, and what was held goes."""
+            watched.phase = TransferPhase.READ
+            match held:
+                case Success(held_disk):
+                    held_disk.discard()
+
+        receive = partial(site.receive, size_bytes=reader.size_bytes, image=image, watch=progress)
+        match rest.answered_by(receive, cut_short=cut_short):
             case Failure() as failed:
                 return failed
             case Success(received):
@@ -326,7 +327,7 @@ def _staged_chunks(
     inspect: Callable[[bytes], None] = lambda _: None,
 ) -> Chunks[bytes]:
     """The staged object's chunks, counted and shown to `inspect`; the first failure (a
-    cancelled call too) ends them early and is their outcome."""
+    cancelled call too) ends them early and is what consuming them answers."""
 
     def read() -> Iterator[Result[bytes, ProviderError]]:
         while True:
@@ -361,10 +362,16 @@ def _drained(
     reader: StagedReader, progress: TransferProgress, watched: Watched
 ) -> Result[str, ProviderError]:
     """The SHA-256 of the whole staged object, read to its end."""
-    chunks = _staged_chunks(reader, progress, watched)
+
+    def sha256(_read: None) -> str:
+        return reader.digest().sha256
+
+    return _staged_chunks(reader, progress, watched).consumed_by(_read_to_end).map(sha256)
+
+
+def _read_to_end(chunks: Iterator[bytes]) -> None:
     for _ in chunks:
         pass
-    return Result.do(reader.digest().sha256 for _ in chunks.outcome())
 
 
 def _answer_again(

@@ -255,8 +255,7 @@ def test_a_redirect_is_followed_and_its_target_checked_too(server: ImageServer) 
             named=NAMED,
         )
     )
-    assert b"".join(followed.chunks) == IMAGE
-    ok(followed.chunks.outcome())
+    assert ok(followed.chunks.consumed_by(b"".join)) == IMAGE
     refused = error_of(
         open_download(
             f"{server.base}/redirect?to=http://169.254.169.254/",
@@ -271,7 +270,7 @@ def test_a_redirect_is_followed_and_its_target_checked_too(server: ImageServer) 
     assert "metadata" in refused.message
 
 
-def test_a_checksum_mismatch_is_the_outcome_of_the_downloads_chunks(
+def test_a_checksum_mismatch_is_what_reading_the_downloads_chunks_answers(
     server: ImageServer,
 ) -> None:
     mismatched = ok(
@@ -283,8 +282,9 @@ def test_a_checksum_mismatch_is_the_outcome_of_the_downloads_chunks(
             named=NAMED,
         )
     )
-    assert b"".join(mismatched.chunks) == IMAGE
-    error = error_of(mismatched.chunks.outcome())
+    given: list[bytes] = []
+    error = error_of(mismatched.chunks.consumed_by(given.extend))
+    assert b"".join(given) == IMAGE
     assert error.kind is ErrorKind.INVALID_SPEC
     assert error.message.startswith("checksum: the sha256 of the downloaded image is ")
 

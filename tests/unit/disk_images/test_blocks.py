@@ -48,9 +48,7 @@ def test_blocks_holding_data_come_out_whole_and_in_place_across_chunk_edges() ->
     disk[block * 10 + 99] = 3
     chunks = [bytes(disk[at : at + 3000]) for at in range(0, len(disk), 3000)]
 
-    stream = nonzero_blocks(chunks, len(disk), block)
-    blocks = list(stream)
-    ok(stream.outcome())
+    blocks = ok(nonzero_blocks(chunks, len(disk), block).consumed_by(list))
 
     padded = bytes(disk) + bytes(block - 100)
     assert [index for index, _ in blocks] == [2, 4, 10]

@@ -22,6 +22,7 @@ from pyrigaud.adapters.disk_images.stream_optimized import encode_stream_optimiz
 from pyrigaud.domain.boot_sectors import FIRST_SECTORS_BYTES, boot_need
 from pyrigaud.domain.hardware import BootNeed
 
+from support import ok
 from support.boot_disks import uefi_only_disk
 from support.disk_image import MIB, chunked, file_chunks, qemu_img
 from support.image_corpus import HOSTILE, VALID, hostile_image, oracle_raw, valid_image
@@ -124,8 +125,7 @@ def test_the_projects_own_stream_optimized_vmdk_is_read_by_its_markers(
     raw = uefi_disk.read_bytes()
     image = workdir / "own.vmdk"
     encoded = encode_stream_optimized(chunked(raw, 1_000_000), len(raw))
-    image.write_bytes(b"".join(encoded))
-    assert encoded.outcome() == Success(None)
+    image.write_bytes(ok(encoded.consumed_by(b"".join)))
     first = captured_from(image, chunk_bytes)
     assert first == qemu_reads_at_zero(image, "vmdk") == raw[:FIRST_SECTORS_BYTES]
     assert boot_need(first) is BootNeed.UEFI_ONLY

@@ -4,14 +4,15 @@ outside the image or the disk."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from returns.result import Success
+from returns.result import Result, Success
 
 from pyrigaud.adapters.disk_images.qemu_map import MappedDisk, mapped_disk
 from pyrigaud.domain.disk_images import JudgedImage
-from pyrigaud.domain.errors import ErrorKind
+from pyrigaud.domain.errors import ErrorKind, ProviderError
 
 from support import CountingWatch, error_of, ok
 from support.disk_image import qemu_img, qemu_info
@@ -39,12 +40,21 @@ def _judged(path: Path, disk_format: str) -> JudgedImage:
     return JudgedImage(format=disk_format, virtual_size_bytes=qemu_info(path)["virtual-size"])
 
 
-def _read(image: Path, judged: JudgedImage, scratch: Path) -> tuple[MappedDisk | None, bytes]:
-    """mapped_disk's answer for `image`, and the disk its chunks gave (all of it, or up to the
-    failure that cut them short)."""
+@dataclass(frozen=True)
+class _Read:
+    mapped: MappedDisk | None  # mapped_disk's answer
+    disk: bytes  # what its chunks gave: all of the disk, or up to the failure that cut them
+    ended: Result[None, ProviderError]  # what reading them to their end answered
+
+
+def _read(image: Path, judged: JudgedImage, scratch: Path) -> _Read:
     with image.open("rb") as file:
         mapped = ok(mapped_disk(file, judged, str(scratch), CountingWatch()))
-        return mapped, b"" if mapped is None else b"".join(mapped.chunks)
+        if mapped is None:
+            return _Read(None, b"", Success(None))
+        given: list[bytes] = []
+        ended = mapped.chunks.consumed_by(given.extend)
+        return _Read(mapped, b"".join(given), ended)
 
 
 @pytest.mark.parametrize("name", MAPPED)
@@ -53,12 +63,12 @@ def test_plain_data_is_read_through_the_map_as_qemu_reads_the_disk(
 ) -> None:
     image = valid_image(name, corpus)
 
-    mapped, disk = _read(image.path, _judged(image.path, image.format), tmp_path)
+    read = _read(image.path, _judged(image.path, image.format), tmp_path)
 
-    assert mapped is not None
-    assert mapped.chunks.outcome() == Success(None)
-    assert disk == oracle_raw(image, corpus)
-    assert mapped.capacity_bytes == len(disk)
+    assert read.mapped is not None
+    assert read.ended == Success(None)
+    assert read.disk == oracle_raw(image, corpus)
+    assert read.mapped.capacity_bytes == len(read.disk)
 
 
 @pytest.mark.parametrize("name", CONVERTED)
@@ -67,9 +77,9 @@ def test_compressed_data_qemu_cannot_point_at_is_left_to_a_conversion(
 ) -> None:
     image = valid_image(name, corpus)
 
-    mapped, _ = _read(image.path, _judged(image.path, image.format), tmp_path)
+    read = _read(image.path, _judged(image.path, image.format), tmp_path)
 
-    assert mapped is None
+    assert read.mapped is None
 
 
 def test_data_in_another_file_is_refused(tmp_path: Path) -> None:
@@ -77,22 +87,22 @@ def test_data_in_another_file_is_refused(tmp_path: Path) -> None:
     qemu_img("create", "-f", "qcow2", "-o", f"data_file={tmp_path / 'data.raw'}", image, "1M")
     qemu_img("convert", "-n", "-O", "qcow2", _data(tmp_path), image)
 
-    mapped, disk = _read(image, JudgedImage(format="qcow2", virtual_size_bytes=2**20), tmp_path)
+    read = _read(image, JudgedImage(format="qcow2", virtual_size_bytes=2**20), tmp_path)
 
-    assert mapped is not None
-    refused = error_of(mapped.chunks.outcome())
+    assert read.mapped is not None
+    refused = error_of(read.ended)
     assert refused.kind is ErrorKind.INVALID_SPEC
     assert "data in another file than the image" in refused.message
-    assert disk == b""
+    assert read.disk == b""
 
 
 def test_an_extent_past_the_image_files_end_is_refused(corpus: Path, tmp_path: Path) -> None:
     image = _cut_copy(valid_image("qcow2-v3", corpus), tmp_path)
 
-    mapped, _ = _read(image, _judged(image, "qcow2"), tmp_path)
+    read = _read(image, _judged(image, "qcow2"), tmp_path)
 
-    assert mapped is not None
-    refused = error_of(mapped.chunks.outcome())
+    assert read.mapped is not None
+    refused = error_of(read.ended)
     assert refused.kind is ErrorKind.INVALID_SPEC
     assert "past the image file's end" in refused.message
 
@@ -101,10 +111,10 @@ def test_an_extent_past_the_judged_disks_end_is_refused(corpus: Path, tmp_path: 
     image = valid_image("qcow2-v3", corpus)
     smaller = JudgedImage(format="qcow2", virtual_size_bytes=2**20)
 
-    mapped, _ = _read(image.path, smaller, tmp_path)
+    read = _read(image.path, smaller, tmp_path)
 
-    assert mapped is not None
-    refused = error_of(mapped.chunks.outcome())
+    assert read.mapped is not None
+    refused = error_of(read.ended)
     assert refused.kind is ErrorKind.INVALID_SPEC
     assert "past the disk's end" in refused.message
 

@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any, BinaryIO, TypeVar
 
 import libvirt
+from returns.converters import flatten
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.disk_images.scratch import given_or_scratch
@@ -159,8 +160,12 @@ class LibvirtDiskTransfer:
         holds = contextlib.ExitStack()
         read = undone_on_failure(partial(self._read, conn, dom, holds, disk, asked), holds.close)
 
-        def downloaded(chunk: Callable[[], bytes]) -> Result[bytes, ProviderError]:
-            return self.host.attempt(doing, partial(refusing_unsupported, "download", chunk))
+        def downloaded(
+            read: Callable[[], Result[bytes, ProviderError]],
+        ) -> Result[bytes, ProviderError]:
+            return flatten(
+                self.host.attempt(doing, partial(refusing_unsupported, "download", read))
+            )
 
         def stream(found: _Read) -> DiskStream:
             return ChunkStream(

@@ -43,7 +43,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 from pyrigaud.application.ports.image_judge import ImageInspection, ImageJudge
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import DEFAULT_ROOT_DISK_GIB
-from pyrigaud.domain.chunks import Chunks, outcome_of
+from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.disk_images import JUDGED_PREFIX_BYTES, peek_header
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.image_urls import parse_image_url
@@ -97,15 +97,28 @@ class JudgedBody:
     chunks: Chunks[bytes]
     inspection: ImageInspection
 
-    def kept_if_judged(self, conn: VirConnect, path: str) -> Result[str, ProviderError]:
-        """The volume at `path` that the bytes were written into, or, when they were not all
+    def stored(
+        self, conn: VirConnect, upload: Callable[[Iterator[bytes]], str]
+    ) -> Result[str, ProviderError]:
+        """The volume `upload` writes all the bytes into (its path), or, when they were not all
         of the image (a cut download, a checksum that does not match) or the whole image is
         refused, that Failure, and no volume."""
 
-        def read_and_judged() -> Result[str, ProviderError]:
-            return Result.do(path for _ in self.chunks.outcome() for _ in self.inspection.verdict())
+        def uploaded(chunks: Iterator[bytes]) -> Result[str, ProviderError]:
+            return upload_or_refuse(partial(upload, chunks))
 
-        return undone_on_failure(read_and_judged, partial(delete_volume, conn, path))
+        def deleted(written: Result[str, ProviderError]) -> None:
+            match written:
+                case Success(path):
+                    delete_volume(conn, path)
+
+        def judged(path: str) -> Result[str, ProviderError]:
+            def whole() -> Result[str, ProviderError]:
+                return Result.do(path for _ in self.inspection.verdict())
+
+            return undone_on_failure(whole, partial(delete_volume, conn, path))
+
+        return self.chunks.answered_by(uploaded, cut_short=deleted).bind(judged)
 
 
 @dataclass(frozen=True)
@@ -134,7 +147,7 @@ class ImageDownloads:
     ) -> Result[JudgedBody, ProviderError]:
         """The image's format, judged from its first MiB before a byte is stored (one the spec
         names in `given` must agree), and all its bytes, the whole image judged after the
-        last (`JudgedBody.kept_if_judged`). A source cut short within the first MiB is
+        last (`JudgedBody.stored`). A source cut short within the first MiB is
         answered as its failure, before the judge's."""
         inspection = self.judge.inspect(size, named.url)
 
@@ -143,10 +156,12 @@ class ImageDownloads:
                 inspection.feed(chunk)
                 yield Success(chunk)
 
-        _, body = peek_header(Chunks(inspected(), after=chunks), JUDGED_PREFIX_BYTES)
+        peeked = Chunks(inspected(), after=chunks).consumed_by(
+            partial(peek_header, count=JUDGED_PREFIX_BYTES)
+        )
         return Result.do(
             JudgedBody(found, body, inspection)
-            for _ in outcome_of(chunks)
+            for _, body in peeked
             for image in inspection.first_look()
             for found in _agreed_format(image.format, given, named)
         )
@@ -164,10 +179,12 @@ class ImageDownloads:
     ) -> Result[str, ProviderError]:
         """A new volume holding the downloaded image (`body`, judged from the download), its
         checksum verified and the whole image judged; on any failure, no volume."""
-        chunks = logged_progress(body.chunks, label, download.length)
-        return upload_or_refuse(
-            partial(write_new_volume, conn, pool, xml, chunks, self.write_volume)
-        ).bind(partial(body.kept_if_judged, conn))
+
+        def uploaded(chunks: Iterator[bytes]) -> str:
+            logged = logged_progress(chunks, label, download.length)
+            return write_new_volume(conn, pool, xml, logged, self.write_volume)
+
+        return body.stored(conn, uploaded)
 
     def root_volume(
         self, conn: VirConnect, pool: Any, name: str, image: VMImage, root: RootPlan

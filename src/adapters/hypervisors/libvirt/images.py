@@ -23,7 +23,6 @@ from pyrigaud.adapters.hypervisors.libvirt.image_sources import (
     ImageDownloads,
     JudgedBody,
     declared_format,
-    upload_or_refuse,
 )
 from pyrigaud.adapters.hypervisors.libvirt.storage import (
     VolumeFacts,
@@ -103,9 +102,9 @@ class LibvirtImages:
         xml = volume_xml(name, size, volume_format=image_format)
 
         def written(body: JudgedBody) -> Result[str, ProviderError]:
-            return upload_or_refuse(
-                partial(write_new_volume, conn, pool, xml, body.chunks, self._host.write_volume)
-            ).bind(partial(body.kept_if_judged, conn))
+            return body.stored(
+                conn, partial(write_new_volume, conn, pool, xml, writer=self._host.write_volume)
+            )
 
         return self._downloads.judged(
             _file_chunks(file_path), size, image_format, FILE_FIELDS

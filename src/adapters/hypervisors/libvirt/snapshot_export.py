@@ -38,7 +38,6 @@ from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.storage import VolumeFacts
 from pyrigaud.adapters.hypervisors.libvirt.volume_streams import VirStorageVol, volume_chunks
 from pyrigaud.application.ports.disk_transfer import TransferWatch
-from pyrigaud.domain.chunks import Chunks
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
 
@@ -70,14 +69,19 @@ def snapshot_image(
         )
     overlay = files.enter_context(scratch_file(scratch_dir))
     volume = conn.storageVolLookupByPath(disk.path)
-    spooled = _spooled(counted(volume_chunks(conn, volume), watch), overlay)
+    # Each read spooled into its file, or the failure that cut it short (a cancelled call).
+    spooled = counted(volume_chunks(conn, volume), watch).consumed_by(
+        partial(spool_sparse, file=overlay)
+    )
     image: dict[str, object] = {"driver": "qcow2", "file": _file(overlay), "backing": None}
     descriptors = [overlay.fileno()]
     if backing is not None:
         base = files.enter_context(scratch_file(scratch_dir))
         # Its chunks are read only once the overlay's are spooled (volume_chunks is lazy).
         chain = counted(volume_chunks(conn, backing.volume), watch)
-        spooled = spooled.bind(partial(_spooled, chain, base))
+        spooled = Result.do(
+            None for _ in spooled for _ in chain.consumed_by(partial(spool_sparse, file=base))
+        )
         image["backing"] = _backing(backing.format, base)
         descriptors.append(base.fileno())
 
@@ -109,15 +113,6 @@ def _backing(disk_format: str, base: BinaryIO) -> dict[str, object]:
     if disk_format == "qcow2":
         return {"driver": "qcow2", "file": _file(base), "backing": None}
     return {"driver": disk_format, "file": _file(base)}
-
-
-def _spooled(
-    read: Chunks[bytes], file: BinaryIO, _after: None = None
-) -> Result[None, ProviderError]:
-    """`read` spooled into `file`, or the failure that cut it short (a cancelled call); bound
-    after an earlier spool, `_after` is what that one gave."""
-    spool_sparse(read, file)
-    return read.outcome()
 
 
 def _converted(

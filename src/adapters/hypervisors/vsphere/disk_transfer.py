@@ -200,11 +200,10 @@ class VSphereDiskTransfer:
                 stopped = TransferStoppedError("the export failed before its first chunk")
                 holds.__exit__(TransferStoppedError, stopped, None)
 
-        def read_at_the_edge(read: Callable[[], bytes]) -> Result[bytes, ProviderError]:
-            def chunk() -> Result[bytes, ProviderError]:
-                return Success(read())
-
-            return attempt(doing, chunk)
+        def read_at_the_edge(
+            read: Callable[[], Result[bytes, ProviderError]],
+        ) -> Result[bytes, ProviderError]:
+            return attempt(doing, read)
 
         def chunk_stream(found: tuple[Iterator[bytes] | Make, int | None]) -> DiskStream:
             return ChunkStream(*found, holds, read_at_the_edge, left_behind)
@@ -240,19 +239,14 @@ class VSphereDiskTransfer:
         whole disk read off the lease meanwhile (counted, and stopped, through `watch`)."""
 
         def made(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
-            header, rest = peek_header(counted(vmdk, watch), HEADER_BYTES)
+            peeked = counted(vmdk, watch).consumed_by(partial(peek_header, count=HEADER_BYTES))
             file = given_or_scratch(given, self.scratch_dir, holds)
-
-            def capacity(_read: None) -> Result[int, ProviderError]:
-                return stream_optimized_capacity(header)
-
-            def written(capacity_bytes: int) -> Result[int, ProviderError]:
-                return write_qcow2(decode_stream_optimized(rest), capacity_bytes, file)
-
-            def the_file(_written: int) -> BinaryIO:
-                return file
-
-            return rest.outcome().bind(capacity).bind(written).map(the_file)
+            return Result.do(
+                file
+                for header, rest in peeked
+                for capacity_bytes in stream_optimized_capacity(header)
+                for _ in write_qcow2(decode_stream_optimized(rest), capacity_bytes, file)
+            )
 
         def make(given: BinaryIO | None) -> Result[BinaryIO, ProviderError]:
             return attempt(doing, partial(made, given))

@@ -18,7 +18,7 @@ import contextlib
 import os
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
@@ -171,12 +171,11 @@ def _download(
     """The file at `url` written whole to `target`, its checksum verified."""
 
     def written(download: Download) -> Result[None, ProviderError]:
+        label = f"OVF package {target.name}"
         with contextlib.closing(download), target.open("wb") as out:
-            for chunk in logged_progress(
-                download.chunks, f"OVF package {target.name}", download.length
-            ):
-                out.write(chunk)
-        return download.chunks.outcome()
+            return download.chunks.consumed_by(
+                partial(_logged_into, out, label=label, length=download.length)
+            )
 
     return open_download(
         url,
@@ -185,6 +184,11 @@ def _download(
         allow_loopback=loopback,
         named=PACKAGE_FIELDS,
     ).bind(written)
+
+
+def _logged_into(out: IO[bytes], chunks: Iterator[bytes], label: str, length: int | None) -> None:
+    """Every chunk written to `out`, its progress logged."""
+    out.writelines(logged_progress(chunks, label, length))
 
 
 def _tar_package(holds: contextlib.ExitStack, path: Path) -> Result[Package, ProviderError]:
