@@ -200,15 +200,12 @@ def _qemu_convert(path: Path, disk_format: str, raw: Path) -> str | None:
 def _landed(path: Path, accepted: JudgedImage, folder: Path) -> Result[bytes | None, ProviderError]:
     """The disk as pyrigaud's own path reads it; None where qemu-img converts it instead."""
     if accepted.stream_optimized_vmdk:
-        decoded = decode_stream_optimized(file_chunks(path))
-        disk = b"".join(decoded)
-        return decoded.outcome().map(lambda _: disk)
+        return decode_stream_optimized(file_chunks(path)).consumed_by(b"".join)
     with path.open("rb") as image_file:
         mapped = mapped_disk(image_file, accepted, str(folder), _NoCaller())
         match mapped:
             case Success(MappedDisk() as read):
-                disk = b"".join(read.chunks)
-                return read.chunks.outcome().map(lambda _: disk)
+                return read.chunks.consumed_by(b"".join)
     return mapped.map(lambda _: None)
 
 
