@@ -7,11 +7,11 @@ some)."""
 from __future__ import annotations
 
 import logging
-import time
 
 from returns.result import Result
 
 from pyrigaud.application.cancellation import call_active
+from pyrigaud.application.ports.clock import Clock
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.staging import StagedDigest, StagedLocation
 
@@ -26,10 +26,13 @@ class TransferProgress:
     `announced`, one part of one (the disk read into the pod before it is staged), whose
     bytes are counted apart from the staged ones."""
 
-    def __init__(self, doing: str, location: StagedLocation, *, announced: bool = True) -> None:
+    def __init__(
+        self, doing: str, location: StagedLocation, clock: Clock, *, announced: bool = True
+    ) -> None:
         self.doing = doing
         self._where = f"{location.staging_type} {location.container}/{location.key}"
-        self._started = time.monotonic()
+        self._clock = clock
+        self._started = clock.monotonic()
         self._done = 0
         if announced:
             logger.info("%s: started (%s)", doing, self._where)
@@ -39,7 +42,7 @@ class TransferProgress:
         the RPC's client cancelled or its deadline passed (the transfer stops there)."""
         before, self._done = self._done, self._done + count
         if self._done // PROGRESS_EVERY_BYTES > before // PROGRESS_EVERY_BYTES:
-            seconds = max(time.monotonic() - self._started, 1e-6)
+            seconds = max(self._clock.monotonic() - self._started, 1e-6)
             logger.info(
                 "%s: %d MiB so far, %.1f MiB/s",
                 self.doing,
@@ -53,7 +56,7 @@ class TransferProgress:
         return call_active(self.doing)
 
     def finished(self, digest: StagedDigest) -> None:
-        seconds = time.monotonic() - self._started
+        seconds = self._clock.monotonic() - self._started
         logger.info(
             "%s: done, %d bytes in %.1f s (%.1f MiB/s), sha256 %s",
             self.doing,

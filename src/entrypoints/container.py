@@ -127,6 +127,7 @@ def provider_use_cases(
                 abandoned_after_seconds=abandoned,
                 metrics=transfer_metrics,
                 hardware=backend.hardware,
+                clock=clock,
             ),
         ),
         import_disk=_served(
@@ -140,6 +141,7 @@ def provider_use_cases(
                 storage_gate=storage_gate,
                 abandoned_after_seconds=abandoned,
                 metrics=transfer_metrics,
+                clock=clock,
             ),
         ),
         get_disk_info=_served(backend.disk_transfer, "disk transfer", GetDiskInfo),

@@ -83,9 +83,16 @@ def disk_moves(
     gate = storage_gate or LOOPBACK_GATE
     return DiskMoves(
         export_disk=ExportDisk(
-            disks, staging, claimed, storage_gate=gate, hardware=backend.hardware
+            disks,
+            staging,
+            claimed,
+            storage_gate=gate,
+            hardware=backend.hardware,
+            clock=SystemClock(),
         ),
-        import_disk=ImportDisk(disks, staging, IMAGE_JUDGE, claimed, storage_gate=gate),
+        import_disk=ImportDisk(
+            disks, staging, IMAGE_JUDGE, claimed, storage_gate=gate, clock=SystemClock()
+        ),
     )
 
 

@@ -215,17 +215,17 @@ def test_the_containers_clock_is_the_only_clock_every_component_reads(
 ) -> None:
     """A clock given to the container reaches every piece that reads time: the hypervisor's
     ports and sessions, the staging stores and their queue of deferred aborts, the mutation
-    limits and their rate limit."""
+    limits and their rate limit, the use cases that wait or time a transfer."""
     clock = ManualClock()
     environ = {**environ, "PYRIGAUD_RATE_QPS": "5"}
     container = Container(settings=load_settings(environ, staging_types=STAGING_TYPES))
     container.clock.override(providers.Object(clock))
     backend, staging = container.backend(), container.staging()
-    holders = clock_holders(backend, staging, container.limiter())
+    holders = clock_holders(backend, staging, container.limiter(), container.use_cases())
     session = vars(backend.health).get("_session")  # vSphere's: its update feed stops with it
     if session is not None:
         session.close()
-    assert readers | {"PvcStaging", "DeferredAborts", "MutationLimiter", "TokenBucket"} <= set(
-        holders
-    )
+    everywhere = {"PvcStaging", "DeferredAborts", "MutationLimiter", "TokenBucket"}
+    everywhere |= {"ExportDisk", "ImportDisk", "PowerVM", "TaskStatus"}
+    assert readers | everywhere <= set(holders)
     assert set().union(*holders.values()) == {id(clock)}

@@ -688,7 +688,11 @@ def test_operations_the_backend_lacks_are_unsupported(
     )
     assert error_kind(prepare) is ErrorKind.UNSUPPORTED
     export = ExportDisk(
-        served(limited.disk_transfer), staging, capabilities, storage_gate=LOOPBACK_GATE
+        served(limited.disk_transfer),
+        staging,
+        capabilities,
+        storage_gate=LOOPBACK_GATE,
+        clock=SystemClock(),
     )(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x")))
     assert error_kind(export) is ErrorKind.UNSUPPORTED
     upgrade = UpgradeHardware(limited.lifecycle, capabilities)(vm_id, 0)
@@ -731,7 +735,11 @@ def test_export_refuses_unlisted_modes_and_compression(
     )
     vm_id = create(backend)
     export = ExportDisk(
-        served(backend.disk_transfer), staging, claims(backend, staging), storage_gate=LOOPBACK_GATE
+        served(backend.disk_transfer),
+        staging,
+        claims(backend, staging),
+        storage_gate=LOOPBACK_GATE,
+        clock=SystemClock(),
     )
     compressed = export(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x"), compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
@@ -747,6 +755,7 @@ def test_export_refuses_unlisted_modes_and_compression(
                 .model_copy(update={"supported_transfer_modes": ()}),
             )
         ),
+        clock=SystemClock(),
     )
     unlisted = relay_only(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x")))
     assert error_kind(unlisted) is ErrorKind.UNSUPPORTED
@@ -759,7 +768,11 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
 ) -> None:
     """The manager's own rule: only NFS can be reached by the hypervisor itself."""
     export = ExportDisk(
-        served(backend.disk_transfer), staging, claims(backend, staging), storage_gate=LOOPBACK_GATE
+        served(backend.disk_transfer),
+        staging,
+        claims(backend, staging),
+        storage_gate=LOOPBACK_GATE,
+        clock=SystemClock(),
     )
     direct = export(
         ExportRequest(
@@ -778,6 +791,7 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
         IMAGE_JUDGE,
         claims(backend, staging),
         storage_gate=LOOPBACK_GATE,
+        clock=SystemClock(),
     )
     direct_import = importing(
         ImportRequest(source=staged("x://y/z", backend_type), mode=TransferMode.DIRECT)
@@ -867,6 +881,7 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
             claims(backend, staging),
             storage_gate=LOOPBACK_GATE,
             metrics=metrics,
+            clock=SystemClock(),
         ),
         import_disk=ImportDisk(
             disks,
@@ -875,6 +890,7 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
             claims(backend, staging),
             storage_gate=LOOPBACK_GATE,
             metrics=metrics,
+            clock=SystemClock(),
         ),
     )
     refused = ExportDisk(
@@ -883,6 +899,7 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
         claims(backend, staging),
         storage_gate=LOOPBACK_GATE,
         metrics=metrics,
+        clock=SystemClock(),
     )
     exported = ok(transfers.export_disk(moves, vm_id, "pvc://m/counted.qcow2"))
     transfers.export_disk(transfers.DiskMoves(refused, moves.import_disk), vm_id, "pvc://m/x")
@@ -977,6 +994,7 @@ def test_an_image_made_whole_first_is_made_in_the_staged_file_where_the_store_ke
         claims(backend, staging),
         storage_gate=LOOPBACK_GATE,
         metrics=metrics,
+        clock=SystemClock(),
     )
     exported = ok(transfers.export_request("any", "pvc://m/made.qcow2").bind(export))
     assert stream.made_in == [made_in]
@@ -997,6 +1015,7 @@ def test_an_image_whose_making_fails_in_the_staged_file_leaves_nothing_there(
         claims(backend, staging),
         storage_gate=LOOPBACK_GATE,
         metrics=metrics,
+        clock=SystemClock(),
     )
     failed = transfers.export_request("any", "pvc://m/made.qcow2").bind(export)
     assert error_of(failed).message == "the lease was lost"
@@ -1018,9 +1037,15 @@ def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(
             claims(backend, staging),
             storage_gate=LOOPBACK_GATE,
             metrics=metrics,
+            clock=SystemClock(),
         ),
         import_disk=ImportDisk(
-            disks, staging, IMAGE_JUDGE, claims(backend, staging), storage_gate=LOOPBACK_GATE
+            disks,
+            staging,
+            IMAGE_JUDGE,
+            claims(backend, staging),
+            storage_gate=LOOPBACK_GATE,
+            clock=SystemClock(),
         ),
     )
     ok(transfers.export_disk(moves, vm_id, "pvc://m/two.qcow2"))

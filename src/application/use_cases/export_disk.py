@@ -19,6 +19,7 @@ from returns.result import Failure, Result, Success
 from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
 from pyrigaud.application.hardware_manifest import render as render_manifest
 from pyrigaud.application.ports import CapabilitySource
+from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.disk_transfer import DiskReading, DiskStream
 from pyrigaud.application.ports.staging import StagedFile, StagedWriter, StagingStorage
 from pyrigaud.application.ports.storage_gate import StorageGate
@@ -53,6 +54,7 @@ class ExportDisk:
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
         metrics: TransferMetrics = UNCOUNTED,
         hardware: HardwareFacts | None = None,
+        clock: Clock,
     ) -> None:
         self._disks = disks
         self._hardware = hardware
@@ -61,6 +63,7 @@ class ExportDisk:
         self._capabilities = capabilities
         self._abandoned_after_seconds = abandoned_after_seconds
         self._metrics = metrics
+        self._clock = clock
 
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
         caps = self._capabilities.capabilities()
@@ -85,7 +88,7 @@ class ExportDisk:
                 return failed
             case Success((ExportRequest() as carried_request, StagedLocation() as destination)):
                 pass
-        with Watched(self._metrics, "export", destination) as watched:
+        with Watched(self._metrics, "export", destination, self._clock) as watched:
             return watched.counted(self._export(carried_request, destination, watched))
 
     def _export(
@@ -98,7 +101,9 @@ class ExportDisk:
             snapshot_id=request.snapshot_id or None,
             format=request.format,
         )
-        reading = TransferProgress(f"{doing}, reading the disk", destination, announced=False)
+        reading = TransferProgress(
+            f"{doing}, reading the disk", destination, self._clock, announced=False
+        )
         match self._disks.read_disk(disk, reading):
             case Failure() as failed:
                 return failed
@@ -168,7 +173,7 @@ class ExportDisk:
     ) -> Result[StagedDigest, ProviderError]:
         """Every byte of `stream` staged and committed: an image made whole first is made in
         the store's own file where it keeps one, else in scratch and copied like any other."""
-        progress = TransferProgress(doing, destination)
+        progress = TransferProgress(doing, destination, watched.clock)
         if stream.made_whole_first:
             match self._staging.open_file(destination):
                 case Failure() as failed:

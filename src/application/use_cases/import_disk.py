@@ -22,6 +22,7 @@ from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX, MAX_MANIFEST
 from pyrigaud.application.hardware_manifest import read as read_manifest
 from pyrigaud.application.import_record import ImportRecord, parse_record, render_record
 from pyrigaud.application.ports import CapabilitySource
+from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.disk_transfer import DiskLanding, LandingSite, ReceivedDisk
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagedReader, StagingStorage
@@ -68,6 +69,7 @@ class ImportDisk:
         storage_gate: StorageGate,
         abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
         metrics: TransferMetrics = UNCOUNTED,
+        clock: Clock,
     ) -> None:
         self._disks = disks
         self._staging = staging
@@ -76,6 +78,7 @@ class ImportDisk:
         self._capabilities = capabilities
         self._abandoned_after_seconds = abandoned_after_seconds
         self._metrics = metrics
+        self._clock = clock
 
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
         caps = self._capabilities.capabilities()
@@ -97,7 +100,7 @@ class ImportDisk:
                 return failed
             case Success((ImportRequest() as carried_request, StagedLocation() as source)):
                 pass
-        with Watched(self._metrics, "import", source) as watched:
+        with Watched(self._metrics, "import", source, self._clock) as watched:
             return watched.counted(self._import(carried_request, source, watched))
 
     def _import(
@@ -175,7 +178,7 @@ class ImportDisk:
         """The staged bytes held by the hypervisor once their format is judged and their
         checksum matches, with the firmware the judge says the disk boots by; nothing is held
         otherwise."""
-        progress = TransferProgress(f"import of {source.name!r}", source)
+        progress = TransferProgress(f"import of {source.name!r}", source, watched.clock)
         inspection = self._judge.inspect(reader.size_bytes, fields.SOURCE_URL)
         chunks = _staged_chunks(reader, progress, watched, inspection.feed)
         watched.phase = TransferPhase.READ
@@ -394,7 +397,11 @@ def _answer_again(
         Success(expected)
         if expected is not None
         else (
-            _drained(reader, TransferProgress(f"checksum of {site.disk_name!r}", source), watched)
+            _drained(
+                reader,
+                TransferProgress(f"checksum of {site.disk_name!r}", source, watched.clock),
+                watched,
+            )
         )
     )
     match staged:

@@ -5,11 +5,11 @@ goes, and a transfer as its metrics see it."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
+from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.staging import StagingStorage
 from pyrigaud.application.ports.transfer_metrics import (
     TransferMetrics,
@@ -95,11 +95,14 @@ class Watched:
     is counted), its bytes as they pass, and its end, as the block it runs in (a `with` adds
     no frame while the transfer runs): its outcome is `counted`."""
 
-    def __init__(self, metrics: TransferMetrics, direction: str, location: StagedLocation) -> None:
+    def __init__(
+        self, metrics: TransferMetrics, direction: str, location: StagedLocation, clock: Clock
+    ) -> None:
         self._metrics = metrics
         self._direction = direction
         self._storage = location.staging_type
-        self._started = time.monotonic()
+        self.clock = clock  # what the transfer's progress lines time it by too
+        self._started = clock.monotonic()
         self._bytes = 0
         self.phase = TransferPhase.OPEN
 
@@ -121,7 +124,7 @@ class Watched:
         self._metrics.ended(
             self._direction,
             self._storage,
-            seconds=time.monotonic() - self._started,
+            seconds=self.clock.monotonic() - self._started,
             size_bytes=self._bytes,
             failed_in=self._failed_in,
         )

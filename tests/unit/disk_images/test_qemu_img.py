@@ -8,6 +8,7 @@ import os
 import struct
 from pathlib import Path
 
+from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.disk_images.qemu_img import QemuImgLimits, run_qemu_img
 from pyrigaud.application.cancellation import serving_call
 from pyrigaud.application.transfer_progress import TransferProgress
@@ -81,7 +82,7 @@ def _converts(pid: str, out: Path) -> bool:
 
 def test_a_transfer_watch_says_stop_once_the_rpcs_caller_is_gone() -> None:
     """What the use cases hand in: their progress, over the RPC's cancellation scope."""
-    progress = TransferProgress("export of VM 'web'", staged("pvc://m/web.qcow2"))
+    progress = TransferProgress("export of VM 'web'", staged("pvc://m/web.qcow2"), SystemClock())
     gone = False
     with serving_call(lambda: not gone):
         assert ok(progress.check()) is None
