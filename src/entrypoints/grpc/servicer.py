@@ -30,6 +30,7 @@ from pyrigaud.domain.default_names import snapshot_name
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import ExportResult, ImportResult, PreparedImage, Snapshot, VMInfo
 from pyrigaud.domain.power import PowerOp
+from pyrigaud.domain.remembered import Remembered
 from pyrigaud.domain.tasks import TaskRef
 from pyrigaud.entrypoints.grpc import translate, wire
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
@@ -174,6 +175,9 @@ class ProviderHandlers:
         self._use = use
         self._clock = clock
         self._staging_types = staging_types
+        # Each VM's reply, made again only when its description changes (it rarely does
+        # between two of the manager's Describes, ten seconds apart).
+        self._describe_replies = Remembered(translate.describe_response)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -183,7 +187,8 @@ class ProviderHandlers:
 
     def describe(self, request: pb.DescribeRequest) -> _Answer[pb.DescribeResponse]:
         """The hot read: the id as it is (any id can be read; no parse, no Result made)."""
-        return self._use.describe_vm(request.id).map(translate.describe_response)
+        vm_id = request.id
+        return self._use.describe_vm(vm_id).map(lambda found: self._describe_replies(vm_id, found))
 
     def task_status(self, request: pb.TaskStatusRequest) -> _Answer[pb.TaskStatusResponse]:
         state = self._use.task_status(request.task.id)

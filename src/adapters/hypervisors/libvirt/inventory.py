@@ -39,6 +39,7 @@ from pyrigaud.adapters.hypervisors.libvirt.storage import (
 from pyrigaud.domain.addresses import nic_addresses
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import DiskInfo, NetworkInfo, VMDescription, VMInfo
+from pyrigaud.domain.remembered import Remembered
 
 VirDomain = Any
 
@@ -85,6 +86,8 @@ class LibvirtInventory:
         self._domains: DomainCache = host.domains
         # One listing at a time (the cache's warm-up is one): a second would redo the same reads.
         self._listing = threading.Lock()
+        # A cache hit's description, derived again only when the view or the addresses change.
+        self._described = Remembered(_hit_description)
 
     def describe(self, vm_id: str) -> Result[VMDescription | None, ProviderError]:
         """A cache hit is answered from the cache alone: no connection, no call slot, no
@@ -92,7 +95,7 @@ class LibvirtInventory:
         as one round trip."""
         hit = self._domains.hit(vm_id)
         if hit is not None:
-            return Success(_description(*hit))
+            return Success(self._described(vm_id, hit))
 
         def describe(conn: VirConnect) -> VMDescription | None:
             self._domains.attach(conn)
@@ -188,6 +191,10 @@ class LibvirtInventory:
             guest = Guest.lookup(conn, view.facts.uuid)
             dom = guest.dom if guest is not None else None
         return self._domains.read_addresses(view.facts.uuid, dom) if dom is not None else ()
+
+
+def _hit_description(hit: tuple[DomainView, tuple[str, ...]]) -> VMDescription:
+    return _description(*hit)
 
 
 def _description(view: DomainView, ips: tuple[str, ...]) -> VMDescription:
