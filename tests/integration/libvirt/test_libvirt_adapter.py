@@ -5,11 +5,13 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import libvirt
 import pytest
+from returns.result import Success
 
 from pyrigaud.adapters.hypervisors.libvirt.connection import LibvirtConnection
 from pyrigaud.adapters.hypervisors.libvirt.errors import provider_error
@@ -35,6 +37,7 @@ from pyrigaud.domain.models import (
 from pyrigaud.domain.power import PowerState
 
 from support import ManualClock, error_kind, error_of, ok
+from support.at_once import all_at_once
 from support.libvirt import (
     add_base_image,
     clone_vm,
@@ -251,6 +254,22 @@ def test_the_default_pool_is_created_when_missing(tmp_path: Path) -> None:
     info = ok(backend.inventory.vm_info(vm_id))
     assert info is not None
     assert len(pool_volumes(connection)) == 1
+    connection.close()
+
+
+def test_creates_at_once_on_a_host_without_the_default_pool_all_make_their_vms(
+    tmp_path: Path,
+) -> None:
+    """Each finds no pool and defines it; libvirt refuses all but the first ("already
+    exists"), and the one defined is theirs too, as starting it twice is."""
+    backend, connection = make_backend(
+        isolated_host_uri(tmp_path, with_default_pool=False), ManualClock()
+    )
+    names = [f"racing-{index}" for index in range(8)]
+    made = all_at_once([partial(create_vm, backend, request(name), OWNER) for name in names])
+    assert [result.map(lambda _: "made") for result in made] == [Success("made")] * len(names)
+    assert ok(connection.call(lambda conn: conn.storagePoolLookupByName("default").isActive())) == 1
+    assert sorted(domain_names(connection)) == sorted(names)
     connection.close()
 
 

@@ -18,7 +18,14 @@ import libvirt
 from returns.result import Failure, Result, Success
 
 from pyrigaud.adapters.hypervisors.cleanup import undone_on_raise
-from pyrigaud.adapters.hypervisors.libvirt.calls import ANY_CODE, best_effort, or_none, refusal
+from pyrigaud.adapters.hypervisors.libvirt.calls import (
+    ANY_CODE,
+    Refused,
+    answer,
+    best_effort,
+    or_none,
+    refusal,
+)
 from pyrigaud.adapters.hypervisors.libvirt.connection import VirConnect
 from pyrigaud.adapters.hypervisors.libvirt.pool_jobs import building_in, refreshing
 from pyrigaud.domain import fields
@@ -62,12 +69,36 @@ def find_pool(
     if pool is None:
         if name != settings.default_pool:
             return Failure(ProviderError.invalid_spec(field, f"no storage pool named {name!r}"))
-        pool = conn.storagePoolDefineXML(_dir_pool_xml(name, settings.default_pool_path), 0)
-        pool.build(0)
-        pool.setAutostart(1)
+        pool = _default_pool_made(conn, settings)
     if not pool.isActive():
-        pool.create(0)
+        # Another call (or replica) may start it at the same moment: started is started.
+        refusal(
+            partial(pool.create, 0),
+            (libvirt.VIR_ERR_OPERATION_INVALID,),
+            unless=lambda: not pool.isActive(),
+        )
     return Success(pool)
+
+
+def _default_pool_made(conn: VirConnect, settings: PoolSettings) -> VirStoragePool:
+    """The default pool defined, built and started with the host. Another call (or replica)
+    defining it at the same moment makes libvirt refuse this one ("already exists"): its pool
+    is the one, built here too unless it already started (building a directory pool again
+    changes nothing; libvirt refuses to build an active one)."""
+    name = settings.default_pool
+    defined = answer(
+        partial(conn.storagePoolDefineXML, _dir_pool_xml(name, settings.default_pool_path), 0),
+        (libvirt.VIR_ERR_OPERATION_FAILED,),
+        unless=lambda: _pool_named(conn, name) is None,
+    )
+    pool = conn.storagePoolLookupByName(name) if isinstance(defined, Refused) else defined
+    refusal(
+        partial(pool.build, 0),
+        (libvirt.VIR_ERR_OPERATION_INVALID,),
+        unless=lambda: not pool.isActive(),
+    )
+    pool.setAutostart(1)
+    return pool
 
 
 def _pool_named(conn: VirConnect, name: str) -> VirStoragePool | None:
