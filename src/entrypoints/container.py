@@ -58,6 +58,7 @@ from pyrigaud.application.use_cases.snapshots import (
 )
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.application.use_cases.transfers import TransferContext
 from pyrigaud.application.use_cases.validate import ValidateProvider
 from pyrigaud.domain.leftovers import LeftoverPolicy
 from pyrigaud.domain.models import OwnerMark
@@ -98,7 +99,13 @@ def provider_use_cases(
     a staged image's format, `leftovers` when a transfer's staged temporaries count as
     abandoned, and `transfer_metrics` what an operator sees of transfers."""
     caps = TransferClaims(backend.capabilities, staging.types)
-    abandoned = leftovers.transfer_abandoned_after_seconds
+    transfers = TransferContext(
+        staging,
+        storage_gate,
+        clock,
+        abandoned_after_seconds=leftovers.transfer_abandoned_after_seconds,
+        metrics=transfer_metrics,
+    )
     return ProviderUseCases(
         validate=ValidateProvider(backend.health),
         create_vm=CreateVM(backend.lifecycle, ownership, hardware=backend.hardware),
@@ -119,30 +126,10 @@ def provider_use_cases(
         export_disk=_served(
             backend.disk_transfer,
             "disk export",
-            lambda p: ExportDisk(
-                p,
-                staging,
-                caps,
-                storage_gate=storage_gate,
-                abandoned_after_seconds=abandoned,
-                metrics=transfer_metrics,
-                hardware=backend.hardware,
-                clock=clock,
-            ),
+            lambda p: ExportDisk(p, caps, transfers, hardware=backend.hardware),
         ),
         import_disk=_served(
-            backend.disk_transfer,
-            "disk import",
-            lambda p: ImportDisk(
-                p,
-                staging,
-                judge,
-                caps,
-                storage_gate=storage_gate,
-                abandoned_after_seconds=abandoned,
-                metrics=transfer_metrics,
-                clock=clock,
-            ),
+            backend.disk_transfer, "disk import", lambda p: ImportDisk(p, judge, caps, transfers)
         ),
         get_disk_info=_served(backend.disk_transfer, "disk transfer", GetDiskInfo),
         list_vms=ListVMs(backend.inventory),

@@ -25,6 +25,7 @@ from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.use_cases.capabilities import TransferClaims
 from pyrigaud.application.use_cases.export_disk import ExportDisk
 from pyrigaud.application.use_cases.import_disk import ImportDisk
+from pyrigaud.application.use_cases.transfers import TransferContext
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.models import (
@@ -83,15 +84,10 @@ def disk_moves(
     gate = storage_gate or LOOPBACK_GATE
     return DiskMoves(
         export_disk=ExportDisk(
-            disks,
-            staging,
-            claimed,
-            storage_gate=gate,
-            hardware=backend.hardware,
-            clock=SystemClock(),
+            disks, claimed, TransferContext(staging, gate, SystemClock()), hardware=backend.hardware
         ),
         import_disk=ImportDisk(
-            disks, staging, IMAGE_JUDGE, claimed, storage_gate=gate, clock=SystemClock()
+            disks, IMAGE_JUDGE, claimed, TransferContext(staging, gate, SystemClock())
         ),
     )
 

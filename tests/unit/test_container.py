@@ -226,6 +226,6 @@ def test_the_containers_clock_is_the_only_clock_every_component_reads(
     if session is not None:
         session.close()
     everywhere = {"PvcStaging", "DeferredAborts", "MutationLimiter", "TokenBucket"}
-    everywhere |= {"ExportDisk", "ImportDisk", "PowerVM", "TaskStatus"}
+    everywhere |= {"TransferContext", "PowerVM", "TaskStatus"}
     assert readers | everywhere <= set(holders)
     assert set().union(*holders.values()) == {id(clock)}

@@ -54,6 +54,7 @@ from pyrigaud.application.use_cases.snapshots import (
 )
 from pyrigaud.application.use_cases.sweep_leftovers import SweepLeftovers
 from pyrigaud.application.use_cases.task_status import TaskStatus
+from pyrigaud.application.use_cases.transfers import TransferContext
 from pyrigaud.domain import fields
 from pyrigaud.domain.disk_images import LeftBehind
 from pyrigaud.domain.errors import ErrorKind, ProviderError
@@ -689,10 +690,8 @@ def test_operations_the_backend_lacks_are_unsupported(
     assert error_kind(prepare) is ErrorKind.UNSUPPORTED
     export = ExportDisk(
         served(limited.disk_transfer),
-        staging,
         capabilities,
-        storage_gate=LOOPBACK_GATE,
-        clock=SystemClock(),
+        TransferContext(staging, LOOPBACK_GATE, SystemClock()),
     )(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x")))
     assert error_kind(export) is ErrorKind.UNSUPPORTED
     upgrade = UpgradeHardware(limited.lifecycle, capabilities)(vm_id, 0)
@@ -736,18 +735,14 @@ def test_export_refuses_unlisted_modes_and_compression(
     vm_id = create(backend)
     export = ExportDisk(
         served(backend.disk_transfer),
-        staging,
         claims(backend, staging),
-        storage_gate=LOOPBACK_GATE,
-        clock=SystemClock(),
+        TransferContext(staging, LOOPBACK_GATE, SystemClock()),
     )
     compressed = export(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x"), compress=True))
     assert error_kind(compressed) is ErrorKind.UNSUPPORTED
     relay_only = ExportDisk(
         served(backend.disk_transfer),
-        staging,
-        storage_gate=LOOPBACK_GATE,
-        capabilities=FakeCapabilities(
+        FakeCapabilities(
             FakeHypervisor(
                 clock,
                 capabilities=claims(backend, staging)
@@ -755,7 +750,7 @@ def test_export_refuses_unlisted_modes_and_compression(
                 .model_copy(update={"supported_transfer_modes": ()}),
             )
         ),
-        clock=SystemClock(),
+        TransferContext(staging, LOOPBACK_GATE, SystemClock()),
     )
     unlisted = relay_only(ExportRequest(vm_id=vm_id, destination=staged("pvc://m/x")))
     assert error_kind(unlisted) is ErrorKind.UNSUPPORTED
@@ -769,10 +764,8 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     """The manager's own rule: only NFS can be reached by the hypervisor itself."""
     export = ExportDisk(
         served(backend.disk_transfer),
-        staging,
         claims(backend, staging),
-        storage_gate=LOOPBACK_GATE,
-        clock=SystemClock(),
+        TransferContext(staging, LOOPBACK_GATE, SystemClock()),
     )
     direct = export(
         ExportRequest(
@@ -787,11 +780,9 @@ def test_a_direct_transfer_through_pvc_or_s3_is_invalid_as_the_manager_says(
     )
     importing = ImportDisk(
         served(backend.disk_transfer),
-        staging,
         IMAGE_JUDGE,
         claims(backend, staging),
-        storage_gate=LOOPBACK_GATE,
-        clock=SystemClock(),
+        TransferContext(staging, LOOPBACK_GATE, SystemClock()),
     )
     direct_import = importing(
         ImportRequest(source=staged("x://y/z", backend_type), mode=TransferMode.DIRECT)
@@ -877,29 +868,20 @@ def test_a_transfer_is_counted_with_the_phase_a_failed_one_failed_in(
     moves = transfers.DiskMoves(
         export_disk=ExportDisk(
             disks,
-            staging,
             claims(backend, staging),
-            storage_gate=LOOPBACK_GATE,
-            metrics=metrics,
-            clock=SystemClock(),
+            TransferContext(staging, LOOPBACK_GATE, SystemClock(), metrics=metrics),
         ),
         import_disk=ImportDisk(
             disks,
-            staging,
             IMAGE_JUDGE,
             claims(backend, staging),
-            storage_gate=LOOPBACK_GATE,
-            metrics=metrics,
-            clock=SystemClock(),
+            TransferContext(staging, LOOPBACK_GATE, SystemClock(), metrics=metrics),
         ),
     )
     refused = ExportDisk(
         disks,
-        RefusingStaging(),
         claims(backend, staging),
-        storage_gate=LOOPBACK_GATE,
-        metrics=metrics,
-        clock=SystemClock(),
+        TransferContext(RefusingStaging(), LOOPBACK_GATE, SystemClock(), metrics=metrics),
     )
     exported = ok(transfers.export_disk(moves, vm_id, "pvc://m/counted.qcow2"))
     transfers.export_disk(transfers.DiskMoves(refused, moves.import_disk), vm_id, "pvc://m/x")
@@ -990,11 +972,8 @@ def test_an_image_made_whole_first_is_made_in_the_staged_file_where_the_store_ke
     store = staging if local_files else KeepsNoLocalFiles(staging)
     export = ExportDisk(
         ReadsAs(stream),
-        store,  # type: ignore[arg-type]
         claims(backend, staging),
-        storage_gate=LOOPBACK_GATE,
-        metrics=metrics,
-        clock=SystemClock(),
+        TransferContext(store, LOOPBACK_GATE, SystemClock(), metrics=metrics),  # type: ignore[arg-type]
     )
     exported = ok(transfers.export_request("any", "pvc://m/made.qcow2").bind(export))
     assert stream.made_in == [made_in]
@@ -1011,11 +990,8 @@ def test_an_image_whose_making_fails_in_the_staged_file_leaves_nothing_there(
     metrics = RecordedTransfers()
     export = ExportDisk(
         ReadsAs(stream),
-        staging,
         claims(backend, staging),
-        storage_gate=LOOPBACK_GATE,
-        metrics=metrics,
-        clock=SystemClock(),
+        TransferContext(staging, LOOPBACK_GATE, SystemClock(), metrics=metrics),
     )
     failed = transfers.export_request("any", "pvc://m/made.qcow2").bind(export)
     assert error_of(failed).message == "the lease was lost"
@@ -1033,19 +1009,14 @@ def test_an_export_of_one_disk_of_several_says_what_it_leaves_behind(
     moves = transfers.DiskMoves(
         export_disk=ExportDisk(
             disks,
-            staging,
             claims(backend, staging),
-            storage_gate=LOOPBACK_GATE,
-            metrics=metrics,
-            clock=SystemClock(),
+            TransferContext(staging, LOOPBACK_GATE, SystemClock(), metrics=metrics),
         ),
         import_disk=ImportDisk(
             disks,
-            staging,
             IMAGE_JUDGE,
             claims(backend, staging),
-            storage_gate=LOOPBACK_GATE,
-            clock=SystemClock(),
+            TransferContext(staging, LOOPBACK_GATE, SystemClock()),
         ),
     )
     ok(transfers.export_disk(moves, vm_id, "pvc://m/two.qcow2"))

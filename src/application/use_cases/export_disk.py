@@ -19,21 +19,16 @@ from returns.result import Failure, Result, Success
 from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX
 from pyrigaud.application.hardware_manifest import render as render_manifest
 from pyrigaud.application.ports import CapabilitySource
-from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.disk_transfer import DiskReading, DiskStream
-from pyrigaud.application.ports.staging import StagedFile, StagedWriter, StagingStorage
-from pyrigaud.application.ports.storage_gate import StorageGate
-from pyrigaud.application.ports.transfer_metrics import TransferMetrics, TransferPhase
+from pyrigaud.application.ports.staging import StagedFile, StagedWriter
+from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.application.ports.virtual_hardware import HardwareFacts
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.application.use_cases.capabilities import require
 from pyrigaud.application.use_cases.transfers import (
-    ABANDONED_AFTER_SECONDS,
-    UNCOUNTED,
+    TransferContext,
     Watched,
-    carried,
     claimed,
-    sweep_dead_transfers,
 )
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.hardware import VirtualHardware
@@ -47,31 +42,33 @@ class ExportDisk:
     def __init__(
         self,
         disks: DiskReading,
-        staging: StagingStorage,
         capabilities: CapabilitySource,
+        transfers: TransferContext,
         *,
-        storage_gate: StorageGate,
-        abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
-        metrics: TransferMetrics = UNCOUNTED,
         hardware: HardwareFacts | None = None,
-        clock: Clock,
     ) -> None:
         self._disks = disks
         self._hardware = hardware
-        self._staging = staging
-        self._storage_gate = storage_gate
         self._capabilities = capabilities
-        self._abandoned_after_seconds = abandoned_after_seconds
-        self._metrics = metrics
-        self._clock = clock
+        self._transfers = transfers
+        self._staging = transfers.staging
 
     def __call__(self, request: ExportRequest) -> Result[ExportResult, ProviderError]:
+        match self._transfers.admitted(request, self._claimed):
+            case Failure() as failed:
+                return failed
+            case Success((ExportRequest() as carried_request, StagedLocation() as destination)):
+                pass
+        with self._transfers.watched("export", destination) as watched:
+            return watched.counted(self._export(carried_request, destination, watched))
+
+    def _claimed(self, request: ExportRequest) -> Result[None, ProviderError]:
+        """The export as it is carried out, claimed by the capabilities (compression too)."""
         caps = self._capabilities.capabilities()
-        gated = Result.do(
-            (carried_request, destination)
-            for carried_request in carried(request)
+        return Result.do(
+            None
             for _ in claimed(
-                carried_request,
+                request,
                 "export",
                 supported=caps.supports_disk_export,
                 formats=caps.supported_export_formats,
@@ -81,15 +78,7 @@ class ExportDisk:
             for _ in require(
                 caps.supports_export_compression or not request.compress, "compressed export"
             )
-            for destination in self._storage_gate.admitted(request.destination)
         )
-        match gated:
-            case Failure() as failed:
-                return failed
-            case Success((ExportRequest() as carried_request, StagedLocation() as destination)):
-                pass
-        with Watched(self._metrics, "export", destination, self._clock) as watched:
-            return watched.counted(self._export(carried_request, destination, watched))
 
     def _export(
         self, request: ExportRequest, destination: StagedLocation, watched: Watched
@@ -102,7 +91,7 @@ class ExportDisk:
             format=request.format,
         )
         reading = TransferProgress(
-            f"{doing}, reading the disk", destination, self._clock, announced=False
+            f"{doing}, reading the disk", destination, self._transfers.clock, announced=False
         )
         match self._disks.read_disk(disk, reading):
             case Failure() as failed:
@@ -116,10 +105,10 @@ class ExportDisk:
                 ", ".join(what.value for what in stream.left_behind),
             )
         for what in stream.left_behind:
-            self._metrics.left_behind(destination.staging_type, what)
+            self._transfers.metrics.left_behind(destination.staging_type, what)
         hardware = self._guest_hardware(request)
         try:
-            sweep_dead_transfers(self._staging, destination, self._abandoned_after_seconds)
+            self._transfers.sweep(destination)
             staged = self._staged(stream, destination, doing, watched)
         finally:
             stream.close()

@@ -22,20 +22,15 @@ from pyrigaud.application.hardware_manifest import MANIFEST_SUFFIX, MAX_MANIFEST
 from pyrigaud.application.hardware_manifest import read as read_manifest
 from pyrigaud.application.import_record import ImportRecord, parse_record, render_record
 from pyrigaud.application.ports import CapabilitySource
-from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.disk_transfer import DiskLanding, LandingSite, ReceivedDisk
 from pyrigaud.application.ports.image_judge import ImageJudge
 from pyrigaud.application.ports.staging import StagedReader, StagingStorage
-from pyrigaud.application.ports.storage_gate import StorageGate
-from pyrigaud.application.ports.transfer_metrics import TransferMetrics, TransferPhase
+from pyrigaud.application.ports.transfer_metrics import TransferPhase
 from pyrigaud.application.transfer_progress import TransferProgress
 from pyrigaud.application.use_cases.transfers import (
-    ABANDONED_AFTER_SECONDS,
-    UNCOUNTED,
+    TransferContext,
     Watched,
-    carried,
     claimed,
-    sweep_dead_transfers,
 )
 from pyrigaud.domain import fields
 from pyrigaud.domain.bounds import name_problem
@@ -62,46 +57,36 @@ class ImportDisk:
     def __init__(
         self,
         disks: DiskLanding,
-        staging: StagingStorage,
         judge: ImageJudge,
         capabilities: CapabilitySource,
-        *,
-        storage_gate: StorageGate,
-        abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS,
-        metrics: TransferMetrics = UNCOUNTED,
-        clock: Clock,
+        transfers: TransferContext,
     ) -> None:
         self._disks = disks
-        self._staging = staging
-        self._storage_gate = storage_gate
         self._judge = judge
         self._capabilities = capabilities
-        self._abandoned_after_seconds = abandoned_after_seconds
-        self._metrics = metrics
-        self._clock = clock
+        self._transfers = transfers
+        self._staging = transfers.staging
 
     def __call__(self, request: ImportRequest) -> Result[ImportResult, ProviderError]:
-        caps = self._capabilities.capabilities()
-        gated = Result.do(
-            (carried_request, source)
-            for carried_request in carried(request)
-            for _ in claimed(
-                carried_request,
-                "import",
-                supported=caps.supports_disk_import,
-                formats=caps.supported_import_formats,
-                backends=caps.supported_import_backends,
-                modes=caps.supported_transfer_modes,
-            )
-            for source in self._storage_gate.admitted(request.source)
-        )
-        match gated:
+        match self._transfers.admitted(request, self._claimed):
             case Failure() as failed:
                 return failed
             case Success((ImportRequest() as carried_request, StagedLocation() as source)):
                 pass
-        with Watched(self._metrics, "import", source, self._clock) as watched:
+        with self._transfers.watched("import", source) as watched:
             return watched.counted(self._import(carried_request, source, watched))
+
+    def _claimed(self, request: ImportRequest) -> Result[None, ProviderError]:
+        """The import as it is carried out, claimed by the capabilities."""
+        caps = self._capabilities.capabilities()
+        return claimed(
+            request,
+            "import",
+            supported=caps.supports_disk_import,
+            formats=caps.supported_import_formats,
+            backends=caps.supported_import_backends,
+            modes=caps.supported_transfer_modes,
+        )
 
     def _import(
         self, request: ImportRequest, source: StagedLocation, watched: Watched
@@ -126,7 +111,7 @@ class ImportDisk:
                 return failed
             case Success(site):
                 pass
-        sweep_dead_transfers(self._staging, source, self._abandoned_after_seconds)
+        self._transfers.sweep(source)
         manifest = _staged_manifest(self._staging, source)
         match self._staging.open_read(source):
             case Failure() as failed:

@@ -1,16 +1,20 @@
 """What ExportDisk and ImportDisk share: the manager's rules on transfer modes, what the
 capabilities must claim, the checked location, the sweep of dead transfers where a transfer
-goes, and a transfer as its metrics see it."""
+goes, a transfer as its metrics see it, and what every transfer goes through
+(`TransferContext`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from returns.result import Failure, Result, Success
 
 from pyrigaud.application.ports.clock import Clock
 from pyrigaud.application.ports.staging import StagingStorage
+from pyrigaud.application.ports.storage_gate import StorageGate
 from pyrigaud.application.ports.transfer_metrics import (
     TransferMetrics,
     TransferPhase,
@@ -132,3 +136,38 @@ class Watched:
     def moved(self, count: int) -> None:
         self._bytes += count
         self._metrics.moved(self._direction, self._storage, count)
+
+
+@dataclass(frozen=True)
+class TransferContext:
+    """What every transfer of this provider goes through, whichever its way: the staging
+    stores, the gate that admits the location a request names, the clock it is timed by, when
+    staged temporaries count as abandoned (swept where a transfer goes) and what its metrics
+    count."""
+
+    staging: StagingStorage
+    storage_gate: StorageGate
+    clock: Clock
+    abandoned_after_seconds: float = ABANDONED_AFTER_SECONDS
+    metrics: TransferMetrics = UNCOUNTED
+
+    def admitted(
+        self, request: Move, allowed: Callable[[Move], Result[None, ProviderError]]
+    ) -> Result[tuple[Move, StagedLocation], ProviderError]:
+        """`request` with its mode as it is carried out (`carried`), if what this backend
+        claims `allowed` it so, and its staged location as the storage gate admits it (its
+        host resolved, checked and pinned)."""
+        return Result.do(
+            (carried_request, location)
+            for carried_request in carried(request)
+            for _ in allowed(carried_request)
+            for location in self.storage_gate.admitted(request.staged)
+        )
+
+    def watched(self, direction: str, location: StagedLocation) -> Watched:
+        """One transfer, `direction` "export" or "import", to or from `location`."""
+        return Watched(self.metrics, direction, location, self.clock)
+
+    def sweep(self, location: StagedLocation) -> None:
+        """The staged temporaries of dead transfers where `location` is, gone."""
+        sweep_dead_transfers(self.staging, location, self.abandoned_after_seconds)
