@@ -28,7 +28,14 @@ from pyrigaud.application.ports.vm_lifecycle import CreatedVM
 from pyrigaud.application.provider import ProviderUseCases
 from pyrigaud.domain.default_names import snapshot_name
 from pyrigaud.domain.errors import ProviderError
-from pyrigaud.domain.models import ExportResult, ImportResult, PreparedImage, Snapshot, VMInfo
+from pyrigaud.domain.models import (
+    ExportResult,
+    ImportResult,
+    PreparedImage,
+    Snapshot,
+    VMDescription,
+    VMInfo,
+)
 from pyrigaud.domain.power import PowerOp
 from pyrigaud.domain.remembered import Remembered
 from pyrigaud.domain.tasks import TaskRef
@@ -42,7 +49,8 @@ logger = logging.getLogger("pyrigaud.rpc")
 SERVICE = pb.DESCRIPTOR.services_by_name["Provider"].full_name
 
 _Request = TypeVar("_Request", bound=Message)
-_Response = TypeVar("_Response", bound=Message)
+# A reply: a message, or one serialized before (bytes: Describe's, remembered per VM).
+_Response = TypeVar("_Response", bound=Message | bytes)
 _Answer = Result[_Response, ProviderError]
 
 
@@ -94,7 +102,8 @@ def provider_rpcs(
     return (
         # --- reads: no mutation slot, logged at debug ---------------------------------------
         RpcSpec("Validate", pb.ValidateRequest, pb.ValidateResponse, handle.validate),
-        RpcSpec("Describe", pb.DescribeRequest, pb.DescribeResponse, handle.describe),
+        # Describe's reply is remembered serialized (`ProviderHandlers.describe`): sent as it is.
+        RpcSpec("Describe", pb.DescribeRequest, bytes, handle.describe),
         RpcSpec("TaskStatus", pb.TaskStatusRequest, pb.TaskStatusResponse, handle.task_status),
         RpcSpec(
             "GetCapabilities",
@@ -175,9 +184,9 @@ class ProviderHandlers:
         self._use = use
         self._clock = clock
         self._staging_types = staging_types
-        # Each VM's reply, made again only when its description changes (it rarely does
-        # between two of the manager's Describes, ten seconds apart).
-        self._describe_replies = Remembered(translate.describe_response)
+        # Each VM's reply, serialized, made again only when its description changes (it
+        # rarely does between two of the manager's Describes, ten seconds apart).
+        self._describe_replies = Remembered(_serialized_describe_response)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -185,7 +194,7 @@ class ProviderHandlers:
         report = self._use.validate()
         return Success(pb.ValidateResponse(ok=report.ok, message=report.message))
 
-    def describe(self, request: pb.DescribeRequest) -> _Answer[pb.DescribeResponse]:
+    def describe(self, request: pb.DescribeRequest) -> _Answer[bytes]:
         """The hot read: the id as it is (any id can be read; no parse, no Result made)."""
         vm_id = request.id
         return self._use.describe_vm(vm_id).map(lambda found: self._describe_replies(vm_id, found))
@@ -324,7 +333,8 @@ def method_handlers(
         rpc.name: grpc.unary_unary_rpc_method_handler(
             wrap(rpc, rpc.serve),
             request_deserializer=rpc.request.FromString,
-            response_serializer=rpc.response.SerializeToString,
+            # A reply already serialized (bytes) goes out as it is.
+            response_serializer=None if rpc.response is bytes else rpc.response.SerializeToString,
         )
         for rpc in rpcs
     }
@@ -332,6 +342,10 @@ def method_handlers(
     if missing:
         raise ValueError(f"no spec for {', '.join(sorted(missing))}")
     return handlers
+
+
+def _serialized_describe_response(found: VMDescription | None) -> bytes:
+    return translate.describe_response(found).SerializeToString()
 
 
 def _list_response(vms: list[VMInfo]) -> pb.ListVMsResponse:
