@@ -21,6 +21,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.http.health import HealthServer, Readiness
 
+from support import TickingClock
 from support.e2e import create_vm, start_provider
 
 
@@ -45,7 +46,10 @@ def served(tmp_path: Path) -> Iterator[Served]:
     """The gRPC server and the health server sharing one Metrics, as `pyrigaud serve` does
     (PVC `mig` mounted for disk transfers)."""
     (tmp_path / "mig").mkdir()
-    running = start_provider({"PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path)})
+    # Transfers are timed on the provider's clock: each reading of it takes a millisecond.
+    running = start_provider(
+        {"PYRIGAUD_MIGRATION_STORAGE_ROOT": str(tmp_path)}, clock=TickingClock()
+    )
     try:
         yield Served(running.stub, running.fake, running.application.health_port)
     finally:

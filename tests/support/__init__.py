@@ -61,6 +61,19 @@ class ManualClock:
             self._now += seconds
 
 
+class TickingClock(ManualClock):
+    """A manual clock on which every reading of elapsed time takes `tick` seconds: what a
+    transfer times lasts, deterministically, without sleeping."""
+
+    def __init__(self, tick: float = 0.001) -> None:
+        super().__init__()
+        self._tick = tick
+
+    def monotonic(self) -> float:
+        self.advance(self._tick)
+        return self.now()
+
+
 class CountingWatch:
     """A transfer's watch as a use case hands it in: it counts the bytes it is told of, and
     says stop (UNAVAILABLE) from its `stop_at`th question on (None: never)."""

@@ -36,11 +36,13 @@ def start_provider(
     shared_with: RunningProvider | None = None,
     credentials: grpc.ServerCredentials | None = None,
     channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+    clock: ManualClock | None = None,
     **overrides: object,
 ) -> RunningProvider:
     """A server on a free loopback port (its health endpoint too); `shared_with` makes it a
-    second replica on the same hypervisor and clock (replicas share nothing else); `overrides`
-    replace more of the container's providers (bootstrap's overrides)."""
+    second replica on the same hypervisor and clock (replicas share nothing else); `clock`
+    is its time (a new ManualClock by default); `overrides` replace more of the container's
+    providers (bootstrap's overrides)."""
     settings = load_settings(
         {
             "PYRIGAUD_LISTEN_ADDRESS": "127.0.0.1",
@@ -53,7 +55,7 @@ def start_provider(
         staging_types=STAGING_TYPES,
     )
     if shared_with is None:
-        clock = ManualClock()
+        clock = clock or ManualClock()
         fake = FakeHypervisor(clock, guest_shutdown_seconds=5, latency_clock=SystemClock())
         fake.add_image("/images/base.qcow2")
     else:
