@@ -67,14 +67,7 @@ class ExportDisk:
         caps = self._capabilities.capabilities()
         return Result.do(
             None
-            for _ in claimed(
-                request,
-                "export",
-                supported=caps.supports_disk_export,
-                formats=caps.supported_export_formats,
-                backends=caps.supported_export_backends,
-                modes=caps.supported_transfer_modes,
-            )
+            for _ in claimed(request, caps)
             for _ in require(
                 caps.supports_export_compression or not request.compress, "compressed export"
             )

@@ -78,15 +78,7 @@ class ImportDisk:
 
     def _claimed(self, request: ImportRequest) -> Result[None, ProviderError]:
         """The import as it is carried out, claimed by the capabilities."""
-        caps = self._capabilities.capabilities()
-        return claimed(
-            request,
-            "import",
-            supported=caps.supports_disk_import,
-            formats=caps.supported_import_formats,
-            backends=caps.supported_import_backends,
-            modes=caps.supported_transfer_modes,
-        )
+        return claimed(request, self._capabilities.capabilities())
 
     def _import(
         self, request: ImportRequest, source: StagedLocation, watched: Watched

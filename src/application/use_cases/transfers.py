@@ -24,7 +24,7 @@ from pyrigaud.application.use_cases.capabilities import require, require_listed
 from pyrigaud.domain import fields
 from pyrigaud.domain.errors import ProviderError
 from pyrigaud.domain.leftovers import TRANSFER_DEADLINE_SECONDS
-from pyrigaud.domain.models import ExportRequest, ImportRequest, TransferMode
+from pyrigaud.domain.models import Capabilities, ExportRequest, ImportRequest, TransferMode
 from pyrigaud.domain.staging import StagedLocation
 
 # Staged temporaries older than this belong to dead transfers.
@@ -63,22 +63,22 @@ def carried_mode(request: ExportRequest | ImportRequest) -> Result[TransferMode,
 
 
 def claimed(
-    request: ExportRequest | ImportRequest,
-    what: str,
-    *,
-    supported: bool,
-    formats: tuple[str, ...],
-    backends: tuple[str, ...],
-    modes: tuple[str, ...],
+    request: ExportRequest | ImportRequest, caps: Capabilities
 ) -> Result[None, ProviderError]:
-    """UNSUPPORTED unless the capabilities claim the disk `what` (export, import) with the
-    request's format, staging type and mode: what GetCapabilities told the manager."""
+    """UNSUPPORTED unless `caps` claim the disk export or import with the request's format,
+    staging type and mode: what GetCapabilities told the manager."""
+    if isinstance(request, ExportRequest):
+        what, supported = "export", caps.supports_disk_export
+        formats, backends = caps.supported_export_formats, caps.supported_export_backends
+    else:
+        what, supported = "import", caps.supports_disk_import
+        formats, backends = caps.supported_import_formats, caps.supported_import_backends
     return Result.do(
         None
         for _ in require(supported, f"disk {what}")
         for _ in require_listed(request.format, formats, "format")
         for _ in require_listed(request.staging_type, backends, f"{what} backend")
-        for _ in require_listed(request.mode.value, modes, "transfer mode")
+        for _ in require_listed(request.mode.value, caps.supported_transfer_modes, "transfer mode")
     )
 
 
