@@ -57,7 +57,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,7 +75,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
-HOST = "127.0.0.1"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.ports import LOOPBACK, free_port
+
+HOST = LOOPBACK
+
 WORKERS = 32  # pyrigaud's default PYRIGAUD_GRPC_WORKERS
 RPC_TIMEOUT = 10.0
 # The targets docs/benchmarks.md states: p50 at concurrency 1 within this of the floor's (runs
@@ -136,12 +139,6 @@ class Flood:
 
 
 # --- processes --------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 class Processes:

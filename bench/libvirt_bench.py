@@ -60,7 +60,7 @@ from typing import Any
 
 import grpc
 import libvirt
-from describe_bench import HOST, Processes, free_port, machine, percentile, wait_ready
+from describe_bench import HOST, Processes, machine, percentile, wait_ready
 
 from pyrigaud.adapters.clocks import SystemClock
 from pyrigaud.adapters.disk_images.inspection import InspectingJudge
@@ -72,6 +72,8 @@ from pyrigaud.entrypoints.grpc import translate
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 from pyrigaud.entrypoints.settings import load_settings
+
+from support.ports import free_port
 
 RPC_TIMEOUT = 60.0
 TEST_NS = "http://libvirt.org/schemas/domain/test/1.0"

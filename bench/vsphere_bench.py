@@ -77,7 +77,6 @@ from describe_bench import (
     HOST,
     Processes,
     Target,
-    free_port,
     machine,
     percentile,
     seed_vms,
@@ -97,6 +96,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the launcher's home
+from support.ports import free_port
 from support.vsphere import Simulator, backend_over, running_simulator
 
 connect: Any = untyped_connect  # pyVim and pyVmomi's constructors are untyped

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2 as pb
 from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as pb_grpc
 
 from support.e2e import create_vm
+from support.ports import free_port
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,12 +53,6 @@ mount -o remount,bind,ro /
 if touch {PROBE} 2>/dev/null; then rm -f {PROBE}; echo "/ is still writable" >&2; exit 97; fi
 exec setpriv --reuid={UNPRIVILEGED} --regid={UNPRIVILEGED} --clear-groups -- "$@"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def tree_state(root: Path) -> dict[str, tuple[int, int]]:

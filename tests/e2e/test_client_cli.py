@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from support.kit import free_port, kit, served
+from support.kit import kit, served
 from support.pki import Authority, mount_secret
+from support.ports import free_port
 
 
 @pytest.fixture(scope="module")

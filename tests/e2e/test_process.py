@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +24,12 @@ from pyrigaud.entrypoints.grpc.generated.provider.v1 import provider_pb2_grpc as
 
 from support import wait_until
 from support.e2e import CLASS_JSON
+from support.ports import free_port
 
 PYRIGAUD = [sys.executable, "-m", "pyrigaud.entrypoints.cli"]
 # A Create lasts this long on the served fake: time for a test to see the server draining it.
 CREATE_LATENCY = 5
 LIVENESS_SECONDS = 20  # bounds of the waits for a state, never speed claims
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from support.e2e import RunningProvider
+from support.ports import free_port
 
 Started = list[RunningProvider]  # the providers a test started, stopped after it
 
@@ -60,12 +61,6 @@ def _keypair(directory: Path, name: str) -> tuple[str, str]:
     return path.read_text().strip(), public
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def running_sshd(*, password_authentication: bool = False) -> Iterator[SshServer]:
     """sshd on a free loopback port, killed on exit; passwords are refused unless asked for
@@ -78,7 +73,7 @@ def running_sshd(*, password_authentication: bool = False) -> Iterator[SshServer
     stranger_private, _ = _keypair(directory, "stranger_key")
     _, stranger_host_public = _keypair(directory, "stranger_host_key")
     (directory / "authorized_keys").write_text(user_public + "\n")
-    port = free_loopback_port()
+    port = free_port()
     config = directory / "sshd_config"
     config.write_text(
         "\n".join(
@@ -196,7 +191,7 @@ def sasl_libvirtd() -> Iterator[SaslDaemon]:
         if not needed.exists():
             pytest.fail(f"the SASL test needs {needed} (libvirt-daemon, sasl2-bin)")
     password = secrets.token_urlsafe(24)
-    port = free_loopback_port()
+    port = free_port()
     with throwaway_account() as (account, directory):
         sasldb = directory / "passwd.db"
         (directory / "libvirt.conf").write_text(f"mech_list: digest-md5\nsasldb_path: {sasldb}\n")

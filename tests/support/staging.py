@@ -53,6 +53,7 @@ from pyrigaud.domain.models import StagingType
 from pyrigaud.domain.staging import StagedLocation
 
 from support import ok
+from support.ports import free_port
 
 START_SECONDS = 30
 BUCKET = "mig"
@@ -69,12 +70,6 @@ TRUST_ANYONE = json.dumps(
         "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
     }
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -17,12 +17,12 @@ from pyrigaud.domain.errors import ErrorKind, ProviderError
 from pyrigaud.domain.staging import StagedLocation
 
 from support import error_of, ok
+from support.ports import free_port
 from support.staging import (
     S3_PART_BYTES,
     MiB,
     S3Server,
     flaky_proxy,
-    free_port,
     s3_credentials,
     s3_options,
     system_time,
