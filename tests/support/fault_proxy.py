@@ -14,13 +14,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from support.ports import free_port
+
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: the close after a cut sends a reset
 
 
 @dataclass
 class FaultProxy:
     target_port: int
-    port: int = 0
+    # Outside the ephemeral range: after an outage it listens on it again, and in between no
+    # outgoing connection may have taken it as its local port.
+    port: int = field(default_factory=free_port)
     relayed: int = 0  # bytes passed so far, both ways
     outage_began: float | None = None  # time.monotonic() of the last fault
     outage_ended: float | None = None
@@ -81,7 +85,6 @@ class FaultProxy:
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
         listener.settimeout(0.05)
-        self.port = int(listener.getsockname()[1])
         return listener
 
     def _serve(self) -> None:
