@@ -24,6 +24,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from pyrigaud.application.backend import Backend
 from pyrigaud.domain.models import CreateRequest, VMClass, VMImage
 
 from contract.harness import Harness, staging_root
-from support import ManualClock
+from support import ManualClock, wait_until
 from support.libvirt import libvirt_test_backend
 from support.qemu_wanted import ENABLE_VARIABLE
 
@@ -87,8 +88,21 @@ def ensure_dir_pool(conn: VirConnect, name: str, path: Path) -> Any:
         pool.build(0)
     if not pool.isActive():
         pool.create(0)
-    pool.refresh(0)
+    wait_until(partial(_refreshed, pool), 60, f"a refresh of pool {name} libvirtd accepts")
     return pool
+
+
+def _refreshed(pool: Any) -> bool:
+    """Whether libvirtd refreshed `pool`; False while it refuses because a volume of it is being
+    built or opened by another client (a provider a test started, say): a passing state, as
+    pool_jobs.py says, that the provider's own refreshes wait out in-process."""
+    try:
+        pool.refresh(0)
+    except libvirt.libvirtError as refused:
+        if "asynchronous jobs running" not in str(refused):
+            raise
+        return False
+    return True
 
 
 def add_base_image(conn: VirConnect) -> str:
